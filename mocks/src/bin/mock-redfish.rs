@@ -1,0 +1,201 @@
+//! `mock-redfish`: the mock Redfish BMC as a process, for CI scripts and manual tests.
+//!
+//! Shell-driven tests (and third-party fence agents) need a BMC on a port, not a
+//! library. This binary starts one, prints exactly one line to stdout once it accepts
+//! connections (`mock-redfish listening on https://localhost:PORT`) so a script can
+//! wait for it, writes the CA for clients to trust if asked, and runs until SIGINT or
+//! SIGTERM. Steer it with the `/admin` HTTP API. Logs go to stderr (`RUST_LOG`).
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use clap::Parser;
+use nodefence_mocks::redfish::{
+    DEFAULT_PASSWORD, DEFAULT_USERNAME, Fixture, MockPower, MockRedfish, Profile, ResetResponse,
+    SystemSpec,
+};
+
+/// A mock Redfish BMC (OpenBMC, iDRAC, iLO, multi-system or minimal flavour) with an
+/// /admin API to change power, inject faults and read what clients did.
+#[derive(Debug, Parser)]
+#[command(name = "mock-redfish", version)]
+struct Args {
+    /// Address to listen on; port 0 picks a free port (printed when ready).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+
+    /// Serve HTTPS with a CA and leaf certificate generated at start.
+    #[arg(long)]
+    tls: bool,
+
+    /// Write the generated CA certificate (PEM) here, for clients to trust.
+    #[arg(long, value_name = "PATH", requires = "tls")]
+    ca_out: Option<PathBuf>,
+
+    /// Which BMC to imitate: openbmc, idrac, ilo, multi-system or minimal.
+    #[arg(long, default_value = "openbmc", value_parser = parse_profile)]
+    profile: Profile,
+
+    /// Serve N systems with the profile's ids (System.Embedded.1.., Blade1.., ...).
+    #[arg(long, value_name = "N", conflicts_with_all = ["system", "fixture"])]
+    systems: Option<usize>,
+
+    /// Serve a system with this id (repeatable).
+    #[arg(long = "system", value_name = "ID", conflicts_with = "fixture")]
+    system: Vec<String>,
+
+    /// TOML file listing the systems ([[systems]] id, power, uuid, name, reset_types).
+    #[arg(long, value_name = "FILE.toml")]
+    fixture: Option<PathBuf>,
+
+    /// The only user name accepted.
+    #[arg(long, env = "MOCK_REDFISH_USERNAME", default_value = DEFAULT_USERNAME)]
+    username: String,
+
+    /// The only password accepted (default "password"); prefer --password-file.
+    #[arg(
+        long,
+        env = "MOCK_REDFISH_PASSWORD",
+        hide_env_values = true,
+        conflicts_with = "password_file"
+    )]
+    password: Option<String>,
+
+    /// Read the password from this file (one trailing newline is ignored).
+    #[arg(long, value_name = "PATH")]
+    password_file: Option<PathBuf>,
+
+    /// How long PoweringOff/PoweringOn last after a Reset, e.g. 2s, 500ms.
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    transition_delay: Duration,
+
+    /// Initial power of systems that do not set their own: on or off.
+    #[arg(long, default_value = "on", value_parser = parse_power)]
+    initial_power: MockPower,
+
+    /// Answer Resets with no-content (204), ok-with-body (200) or accepted-task (202)
+    /// instead of the profile's way.
+    #[arg(long, value_parser = parse_reset_response)]
+    reset_response: Option<ResetResponse>,
+}
+
+fn parse_profile(s: &str) -> Result<Profile, String> {
+    s.parse()
+        .map_err(|e: nodefence_mocks::redfish::ParseProfileError| e.to_string())
+}
+
+fn parse_power(s: &str) -> Result<MockPower, String> {
+    s.parse()
+        .map_err(|e: nodefence_mocks::redfish::ParsePowerError| e.to_string())
+}
+
+fn parse_reset_response(s: &str) -> Result<ResetResponse, String> {
+    s.parse()
+}
+
+fn systems(args: &Args) -> anyhow::Result<Vec<SystemSpec>> {
+    let power = args.initial_power;
+    if let Some(path) = &args.fixture {
+        let fixture = Fixture::load(path)?;
+        return Ok(fixture.into_specs(power));
+    }
+    if !args.system.is_empty() {
+        return Ok(args
+            .system
+            .iter()
+            .map(|id| SystemSpec::new(id.clone()).power(power))
+            .collect());
+    }
+    let n = match args.systems {
+        Some(0) => bail!("--systems must be at least 1"),
+        Some(n) => n,
+        None => args.profile.default_systems().len(),
+    };
+    Ok(args
+        .profile
+        .system_ids(n)
+        .into_iter()
+        .map(|id| SystemSpec::new(id).power(power))
+        .collect())
+}
+
+fn password(args: &Args) -> anyhow::Result<String> {
+    if let Some(path) = &args.password_file {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading password file {}", path.display()))?;
+        let text = text.strip_suffix('\n').unwrap_or(&text);
+        let text = text.strip_suffix('\r').unwrap_or(text);
+        if text.is_empty() {
+            bail!("password file {} is empty", path.display());
+        }
+        return Ok(text.to_owned());
+    }
+    Ok(args
+        .password
+        .clone()
+        .unwrap_or_else(|| DEFAULT_PASSWORD.to_owned()))
+}
+
+async fn wait_for_signal() -> anyhow::Result<&'static str> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
+    Ok(tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    })
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let mut builder = MockRedfish::builder()
+        .profile(args.profile)
+        .systems(systems(&args)?)
+        .credentials(args.username.clone(), password(&args)?)
+        .transition_delay(args.transition_delay)
+        .tls(args.tls)
+        .listen(args.listen);
+    if let Some(response) = args.reset_response {
+        builder = builder.reset_response(response);
+    }
+    let bmc = builder.start().await.context("starting the mock BMC")?;
+
+    if let (Some(path), Some(ca)) = (&args.ca_out, bmc.ca_pem()) {
+        std::fs::write(path, ca).with_context(|| format!("writing CA to {}", path.display()))?;
+    }
+    let systems: Vec<String> = bmc.systems().into_iter().map(|s| s.id).collect();
+    tracing::info!(profile = %args.profile, ?systems, user = %args.username, "ready");
+
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "mock-redfish listening on {}", bmc.base_url())?;
+    stdout.flush()?;
+    drop(stdout);
+
+    let signal = wait_for_signal().await?;
+    tracing::info!("{signal} received, stopping");
+    bmc.shutdown().await;
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    nodefence_mocks::tls::install_crypto_provider();
+    let args = Args::parse();
+    match run(args).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mock-redfish: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! Mock servers nodefence is tested against, reachable over real sockets.
+//!
+//! nodefence must never release a node's volumes on the word of a BMC that lied,
+//! hung or garbled its answer, and its drivers must work with the BMCs found in real
+//! racks. These mocks reproduce both the vendor differences and the failure modes on
+//! loopback, so the drivers (and third-party fence agents, for comparison) can be
+//! tested end to end without hardware.
+//!
+//! - [`redfish`]: a Redfish BMC (OpenBMC, iDRAC, iLO, multi-system, minimal shapes).
+//! - [`tls`]: throwaway CA + leaf certificates for HTTPS mocks.
+
+pub mod redfish;
+pub mod tls;

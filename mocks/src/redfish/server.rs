@@ -1,0 +1,453 @@
+//! Starting and stopping a mock BMC, and the handle tests steer it with.
+//!
+//! [`MockRedfish`] is the builder: profile, systems, credentials, transition delay,
+//! TLS, listen address. [`MockRedfish::start`] binds (port 0 by default, so tests
+//! run in parallel), serves in a background task, and returns a
+//! [`MockRedfishHandle`] that knows the URL and the CA to trust, and lets the test
+//! change power behind the client's back, inject faults, and read what the client
+//! did. Dropping the handle stops the server; [`MockRedfishHandle::shutdown`] also
+//! waits for it.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum_server::tls_rustls::RustlsConfig;
+use tokio::task::JoinHandle;
+
+use super::admin;
+use super::faults::Fault;
+use super::model::{MockPower, SystemSpec, SystemState};
+use super::profile::{Profile, ResetResponse};
+use super::service;
+use super::state::{Config, RequestRecord, ResetRecord, Shared, SystemInfo, UnknownSystem};
+use crate::tls::{LOOPBACK_NAMES, TlsError, TlsMaterial};
+
+/// Credentials used when [`MockRedfish::credentials`] is not called.
+pub const DEFAULT_USERNAME: &str = "admin";
+/// See [`DEFAULT_USERNAME`].
+pub const DEFAULT_PASSWORD: &str = "password";
+
+/// Why a mock could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("binding {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("TLS setup: {0}")]
+    Tls(#[from] TlsError),
+    #[error("invalid system id {0:?}: use letters, digits, '.', '_' or '-'")]
+    InvalidSystemId(String),
+    #[error("system id {0:?} given twice")]
+    DuplicateSystem(String),
+}
+
+/// A mock Redfish BMC, being configured. Start it with [`MockRedfish::start`].
+#[derive(Debug, Clone)]
+pub struct MockRedfish {
+    profile: Profile,
+    systems: Vec<SystemSpec>,
+    username: String,
+    password: String,
+    delay: Duration,
+    tls: bool,
+    tls_material: Option<TlsMaterial>,
+    listen: SocketAddr,
+    reset_response: Option<ResetResponse>,
+    service_uuid: Option<String>,
+}
+
+impl Default for MockRedfish {
+    fn default() -> Self {
+        Self {
+            profile: Profile::default(),
+            systems: Vec::new(),
+            username: DEFAULT_USERNAME.to_owned(),
+            password: DEFAULT_PASSWORD.to_owned(),
+            delay: Duration::ZERO,
+            tls: false,
+            tls_material: None,
+            listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
+            reset_response: None,
+            service_uuid: None,
+        }
+    }
+}
+
+impl MockRedfish {
+    /// OpenBMC profile, its default systems, `admin`/`password`, no delay, plain
+    /// HTTP on `127.0.0.1:0`.
+    pub fn builder() -> Self {
+        Self::default()
+    }
+
+    pub fn profile(mut self, profile: Profile) -> Self {
+        self.profile = profile;
+        self
+    }
+
+    /// Adds a system. Once any is added, the profile's default systems are not served.
+    pub fn system(mut self, system: SystemSpec) -> Self {
+        self.systems.push(system);
+        self
+    }
+
+    /// Adds several systems (see [`MockRedfish::system`]).
+    pub fn systems(mut self, systems: impl IntoIterator<Item = SystemSpec>) -> Self {
+        self.systems.extend(systems);
+        self
+    }
+
+    /// The only user name and password the BMC accepts.
+    pub fn credentials(mut self, username: impl Into<String>, password: impl Into<String>) -> Self {
+        self.username = username.into();
+        self.password = password.into();
+        self
+    }
+
+    /// How long `PoweringOff`/`PoweringOn` last after a Reset (default 0: immediate).
+    pub fn transition_delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// Serve HTTPS with a freshly generated CA and leaf (see [`MockRedfishHandle::ca_pem`]).
+    pub fn tls(mut self, on: bool) -> Self {
+        self.tls = on;
+        self
+    }
+
+    /// Serve HTTPS with this material instead of generating it (implies `tls(true)`).
+    pub fn tls_material(mut self, material: TlsMaterial) -> Self {
+        self.tls = true;
+        self.tls_material = Some(material);
+        self
+    }
+
+    /// Listen here instead of `127.0.0.1:0`.
+    pub fn listen(mut self, addr: SocketAddr) -> Self {
+        self.listen = addr;
+        self
+    }
+
+    /// Answer Resets this way instead of the profile's way.
+    pub fn reset_response(mut self, response: ResetResponse) -> Self {
+        self.reset_response = Some(response);
+        self
+    }
+
+    /// The service root's `UUID` (default: random).
+    pub fn service_uuid(mut self, uuid: impl Into<String>) -> Self {
+        self.service_uuid = Some(uuid.into());
+        self
+    }
+
+    fn system_states(&self) -> Result<Vec<SystemState>, StartError> {
+        let specs = if self.systems.is_empty() {
+            self.profile.default_systems()
+        } else {
+            self.systems.clone()
+        };
+        let mut states: Vec<SystemState> = Vec::with_capacity(specs.len());
+        for spec in specs {
+            let valid = !spec.id.is_empty()
+                && spec
+                    .id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+            if !valid {
+                return Err(StartError::InvalidSystemId(spec.id));
+            }
+            if states.iter().any(|s| s.id == spec.id) {
+                return Err(StartError::DuplicateSystem(spec.id));
+            }
+            let reset_types = spec.reset_types.clone().unwrap_or_else(|| {
+                self.profile
+                    .default_reset_types()
+                    .into_iter()
+                    .map(str::to_owned)
+                    .collect()
+            });
+            states.push(SystemState::new(
+                spec.id.clone(),
+                spec.name
+                    .clone()
+                    .unwrap_or_else(|| self.profile.system_name(&spec.id)),
+                spec.uuid
+                    .clone()
+                    .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+                reset_types,
+                spec.power,
+            ));
+        }
+        Ok(states)
+    }
+
+    /// Binds, starts serving in the background, and returns the handle.
+    pub async fn start(self) -> Result<MockRedfishHandle, StartError> {
+        let systems = self.system_states()?;
+        let bind_error = |source| StartError::Bind {
+            addr: self.listen,
+            source,
+        };
+        let listener = std::net::TcpListener::bind(self.listen).map_err(bind_error)?;
+        listener.set_nonblocking(true).map_err(bind_error)?;
+        let addr = listener.local_addr().map_err(bind_error)?;
+
+        let material = match (&self.tls_material, self.tls) {
+            (Some(m), _) => Some(m.clone()),
+            (None, true) => Some(generate_material(addr.ip())?),
+            (None, false) => None,
+        };
+        let base_url = base_url(addr, material.is_some());
+        let config = Config {
+            profile: self.profile,
+            username: self.username.clone(),
+            password: self.password.clone(),
+            delay: self.delay,
+            service_uuid: self
+                .service_uuid
+                .clone()
+                .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+            reset_response: self
+                .reset_response
+                .unwrap_or_else(|| self.profile.reset_response()),
+            base_url: base_url.clone(),
+        };
+        let shared = Arc::new(Shared::new(config, systems));
+        let app = admin::router()
+            .fallback(service::handle)
+            .with_state(shared.clone());
+        let server = axum_server::Handle::new();
+        let make_service = app.into_make_service();
+        let task = match &material {
+            Some(m) => {
+                let tls = RustlsConfig::from_config(Arc::new(m.server_config()?));
+                let s = axum_server::tls_rustls::from_tcp_rustls(listener, tls)
+                    .map_err(bind_error)?
+                    .handle(server.clone());
+                tokio::spawn(async move { s.serve(make_service).await })
+            }
+            None => {
+                let s = axum_server::from_tcp(listener)
+                    .map_err(bind_error)?
+                    .handle(server.clone());
+                tokio::spawn(async move { s.serve(make_service).await })
+            }
+        };
+        tracing::info!(%base_url, profile = %self.profile, "mock Redfish BMC started");
+        Ok(MockRedfishHandle {
+            shared,
+            addr,
+            base_url,
+            ca_pem: material.map(|m| m.ca_pem().to_owned()),
+            server,
+            task: Some(task),
+        })
+    }
+}
+
+/// A leaf for the loopback names, plus the listen address if it is another one.
+fn generate_material(ip: IpAddr) -> Result<TlsMaterial, TlsError> {
+    let extra = ip.to_string();
+    let mut names: Vec<&str> = LOOPBACK_NAMES.to_vec();
+    if !ip.is_loopback() && !ip.is_unspecified() {
+        names.push(&extra);
+    }
+    TlsMaterial::generate_for(&names)
+}
+
+/// `http://127.0.0.1:PORT`, `http://[::1]:PORT`, or `https://localhost:PORT` (the
+/// name in the certificate) when listening on loopback or everywhere.
+fn base_url(addr: SocketAddr, tls: bool) -> String {
+    let ip = addr.ip();
+    let shown = if ip.is_unspecified() {
+        SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), addr.port())
+    } else {
+        addr
+    };
+    if !tls {
+        format!("http://{shown}")
+    } else if ip.is_loopback() || ip.is_unspecified() {
+        format!("https://localhost:{}", addr.port())
+    } else {
+        format!("https://{shown}")
+    }
+}
+
+/// A running mock BMC. Dropping it stops the server.
+#[derive(Debug)]
+pub struct MockRedfishHandle {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    base_url: String,
+    ca_pem: Option<String>,
+    server: axum_server::Handle<SocketAddr>,
+    task: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl MockRedfishHandle {
+    /// `http://127.0.0.1:PORT` or `https://localhost:PORT`, no trailing slash; the
+    /// service root is `{base_url}/redfish/v1`.
+    pub fn base_url(&self) -> String {
+        self.base_url.clone()
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The CA certificate (PEM) clients must trust; `None` for plain HTTP.
+    pub fn ca_pem(&self) -> Option<String> {
+        self.ca_pem.clone()
+    }
+
+    pub fn profile(&self) -> Profile {
+        self.shared.config.profile
+    }
+
+    /// The accepted user name.
+    pub fn username(&self) -> &str {
+        &self.shared.config.username
+    }
+
+    /// The accepted password.
+    pub fn password(&self) -> &str {
+        &self.shared.config.password
+    }
+
+    /// The URI path of a system as this profile writes it (iLO: trailing slash).
+    pub fn system_path(&self, system_id: &str) -> String {
+        self.profile().uri(&super::payloads::system_path(system_id))
+    }
+
+    /// Every system, with its real state.
+    pub fn systems(&self) -> Vec<SystemInfo> {
+        self.shared.systems()
+    }
+
+    /// "Pull the plug" / "restore power": sets the state at once, cancelling any
+    /// transition in progress.
+    ///
+    /// # Panics
+    /// If there is no such system (a mistake in the test); see [`Self::try_set_power`].
+    pub fn set_power(&self, system_id: &str, power: MockPower) {
+        if let Err(e) = self.try_set_power(system_id, power) {
+            let known: Vec<String> = self.systems().into_iter().map(|s| s.id).collect();
+            panic!("set_power: {e}; this mock serves {known:?}");
+        }
+    }
+
+    /// [`Self::set_power`] without the panic.
+    pub fn try_set_power(&self, system_id: &str, power: MockPower) -> Result<(), UnknownSystem> {
+        self.shared.set_power(system_id, power).map(|_| ())
+    }
+
+    /// The system's real state now (`None` if there is no such system).
+    pub fn power(&self, system_id: &str) -> Option<MockPower> {
+        self.shared.power(system_id)
+    }
+
+    /// Injects a fault into `/redfish` requests (never `/admin`).
+    pub fn inject(&self, fault: Fault) {
+        self.shared.inject(fault);
+    }
+
+    /// Removes every fault; hanging requests are then answered.
+    pub fn clear_faults(&self) {
+        self.shared.clear_faults();
+    }
+
+    /// The faults in force (counts are what is left).
+    pub fn faults(&self) -> Vec<Fault> {
+        self.shared.faults()
+    }
+
+    /// Every Reset received, accepted or refused: `(system id, ResetType)`.
+    pub fn reset_log(&self) -> Vec<(String, String)> {
+        self.shared
+            .resets()
+            .into_iter()
+            .map(|r| (r.system, r.reset_type))
+            .collect()
+    }
+
+    /// [`Self::reset_log`] as records.
+    pub fn resets(&self) -> Vec<ResetRecord> {
+        self.shared.resets()
+    }
+
+    /// Every `/redfish` request received, oldest first.
+    pub fn request_log(&self) -> Vec<RequestRecord> {
+        self.shared.requests()
+    }
+
+    /// Empties the reset and request logs.
+    pub fn clear_logs(&self) {
+        self.shared.clear_logs();
+    }
+
+    pub fn active_sessions(&self) -> usize {
+        self.shared.active_sessions()
+    }
+
+    /// Ends every session: the next request with an old token gets 401.
+    pub fn expire_sessions(&self) {
+        self.shared.expire_sessions();
+    }
+
+    /// Stops the server (open connections are closed) and waits for it.
+    pub async fn shutdown(mut self) {
+        self.server.shutdown();
+        if let Some(task) = self.task.take() {
+            match task.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!("mock Redfish server ended with an error: {e}"),
+                Err(e) => tracing::warn!("mock Redfish server task failed: {e}"),
+            }
+        }
+    }
+}
+
+impl Drop for MockRedfishHandle {
+    fn drop(&mut self) {
+        self.server.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv6Addr;
+
+    #[test]
+    fn base_urls() {
+        let v4 = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8000);
+        let v6 = SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), 8000);
+        let any = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 8000);
+        assert_eq!(base_url(v4, false), "http://127.0.0.1:8000");
+        assert_eq!(base_url(v6, false), "http://[::1]:8000");
+        assert_eq!(base_url(any, false), "http://127.0.0.1:8000");
+        assert_eq!(base_url(v4, true), "https://localhost:8000");
+        assert_eq!(base_url(v6, true), "https://localhost:8000");
+    }
+
+    #[test]
+    fn rejects_bad_and_duplicate_ids() {
+        let bad = MockRedfish::builder().system(SystemSpec::new("a/b"));
+        assert!(matches!(
+            bad.system_states(),
+            Err(StartError::InvalidSystemId(_))
+        ));
+        let dup = MockRedfish::builder()
+            .system(SystemSpec::new("x"))
+            .system(SystemSpec::new("x"));
+        assert!(matches!(
+            dup.system_states(),
+            Err(StartError::DuplicateSystem(_))
+        ));
+    }
+}

@@ -1,0 +1,150 @@
+//! Throwaway TLS material for mock servers: a private CA and a leaf signed by it.
+//!
+//! Clients under test must verify certificates the way they would against a real BMC
+//! with a private CA (a `ca_file`). webpki refuses a self-signed leaf used as its own
+//! trust anchor, so the mock makes a real two-level chain: a CA that is only ever
+//! handed to clients, and a server leaf for `localhost`, `127.0.0.1` and `::1`.
+//! Everything is generated in memory at start and never reused.
+//!
+//! The only rustls crypto provider in the tree is ring; [`install_crypto_provider`]
+//! installs it and the server config names it explicitly.
+
+use std::sync::Arc;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+
+/// The names every leaf is valid for.
+pub const LOOPBACK_NAMES: &[&str] = &["localhost", "127.0.0.1", "::1"];
+
+/// Installs ring as the process-wide rustls provider. Idempotent: an already
+/// installed provider is not an error.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// Why TLS material could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("generating a certificate: {0}")]
+    Generate(#[from] rcgen::Error),
+    #[error("building the rustls server config: {0}")]
+    Rustls(#[from] rustls::Error),
+}
+
+/// A CA and one server leaf it signed, as PEM (and DER for rustls).
+#[derive(Clone)]
+pub struct TlsMaterial {
+    ca_pem: String,
+    cert_pem: String,
+    key_pem: String,
+    cert_der: CertificateDer<'static>,
+    key_der: Vec<u8>,
+}
+
+impl std::fmt::Debug for TlsMaterial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsMaterial")
+            .field("ca_pem", &self.ca_pem)
+            .field("cert_pem", &self.cert_pem)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TlsMaterial {
+    /// A fresh CA and a leaf for [`LOOPBACK_NAMES`].
+    pub fn generate() -> Result<Self, TlsError> {
+        Self::generate_for(LOOPBACK_NAMES)
+    }
+
+    /// A fresh CA and a leaf for these DNS names and IP addresses.
+    pub fn generate_for(names: &[&str]) -> Result<Self, TlsError> {
+        let mut ca_params = CertificateParams::default();
+        ca_params.distinguished_name = rcgen::DistinguishedName::new();
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "nodefence mock BMC CA");
+        ca_params
+            .distinguished_name
+            .push(DnType::OrganizationName, "nodefence tests");
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        ca_params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca_key = KeyPair::generate()?;
+        let ca_cert = ca_params.self_signed(&ca_key)?;
+        let issuer = Issuer::new(ca_params, ca_key);
+
+        let owned: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        let mut leaf_params = CertificateParams::new(owned)?;
+        leaf_params.distinguished_name = rcgen::DistinguishedName::new();
+        leaf_params.distinguished_name.push(
+            DnType::CommonName,
+            names.first().copied().unwrap_or("localhost"),
+        );
+        leaf_params.is_ca = IsCa::ExplicitNoCa;
+        leaf_params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        leaf_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        leaf_params.use_authority_key_identifier_extension = true;
+        let leaf_key = KeyPair::generate()?;
+        let leaf_cert = leaf_params.signed_by(&leaf_key, &issuer)?;
+
+        Ok(Self {
+            ca_pem: ca_cert.pem(),
+            cert_pem: leaf_cert.pem(),
+            key_pem: leaf_key.serialize_pem(),
+            cert_der: leaf_cert.der().clone(),
+            key_der: leaf_key.serialize_der(),
+        })
+    }
+
+    /// The CA certificate (PEM): what a client puts in its `ca_file`.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
+    /// The server leaf certificate (PEM).
+    pub fn cert_pem(&self) -> &str {
+        &self.cert_pem
+    }
+
+    /// The server leaf's private key (PKCS#8 PEM).
+    pub fn key_pem(&self) -> &str {
+        &self.key_pem
+    }
+
+    /// A rustls server config (ring provider, HTTP/1.1 ALPN) presenting the leaf.
+    pub fn server_config(&self) -> Result<rustls::ServerConfig, TlsError> {
+        install_crypto_provider();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key_der.clone()));
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth()
+            .with_single_cert(vec![self.cert_der.clone()], key)?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn makes_distinct_ca_and_leaf_and_a_usable_config() {
+        let m = TlsMaterial::generate();
+        assert!(m.is_ok(), "{m:?}");
+        let Ok(m) = m else { return };
+        assert!(m.ca_pem().starts_with("-----BEGIN CERTIFICATE-----"));
+        assert!(m.cert_pem().starts_with("-----BEGIN CERTIFICATE-----"));
+        assert_ne!(m.ca_pem(), m.cert_pem());
+        assert!(m.key_pem().contains("PRIVATE KEY"));
+        assert!(m.server_config().is_ok());
+    }
+}

@@ -1,0 +1,128 @@
+//! The command line: one module per subcommand, this file only parses and dispatches.
+//!
+//! Exit codes are part of the interface (scripts and runbooks test them):
+//!
+//! | code | meaning |
+//! |---|---|
+//! | 0 | success: config valid, every queried node answered, or the action is confirmed |
+//! | 1 | failure: a node could not be queried, or the action was not confirmed |
+//! | 2 | usage error: bad flags, or a node that is not in the inventory |
+//! | 3 | the configuration is invalid (every problem is printed) |
+//! | 4 | aborted: the confirmation prompt was declined or could not be shown |
+
+mod fence;
+mod logging;
+mod status;
+mod table;
+mod validate;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+pub use logging::LogFormat;
+
+/// Exit codes, see the module documentation.
+pub mod exit {
+    pub const OK: u8 = 0;
+    pub const FAILED: u8 = 1;
+    pub const USAGE: u8 = 2;
+    pub const CONFIG: u8 = 3;
+    pub const ABORTED: u8 = 4;
+}
+
+const ABOUT: &str = "Fences dead Kubernetes nodes through their BMC and releases their volumes, \
+only once the machine is confirmed powered off.";
+
+const AFTER_HELP: &str = "\
+Exit codes: 0 success, 1 failure (query failed or action not confirmed), 2 usage error, \
+3 invalid configuration, 4 aborted at the confirmation prompt.
+
+Examples:
+  nodefence validate --config /etc/nodefence/nodefence.toml
+  nodefence status                      # every inventory node, queried concurrently
+  nodefence status worker-1 -o json
+  nodefence fence worker-1 --action off # asks first; --yes for scripts";
+
+#[derive(Debug, Parser)]
+#[command(name = "nodefence", version, about = ABOUT, after_help = AFTER_HELP)]
+pub struct Cli {
+    /// Agent configuration file; it names the inventory.
+    #[arg(
+        long,
+        short = 'c',
+        global = true,
+        env = "NODEFENCE_CONFIG",
+        default_value = "/etc/nodefence/nodefence.toml"
+    )]
+    pub config: PathBuf,
+
+    /// Log filter, e.g. "info" or "nodefence=debug" (logs go to standard error).
+    #[arg(long, global = true, env = "NODEFENCE_LOG", default_value = "warn")]
+    pub log_level: String,
+
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Check the configuration and inventory; print every problem at once.
+    Validate,
+    /// Ask each node's out-of-band controller for its power state.
+    Status(status::StatusArgs),
+    /// Power a node off, on, or through an observed off-on cycle, and confirm it.
+    Fence(fence::FenceArgs),
+}
+
+/// Output format of `status` and `fence`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Table,
+    Json,
+}
+
+/// Runs the parsed command line and returns the process exit code.
+pub fn run(cli: Cli) -> ExitCode {
+    logging::init(&cli.log_level, cli.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::FAILED);
+        }
+    };
+    let code = runtime.block_on(async {
+        match &cli.command {
+            Command::Validate => validate::run(&cli.config),
+            Command::Status(args) => status::run(&cli.config, args).await,
+            Command::Fence(args) => fence::run(&cli.config, args).await,
+        }
+    });
+    ExitCode::from(code)
+}
+
+/// Loads the configuration for commands that need it, printing errors like `validate`.
+fn load_config(path: &std::path::Path) -> Result<crate::config::Config, u8> {
+    match crate::config::load(path) {
+        Ok(config) => {
+            for warning in &config.warnings {
+                tracing::warn!("{warning}");
+            }
+            Ok(config)
+        }
+        Err(errors) => {
+            eprintln!("{errors}");
+            eprintln!("configuration invalid: run `nodefence validate` for the full report");
+            Err(exit::CONFIG)
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! `nodefence.toml`: the agent's own settings.
+//!
+//! Only `inventory` is required: which machines the agent may power off must be
+//! written down, never guessed. Everything else has a default that is safe for a
+//! production cluster (three consecutive Off readings one second apart, two minutes
+//! to get them, at most 16 BMC requests in flight, inline passwords refused). Unknown
+//! keys are errors: a misspelt `confirm_reading` silently falling back to a default is
+//! exactly the kind of surprise a fencing daemon must not have.
+
+use super::diagnostic::{Diagnostics, Source, Span, Subject};
+use super::fields::{Entry, Problem, Val, unknown_key};
+use super::model::{PowerSettings, SecuritySettings};
+use super::paths::{BaseDir, FilePath};
+use crate::power::confirm::ConfirmPolicy;
+
+const TOP_KEYS: &[&str] = &["inventory", "power", "security"];
+const POWER_KEYS: &[&str] = &[
+    "confirm_readings",
+    "confirm_interval",
+    "confirm_timeout",
+    "max_concurrent_requests",
+];
+const SECURITY_KEYS: &[&str] = &["allow_inline_passwords"];
+
+/// Default for `[power] max_concurrent_requests`.
+pub(crate) const DEFAULT_MAX_CONCURRENT_REQUESTS: usize = 16;
+
+/// `nodefence.toml` as far as it could be read.
+pub(crate) struct AgentDraft {
+    /// The inventory file and where `inventory = ...` is written.
+    pub inventory: Option<(FilePath, Span)>,
+    pub power: PowerSettings,
+    pub security: SecuritySettings,
+}
+
+/// Reads the agent settings from the parsed `nodefence.toml`, reporting every problem.
+pub(crate) fn parse(
+    src: &Source,
+    table: &toml::de::DeTable<'_>,
+    base: &BaseDir,
+    diags: &mut Diagnostics,
+) -> AgentDraft {
+    let mut draft = AgentDraft {
+        inventory: None,
+        power: PowerSettings {
+            confirm: ConfirmPolicy::default(),
+            max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
+        },
+        security: SecuritySettings::default(),
+    };
+    let mut report =
+        |p: Problem| diags.error(src, Some(&p.span), &Subject::File, p.message, p.help);
+    for entry in Entry::all(table) {
+        let result = match entry.name {
+            "inventory" => entry.non_empty_string().map(|v| {
+                draft.inventory = Some((base.join(&v.value), v.span));
+            }),
+            "power" => entry
+                .table()
+                .map(|t| power(&mut draft.power, t, &mut report)),
+            "security" => entry
+                .table()
+                .map(|t| security(&mut draft.security, t, &mut report)),
+            other => Err(unknown_key(
+                other,
+                &entry.key,
+                TOP_KEYS,
+                "in nodefence.toml",
+            )),
+        };
+        if let Err(p) = result {
+            report(p);
+        }
+    }
+    if draft.inventory.is_none() && !table.iter().any(|(k, _)| k.get_ref() == "inventory") {
+        diags.error(
+            src,
+            None,
+            &Subject::File,
+            "`inventory` is not set",
+            Some(
+                "name the inventory file at the top of nodefence.toml, e.g. \
+                 inventory = \"inventory.toml\" (relative to nodefence.toml's directory)"
+                    .into(),
+            ),
+        );
+    }
+    draft
+}
+
+fn power(out: &mut PowerSettings, table: &toml::de::DeTable<'_>, report: &mut dyn FnMut(Problem)) {
+    let mut interval: Option<Val<std::time::Duration>> = None;
+    let mut timeout: Option<Val<std::time::Duration>> = None;
+    let mut readings: Option<Val<i64>> = None;
+    let mut problems = 0;
+    for entry in Entry::all(table) {
+        let result = match entry.name {
+            "confirm_readings" => entry.integer(1, 1000, 3).map(|v| {
+                out.confirm.readings = u32::try_from(v.value).unwrap_or(u32::MAX);
+                readings = Some(v);
+            }),
+            "confirm_interval" => entry.duration(true).map(|v| {
+                out.confirm.interval = v.value;
+                interval = Some(v);
+            }),
+            "confirm_timeout" => entry.duration(false).map(|v| {
+                out.confirm.timeout = v.value;
+                timeout = Some(v);
+            }),
+            "max_concurrent_requests" => entry.integer(1, 100_000, 16).map(|v| {
+                out.max_concurrent_requests = usize::try_from(v.value).unwrap_or(1);
+            }),
+            other => Err(unknown_key(other, &entry.key, POWER_KEYS, "in [power]")),
+        };
+        if let Err(p) = result {
+            problems += 1;
+            report(p);
+        }
+    }
+    if problems > 0 {
+        // Defaults stand in for the invalid values: comparing them would mislead.
+        return;
+    }
+    // The confirm loop takes a reading, then waits `interval` before the next; N
+    // readings need (N - 1) intervals to fit before the deadline.
+    let policy = out.confirm;
+    let needed = policy
+        .interval
+        .saturating_mul(policy.readings.saturating_sub(1));
+    if needed >= policy.timeout {
+        let at = (timeout.map(|v| v.key))
+            .or(interval.map(|v| v.key))
+            .or(readings.map(|v| v.key));
+        if let Some(span) = at {
+            let fmt = |d| humantime::format_duration(d).to_string();
+            report(Problem::new(
+                &span,
+                format!(
+                    "confirm_timeout ({}) is too short to take {} readings {} apart",
+                    fmt(policy.timeout),
+                    policy.readings,
+                    fmt(policy.interval)
+                ),
+                Some(format!(
+                    "make confirm_timeout well above (confirm_readings - 1) x confirm_interval \
+                     = {}, leaving room for slow BMCs",
+                    fmt(needed)
+                )),
+            ));
+        }
+    }
+}
+
+fn security(
+    out: &mut SecuritySettings,
+    table: &toml::de::DeTable<'_>,
+    report: &mut dyn FnMut(Problem),
+) {
+    for entry in Entry::all(table) {
+        let result = match entry.name {
+            "allow_inline_passwords" => entry.bool().map(|v| {
+                out.allow_inline_passwords = v.value;
+            }),
+            other => Err(unknown_key(
+                other,
+                &entry.key,
+                SECURITY_KEYS,
+                "in [security]",
+            )),
+        };
+        if let Err(p) = result {
+            report(p);
+        }
+    }
+}

@@ -1,0 +1,348 @@
+//! One level of the inventory: `[defaults]`, a `[groups.<name>]` or a `[nodes.<name>]`.
+//!
+//! All three levels accept the same fields (only a node may name a `group`), so one
+//! [`Layer`] type reads them all. Reading checks what a value means on its own: its
+//! type, its range, the shape of an endpoint or address, that at most one password
+//! source is given. What depends on the other levels (the effective driver, required
+//! fields, timeouts ordering) or on the machine (files, environment) is checked when a
+//! node is resolved, see [`super::resolve`].
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use secrecy::SecretString;
+use toml::de::DeTable;
+
+use super::diagnostic::{Diagnostics, Source, Span, Subject};
+use super::endpoint::{check_address_template, check_endpoint_template};
+use super::fields::{Entry, Problem, Val, unknown_key};
+use super::model::RedfishAuth;
+use super::paths::{BaseDir, FilePath};
+use super::values::{
+    auth, check_env_name, cipher_suite, driver, instance_id, narrow, options, region, system_id,
+};
+
+/// A power driver, as named by `driver = "..."`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Driver {
+    Redfish,
+    Ipmi,
+    Aws,
+    Exec,
+}
+
+impl Driver {
+    const ALL: [Driver; 4] = [Driver::Redfish, Driver::Ipmi, Driver::Aws, Driver::Exec];
+    pub(crate) const NAMES: [&'static str; 4] = ["redfish", "ipmi", "aws", "exec"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Driver::Redfish => "redfish",
+            Driver::Ipmi => "ipmi",
+            Driver::Aws => "aws",
+            Driver::Exec => "exec",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|d| d.name() == s)
+    }
+}
+
+const ALL: &[Driver] = &Driver::ALL;
+const CREDENTIALED: &[Driver] = &[Driver::Redfish, Driver::Ipmi, Driver::Exec];
+
+/// Every field of a level, and the drivers it applies to.
+const FIELDS: &[(&str, &[Driver])] = &[
+    ("driver", ALL),
+    ("endpoint", &[Driver::Redfish, Driver::Aws]),
+    ("system_id", &[Driver::Redfish]),
+    ("auth", &[Driver::Redfish]),
+    ("address", &[Driver::Ipmi]),
+    ("port", &[Driver::Ipmi]),
+    ("cipher_suite", &[Driver::Ipmi]),
+    ("instance_id", &[Driver::Aws]),
+    ("region", &[Driver::Aws]),
+    ("agent", &[Driver::Exec]),
+    ("options", &[Driver::Exec]),
+    ("username", CREDENTIALED),
+    ("password", CREDENTIALED),
+    ("password_file", CREDENTIALED),
+    ("password_env", CREDENTIALED),
+    ("ca_file", &[Driver::Redfish]),
+    ("insecure", &[Driver::Redfish]),
+    ("connect_timeout", ALL),
+    ("request_timeout", ALL),
+    ("operation_timeout", ALL),
+    ("retries", ALL),
+];
+
+/// The drivers `field` applies to (empty for `group` and unknown keys).
+pub(crate) fn drivers_of(field: &str) -> &'static [Driver] {
+    FIELDS
+        .iter()
+        .find(|(name, _)| *name == field)
+        .map_or(&[], |(_, d)| d)
+}
+
+/// Where a password comes from, as written (read later, only if used).
+#[derive(Debug, Clone)]
+pub(crate) enum PasswordRef {
+    Inline(SecretString),
+    File(FilePath),
+    Env(String),
+}
+
+impl PasswordRef {
+    pub fn key(&self) -> &'static str {
+        match self {
+            PasswordRef::Inline(_) => "password",
+            PasswordRef::File(_) => "password_file",
+            PasswordRef::Env(_) => "password_env",
+        }
+    }
+}
+
+/// One level of settings, as written.
+#[derive(Debug)]
+pub(crate) struct Layer {
+    /// Whose settings these are (for messages).
+    pub subject: Subject,
+    /// The table's header (or key) span.
+    pub span: Span,
+    pub driver: Option<Val<Driver>>,
+    pub endpoint: Option<Val<String>>,
+    pub system_id: Option<Val<String>>,
+    pub auth: Option<Val<RedfishAuth>>,
+    pub address: Option<Val<String>>,
+    pub port: Option<Val<u16>>,
+    pub cipher_suite: Option<Val<u8>>,
+    pub instance_id: Option<Val<String>>,
+    pub region: Option<Val<String>>,
+    pub agent: Option<Val<FilePath>>,
+    pub options: Option<Val<BTreeMap<String, Val<String>>>>,
+    pub username: Option<Val<String>>,
+    pub password: Option<Val<PasswordRef>>,
+    pub ca_file: Option<Val<FilePath>>,
+    pub insecure: Option<Val<bool>>,
+    pub connect_timeout: Option<Val<Duration>>,
+    pub request_timeout: Option<Val<Duration>>,
+    pub operation_timeout: Option<Val<Duration>>,
+    pub retries: Option<Val<u32>>,
+    /// Only on nodes.
+    pub group: Option<Val<String>>,
+    /// Every known key written at this level with a valid value, with its key span.
+    pub keys: Vec<(&'static str, Span)>,
+    /// Known keys written at this level whose value was reported as invalid: a
+    /// "missing field" error for them would only repeat the problem.
+    pub invalid: Vec<&'static str>,
+    /// A sub-table that is not a field: almost always a node name with dots written
+    /// unquoted (`[nodes.ip-10-0-1-2.ec2.internal]`). The level is not resolved.
+    pub stray_table: bool,
+}
+
+impl Layer {
+    pub fn empty(subject: Subject, span: Span) -> Self {
+        Self {
+            subject,
+            span,
+            driver: None,
+            endpoint: None,
+            system_id: None,
+            auth: None,
+            address: None,
+            port: None,
+            cipher_suite: None,
+            instance_id: None,
+            region: None,
+            agent: None,
+            options: None,
+            username: None,
+            password: None,
+            ca_file: None,
+            insecure: None,
+            connect_timeout: None,
+            request_timeout: None,
+            operation_timeout: None,
+            retries: None,
+            group: None,
+            keys: Vec::new(),
+            invalid: Vec::new(),
+            stray_table: false,
+        }
+    }
+
+    /// Reads one level's table; every problem is reported, the good fields are kept.
+    pub fn parse(
+        subject: Subject,
+        span: Span,
+        table: &DeTable<'_>,
+        base: &BaseDir,
+        src: &Source,
+        diags: &mut Diagnostics,
+    ) -> Self {
+        let mut layer = Self::empty(subject, span);
+        for entry in Entry::all(table) {
+            if let Err(p) = layer.read(&entry, base) {
+                diags.error(src, Some(&p.span), &layer.subject, p.message, p.help);
+            }
+        }
+        layer
+    }
+
+    fn place(&self) -> &'static str {
+        match self.subject {
+            Subject::Node(_) => "in a node",
+            Subject::Group(_) => "in a group",
+            _ => "in [defaults]",
+        }
+    }
+
+    fn read(&mut self, e: &Entry<'_, '_>, base: &BaseDir) -> Result<(), Problem> {
+        let is_node = matches!(self.subject, Subject::Node(_));
+        let Some(field) = FIELDS
+            .iter()
+            .map(|(name, _)| *name)
+            .chain(is_node.then_some("group"))
+            .find(|name| *name == e.name)
+        else {
+            return Err(self.unknown(e));
+        };
+        let result = self.read_field(field, e, base);
+        match result {
+            Ok(()) => self.keys.push((field, e.key.clone())),
+            Err(_) => self.invalid.push(field),
+        }
+        result
+    }
+
+    fn read_field(
+        &mut self,
+        field: &str,
+        e: &Entry<'_, '_>,
+        base: &BaseDir,
+    ) -> Result<(), Problem> {
+        match field {
+            "driver" => self.driver = Some(driver(e)?),
+            "endpoint" => {
+                let v = e.non_empty_string()?;
+                check_endpoint_template(&v.value, &v.span)?;
+                self.endpoint = Some(v);
+            }
+            "system_id" => self.system_id = Some(system_id(e)?),
+            "auth" => self.auth = Some(auth(e)?),
+            "address" => {
+                let v = e.non_empty_string()?;
+                check_address_template(v.value.trim(), &v.span)?;
+                self.address = Some(v.with(v.value.trim().to_string()));
+            }
+            "port" => self.port = Some(narrow(e.integer(1, 65535, 623)?)),
+            "cipher_suite" => self.cipher_suite = Some(cipher_suite(e)?),
+            "instance_id" => self.instance_id = Some(instance_id(e)?),
+            "region" => self.region = Some(region(e)?),
+            "agent" => {
+                let v = e.non_empty_string()?;
+                self.agent = Some(v.with(base.join(&v.value)));
+            }
+            "options" => self.options = Some(options(e)?),
+            "username" => self.username = Some(e.non_empty_string()?),
+            "password" | "password_file" | "password_env" => self.password(e, base)?,
+            "ca_file" => {
+                let v = e.non_empty_string()?;
+                self.ca_file = Some(v.with(base.join(&v.value)));
+            }
+            "insecure" => self.insecure = Some(e.bool()?),
+            "connect_timeout" => self.connect_timeout = Some(e.duration(false)?),
+            "request_timeout" => self.request_timeout = Some(e.duration(false)?),
+            "operation_timeout" => self.operation_timeout = Some(e.duration(false)?),
+            "retries" => self.retries = Some(narrow(e.integer(0, 10, 3)?)),
+            _ => self.group = Some(e.non_empty_string()?),
+        }
+        Ok(())
+    }
+
+    fn unknown(&mut self, e: &Entry<'_, '_>) -> Problem {
+        if let (Subject::Node(name), Some(rest)) = (&self.subject, dotted_rest(e)) {
+            self.stray_table = true;
+            return Problem::new(
+                &e.key,
+                format!(
+                    "unknown key `{}` in a node: is \"{name}.{rest}\" one node name?",
+                    e.name
+                ),
+                Some(format!(
+                    "a node name containing dots must be quoted: [nodes.\"{name}.{rest}\"]"
+                )),
+            );
+        }
+        if e.name == "group" {
+            return Problem::new(
+                &e.key,
+                format!("`group` can only be set on a node, not {}", self.place()),
+                Some("groups do not nest; set `group = \"...\"` on each node instead".into()),
+            );
+        }
+        let mut allowed: Vec<&str> = FIELDS.iter().map(|(n, _)| *n).collect();
+        if matches!(self.subject, Subject::Node(_)) {
+            allowed.insert(0, "group");
+        }
+        unknown_key(e.name, &e.key, &allowed, self.place())
+    }
+
+    /// `password`, `password_file` and `password_env` are one setting: one per level.
+    fn password(&mut self, e: &Entry<'_, '_>, base: &BaseDir) -> Result<(), Problem> {
+        let value = match e.name {
+            // Never `non_empty_string` for the secret itself: its messages are generic,
+            // but an inline password deserves its own, value-free, wording.
+            "password" => {
+                let v = e.string()?;
+                if v.value.is_empty() {
+                    return Err(Problem::new(&v.span, "`password` is empty", None));
+                }
+                v.with(PasswordRef::Inline(SecretString::from(v.value.clone())))
+            }
+            "password_file" => {
+                let v = e.non_empty_string()?;
+                v.with(PasswordRef::File(base.join(&v.value)))
+            }
+            _ => {
+                let v = e.non_empty_string()?;
+                check_env_name(&v)?;
+                v.with(PasswordRef::Env(v.value.clone()))
+            }
+        };
+        if let Some(first) = &self.password {
+            return Err(Problem::new(
+                &e.key,
+                format!(
+                    "`{}` and `{}` are both set; they are one setting",
+                    first.value.key(),
+                    e.name
+                ),
+                Some(
+                    "give the password one way per level: password_file, password_env or \
+                     (if allowed) password"
+                        .into(),
+                ),
+            ));
+        }
+        self.password = Some(value);
+        Ok(())
+    }
+}
+
+/// For a stray sub-table `ec2 = { internal = { ... } }`: "ec2.internal".
+fn dotted_rest(e: &Entry<'_, '_>) -> Option<String> {
+    let mut table = e.value.get_ref().as_table()?;
+    let mut path = vec![e.name.to_string()];
+    loop {
+        let mut subtables = table.iter().filter(|(_, v)| v.get_ref().is_table());
+        match (subtables.next(), subtables.next(), table.len()) {
+            (Some((k, v)), None, 1) => {
+                path.push(k.get_ref().to_string());
+                table = v.get_ref().as_table()?;
+            }
+            _ => return Some(path.join(".")),
+        }
+    }
+}

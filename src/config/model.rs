@@ -1,0 +1,207 @@
+//! The resolved, validated configuration: what the rest of nodefence consumes.
+//!
+//! Nothing here is raw TOML: groups and defaults are already merged into each node,
+//! credential references are already read, paths are absolute. Building these types
+//! is the job of the loader ([`super::load`]); every other module only reads them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use secrecy::SecretString;
+use url::Url;
+
+use crate::power::confirm::ConfirmPolicy;
+
+/// Everything `nodefence` needs to run, loaded from `nodefence.toml` and the inventory
+/// it names.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub agent: AgentConfig,
+    pub inventory: Inventory,
+    /// The agent config file this was loaded from.
+    pub config_path: PathBuf,
+    /// The inventory file this was loaded from.
+    pub inventory_path: PathBuf,
+    /// Things that are allowed but deserve an operator's eye (inline passwords,
+    /// `insecure = true`). Logged once at start, printed by `validate`.
+    pub warnings: Vec<String>,
+}
+
+/// Agent-wide settings (`nodefence.toml`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentConfig {
+    /// Absolute path of the inventory file (relative paths are resolved against the
+    /// directory of `nodefence.toml`).
+    pub inventory: PathBuf,
+    pub power: PowerSettings,
+    pub security: SecuritySettings,
+}
+
+/// `[power]` in `nodefence.toml`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PowerSettings {
+    /// How "confirmed off/on" is proven after a command (and for an already-off machine).
+    pub confirm: ConfirmPolicy,
+    /// At most this many BMC requests in flight at once, across all nodes.
+    pub max_concurrent_requests: usize,
+}
+
+/// `[security]` in `nodefence.toml`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SecuritySettings {
+    /// Inline `password = "..."` in the inventory is refused unless this is true.
+    pub allow_inline_passwords: bool,
+}
+
+/// Kubernetes node name → how to reach its machine's power control.
+#[derive(Debug, Clone, Default)]
+pub struct Inventory {
+    pub nodes: BTreeMap<String, NodeTarget>,
+}
+
+/// One inventory node, with defaults and its group already applied.
+#[derive(Debug, Clone)]
+pub struct NodeTarget {
+    /// The Kubernetes node name.
+    pub name: String,
+    /// The group it inherited from, if any (for display).
+    pub group: Option<String>,
+    pub power: PowerSource,
+}
+
+/// The out-of-band power source of one node.
+#[derive(Debug, Clone)]
+pub enum PowerSource {
+    Redfish(RedfishTarget),
+    Ipmi(IpmiTarget),
+    Aws(AwsTarget),
+    Exec(ExecTarget),
+}
+
+impl PowerSource {
+    pub fn driver_name(&self) -> &'static str {
+        match self {
+            PowerSource::Redfish(_) => "redfish",
+            PowerSource::Ipmi(_) => "ipmi",
+            PowerSource::Aws(_) => "aws",
+            PowerSource::Exec(_) => "exec",
+        }
+    }
+}
+
+/// How a Redfish client authenticates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RedfishAuth {
+    /// Try a Redfish session; fall back to HTTP Basic if the service has no usable
+    /// SessionService.
+    #[default]
+    Auto,
+    Session,
+    Basic,
+}
+
+/// A Redfish BMC.
+#[derive(Debug, Clone)]
+pub struct RedfishTarget {
+    /// Base URL of the BMC, scheme http or https, no credentials, no query. The service
+    /// root is `<endpoint>/redfish/v1`.
+    pub endpoint: Url,
+    /// Which ComputerSystem to control (its `Id` or last path segment); required when
+    /// the BMC serves more than one.
+    pub system_id: Option<String>,
+    pub credential: Credential,
+    pub auth: RedfishAuth,
+    pub tls: TlsSettings,
+    pub timeouts: Timeouts,
+}
+
+/// An IPMI-over-LAN BMC (validated now, driven once the IPMI driver exists).
+#[derive(Debug, Clone)]
+pub struct IpmiTarget {
+    /// Host name or IP address of the BMC.
+    pub address: String,
+    pub port: u16,
+    pub credential: Credential,
+    pub cipher_suite: Option<u8>,
+    pub timeouts: Timeouts,
+}
+
+/// An AWS EC2 instance (validated now, driven once the AWS driver exists).
+#[derive(Debug, Clone)]
+pub struct AwsTarget {
+    pub instance_id: Option<String>,
+    pub region: Option<String>,
+    pub endpoint: Option<Url>,
+    pub timeouts: Timeouts,
+}
+
+/// An external ClusterLabs-style fence agent (validated now, driven later).
+#[derive(Debug, Clone)]
+pub struct ExecTarget {
+    pub agent: PathBuf,
+    pub options: BTreeMap<String, String>,
+    pub credential: Option<Credential>,
+    pub timeouts: Timeouts,
+}
+
+/// TLS verification for one BMC or group.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct TlsSettings {
+    /// A PEM bundle of the private CA(s) that signed the BMC certificates; when set,
+    /// only these are trusted.
+    pub ca_file: Option<PathBuf>,
+    /// Skip certificate verification. Must be written per BMC or group; warned once.
+    pub insecure: bool,
+}
+
+/// Deadlines for talking to one power source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Timeouts {
+    /// TCP (and TLS) connect.
+    pub connect: Duration,
+    /// One request, connect included.
+    pub request: Duration,
+    /// One whole operation (a status query or a command), retries included.
+    pub operation: Duration,
+    /// Retries after the first attempt, for connect errors, timeouts and 5xx.
+    pub retries: u32,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            connect: Duration::from_secs(5),
+            request: Duration::from_secs(10),
+            operation: Duration::from_secs(60),
+            retries: 3,
+        }
+    }
+}
+
+/// Where a password came from; shown instead of the password.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SecretSource {
+    File(PathBuf),
+    Env(String),
+    Inline,
+}
+
+impl fmt::Display for SecretSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SecretSource::File(p) => write!(f, "file {}", p.display()),
+            SecretSource::Env(v) => write!(f, "environment variable {v}"),
+            SecretSource::Inline => f.write_str("inline (inventory)"),
+        }
+    }
+}
+
+/// A username and a password that never prints (`SecretString`'s `Debug` is redacted).
+#[derive(Debug, Clone)]
+pub struct Credential {
+    pub username: String,
+    pub password: SecretString,
+    pub source: SecretSource,
+}

@@ -1,0 +1,247 @@
+//! Building each driver's target from a node's inherited settings.
+//!
+//! One function per driver: what it requires (redfish: endpoint and credentials;
+//! ipmi: address and credentials; aws: nothing, the instance comes from the Node's
+//! providerID; exec: an executable agent), its defaults, and the checks that only
+//! make sense for it.
+
+use std::collections::BTreeMap;
+
+use super::credentials::credential;
+use super::endpoint::{check_address, parse_endpoint, substitute};
+use super::files;
+use super::layer::Driver;
+use super::model::{
+    AwsTarget, ExecTarget, IpmiTarget, PowerSource, RedfishTarget, Timeouts, TlsSettings,
+};
+use super::resolve::{Chain, Ctx, Picked, from_where, note_insecure, rank};
+
+/// The standard IPMI-over-LAN (RMCP+) port.
+pub(crate) const IPMI_PORT: u16 = 623;
+
+fn missing(ctx: &mut Ctx<'_>, chain: &Chain<'_>, driver: Driver, field: &str, example: &str) {
+    if chain.invalid(&[field]) {
+        return;
+    }
+    ctx.error(
+        chain.node,
+        &chain.node.span,
+        format!("driver \"{}\" needs `{field}`", driver.name()),
+        Some(format!(
+            "set it on the node, its group or in [defaults], e.g. {field} = {example}"
+        )),
+    );
+}
+
+/// The node's endpoint, `{node}` substituted and checked.
+fn endpoint(ctx: &mut Ctx<'_>, name: &str, picked: Picked<'_, String>) -> Option<url::Url> {
+    let text = substitute(&picked.val.value, name);
+    match parse_endpoint(&text, &picked.val.span) {
+        Ok(url) => {
+            if url.scheme() == "http" {
+                ctx.warn(
+                    picked.layer,
+                    &picked.val.span,
+                    "`endpoint` uses http://: BMC credentials and power commands cross the \
+                     network unencrypted; use https://",
+                );
+            }
+            Some(url)
+        }
+        Err(p) => {
+            ctx.problem(picked.layer, p);
+            None
+        }
+    }
+}
+
+pub(crate) fn redfish(
+    ctx: &mut Ctx<'_>,
+    name: &str,
+    chain: &Chain<'_>,
+    timeouts: Timeouts,
+) -> Option<PowerSource> {
+    let endpoint = match chain.pick(|l| &l.endpoint) {
+        Some(p) => endpoint(ctx, name, p),
+        None => {
+            let example = "\"https://{node}-bmc.mgmt.example.com\"";
+            missing(ctx, chain, Driver::Redfish, "endpoint", example);
+            None
+        }
+    };
+    let credential = credential(ctx, chain, Driver::Redfish, true);
+    let tls = tls(ctx, chain);
+    Some(PowerSource::Redfish(RedfishTarget {
+        endpoint: endpoint?,
+        system_id: chain.pick(|l| &l.system_id).map(|p| p.val.value.clone()),
+        credential: credential.ok()??,
+        auth: chain
+            .pick(|l| &l.auth)
+            .map(|p| p.val.value)
+            .unwrap_or_default(),
+        tls: tls?,
+        timeouts,
+    }))
+}
+
+fn tls(ctx: &mut Ctx<'_>, chain: &Chain<'_>) -> Option<TlsSettings> {
+    let ca = chain.pick(|l| &l.ca_file);
+    let insecure = chain.pick(|l| &l.insecure).filter(|p| p.val.value);
+    if let (Some(ca), Some(insecure)) = (ca, insecure) {
+        let (at, other) = if rank(insecure.layer) >= rank(ca.layer) {
+            (insecure.layer, ca.layer)
+        } else {
+            (ca.layer, insecure.layer)
+        };
+        let span = if std::ptr::eq(at, insecure.layer) {
+            &insecure.val.key
+        } else {
+            &ca.val.key
+        };
+        ctx.error(
+            at,
+            span,
+            format!(
+                "`insecure = true` and `ca_file` contradict each other (both in effect{})",
+                from_where(other, at)
+            ),
+            Some(
+                "ca_file verifies BMC certificates against your CA; insecure skips verification. \
+                 Keep one (a more specific level may set insecure = false)"
+                    .into(),
+            ),
+        );
+        return None;
+    }
+    if let Some(insecure) = insecure {
+        note_insecure(ctx, insecure);
+    }
+    let ca_file = match ca {
+        None => None,
+        Some(ca) => {
+            let id = ca.val.span.start;
+            let ok = match ctx.files.get(&id) {
+                Some(ok) => *ok,
+                None => {
+                    let result = files::check_ca_file(&ca.val.value);
+                    if let Err(p) = &result {
+                        ctx.error(ca.layer, &ca.val.span, p.message.clone(), p.help.clone());
+                    }
+                    ctx.files.insert(id, result.is_ok());
+                    result.is_ok()
+                }
+            };
+            if !ok {
+                return None;
+            }
+            Some(ca.val.value.abs.clone())
+        }
+    };
+    Some(TlsSettings {
+        ca_file,
+        insecure: insecure.is_some(),
+    })
+}
+
+pub(crate) fn ipmi(
+    ctx: &mut Ctx<'_>,
+    name: &str,
+    chain: &Chain<'_>,
+    timeouts: Timeouts,
+) -> Option<PowerSource> {
+    let address = match chain.pick(|l| &l.address) {
+        Some(p) => {
+            let text = substitute(&p.val.value, name);
+            match check_address(&text, &p.val.span) {
+                Ok(()) => Some(text),
+                Err(problem) => {
+                    ctx.problem(p.layer, problem);
+                    None
+                }
+            }
+        }
+        None => {
+            missing(ctx, chain, Driver::Ipmi, "address", "\"10.0.9.21\"");
+            None
+        }
+    };
+    let credential = credential(ctx, chain, Driver::Ipmi, true);
+    Some(PowerSource::Ipmi(IpmiTarget {
+        address: address?,
+        port: chain.pick(|l| &l.port).map_or(IPMI_PORT, |p| p.val.value),
+        credential: credential.ok()??,
+        cipher_suite: chain.pick(|l| &l.cipher_suite).map(|p| p.val.value),
+        timeouts,
+    }))
+}
+
+pub(crate) fn aws(
+    ctx: &mut Ctx<'_>,
+    name: &str,
+    chain: &Chain<'_>,
+    timeouts: Timeouts,
+) -> Option<PowerSource> {
+    let endpoint = match chain.pick(|l| &l.endpoint) {
+        Some(p) => Some(endpoint(ctx, name, p)?),
+        None => None,
+    };
+    Some(PowerSource::Aws(AwsTarget {
+        instance_id: chain.pick(|l| &l.instance_id).map(|p| p.val.value.clone()),
+        region: chain.pick(|l| &l.region).map(|p| p.val.value.clone()),
+        endpoint,
+        timeouts,
+    }))
+}
+
+pub(crate) fn exec(
+    ctx: &mut Ctx<'_>,
+    name: &str,
+    chain: &Chain<'_>,
+    timeouts: Timeouts,
+) -> Option<PowerSource> {
+    let agent = match chain.pick(|l| &l.agent) {
+        Some(p) => {
+            let id = p.val.span.start;
+            let ok = match ctx.files.get(&id) {
+                Some(ok) => *ok,
+                None => {
+                    let written = ctx.src.text.get(p.val.span.clone()).unwrap_or("");
+                    let written = written.trim_matches(['"', '\'']).to_string();
+                    let result = files::check_agent(&p.val.value, &written);
+                    if let Err(e) = &result {
+                        ctx.error(p.layer, &p.val.span, e.message.clone(), e.help.clone());
+                    }
+                    ctx.files.insert(id, result.is_ok());
+                    result.is_ok()
+                }
+            };
+            ok.then(|| p.val.value.abs.clone())
+        }
+        None => {
+            missing(
+                ctx,
+                chain,
+                Driver::Exec,
+                "agent",
+                "\"/usr/sbin/fence_ipmilan\"",
+            );
+            None
+        }
+    };
+    // Options merge key by key: defaults, then group, then node.
+    let mut options = BTreeMap::new();
+    for layer in chain.levels().collect::<Vec<_>>().into_iter().rev() {
+        if let Some(opts) = &layer.options {
+            for (key, value) in &opts.value {
+                options.insert(key.clone(), substitute(&value.value, name));
+            }
+        }
+    }
+    let credential = credential(ctx, chain, Driver::Exec, false);
+    Some(PowerSource::Exec(ExecTarget {
+        agent: agent?,
+        options,
+        credential: credential.ok()?,
+        timeouts,
+    }))
+}

@@ -1,0 +1,307 @@
+//! Checks that need the whole chain or the machine: endpoints, credentials, CA files,
+//! timeouts, and two nodes on one machine.
+
+use super::*;
+
+#[test]
+fn ipmi_cipher_suites_and_limits() {
+    let f = Fixture::new().env("LONG_PW", "123456789012345678901");
+    let errs = f.errors(&lines(&[
+        "[nodes.a]",
+        "driver = \"ipmi\"",
+        "address = \"10.0.0.1\"",
+        "username = \"a-very-long-user-name\"", // 4
+        "password_env = \"LONG_PW\"",           // 5
+        "cipher_suite = 1",                     // 6
+    ]));
+    let cs = find(&errs, "cipher suite 1 is not supported");
+    assert_at(cs, Some("a"), 6, "cipher suite");
+    assert!(cs.help.as_deref().unwrap().contains("3 and 17"));
+    assert_at(
+        find(&errs, "IPMI v2.0 allows at most 16"),
+        Some("a"),
+        4,
+        "username",
+    );
+    assert_at(
+        find(&errs, "longer than IPMI v2.0 allows (20 bytes"),
+        Some("a"),
+        5,
+        "LONG_PW",
+    );
+}
+
+#[test]
+fn endpoint_errors() {
+    let errs = Fixture::new().errors(&doc(&[
+        node("a", &[])
+            .into_iter()
+            .take(4)
+            .chain(["endpoint = \"https://bmc/redfish/v1\"".to_string()])
+            .collect(),
+        node("b", &[])
+            .into_iter()
+            .take(4)
+            .chain(["endpoint = \"bmc-b.example.com\"".to_string()])
+            .collect(),
+        node("c", &[])
+            .into_iter()
+            .take(4)
+            .chain(["endpoint = \"https://c?x=1\"".to_string()])
+            .collect(),
+    ]));
+    assert_at(find(&errs, "adds it itself"), Some("a"), 5, "/redfish/v1");
+    assert_at(
+        find(&errs, "starting with https://"),
+        Some("b"),
+        10,
+        "endpoint",
+    );
+    assert_at(find(&errs, "query"), Some("c"), 15, "endpoint");
+}
+
+#[test]
+fn two_nodes_on_one_machine_is_an_error_naming_both() {
+    let errs = Fixture::new().errors(&lines(&[
+        "[defaults]",
+        "driver = \"redfish\"",
+        "username = \"fence\"",
+        "password_file = \"secrets/bmc-password\"",
+        "[groups.rack]",
+        "endpoint = \"https://rack-bmc.example.com\"", // 6: no {node}
+        "[nodes.a]",
+        "group = \"rack\"",
+        "[nodes.b]", // 9
+        "group = \"rack\"",
+        "[nodes.c]", // 11
+        "driver = \"ipmi\"",
+        "address = \"10.0.0.9\"",
+        "[nodes.d]", // 14
+        "driver = \"ipmi\"",
+        "address = \"10.0.0.9\"",
+        "port = 623",
+        "[nodes.e]",
+        "endpoint = \"https://RACK-bmc.example.com:443/\"",
+        "system_id = \"1\"", // different system: fine
+    ]));
+    assert_eq!(errs.len(), 2, "{}", ConfigErrors(errs.clone()));
+    let rf = find(&errs, "same machine as node \"a\"");
+    assert_at(rf, Some("b"), 9, "rack-bmc.example.com:443");
+    assert!(rf.message.contains("no system_id"));
+    assert!(rf.help.as_deref().unwrap().contains("{node}"));
+    assert_at(
+        find(&errs, "same machine as node \"c\""),
+        Some("d"),
+        14,
+        "IPMI BMC 10.0.0.9:623",
+    );
+}
+
+#[test]
+fn credential_errors() {
+    let f = Fixture::new();
+    f.secret("secrets/empty", "\n");
+    f.secret("secrets/two-lines", "one\ntwo\n");
+    let errs = f.errors(&lines(&[
+        "[defaults]",
+        "driver = \"redfish\"",
+        "username = \"fence\"",
+        "[nodes.a]",
+        "endpoint = \"https://a\"",
+        "password_file = \"secrets/empty\"", // 6
+        "[nodes.b]",
+        "endpoint = \"https://b\"",
+        "password_file = \"secrets/two-lines\"", // 9
+        "[nodes.c]",
+        "endpoint = \"https://c\"",
+        "password_env = \"UNSET_VAR\"", // 12
+        "[nodes.d]",
+        "endpoint = \"https://d\"",
+        "password_env = \"$BMC_PW\"", // 15
+        "[nodes.e]",
+        "endpoint = \"https://e\"",
+        "username = \"\"", // 18
+        "password_file = \"secrets/bmc-password\"",
+    ]));
+    assert_at(
+        find(&errs, "secrets/empty is empty"),
+        Some("a"),
+        6,
+        "password_file",
+    );
+    assert_at(
+        find(&errs, "more than one line"),
+        Some("b"),
+        9,
+        "password_file",
+    );
+    let unset = find(&errs, "UNSET_VAR (password_env) is not set");
+    assert_at(unset, Some("c"), 12, "UNSET_VAR");
+    let dollar = find(&errs, "not an environment variable name");
+    assert_at(dollar, Some("d"), 15, "password_env");
+    assert!(dollar.help.as_deref().unwrap().contains("without `$`"));
+    assert_at(
+        find(&errs, "`username` is empty"),
+        Some("e"),
+        18,
+        "username",
+    );
+}
+
+#[test]
+fn an_inherited_problem_is_reported_once_where_it_is_written() {
+    let mut inv = lines(&[
+        "[groups.rack]",
+        "driver = \"redfish\"",
+        "endpoint = \"https://{node}-bmc\"",
+        "username = \"fence\"",
+        "password_file = \"secrets/missing\"", // 5
+    ]);
+    for i in 0..20 {
+        inv.push_str(&format!("[nodes.n{i}]\ngroup = \"rack\"\n"));
+    }
+    let errs = Fixture::new().errors(&inv);
+    assert_eq!(errs.len(), 1, "{}", ConfigErrors(errs.clone()));
+    assert_at(&errs[0], None, 5, "password_file");
+    assert!(
+        errs[0]
+            .message
+            .starts_with("group \"rack\": password_file ")
+    );
+    assert!(errs[0].help.as_deref().unwrap().contains("password_env"));
+}
+
+#[test]
+fn ca_file_and_insecure() {
+    let f = Fixture::new();
+    f.write("not-a-ca.pem", "hello\n");
+    let errs = f.errors(&doc(&[
+        node("a", &["ca_file = \"not-a-ca.pem\""]), // 6
+        node("b", &["ca_file = \"ca.pem\"", "insecure = true"]), // 13
+        node("c", &["ca_file = \"missing.pem\""]),  // 19
+    ]));
+    assert_at(
+        find(&errs, "contains no PEM certificate"),
+        Some("a"),
+        6,
+        "ca_file",
+    );
+    assert_at(find(&errs, "contradict"), Some("b"), 13, "ca_file");
+    assert_at(
+        find(&errs, "missing.pem does not exist"),
+        Some("c"),
+        19,
+        "ca_file",
+    );
+}
+
+#[test]
+fn timeouts_must_nest_and_name_where_each_comes_from() {
+    let errs = Fixture::new().errors(&lines(&[
+        "[defaults]",
+        "driver = \"aws\"",
+        "connect_timeout = \"20s\"", // 3 > default request 10s
+        "[nodes.a]",
+        "operation_timeout = \"15s\"", // 5
+        "request_timeout = \"30s\"",   // 6
+    ]));
+    // The defaults alone (20s > 10s built-in) are overridden by node a's 30s request.
+    assert_eq!(errs.len(), 1, "{}", ConfigErrors(errs.clone()));
+    let e = &errs[0];
+    assert_at(
+        e,
+        Some("a"),
+        5,
+        "request_timeout (30s) is longer than operation_timeout (15s)",
+    );
+
+    let errs = Fixture::new().errors(
+        "[defaults]\ndriver = \"aws\"\nconnect_timeout = \"20s\"\nrequest_timeout = \"10s\"\n\
+         [nodes.a]\n[nodes.b]\n",
+    );
+    assert_eq!(
+        errs.len(),
+        1,
+        "reported once for both nodes: {}",
+        ConfigErrors(errs.clone())
+    );
+    assert_eq!(
+        errs[0].message,
+        "[defaults]: connect_timeout (20s) is longer than request_timeout (10s)"
+    );
+
+    let errs = Fixture::new().errors(
+        "[groups.g]\ndriver = \"aws\"\nconnect_timeout = \"2m\"\n\
+         [nodes.a]\ngroup = \"g\"\noperation_timeout = \"1m\"\n",
+    );
+    assert_eq!(
+        errs[0].message,
+        "connect_timeout (2m, from group \"g\") is longer than operation_timeout (1m)"
+    );
+}
+
+#[test]
+fn unset_timeouts_adapt_to_the_written_ones() {
+    let config = Fixture::new().ok("[defaults]\ndriver = \"aws\"\n\
+         [nodes.a]\nrequest_timeout = \"3s\"\n\
+         [nodes.b]\nconnect_timeout = \"20s\"\n\
+         [nodes.c]\noperation_timeout = \"4s\"\n\
+         [nodes.d]\nrequest_timeout = \"90s\"\n");
+    let t = |n: &str| match &config.inventory.nodes[n].power {
+        crate::config::PowerSource::Aws(a) => {
+            let t = a.timeouts;
+            [t.connect, t.request, t.operation].map(|d| d.as_secs())
+        }
+        _ => panic!("aws"),
+    };
+    assert_eq!(t("a"), [3, 3, 60]);
+    assert_eq!(t("b"), [20, 20, 60]);
+    assert_eq!(t("c"), [4, 4, 4]);
+    assert_eq!(t("d"), [5, 90, 90]);
+}
+
+#[test]
+fn an_invalid_timeout_is_not_compared_with_a_default() {
+    let errs = Fixture::new().errors(
+        "[nodes.a]\ndriver = \"aws\"\nconnect_timeout = \"20s\"\nrequest_timeout = \"15\"\n",
+    );
+    assert_eq!(errs.len(), 1, "{}", ConfigErrors(errs.clone()));
+    assert_at(&errs[0], Some("a"), 4, "request_timeout");
+}
+
+#[test]
+fn exec_options_never_hold_a_password() {
+    let errs = Fixture::new().errors(
+        "[nodes.a]\ndriver = \"exec\"\nagent = \"/bin/sh\"\noptions = { ip = \"pdu\", passwd = \"pdu-secret\" }\n",
+    );
+    let e = find(&errs, "would hold a password");
+    assert_at(e, Some("a"), 4, "passwd");
+    assert!(
+        !ConfigErrors(errs.clone())
+            .to_string()
+            .contains("pdu-secret")
+    );
+}
+
+#[test]
+fn same_machine_is_reported_even_when_the_nodes_have_other_problems() {
+    let errs = Fixture::new().errors(&lines(&[
+        "[groups.rack-b]",
+        "driver = \"redfish\"",
+        "username = \"fence\"",
+        "endpoint = \"https://rack-b-chassis\"",
+        "password_env = \"RACK_B_PW\"", // 5: not set
+        "[nodes.a]",
+        "group = \"rack-b\"",
+        "[nodes.b]", // 8
+        "group = \"rack-b\"",
+    ]));
+    assert_eq!(errs.len(), 2, "{}", ConfigErrors(errs.clone()));
+    assert_at(find(&errs, "RACK_B_PW"), None, 5, "is not set");
+    assert_at(
+        find(&errs, "same machine as node \"a\""),
+        Some("b"),
+        8,
+        "rack-b-chassis:443",
+    );
+}

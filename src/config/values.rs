@@ -1,0 +1,169 @@
+//! What a single value means, on its own: the checks `Layer` runs as it reads.
+//!
+//! Each function takes one `key = value` entry and returns the typed value or a
+//! [`Problem`] naming the key, what is accepted, and an example. None of them repeats
+//! a value that could be a secret.
+
+use std::collections::BTreeMap;
+
+use super::endpoint::check_placeholders;
+use super::fields::{Entry, Problem, Val, closest};
+use super::layer::Driver;
+use super::model::RedfishAuth;
+
+/// IPMI v2.0 cipher suites nodefence accepts (both HMAC-SHA1 + AES-CBC-128 or better).
+pub(crate) const CIPHER_SUITES: [u8; 2] = [3, 17];
+
+pub(crate) fn narrow<T: TryFrom<i64> + Default>(v: Val<i64>) -> Val<T> {
+    v.with(T::try_from(v.value).unwrap_or_default())
+}
+
+pub(crate) fn driver(e: &Entry<'_, '_>) -> Result<Val<Driver>, Problem> {
+    let v = e.string()?;
+    match Driver::parse(&v.value) {
+        Some(d) => Ok(v.with(d)),
+        None => {
+            let hint = closest(&v.value, &Driver::NAMES)
+                .map(|c| format!("did you mean \"{c}\"? "))
+                .unwrap_or_default();
+            Err(Problem::new(
+                &v.span,
+                format!("unknown driver \"{}\"", v.value),
+                Some(format!("{hint}drivers: {}", Driver::NAMES.join(", "))),
+            ))
+        }
+    }
+}
+
+pub(crate) fn auth(e: &Entry<'_, '_>) -> Result<Val<RedfishAuth>, Problem> {
+    let v = e.string()?;
+    let auth = match v.value.as_str() {
+        "auto" => RedfishAuth::Auto,
+        "session" => RedfishAuth::Session,
+        "basic" => RedfishAuth::Basic,
+        _ => {
+            return Err(Problem::new(
+                &v.span,
+                "`auth` must be \"auto\", \"session\" or \"basic\"",
+                Some("\"auto\" (the default) tries a Redfish session, then HTTP Basic".into()),
+            ));
+        }
+    };
+    Ok(v.with(auth))
+}
+
+pub(crate) fn cipher_suite(e: &Entry<'_, '_>) -> Result<Val<u8>, Problem> {
+    let v = e.integer(0, 255, 17)?;
+    if !CIPHER_SUITES.iter().any(|c| i64::from(*c) == v.value) {
+        return Err(Problem::new(
+            &v.span,
+            format!("IPMI cipher suite {} is not supported", v.value),
+            Some(
+                "nodefence supports cipher suites 3 and 17 (authenticated, integrity-protected \
+                 and encrypted); 17 is preferred where the BMC offers it"
+                    .into(),
+            ),
+        ));
+    }
+    Ok(narrow(v))
+}
+
+pub(crate) fn system_id(e: &Entry<'_, '_>) -> Result<Val<String>, Problem> {
+    let v = e.non_empty_string()?;
+    if v.value.contains('/') || v.value.chars().any(char::is_whitespace) {
+        return Err(Problem::new(
+            &v.span,
+            "`system_id` must be the system's Id, not a path",
+            Some("e.g. system_id = \"System.Embedded.1\" (the last segment of /redfish/v1/Systems/<Id>)".into()),
+        ));
+    }
+    Ok(v)
+}
+
+pub(crate) fn instance_id(e: &Entry<'_, '_>) -> Result<Val<String>, Problem> {
+    let v = e.non_empty_string()?;
+    let hex = v.value.strip_prefix("i-").unwrap_or("");
+    let ok = matches!(hex.len(), 8 | 17) && hex.chars().all(|c| c.is_ascii_hexdigit());
+    if !ok {
+        return Err(Problem::new(
+            &v.span,
+            "`instance_id` is not an EC2 instance id",
+            Some("e.g. instance_id = \"i-0123456789abcdef0\"; or leave it out to use the Node's providerID".into()),
+        ));
+    }
+    Ok(v)
+}
+
+pub(crate) fn region(e: &Entry<'_, '_>) -> Result<Val<String>, Problem> {
+    let v = e.non_empty_string()?;
+    let ok = v.value.contains('-')
+        && v.value
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if !ok {
+        return Err(Problem::new(
+            &v.span,
+            "`region` is not an AWS region name",
+            Some("e.g. region = \"eu-central-1\"".into()),
+        ));
+    }
+    Ok(v)
+}
+
+/// Option names that would carry a password in clear text.
+const SECRET_OPTIONS: &[&str] = &[
+    "password",
+    "passwd",
+    "pass",
+    "password-script",
+    "passwd-script",
+];
+
+pub(crate) fn options(e: &Entry<'_, '_>) -> Result<Val<BTreeMap<String, Val<String>>>, Problem> {
+    let table = e.table()?;
+    let mut out = BTreeMap::new();
+    for opt in Entry::all(table) {
+        let norm = opt.name.to_ascii_lowercase().replace('_', "-");
+        if SECRET_OPTIONS.contains(&norm.as_str()) {
+            return Err(Problem::new(
+                &opt.key,
+                format!(
+                    "fence agent option `{}` would hold a password in the inventory",
+                    opt.name
+                ),
+                Some(
+                    "set password_file or password_env instead; nodefence passes the password \
+                     to the agent itself"
+                        .into(),
+                ),
+            ));
+        }
+        let v = opt.string()?;
+        check_placeholders("options", &v.value, &v.span)?;
+        out.insert(opt.name.to_string(), v);
+    }
+    Ok(Val::new(out, e.key.clone(), e.value.span()))
+}
+
+pub(crate) fn check_env_name(v: &Val<String>) -> Result<(), Problem> {
+    let name = v.value.as_str();
+    let valid = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if valid {
+        return Ok(());
+    }
+    // Never repeat the value: someone may have put the password itself here.
+    let help = if name.starts_with('$') {
+        "write the variable's name without `$`, e.g. password_env = \"BMC_PASSWORD\""
+    } else {
+        "give the name of an environment variable (letters, digits, `_`), not the password"
+    };
+    Err(Problem::new(
+        &v.span,
+        "`password_env` is not an environment variable name",
+        Some(help.into()),
+    ))
+}

@@ -1,0 +1,16 @@
+//! nodefence: fences dead Kubernetes nodes through their out-of-band controller
+//! (BMC, cloud API, fence agent) and releases their volumes only once the machine
+//! is confirmed powered off.
+//!
+//! # Layout
+//! - [`config`]: agent settings (`nodefence.toml`) and the hardware inventory
+//!   (`inventory.toml`), with validation errors that name file, line and fix.
+//! - [`power`]: the one [`power::PowerDriver`] trait every power source implements,
+//!   the uniform [`power::PowerState`], the confirm-off loop and the drivers.
+//! - [`cli`]: one module per subcommand; `main.rs` only dispatches.
+//! - [`tls`]: the single rustls crypto provider of the process.
+
+pub mod cli;
+pub mod config;
+pub mod power;
+pub mod tls;

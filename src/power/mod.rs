@@ -1,0 +1,176 @@
+//! Power control, the same for every out-of-band source.
+//!
+//! Every driver (Redfish, IPMI, cloud, external fence agent) implements
+//! [`PowerDriver`] and answers with one [`PowerState`]. Only [`PowerState::Off`] means
+//! off; transitional, paused and unknown states are never treated as off. Errors say
+//! which kind of failure it was ([`PowerErrorKind`]) so callers can count and explain
+//! them without parsing text.
+//!
+//! A power command's reply is never the proof that it worked: [`confirm`] reads the
+//! state back until it has N consecutive matching readings.
+
+pub mod confirm;
+pub mod redfish;
+pub mod registry;
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+
+/// The power state of one machine, as its out-of-band source reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PowerState {
+    On,
+    Off,
+    PoweringOn,
+    PoweringOff,
+    Paused,
+    /// The source answered but the value is absent or not one we know; the raw value
+    /// (possibly empty) is kept for the operator.
+    Unknown(String),
+}
+
+impl PowerState {
+    /// True only for a definite, settled Off.
+    pub fn is_off(&self) -> bool {
+        matches!(self, PowerState::Off)
+    }
+
+    /// True only for a definite, settled On.
+    pub fn is_on(&self) -> bool {
+        matches!(self, PowerState::On)
+    }
+}
+
+impl fmt::Display for PowerState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PowerState::On => f.write_str("On"),
+            PowerState::Off => f.write_str("Off"),
+            PowerState::PoweringOn => f.write_str("PoweringOn"),
+            PowerState::PoweringOff => f.write_str("PoweringOff"),
+            PowerState::Paused => f.write_str("Paused"),
+            PowerState::Unknown(raw) if raw.is_empty() => f.write_str("Unknown"),
+            PowerState::Unknown(raw) => write!(f, "Unknown({raw})"),
+        }
+    }
+}
+
+/// One reading of a machine's power state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PowerReading {
+    pub state: PowerState,
+    /// Wall-clock time the answer arrived (for "newer than the failure" checks).
+    pub at: SystemTime,
+    /// How long the query took, end to end.
+    pub latency: Duration,
+}
+
+/// What to do to a machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PowerAction {
+    Off,
+    On,
+    Reboot,
+}
+
+impl fmt::Display for PowerAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PowerAction::Off => "off",
+            PowerAction::On => "on",
+            PowerAction::Reboot => "reboot",
+        })
+    }
+}
+
+/// The kind of a power failure: stable, countable (a metric label), explainable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PowerErrorKind {
+    /// Could not reach the source: connect refused, DNS, TLS handshake, timeout.
+    Unreachable,
+    /// The source refused our credentials.
+    Auth,
+    /// The source answered something we cannot trust: bad status, HTML, malformed
+    /// JSON, oversized body, redirect loop, missing fields.
+    Protocol,
+    /// The source cannot do what was asked (no acceptable ResetType, ambiguous system).
+    Unsupported,
+    /// The inventory entry cannot be used (bad credentials reference, driver not built).
+    Config,
+}
+
+impl PowerErrorKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PowerErrorKind::Unreachable => "unreachable",
+            PowerErrorKind::Auth => "auth",
+            PowerErrorKind::Protocol => "protocol",
+            PowerErrorKind::Unsupported => "unsupported",
+            PowerErrorKind::Config => "config",
+        }
+    }
+}
+
+impl fmt::Display for PowerErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A failed power query or command. The message never contains a secret.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct PowerError {
+    pub kind: PowerErrorKind,
+    pub message: String,
+}
+
+impl PowerError {
+    pub fn new(kind: PowerErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+    pub fn unreachable(message: impl Into<String>) -> Self {
+        Self::new(PowerErrorKind::Unreachable, message)
+    }
+    pub fn auth(message: impl Into<String>) -> Self {
+        Self::new(PowerErrorKind::Auth, message)
+    }
+    pub fn protocol(message: impl Into<String>) -> Self {
+        Self::new(PowerErrorKind::Protocol, message)
+    }
+    pub fn unsupported(message: impl Into<String>) -> Self {
+        Self::new(PowerErrorKind::Unsupported, message)
+    }
+    pub fn config(message: impl Into<String>) -> Self {
+        Self::new(PowerErrorKind::Config, message)
+    }
+}
+
+/// One machine's out-of-band power control.
+///
+/// Commands (`power_off`, `power_on`, `reboot`) only *send* the request and wait for
+/// the source to accept it; they never claim success. Use [`confirm`] to prove the
+/// result from fresh [`PowerDriver::status`] readings.
+#[async_trait]
+pub trait PowerDriver: Send + Sync {
+    /// Short driver name for tables, logs and metric labels ("redfish", "ipmi", ...).
+    fn driver_name(&self) -> &'static str;
+    /// Where the source is, for humans (never contains credentials).
+    fn endpoint(&self) -> String;
+    /// Reads the current power state.
+    async fn status(&self) -> Result<PowerReading, PowerError>;
+    /// Requests an immediate, ungraceful power off (a hung OS ignores graceful ones).
+    async fn power_off(&self) -> Result<(), PowerError>;
+    /// Requests power on.
+    async fn power_on(&self) -> Result<(), PowerError>;
+    /// Requests a one-shot hardware reset. Fencing never uses this: its off phase cannot
+    /// be observed. [`confirm::execute`] reboots as off, confirm off, on, confirm on.
+    async fn reboot(&self) -> Result<(), PowerError>;
+    /// Releases server-side resources (a Redfish session). Best effort.
+    async fn close(&self) {}
+}

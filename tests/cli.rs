@@ -1,0 +1,290 @@
+//! `nodefence validate`, `status` and `fence` end to end: the real binary, a real
+//! config on disk, and the mock Redfish BMC over HTTP on loopback. Assertions are on
+//! the BMC's state and on exit codes, not only on text.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+use nodefence_mocks::redfish::{
+    Fault, MockPower, MockRedfish, MockRedfishHandle, Profile, SystemSpec,
+};
+
+const PASSWORD: &str = "cli-Secret-42";
+
+/// A chassis with three blades, one per node; worker-3 starts Off.
+async fn chassis() -> MockRedfishHandle {
+    MockRedfish::builder()
+        .profile(Profile::MultiSystem)
+        .system(SystemSpec::new("Blade1").power(MockPower::On))
+        .system(SystemSpec::new("Blade2").power(MockPower::On))
+        .system(SystemSpec::new("Blade3").power(MockPower::Off))
+        .credentials("fence", PASSWORD)
+        .transition_delay(Duration::from_millis(100))
+        .start()
+        .await
+        .expect("mock starts")
+}
+
+/// Writes nodefence.toml, inventory.toml and the password file for `mock`.
+fn write_config(dir: &Path, mock: &MockRedfishHandle) -> PathBuf {
+    std::fs::write(dir.join("bmc-password"), format!("{PASSWORD}\n")).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(
+            dir.join("bmc-password"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+    }
+    std::fs::write(
+        dir.join("nodefence.toml"),
+        "inventory = \"inventory.toml\"\n[power]\nconfirm_readings = 2\nconfirm_interval = \"50ms\"\nconfirm_timeout = \"5s\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("inventory.toml"),
+        format!(
+            "[defaults]\ndriver = \"redfish\"\nendpoint = \"{}\"\nusername = \"fence\"\npassword_file = \"bmc-password\"\n\
+             connect_timeout = \"1s\"\nrequest_timeout = \"1s\"\noperation_timeout = \"4s\"\nretries = 1\n\n\
+             [nodes.worker-1]\nsystem_id = \"Blade1\"\n[nodes.worker-2]\nsystem_id = \"Blade2\"\n[nodes.worker-3]\nsystem_id = \"Blade3\"\n",
+            mock.base_url()
+        ),
+    )
+    .unwrap();
+    dir.join("nodefence.toml")
+}
+
+async fn nodefence(config: &Path, args: &[&str]) -> Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_nodefence"))
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .expect("nodefence runs")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_reports_every_node_as_a_table_and_as_json() {
+    let mock = chassis().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &mock);
+
+    let out = nodefence(&config, &["status"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let table = String::from_utf8_lossy(&out.stdout).to_string();
+    let line = |node: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(node))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(table.starts_with("NODE"), "{table}");
+    assert!(line("worker-1").contains(" On "), "{table}");
+    assert!(line("worker-3").contains(" Off "), "{table}");
+    assert!(line("worker-2").contains("Blade2"), "{table}");
+
+    let out = nodefence(&config, &["status", "worker-3", "-o", "json"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rows.as_array().map(Vec::len), Some(1));
+    assert_eq!(rows[0]["node"], "worker-3");
+    assert_eq!(rows[0]["power"], "Off");
+    assert_eq!(rows[0]["driver"], "redfish");
+    assert!(rows[0]["error"].is_null());
+    assert!(mock.reset_log().is_empty(), "status never sends a command");
+    mock.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_fails_with_exit_1_and_no_secret_when_a_bmc_rejects_us() {
+    let mock = chassis().await;
+    mock.inject(Fault::RejectCredentials);
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &mock);
+    let out = nodefence(&config, &["status", "worker-1", "-o", "json"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rows[0]["error"]["kind"], "auth");
+    assert!(
+        rows[0]["power"].is_null(),
+        "no state is reported on failure"
+    );
+    assert!(
+        !text(&out).contains(PASSWORD),
+        "the password leaked: {}",
+        text(&out)
+    );
+    mock.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_node_is_a_usage_error() {
+    let mock = chassis().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &mock);
+    let out = nodefence(&config, &["status", "worker-9"]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("worker-9") && text(&out).contains("worker-1"),
+        "{}",
+        text(&out)
+    );
+    let out = nodefence(&config, &["fence", "worker-9", "--action", "off", "--yes"]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(mock.reset_log().is_empty());
+    mock.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fence_off_powers_the_machine_off_and_confirms_it() {
+    let mock = chassis().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &mock);
+    let out = nodefence(&config, &["fence", "worker-2", "--action", "off", "--yes"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("worker-2: confirmed Off"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(mock.power("Blade2"), Some(MockPower::Off));
+    assert_eq!(
+        mock.power("Blade1"),
+        Some(MockPower::On),
+        "only the named node's machine"
+    );
+    assert_eq!(
+        mock.reset_log(),
+        vec![("Blade2".to_string(), "ForceOff".to_string())]
+    );
+
+    let out = nodefence(
+        &config,
+        &["fence", "worker-2", "--action", "on", "--yes", "-o", "json"],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["confirmed"], true);
+    assert_eq!(report["final_power"], "On");
+    assert_eq!(mock.power("Blade2"), Some(MockPower::On));
+    mock.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fence_of_an_off_machine_sends_nothing() {
+    let mock = chassis().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &mock);
+    let out = nodefence(&config, &["fence", "worker-3", "--action", "off", "--yes"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("already"), "{}", text(&out));
+    assert!(mock.reset_log().is_empty());
+    mock.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fence_without_yes_and_without_a_terminal_does_nothing() {
+    let mock = chassis().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &mock);
+    let out = nodefence(&config, &["fence", "worker-1", "--action", "off"]).await;
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert!(text(&out).contains("--yes"), "{}", text(&out));
+    assert!(mock.reset_log().is_empty());
+    assert_eq!(mock.power("Blade1"), Some(MockPower::On));
+    mock.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fence_against_a_lying_bmc_is_not_confirmed() {
+    let mock = chassis().await;
+    mock.inject(Fault::LieOnAfterOff);
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &mock);
+    let out = nodefence(
+        &config,
+        &[
+            "fence", "worker-1", "--action", "off", "--yes", "-o", "json",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["confirmed"], false);
+    assert_eq!(report["error_kind"], "not_confirmed");
+    assert_eq!(report["final_power"], "On");
+    mock.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fence_against_an_unreachable_bmc_fails_cleanly() {
+    let mock = chassis().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &mock);
+    mock.shutdown().await;
+    let out = nodefence(
+        &config,
+        &[
+            "fence", "worker-1", "--action", "off", "--yes", "-o", "json",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["error_kind"], "unreachable");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validate_accepts_the_walkthrough_config_and_rejects_a_broken_one() {
+    let walkthrough = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/local/nodefence.toml");
+    let out = nodefence(&walkthrough, &["validate"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("3 nodes"),
+        "{}",
+        text(&out)
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("nodefence.toml"),
+        "inventory = \"inventory.toml\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("inventory.toml"),
+        "[nodes.worker-1]\ndriver = \"redfish\"\nendpoint = \"https://bmc1\"\nusername = \"u\"\npassword_file = \"missing\"\n\n\
+         [nodes.Worker-2]\ndriver = \"redfish\"\nendpoint = \"ftp://bmc2\"\nusername = \"u\"\npassword_env = \"NOPE_NOT_SET_42\"\n",
+    )
+    .unwrap();
+    let out = nodefence(&dir.path().join("nodefence.toml"), &["validate"]).await;
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let report = text(&out);
+    for expected in [
+        "inventory.toml:5:",
+        "missing",
+        "Worker-2",
+        "`endpoint` must start with https://",
+        "NOPE_NOT_SET_42",
+    ] {
+        assert!(
+            report.contains(expected),
+            "expected {expected:?} in:\n{report}"
+        );
+    }
+}

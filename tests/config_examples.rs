@@ -1,0 +1,163 @@
+//! The example configs in `config/` load, and mean what their comments say.
+//!
+//! They are what operators copy, so they must never rot. The example password file is
+//! `config/secrets/bmc-password`; git keeps no file modes (except +x), so in a fresh
+//! clone it is usually world-readable (0644 under umask 022) and the loader warns about
+//! it. Loading in place therefore tolerates exactly that warning; a copy with mode 0600
+//! must load with no warning at all.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nodefence::config::{Config, PowerSource, RedfishAuth, SecretSource, load_with_env};
+use secrecy::ExposeSecret;
+
+const FILES: &[&str] = &[
+    "nodefence.toml",
+    "inventory.toml",
+    "rack-a-ca.pem",
+    "secrets/bmc-password",
+];
+
+fn example_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("config")
+}
+
+/// The environment the example expects.
+fn env(name: &str) -> Option<String> {
+    (name == "RACK_A_BMC_PASSWORD").then(|| "rack-a-example-password".to_string())
+}
+
+fn load(dir: &Path) -> Config {
+    match load_with_env(&dir.join("nodefence.toml"), &env) {
+        Ok(config) => config,
+        Err(errors) => panic!("the example config must load:\n{errors}"),
+    }
+}
+
+fn assert_resolved_values(config: &Config) {
+    let power = &config.agent.power;
+    assert_eq!(power.confirm.readings, 3);
+    assert_eq!(power.confirm.interval, Duration::from_secs(1));
+    assert_eq!(power.confirm.timeout, Duration::from_secs(120));
+    assert_eq!(power.max_concurrent_requests, 16);
+    assert!(!config.agent.security.allow_inline_passwords);
+    assert!(config.inventory_path.is_absolute());
+    assert!(config.inventory_path.ends_with("config/inventory.toml"));
+
+    let nodes = &config.inventory.nodes;
+    let names: Vec<&str> = nodes.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        [
+            "db-1",
+            "ip-10-0-3-17.eu-central-1.compute.internal",
+            "worker-1",
+            "worker-2"
+        ]
+    );
+
+    let worker1 = &nodes["worker-1"];
+    assert_eq!(worker1.group.as_deref(), Some("rack-a"));
+    assert_eq!(worker1.power.driver_name(), "redfish");
+    let PowerSource::Redfish(w1) = &worker1.power else {
+        panic!("worker-1 is a redfish node");
+    };
+    assert_eq!(
+        w1.endpoint.as_str(),
+        "https://worker-1-bmc.mgmt.example.com/"
+    );
+    assert_eq!(w1.system_id, None);
+    assert_eq!(w1.auth, RedfishAuth::Auto);
+    assert_eq!(w1.credential.username, "fence");
+    assert_eq!(
+        w1.credential.source,
+        SecretSource::Env("RACK_A_BMC_PASSWORD".into())
+    );
+    assert_eq!(
+        w1.credential.password.expose_secret(),
+        "rack-a-example-password"
+    );
+    let ca = w1.tls.ca_file.as_ref().expect("rack-a has a CA");
+    assert!(ca.is_absolute() && ca.ends_with("config/rack-a-ca.pem"));
+    assert!(!w1.tls.insecure);
+    assert_eq!(w1.timeouts.connect, Duration::from_secs(5));
+    assert_eq!(w1.timeouts.request, Duration::from_secs(10));
+    assert_eq!(w1.timeouts.operation, Duration::from_secs(60));
+    assert_eq!(w1.timeouts.retries, 3);
+
+    let PowerSource::Redfish(w2) = &nodes["worker-2"].power else {
+        panic!("worker-2 is a redfish node");
+    };
+    assert_eq!(
+        w2.endpoint.host_str(),
+        Some("worker-2-bmc.mgmt.example.com")
+    );
+    assert_eq!(w2.system_id.as_deref(), Some("System.Embedded.1"));
+
+    let PowerSource::Ipmi(db) = &nodes["db-1"].power else {
+        panic!("db-1 is an ipmi node");
+    };
+    assert_eq!((db.address.as_str(), db.port), ("10.0.9.21", 623));
+    assert_eq!(db.cipher_suite, Some(17));
+    assert_eq!(db.credential.password.expose_secret(), "change-me");
+    assert!(
+        matches!(&db.credential.source, SecretSource::File(p) if p.ends_with("config/secrets/bmc-password"))
+    );
+
+    let PowerSource::Aws(aws) = &nodes["ip-10-0-3-17.eu-central-1.compute.internal"].power else {
+        panic!("the EC2 node is an aws node");
+    };
+    assert_eq!(aws.region.as_deref(), Some("eu-central-1"));
+    assert_eq!(aws.instance_id, None);
+}
+
+#[test]
+fn examples_load_in_place() {
+    let config = load(&example_dir());
+    assert_resolved_values(&config);
+    // A fresh clone may leave the example secret world-readable: that warning only.
+    for warning in &config.warnings {
+        assert!(
+            warning.contains("secrets/bmc-password is readable by every user"),
+            "unexpected warning: {warning}"
+        );
+    }
+}
+
+#[test]
+fn examples_load_without_warnings_when_the_secret_is_private() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("config");
+    for file in FILES {
+        let to = dir.join(file);
+        fs::create_dir_all(to.parent().unwrap()).unwrap();
+        fs::copy(example_dir().join(file), &to).unwrap();
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let secret = dir.join("secrets/bmc-password");
+        fs::set_permissions(&secret, fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let config = load(&dir);
+    assert_resolved_values(&config);
+    assert_eq!(config.warnings, Vec::<String>::new());
+}
+
+#[test]
+fn examples_need_the_documented_environment_variable() {
+    let errors = load_with_env(&example_dir().join("nodefence.toml"), &|_| None)
+        .expect_err("RACK_A_BMC_PASSWORD is required");
+    assert_eq!(errors.len(), 1, "{errors}");
+    let text = errors.to_string();
+    assert!(
+        text.contains(
+            "group \"rack-a\": environment variable RACK_A_BMC_PASSWORD (password_env) is not set"
+        ),
+        "{text}"
+    );
+}
