@@ -9,5 +9,6 @@
 //! - [`redfish`]: a Redfish BMC (OpenBMC, iDRAC, iLO, multi-system, minimal shapes).
 //! - [`tls`]: throwaway CA + leaf certificates for HTTPS mocks.
 
+pub mod kube;
 pub mod redfish;
 pub mod tls;

@@ -8,6 +8,7 @@
 //! worked: [`crate::power::confirm`] reads the state back.
 
 pub mod model;
+pub mod reply;
 pub mod reset;
 pub mod transport;
 
@@ -21,8 +22,9 @@ use tokio::sync::{OnceCell, Semaphore};
 use tokio::time::Instant;
 
 use self::model::{ActionInfo, Collection, ComputerSystem, Task};
+use self::reply::Reply;
 use self::reset::Advertised;
-use self::transport::{Reply, Transport};
+use self::transport::Transport;
 use crate::config::RedfishTarget;
 use crate::power::{PowerAction, PowerDriver, PowerError, PowerReading, PowerState};
 

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
-use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, LOCATION, RETRY_AFTER};
+use reqwest::header::{ACCEPT, CONTENT_TYPE, LOCATION, RETRY_AFTER};
 use reqwest::{Method, StatusCode};
 use secrecy::{ExposeSecret, SecretString};
 use serde::de::DeserializeOwned;
@@ -27,26 +27,12 @@ use tokio::time::Instant;
 use url::Url;
 
 use super::model::{self, ServiceRoot};
+use super::reply::{MAX_BODY_BYTES, Reply, expect_json, header_str, parse_body, send_error};
 use crate::config::{Credential, RedfishAuth, Timeouts};
-use crate::power::{PowerError, PowerErrorKind};
+use crate::power::PowerError;
 
-/// Largest response body nodefence reads from a BMC.
-pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 const SERVICE_ROOT: &str = "/redfish/v1";
 const DEFAULT_SESSIONS: &str = "/redfish/v1/SessionService/Sessions";
-
-/// A parsed HTTP answer.
-#[derive(Debug, Clone)]
-pub struct Reply {
-    pub status: StatusCode,
-    pub location: Option<String>,
-    pub retry_after: Option<Duration>,
-    pub body: Option<Value>,
-    /// The Content-Type, lower-cased ("" when absent).
-    pub content_type: String,
-    /// `X-Auth-Token` of a session-creation reply.
-    pub auth_token: Option<SecretString>,
-}
 
 /// One failed attempt; `retry` says whether trying again may help.
 #[derive(Debug, Clone)]
@@ -465,7 +451,8 @@ impl Transport {
                 }
             }
         }
-        let body = parse_body(&headers, &bytes, status, &method, path)?;
+        let body =
+            parse_body(&headers, &bytes, status, &method, path).map_err(AttemptError::fatal)?;
         let content_type = header_str(&headers, CONTENT_TYPE)
             .unwrap_or_default()
             .to_ascii_lowercase();
@@ -498,104 +485,4 @@ impl Transport {
         }
         Ok(url)
     }
-}
-
-fn header_str(headers: &HeaderMap, name: reqwest::header::HeaderName) -> Option<String> {
-    headers
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
-}
-
-/// Parses a body: JSON when the BMC says JSON; errors for HTML and other types on
-/// success replies (error replies keep going so their status can be reported).
-fn parse_body(
-    headers: &HeaderMap,
-    bytes: &[u8],
-    status: StatusCode,
-    method: &Method,
-    path: &str,
-) -> Result<Option<Value>, AttemptError> {
-    let content_type = header_str(headers, CONTENT_TYPE)
-        .unwrap_or_default()
-        .to_ascii_lowercase();
-    let body = if bytes.iter().all(u8::is_ascii_whitespace) {
-        None
-    } else if content_type.contains("json") {
-        match serde_json::from_slice::<Value>(bytes) {
-            Ok(v) => Some(v),
-            Err(e) if status.is_success() => {
-                return Err(AttemptError::fatal(PowerError::protocol(format!(
-                    "{method} {path}: malformed JSON in the reply (HTTP {status}): {e}"
-                ))));
-            }
-            Err(_) => None,
-        }
-    } else if status.is_success() {
-        let kind = if content_type.contains("html") {
-            "an HTML page"
-        } else if content_type.is_empty() {
-            "a body without Content-Type"
-        } else {
-            "a non-JSON body"
-        };
-        return Err(AttemptError::fatal(PowerError::protocol(format!(
-            "{method} {path}: the BMC answered {kind} ({}) with HTTP {status} where Redfish JSON was expected; is the endpoint a Redfish service?",
-            if content_type.is_empty() {
-                "no Content-Type"
-            } else {
-                content_type.as_str()
-            }
-        ))));
-    } else {
-        None
-    };
-    Ok(body)
-}
-
-/// Requires a 200-class reply with a JSON body that parses as `T`.
-fn expect_json<T: DeserializeOwned>(
-    reply: &Reply,
-    method: &str,
-    path: &str,
-) -> Result<T, PowerError> {
-    let Some(body) = reply.body.clone() else {
-        return Err(PowerError::protocol(format!(
-            "{method} {path} answered HTTP {} with an empty body where JSON was expected",
-            reply.status
-        )));
-    };
-    serde_json::from_value(body)
-        .map_err(|e| PowerError::protocol(format!("{method} {path}: unexpected JSON shape: {e}")))
-}
-
-/// Describes a transport failure without secrets (URLs never carry credentials: the
-/// config loader refuses them).
-fn send_error(e: &reqwest::Error, method: &Method, path: &str, timeouts: &Timeouts) -> PowerError {
-    let mut chain = String::new();
-    let mut source: Option<&dyn std::error::Error> = std::error::Error::source(e);
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !chain.contains(&text) {
-            chain.push_str(": ");
-            chain.push_str(&text);
-        }
-        source = s.source();
-    }
-    let what = if e.is_timeout() {
-        format!(
-            "{method} {path} timed out (request_timeout {})",
-            humantime::format_duration(timeouts.request)
-        )
-    } else if e.is_connect() {
-        format!("{method} {path}: cannot connect")
-    } else {
-        format!("{method} {path}: connection failed")
-    };
-    let hint = if chain.to_ascii_lowercase().contains("certificate") {
-        "; set ca_file to the CA that signed the BMC's certificate (or insecure = true for this BMC only)"
-    } else {
-        ""
-    };
-    PowerError::new(PowerErrorKind::Unreachable, format!("{what}{chain}{hint}"))
 }

@@ -1,0 +1,696 @@
+//! The fake API server's object store: the part of etcd + the apiserver registry that
+//! clients can observe.
+//!
+//! - One `resourceVersion` counter for the whole store, increasing by one for every
+//!   write, as clients may compare versions across types.
+//! - `create` fills `metadata` the way the apiserver does (uid, creationTimestamp,
+//!   resourceVersion, namespace, `generateName`); `update` refuses a stale
+//!   `resourceVersion` with a conflict; `modify` is an atomic read-modify-write for
+//!   patches and simulated controllers.
+//! - Every write is kept in a bounded history and broadcast, so a watch can start
+//!   from any version still in the window and gets `Gone` (410) for older ones.
+//!
+//! Objects are kept as JSON (`serde_json::Value`): the server must round-trip fields
+//! it does not know, exactly as the real one does.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
+
+use serde_json::{Map, Value, json};
+use tokio::sync::broadcast;
+
+use super::resources::ResourceType;
+
+/// How many past writes a watch can resume from.
+pub const DEFAULT_HISTORY: usize = 10_000;
+
+/// What a write did, as a watch reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    /// `ADDED`, `MODIFIED`, `DELETED`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One write, as broadcast to watchers.
+#[derive(Debug, Clone)]
+pub struct StoreEvent {
+    pub resource_version: u64,
+    pub resource: ResourceType,
+    pub event: EventType,
+    /// The object after the write (for Deleted: as it was, with the delete's version).
+    pub object: Value,
+}
+
+impl StoreEvent {
+    pub fn namespace(&self) -> Option<&str> {
+        self.object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+    }
+}
+
+/// Why a store operation failed; each maps to one apiserver `Status`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("{kind} \"{name}\" not found")]
+    NotFound { kind: String, name: String },
+    #[error("{kind} \"{name}\" already exists")]
+    AlreadyExists { kind: String, name: String },
+    #[error(
+        "Operation cannot be fulfilled on {plural} \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
+    )]
+    Conflict { plural: String, name: String },
+    #[error("too old resource version: {requested} ({oldest})")]
+    Gone { requested: u64, oldest: u64 },
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    BadRequest(String),
+}
+
+impl StoreError {
+    /// HTTP status code of the apiserver's answer.
+    pub fn code(&self) -> u16 {
+        match self {
+            StoreError::NotFound { .. } => 404,
+            StoreError::AlreadyExists { .. } | StoreError::Conflict { .. } => 409,
+            StoreError::Gone { .. } => 410,
+            StoreError::Invalid(_) => 422,
+            StoreError::BadRequest(_) => 400,
+        }
+    }
+
+    /// `Status.reason`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            StoreError::NotFound { .. } => "NotFound",
+            StoreError::AlreadyExists { .. } => "AlreadyExists",
+            StoreError::Conflict { .. } => "Conflict",
+            StoreError::Gone { .. } => "Expired",
+            StoreError::Invalid(_) => "Invalid",
+            StoreError::BadRequest(_) => "BadRequest",
+        }
+    }
+
+    /// The `Status` object the apiserver would send.
+    pub fn to_status(&self) -> Value {
+        json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.to_string(),
+            "reason": self.reason(),
+            "code": self.code(),
+        })
+    }
+}
+
+type Key = (ResourceType, String, String);
+
+struct Inner {
+    resource_version: u64,
+    objects: BTreeMap<Key, Value>,
+    history: VecDeque<StoreEvent>,
+    history_limit: usize,
+    /// Versions at or below this are no longer in `history`.
+    compacted: u64,
+    uid_counter: u64,
+}
+
+/// The store; cheap to clone (shared).
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Mutex<Inner>>,
+    events: broadcast::Sender<StoreEvent>,
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Self::new(DEFAULT_HISTORY)
+    }
+}
+
+impl Store {
+    /// A store that keeps the last `history` writes for watches to resume from.
+    pub fn new(history: usize) -> Self {
+        let (events, _) = broadcast::channel(4096);
+        Self {
+            inner: Arc::new(Mutex::new(Inner {
+                resource_version: 1,
+                objects: BTreeMap::new(),
+                history: VecDeque::new(),
+                history_limit: history.max(1),
+                compacted: 1,
+                uid_counter: 0,
+            })),
+            events,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves consistent data (every write is one
+        // insert); keep serving rather than poisoning the whole server.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The newest resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.lock().resource_version
+    }
+
+    /// One object.
+    pub fn get(
+        &self,
+        rt: ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, StoreError> {
+        self.lock()
+            .objects
+            .get(&key(rt, namespace, name))
+            .cloned()
+            .ok_or_else(|| not_found(rt, name))
+    }
+
+    /// All objects of a type (in one namespace, or all), sorted by namespace and name,
+    /// with the store's resourceVersion at that moment.
+    pub fn list(&self, rt: ResourceType, namespace: Option<&str>) -> (Vec<Value>, u64) {
+        let inner = self.lock();
+        (list_locked(&inner, rt, namespace), inner.resource_version)
+    }
+
+    /// A consistent list plus a receiver for every later write: nothing is missed or
+    /// seen twice between the two.
+    pub fn list_and_subscribe(
+        &self,
+        rt: ResourceType,
+        namespace: Option<&str>,
+    ) -> (Vec<Value>, u64, broadcast::Receiver<StoreEvent>) {
+        let inner = self.lock();
+        let rx = self.events.subscribe();
+        (
+            list_locked(&inner, rt, namespace),
+            inner.resource_version,
+            rx,
+        )
+    }
+
+    /// The writes after `resource_version` still in history (all types), plus a
+    /// receiver for later ones; `Gone` when that version was compacted away.
+    pub fn subscribe_from(
+        &self,
+        resource_version: u64,
+    ) -> Result<(Vec<StoreEvent>, broadcast::Receiver<StoreEvent>), StoreError> {
+        let inner = self.lock();
+        if resource_version < inner.compacted {
+            return Err(StoreError::Gone {
+                requested: resource_version,
+                oldest: inner.compacted,
+            });
+        }
+        let rx = self.events.subscribe();
+        let backlog = inner
+            .history
+            .iter()
+            .filter(|e| e.resource_version > resource_version)
+            .cloned()
+            .collect();
+        Ok((backlog, rx))
+    }
+
+    /// Creates an object, filling server-side metadata. `metadata.name` or
+    /// `metadata.generateName` is required; a namespaced type needs `namespace`.
+    pub fn create(
+        &self,
+        rt: ResourceType,
+        namespace: Option<&str>,
+        mut object: Value,
+    ) -> Result<Value, StoreError> {
+        let mut inner = self.lock();
+        let namespace = check_namespace(rt, namespace)?;
+        if !object.is_object() {
+            return Err(StoreError::BadRequest(
+                "the body must be a JSON object".into(),
+            ));
+        }
+        inner.uid_counter += 1;
+        let uid_n = inner.uid_counter;
+        let meta = metadata_mut(&mut object);
+        let name = match meta.get("name").and_then(Value::as_str) {
+            Some(n) if !n.is_empty() => n.to_string(),
+            _ => match meta.get("generateName").and_then(Value::as_str) {
+                Some(prefix) if !prefix.is_empty() => format!("{prefix}{}", short_suffix(uid_n)),
+                _ => {
+                    return Err(StoreError::Invalid(format!(
+                        "{} is invalid: metadata.name: Required value: name or generateName is required",
+                        rt.kind
+                    )));
+                }
+            },
+        };
+        if let Some(body_ns) = meta.get("namespace").and_then(Value::as_str)
+            && namespace.is_some_and(|ns| ns != body_ns)
+        {
+            return Err(StoreError::BadRequest(
+                "the namespace of the provided object does not match the namespace sent on the request".into(),
+            ));
+        }
+        let k = key(rt, namespace, &name);
+        if inner.objects.contains_key(&k) {
+            return Err(StoreError::AlreadyExists {
+                kind: rt.plural.to_string(),
+                name,
+            });
+        }
+        meta.insert("name".into(), Value::String(name));
+        if let Some(ns) = namespace {
+            meta.insert("namespace".into(), Value::String(ns.to_string()));
+        }
+        meta.insert("uid".into(), Value::String(uid()));
+        meta.insert("creationTimestamp".into(), Value::String(now_rfc3339()));
+        meta.remove("deletionTimestamp");
+        set_type_meta(&mut object, rt);
+        Ok(commit(
+            &mut inner,
+            &self.events,
+            rt,
+            k,
+            object,
+            EventType::Added,
+        ))
+    }
+
+    /// Replaces an object. A `metadata.resourceVersion` in the body must match the
+    /// stored one (409 Conflict otherwise); absent means "unconditional".
+    pub fn update(
+        &self,
+        rt: ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+        object: Value,
+    ) -> Result<Value, StoreError> {
+        self.modify(rt, namespace, name, |current| {
+            let wanted = object.pointer("/metadata/resourceVersion").and_then(Value::as_str);
+            let have = current.pointer("/metadata/resourceVersion").and_then(Value::as_str);
+            if let Some(wanted) = wanted
+                && Some(wanted) != have
+            {
+                return Err(StoreError::Conflict {
+                    plural: rt.plural.to_string(),
+                    name: name.to_string(),
+                });
+            }
+            if let Some(body_name) = object.pointer("/metadata/name").and_then(Value::as_str)
+                && body_name != name
+            {
+                return Err(StoreError::BadRequest(format!(
+                    "the name of the object ({body_name}) does not match the name on the URL ({name})"
+                )));
+            }
+            let mut next = object.clone();
+            carry_server_metadata(current, &mut next);
+            *current = next;
+            Ok(())
+        })
+    }
+
+    /// Atomic read-modify-write: `change` edits the stored object; server-owned
+    /// metadata (name, namespace, uid, creationTimestamp) cannot be changed by it.
+    /// A change that leaves the object equal is not a write (no new version).
+    pub fn modify<F>(
+        &self,
+        rt: ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+        change: F,
+    ) -> Result<Value, StoreError>
+    where
+        F: FnOnce(&mut Value) -> Result<(), StoreError>,
+    {
+        let mut inner = self.lock();
+        let k = key(rt, namespace, name);
+        let Some(current) = inner.objects.get(&k).cloned() else {
+            return Err(not_found(rt, name));
+        };
+        let mut next = current.clone();
+        change(&mut next)?;
+        carry_server_metadata(&current, &mut next);
+        set_type_meta(&mut next, rt);
+        if next == current {
+            return Ok(current);
+        }
+        Ok(commit(
+            &mut inner,
+            &self.events,
+            rt,
+            k,
+            next,
+            EventType::Modified,
+        ))
+    }
+
+    /// Removes an object now. `precondition_rv`: when given, must match (409).
+    pub fn delete(
+        &self,
+        rt: ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+        precondition_rv: Option<&str>,
+    ) -> Result<Value, StoreError> {
+        let mut inner = self.lock();
+        let k = key(rt, namespace, name);
+        let Some(current) = inner.objects.get(&k) else {
+            return Err(not_found(rt, name));
+        };
+        if let Some(rv) = precondition_rv
+            && current
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                != Some(rv)
+        {
+            return Err(StoreError::Conflict {
+                plural: rt.plural.to_string(),
+                name: name.to_string(),
+            });
+        }
+        let Some(mut object) = inner.objects.remove(&k) else {
+            return Err(not_found(rt, name));
+        };
+        inner.resource_version += 1;
+        let rv = inner.resource_version;
+        metadata_mut(&mut object).insert("resourceVersion".into(), Value::String(rv.to_string()));
+        record(
+            &mut inner,
+            &self.events,
+            StoreEvent {
+                resource_version: rv,
+                resource: rt,
+                event: EventType::Deleted,
+                object: object.clone(),
+            },
+        );
+        Ok(object)
+    }
+}
+
+fn list_locked(inner: &Inner, rt: ResourceType, namespace: Option<&str>) -> Vec<Value> {
+    inner
+        .objects
+        .iter()
+        .filter(|((t, ns, _), _)| *t == rt && namespace.is_none_or(|n| n == ns))
+        .map(|(_, v)| v.clone())
+        .collect()
+}
+
+fn commit(
+    inner: &mut Inner,
+    events: &broadcast::Sender<StoreEvent>,
+    rt: ResourceType,
+    k: Key,
+    mut object: Value,
+    event: EventType,
+) -> Value {
+    inner.resource_version += 1;
+    let rv = inner.resource_version;
+    metadata_mut(&mut object).insert("resourceVersion".into(), Value::String(rv.to_string()));
+    inner.objects.insert(k, object.clone());
+    record(
+        inner,
+        events,
+        StoreEvent {
+            resource_version: rv,
+            resource: rt,
+            event,
+            object: object.clone(),
+        },
+    );
+    object
+}
+
+fn record(inner: &mut Inner, events: &broadcast::Sender<StoreEvent>, e: StoreEvent) {
+    inner.history.push_back(e.clone());
+    while inner.history.len() > inner.history_limit {
+        if let Some(old) = inner.history.pop_front() {
+            inner.compacted = old.resource_version;
+        }
+    }
+    // No receivers is fine: nobody is watching.
+    let _ = events.send(e);
+}
+
+fn key(rt: ResourceType, namespace: Option<&str>, name: &str) -> Key {
+    let ns = if rt.namespaced {
+        namespace.unwrap_or("default")
+    } else {
+        ""
+    };
+    (rt, ns.to_string(), name.to_string())
+}
+
+fn check_namespace(rt: ResourceType, namespace: Option<&str>) -> Result<Option<&str>, StoreError> {
+    match (rt.namespaced, namespace) {
+        (true, Some(ns)) if !ns.is_empty() => Ok(Some(ns)),
+        (true, _) => Err(StoreError::BadRequest(format!(
+            "{} is namespaced: a namespace is required",
+            rt.kind
+        ))),
+        (false, _) => Ok(None),
+    }
+}
+
+fn not_found(rt: ResourceType, name: &str) -> StoreError {
+    let kind = if rt.group.is_empty() {
+        rt.plural.to_string()
+    } else {
+        format!("{}.{}", rt.plural, rt.group)
+    };
+    StoreError::NotFound {
+        kind,
+        name: name.to_string(),
+    }
+}
+
+/// `metadata` as a mutable map, created if missing or not an object.
+pub fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
+    if !object.is_object() {
+        *object = Value::Object(Map::new());
+    }
+    let Value::Object(map) = object else {
+        unreachable!("made an object above")
+    };
+    let meta = map
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !meta.is_object() {
+        *meta = Value::Object(Map::new());
+    }
+    match meta {
+        Value::Object(m) => m,
+        _ => unreachable!("made an object above"),
+    }
+}
+
+fn set_type_meta(object: &mut Value, rt: ResourceType) {
+    if let Value::Object(map) = object {
+        map.insert("apiVersion".into(), Value::String(rt.api_version()));
+        map.insert("kind".into(), Value::String(rt.kind.to_string()));
+    }
+}
+
+/// Keeps what only the server may set.
+fn carry_server_metadata(from: &Value, to: &mut Value) {
+    let keep = [
+        "name",
+        "namespace",
+        "uid",
+        "creationTimestamp",
+        "resourceVersion",
+        "deletionTimestamp",
+    ];
+    let saved: Vec<(&str, Option<Value>)> = keep
+        .iter()
+        .map(|k| (*k, from.pointer(&format!("/metadata/{k}")).cloned()))
+        .collect();
+    let meta = metadata_mut(to);
+    for (k, v) in saved {
+        match v {
+            Some(v) => {
+                // deletionTimestamp may be set by the server's own delete path via
+                // `modify`, never cleared by a client.
+                if k != "deletionTimestamp" || !meta.contains_key(k) {
+                    meta.insert(k.to_string(), v);
+                }
+            }
+            None if k == "deletionTimestamp" => {}
+            None => {
+                meta.remove(k);
+            }
+        }
+    }
+}
+
+/// RFC 3339 UTC with seconds, as `metav1.Time` is serialised.
+pub fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
+/// RFC 3339 UTC with microseconds, as `metav1.MicroTime` is serialised.
+pub fn now_rfc3339_micros() -> String {
+    humantime::format_rfc3339_micros(SystemTime::now()).to_string()
+}
+
+fn uid() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+fn short_suffix(n: u64) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut x = n.wrapping_mul(2_654_435_761) ^ 0x5bd1_e995;
+    (0..5)
+        .map(|_| {
+            let c = ALPHABET[(x % ALPHABET.len() as u64) as usize] as char;
+            x /= ALPHABET.len() as u64;
+            c
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::resources::{LEASES, NODES, PODS};
+    use super::*;
+
+    fn node(name: &str) -> Value {
+        json!({"metadata": {"name": name}, "spec": {}})
+    }
+
+    #[test]
+    fn create_fills_metadata_and_versions_increase_across_types() {
+        let s = Store::default();
+        let a = s.create(NODES, None, node("a")).unwrap();
+        let p = s
+            .create(
+                PODS,
+                Some("default"),
+                json!({"metadata": {"generateName": "web-"}}),
+            )
+            .unwrap();
+        let rv = |v: &Value| {
+            v["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        };
+        assert!(rv(&p) > rv(&a));
+        assert_eq!(a["kind"], "Node");
+        assert_eq!(a["apiVersion"], "v1");
+        assert!(a["metadata"]["uid"].as_str().is_some_and(|u| u.len() == 36));
+        assert!(p["metadata"]["name"].as_str().unwrap().starts_with("web-"));
+        assert_eq!(p["metadata"]["namespace"], "default");
+        assert_eq!(
+            s.create(NODES, None, node("a")).unwrap_err().code(),
+            409,
+            "AlreadyExists"
+        );
+    }
+
+    #[test]
+    fn stale_update_is_a_conflict_and_unconditional_update_wins() {
+        let s = Store::default();
+        let created = s
+            .create(
+                LEASES,
+                Some("kube-system"),
+                json!({"metadata": {"name": "l"}, "spec": {}}),
+            )
+            .unwrap();
+        let mut first = created.clone();
+        first["spec"]["holderIdentity"] = json!("a");
+        let updated = s.update(LEASES, Some("kube-system"), "l", first).unwrap();
+        let mut stale = created.clone();
+        stale["spec"]["holderIdentity"] = json!("b");
+        let err = s
+            .update(LEASES, Some("kube-system"), "l", stale.clone())
+            .unwrap_err();
+        assert_eq!(err.code(), 409);
+        assert_eq!(err.reason(), "Conflict");
+        stale["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("resourceVersion");
+        let won = s.update(LEASES, Some("kube-system"), "l", stale).unwrap();
+        assert_eq!(won["spec"]["holderIdentity"], "b");
+        assert_eq!(
+            won["metadata"]["uid"], updated["metadata"]["uid"],
+            "uid is kept"
+        );
+    }
+
+    #[test]
+    fn watch_resumes_from_history_and_old_versions_are_gone() {
+        let s = Store::new(3);
+        for n in ["a", "b", "c", "d", "e"] {
+            s.create(NODES, None, node(n)).unwrap();
+        }
+        let now = s.resource_version();
+        let (backlog, _rx) = s.subscribe_from(now - 2).unwrap();
+        assert_eq!(backlog.len(), 2);
+        let err = s.subscribe_from(1).unwrap_err();
+        assert_eq!(err.code(), 410);
+    }
+
+    #[tokio::test]
+    async fn list_and_subscribe_misses_nothing() {
+        let s = Store::default();
+        s.create(NODES, None, node("a")).unwrap();
+        let (items, rv, mut rx) = s.list_and_subscribe(NODES, None);
+        assert_eq!(items.len(), 1);
+        s.modify(NODES, None, "a", |o| {
+            o["spec"]["unschedulable"] = json!(true);
+            Ok(())
+        })
+        .unwrap();
+        let e = rx.recv().await.unwrap();
+        assert_eq!(e.event, EventType::Modified);
+        assert!(e.resource_version > rv);
+        s.delete(NODES, None, "a", None).unwrap();
+        let e = rx.recv().await.unwrap();
+        assert_eq!(e.event, EventType::Deleted);
+        assert_eq!(s.get(NODES, None, "a").unwrap_err().code(), 404);
+    }
+
+    #[test]
+    fn a_no_op_modify_is_not_a_write() {
+        let s = Store::default();
+        s.create(NODES, None, node("a")).unwrap();
+        let before = s.resource_version();
+        s.modify(NODES, None, "a", |_| Ok(())).unwrap();
+        assert_eq!(s.resource_version(), before);
+    }
+
+    #[test]
+    fn delete_precondition_is_checked() {
+        let s = Store::default();
+        s.create(NODES, None, node("a")).unwrap();
+        assert_eq!(
+            s.delete(NODES, None, "a", Some("1")).unwrap_err().code(),
+            409
+        );
+        assert!(s.delete(NODES, None, "a", None).is_ok());
+    }
+}
