@@ -57,6 +57,14 @@ fn write_config(dir: &Path, mock: &MockRedfishHandle) -> PathBuf {
     dir.join("nodefence.toml")
 }
 
+/// A chassis and a config that points at it.
+async fn setup() -> (MockRedfishHandle, tempfile::TempDir, PathBuf) {
+    let mock = chassis().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &mock);
+    (mock, dir, config)
+}
+
 async fn nodefence(config: &Path, args: &[&str]) -> Output {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_nodefence"))
         .arg("--config")
@@ -78,9 +86,7 @@ fn text(out: &Output) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_reports_every_node_as_a_table_and_as_json() {
-    let mock = chassis().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), &mock);
+    let (mock, _dir, config) = setup().await;
 
     let out = nodefence(&config, &["status"]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
@@ -111,10 +117,8 @@ async fn status_reports_every_node_as_a_table_and_as_json() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_fails_with_exit_1_and_no_secret_when_a_bmc_rejects_us() {
-    let mock = chassis().await;
+    let (mock, _dir, config) = setup().await;
     mock.inject(Fault::RejectCredentials);
-    let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), &mock);
     let out = nodefence(&config, &["status", "worker-1", "-o", "json"]).await;
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -133,9 +137,7 @@ async fn status_fails_with_exit_1_and_no_secret_when_a_bmc_rejects_us() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_node_is_a_usage_error() {
-    let mock = chassis().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), &mock);
+    let (mock, _dir, config) = setup().await;
     let out = nodefence(&config, &["status", "worker-9"]).await;
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(
@@ -151,9 +153,7 @@ async fn unknown_node_is_a_usage_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fence_off_powers_the_machine_off_and_confirms_it() {
-    let mock = chassis().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), &mock);
+    let (mock, _dir, config) = setup().await;
     let out = nodefence(&config, &["fence", "worker-2", "--action", "off", "--yes"]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(
@@ -187,9 +187,7 @@ async fn fence_off_powers_the_machine_off_and_confirms_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fence_of_an_off_machine_sends_nothing() {
-    let mock = chassis().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), &mock);
+    let (mock, _dir, config) = setup().await;
     let out = nodefence(&config, &["fence", "worker-3", "--action", "off", "--yes"]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(text(&out).contains("already"), "{}", text(&out));
@@ -199,9 +197,7 @@ async fn fence_of_an_off_machine_sends_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fence_without_yes_and_without_a_terminal_does_nothing() {
-    let mock = chassis().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), &mock);
+    let (mock, _dir, config) = setup().await;
     let out = nodefence(&config, &["fence", "worker-1", "--action", "off"]).await;
     assert_eq!(out.status.code(), Some(4), "{}", text(&out));
     assert!(text(&out).contains("--yes"), "{}", text(&out));
@@ -212,10 +208,8 @@ async fn fence_without_yes_and_without_a_terminal_does_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fence_against_a_lying_bmc_is_not_confirmed() {
-    let mock = chassis().await;
+    let (mock, _dir, config) = setup().await;
     mock.inject(Fault::LieOnAfterOff);
-    let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), &mock);
     let out = nodefence(
         &config,
         &[
@@ -233,9 +227,7 @@ async fn fence_against_a_lying_bmc_is_not_confirmed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fence_against_an_unreachable_bmc_fails_cleanly() {
-    let mock = chassis().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), &mock);
+    let (mock, _dir, config) = setup().await;
     mock.shutdown().await;
     let out = nodefence(
         &config,

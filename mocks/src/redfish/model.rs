@@ -51,6 +51,15 @@ impl fmt::Display for MockPower {
     }
 }
 
+/// Lower-cases a name and drops `-` and `_`, so flags and fixtures accept
+/// `PoweringOff`, `powering-off` and `powering_off` alike.
+pub(crate) fn fold_name(s: &str) -> String {
+    s.chars()
+        .filter(|c| *c != '-' && *c != '_')
+        .collect::<String>()
+        .to_ascii_lowercase()
+}
+
 /// A power state string that is not one of [`MockPower`]'s.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown power state {0:?} (expected On, Off, PoweringOn, PoweringOff or Paused)")]
@@ -61,12 +70,7 @@ impl FromStr for MockPower {
 
     /// Case-insensitive; `-` and `_` are ignored (`on`, `Off`, `powering-off`).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let folded: String = s
-            .chars()
-            .filter(|c| *c != '-' && *c != '_')
-            .collect::<String>()
-            .to_ascii_lowercase();
-        match folded.as_str() {
+        match fold_name(s).as_str() {
             "on" => Ok(MockPower::On),
             "off" => Ok(MockPower::Off),
             "poweringon" => Ok(MockPower::PoweringOn),

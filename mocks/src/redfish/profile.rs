@@ -12,7 +12,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use super::model::SystemSpec;
+use super::model::{SystemSpec, fold_name};
 
 /// Which real BMC the mock imitates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -275,12 +275,7 @@ impl FromStr for Profile {
     type Err = ParseProfileError;
     /// Case-insensitive; `multi-system`, `multi_system` and `multisystem` all work.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let folded: String = s
-            .chars()
-            .filter(|c| *c != '-' && *c != '_')
-            .collect::<String>()
-            .to_ascii_lowercase();
-        match folded.as_str() {
+        match fold_name(s).as_str() {
             "openbmc" => Ok(Profile::OpenBmc),
             "idrac" => Ok(Profile::Idrac),
             "ilo" => Ok(Profile::Ilo),
