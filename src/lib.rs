@@ -12,5 +12,6 @@
 
 pub mod cli;
 pub mod config;
+pub mod engine;
 pub mod power;
 pub mod tls;

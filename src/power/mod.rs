@@ -120,7 +120,7 @@ impl fmt::Display for PowerErrorKind {
 }
 
 /// A failed power query or command. The message never contains a secret.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{kind}: {message}")]
 pub struct PowerError {
     pub kind: PowerErrorKind,

@@ -1,0 +1,158 @@
+//! What the engine asks the executor to do, and what it tells operators.
+//!
+//! The engine never performs I/O: every effect is one of these values. The executor
+//! carries them out behind its own checks (leadership, a fresh re-read of the node),
+//! and reports back; a `Release` is only ever built from an [`OffProof`].
+
+use std::fmt;
+use std::time::SystemTime;
+
+use super::policy::ReleaseMode;
+
+/// Evidence that a node's machine is off: consecutive Off readings, every one newer
+/// than the node's last sign of life.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffProof {
+    pub last_sign_of_life: SystemTime,
+    pub readings: Vec<SystemTime>,
+}
+
+/// One effect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Read the machine's power state (answer with `Engine::power_read`).
+    QueryPower { node: String },
+    /// Send a forced power off (answer with `Engine::power_off_done`).
+    PowerOff { node: String, attempt: u32 },
+    /// Send power on (answer with `Engine::power_on_done`).
+    PowerOn { node: String },
+    /// Release the node's volumes (answer with `Engine::release_done`). The executor
+    /// must re-read the node and refuse if it is Ready again or changed identity.
+    Release {
+        node: String,
+        mode: ReleaseMode,
+        delete_volume_attachments: bool,
+        proof: OffProof,
+    },
+    /// Remove the out-of-service taint nodefence added (answer with `Engine::taint_removed`).
+    RemoveTaint { node: String },
+    /// Tell operators (Kubernetes Event + log).
+    Notify(Notice),
+}
+
+impl Action {
+    /// The node the action concerns, if any.
+    pub fn node(&self) -> Option<&str> {
+        match self {
+            Action::QueryPower { node }
+            | Action::PowerOff { node, .. }
+            | Action::PowerOn { node }
+            | Action::Release { node, .. }
+            | Action::RemoveTaint { node } => Some(node),
+            Action::Notify(n) => n.node.as_deref(),
+        }
+    }
+
+    /// True for actions that change a machine or the cluster.
+    pub fn mutates(&self) -> bool {
+        matches!(
+            self,
+            Action::PowerOff { .. }
+                | Action::PowerOn { .. }
+                | Action::Release { .. }
+                | Action::RemoveTaint { .. }
+        )
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Severity {
+    Normal,
+    Warning,
+}
+
+/// Why an event was raised: stable names for Event reasons and metric labels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    NodeUnhealthy,
+    NodeSuspect,
+    NodeIgnored,
+    PowerQueryFailed,
+    ContradictingPowerReadings,
+    MachineStillOn,
+    PoweringOff,
+    PowerOffFailed,
+    ConfirmedOff,
+    Releasing,
+    Released,
+    ReleaseFailed,
+    RecoveredBeforeRelease,
+    Recovered,
+    TaintRemoved,
+    PoweringOn,
+    Blocked,
+    StormProtection,
+    StormOver,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::NodeUnhealthy => "NodeUnhealthy",
+            Reason::NodeSuspect => "NodeSuspect",
+            Reason::NodeIgnored => "NodeIgnored",
+            Reason::PowerQueryFailed => "PowerQueryFailed",
+            Reason::ContradictingPowerReadings => "ContradictingPowerReadings",
+            Reason::MachineStillOn => "MachineStillOn",
+            Reason::PoweringOff => "PoweringOff",
+            Reason::PowerOffFailed => "PowerOffFailed",
+            Reason::ConfirmedOff => "ConfirmedOff",
+            Reason::Releasing => "Releasing",
+            Reason::Released => "Released",
+            Reason::ReleaseFailed => "ReleaseFailed",
+            Reason::RecoveredBeforeRelease => "RecoveredBeforeRelease",
+            Reason::Recovered => "Recovered",
+            Reason::TaintRemoved => "TaintRemoved",
+            Reason::PoweringOn => "PoweringOn",
+            Reason::Blocked => "FenceBlocked",
+            Reason::StormProtection => "StormProtection",
+            Reason::StormOver => "StormProtectionOver",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An operator-facing message about a decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    /// `None` for cluster-wide notices (storm protection).
+    pub node: Option<String>,
+    pub severity: Severity,
+    pub reason: Reason,
+    pub message: String,
+}
+
+impl Notice {
+    pub fn normal(node: &str, reason: Reason, message: impl Into<String>) -> Action {
+        Action::Notify(Self {
+            node: Some(node.to_string()),
+            severity: Severity::Normal,
+            reason,
+            message: message.into(),
+        })
+    }
+
+    pub fn warning(node: &str, reason: Reason, message: impl Into<String>) -> Action {
+        Action::Notify(Self {
+            node: Some(node.to_string()),
+            severity: Severity::Warning,
+            reason,
+            message: message.into(),
+        })
+    }
+}

@@ -1,0 +1,168 @@
+//! What the cluster says about a node, reduced to what decisions need.
+//!
+//! Built by the cluster observer from the Node object and its kubelet Lease; the
+//! engine never sees Kubernetes types, so it can be driven by tests and simulations.
+
+use std::time::{Duration, SystemTime};
+
+/// The node's Ready condition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Readiness {
+    Ready,
+    /// `Ready` is False or Unknown since `since` (its lastTransitionTime).
+    NotReady {
+        since: SystemTime,
+    },
+}
+
+/// Why a node is left alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exclusion {
+    /// Not in the inventory: nodefence has no way to prove anything about it.
+    NotInInventory,
+    /// Opted out by annotation; nothing overwrites this.
+    OptedOut,
+    /// A control-plane node and `fence_control_plane = false`.
+    ControlPlane,
+    /// Cordoned and `skip_cordoned = true`.
+    Cordoned,
+}
+
+impl Exclusion {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Exclusion::NotInInventory => "not in the inventory",
+            Exclusion::OptedOut => "opted out by annotation",
+            Exclusion::ControlPlane => "control-plane node (fence_control_plane = false)",
+            Exclusion::Cordoned => "cordoned (skip_cordoned = true)",
+        }
+    }
+}
+
+/// One node as last observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeFacts {
+    pub name: String,
+    pub readiness: Readiness,
+    /// Last renewTime of its kubelet Lease, if there is one.
+    pub lease_renewed: Option<SystemTime>,
+    pub control_plane: bool,
+    pub opted_out: bool,
+    pub cordoned: bool,
+    pub in_inventory: bool,
+    /// The out-of-service taint nodefence added is on the node.
+    pub our_taint: bool,
+}
+
+impl NodeFacts {
+    /// A Ready node with a fresh Lease, for tests and fixtures.
+    pub fn ready(name: &str, now: SystemTime) -> Self {
+        Self {
+            name: name.to_string(),
+            readiness: Readiness::Ready,
+            lease_renewed: Some(now),
+            control_plane: false,
+            opted_out: false,
+            cordoned: false,
+            in_inventory: true,
+            our_taint: false,
+        }
+    }
+
+    /// Whether the node is unhealthy at `now`, and since when it was last known alive.
+    ///
+    /// NotReady counts from the condition's transition time. A Lease not renewed for
+    /// `lease_stale_after` makes the node suspect from its last renewal. When both
+    /// apply, the later moment wins: power readings must be newer than the node's
+    /// last sign of life.
+    pub fn health(&self, now: SystemTime, lease_stale_after: Option<Duration>) -> Health {
+        let not_ready = match self.readiness {
+            Readiness::NotReady { since } => Some(since.min(now)),
+            Readiness::Ready => None,
+        };
+        let lease_stale = match (lease_stale_after, self.lease_renewed) {
+            (Some(after), Some(renewed))
+                if now.duration_since(renewed).unwrap_or_default() >= after =>
+            {
+                Some(renewed)
+            }
+            _ => None,
+        };
+        match (not_ready, lease_stale) {
+            (Some(nr), lease) => Health::NotReady {
+                since: lease.map_or(nr, |l| l.max(nr)),
+                not_ready_since: nr,
+            },
+            (None, Some(renewed)) => Health::LeaseStale { since: renewed },
+            (None, None) => Health::Healthy,
+        }
+    }
+}
+
+/// The node's health as decisions see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    Healthy,
+    /// Ready, but its kubelet has stopped renewing its Lease: suspect, never powered
+    /// off on this alone, released only when confirmed Off.
+    LeaseStale {
+        since: SystemTime,
+    },
+    /// NotReady since `not_ready_since`; `since` is the last sign of life.
+    NotReady {
+        since: SystemTime,
+        not_ready_since: SystemTime,
+    },
+}
+
+impl Health {
+    /// The last sign of life, for an unhealthy node.
+    pub fn since(self) -> Option<SystemTime> {
+        match self {
+            Health::Healthy => None,
+            Health::LeaseStale { since } | Health::NotReady { since, .. } => Some(since),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000 + s)
+    }
+
+    #[test]
+    fn health_uses_the_latest_sign_of_life() {
+        let mut f = NodeFacts::ready("a", t(0));
+        let stale = Some(Duration::from_secs(25));
+        assert_eq!(f.health(t(10), stale), Health::Healthy);
+        assert_eq!(f.health(t(30), stale), Health::LeaseStale { since: t(0) });
+        assert_eq!(f.health(t(30), None), Health::Healthy, "fast path off");
+        f.readiness = Readiness::NotReady { since: t(50) };
+        assert_eq!(
+            f.health(t(60), stale),
+            Health::NotReady {
+                since: t(50),
+                not_ready_since: t(50)
+            }
+        );
+        f.lease_renewed = Some(t(55));
+        assert_eq!(
+            f.health(t(90), stale),
+            Health::NotReady {
+                since: t(55),
+                not_ready_since: t(50)
+            },
+            "a renewal after the transition moves the last sign of life"
+        );
+    }
+
+    #[test]
+    fn a_transition_time_in_the_future_is_clamped_to_now() {
+        let mut f = NodeFacts::ready("a", t(0));
+        f.readiness = Readiness::NotReady { since: t(500) };
+        assert_eq!(f.health(t(10), None).since(), Some(t(10)));
+    }
+}

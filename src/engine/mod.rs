@@ -1,0 +1,419 @@
+//! The remediation engine's decisions: pure, with an injected clock.
+//!
+//! The engine turns observations (node facts from the cluster, power readings,
+//! results of earlier actions) and the current time into [`Action`]s. It performs no
+//! I/O and reads no clock, so tests and randomized simulations can drive thousands of
+//! fault schedules through the real decision code in seconds.
+//!
+//! The one rule, as the engine applies it: a node's volumes are released only from an
+//! [`OffProof`]: `confirm_readings` consecutive Off readings, every one taken after the
+//! node's last sign of life (Ready transition or Lease renewal, whichever is later).
+//! Errors, transitional and unknown states, contradicting readings and newer signs of
+//! life all reset the proof. The executor re-checks leadership and re-reads the node
+//! before it acts on a `Release`.
+//!
+//! Layout: [`policy`] (settings), [`facts`] (what the cluster says), [`node`] (one
+//! node's state machine), [`action`] (effects and notices).
+
+pub mod action;
+pub mod facts;
+pub mod node;
+pub mod policy;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+pub use action::{Action, Notice, OffProof, Reason, Severity};
+pub use facts::{Exclusion, Health, NodeFacts, Readiness};
+pub use node::{Block, NodeState, Phase, PowerOffStatus, PowerOnStatus};
+pub use policy::{MaxUnhealthy, OnPoweredOn, Policy, ReleaseMode};
+
+use crate::power::{PowerError, PowerReading};
+use node::{Gates, Released, backoff};
+
+/// Poll interval for a machine that reads On (no proof being built).
+const ON_POLL: Duration = Duration::from_secs(5);
+
+/// All nodes' procedures and the cluster-wide gates.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    policy: Policy,
+    nodes: BTreeMap<String, NodeState>,
+    paused: bool,
+    storm: bool,
+    last_power_off: Option<SystemTime>,
+}
+
+impl Engine {
+    pub fn new(policy: Policy) -> Self {
+        Self {
+            policy,
+            nodes: BTreeMap::new(),
+            paused: false,
+            storm: false,
+            last_power_off: None,
+        }
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// One node's state, for `explain`, metrics and tests.
+    pub fn node(&self, name: &str) -> Option<&NodeState> {
+        self.nodes.get(name)
+    }
+
+    pub fn nodes(&self) -> impl Iterator<Item = &NodeState> {
+        self.nodes.values()
+    }
+
+    pub fn storm_active(&self) -> bool {
+        self.storm
+    }
+
+    pub fn paused(&self) -> bool {
+        self.paused
+    }
+
+    /// A node was added or changed.
+    pub fn observe(&mut self, facts: NodeFacts, now: SystemTime) -> Vec<Action> {
+        let name = facts.name.clone();
+        match self.nodes.get_mut(&name) {
+            Some(state) => state.facts = facts,
+            None => {
+                self.nodes.insert(name.clone(), NodeState::new(facts));
+            }
+        }
+        self.reevaluate(Some(&name), now)
+    }
+
+    /// A Node object was deleted. In delete-node mode that is our own release: the
+    /// node re-registers as a fresh healthy node when its machine comes back.
+    pub fn node_deleted(&mut self, name: &str, now: SystemTime) -> Vec<Action> {
+        let mut out = Vec::new();
+        if let Some(state) = self.nodes.remove(name)
+            && let Phase::Incident(inc) = &state.phase
+            && !inc.releasing
+        {
+            out.push(Notice::warning(
+                name,
+                Reason::Recovered,
+                "the Node object was deleted by someone else; procedure dropped",
+            ));
+        }
+        out.extend(self.reevaluate(None, now));
+        out
+    }
+
+    /// The answer to a [`Action::QueryPower`].
+    pub fn power_read(
+        &mut self,
+        name: &str,
+        result: Result<PowerReading, PowerError>,
+        now: SystemTime,
+    ) -> Vec<Action> {
+        let confirm_interval = self.policy.confirm_interval;
+        let mut out = Vec::new();
+        let Some(state) = self.nodes.get_mut(name) else {
+            return out;
+        };
+        state.queries.in_flight = false;
+        if let Phase::Incident(inc) = &mut state.phase {
+            match result {
+                Ok(reading) => {
+                    state.queries.failures = 0;
+                    if reading.state.is_off() {
+                        if reading.at > inc.since {
+                            inc.off_readings.push(reading.at);
+                        }
+                        state.queries.next_at = Some(now + confirm_interval);
+                    } else {
+                        if !inc.off_readings.is_empty() {
+                            out.push(Notice::warning(name, Reason::ContradictingPowerReadings, format!(
+                                "the machine read Off {} time(s), then {}: the proof starts over",
+                                inc.off_readings.len(),
+                                reading.state
+                            )));
+                        }
+                        inc.off_readings.clear();
+                        let recently_commanded = matches!(
+                            inc.power_off,
+                            PowerOffStatus::Sent { .. } | PowerOffStatus::InFlight { .. }
+                        );
+                        let poll = if recently_commanded {
+                            confirm_interval
+                        } else {
+                            ON_POLL.max(confirm_interval)
+                        };
+                        state.queries.next_at = Some(now + poll);
+                    }
+                    inc.last_state = Some((reading.at, reading.state));
+                    if matches!(inc.block, Some(Block::QueryFailing(_))) {
+                        inc.block = None;
+                    }
+                }
+                Err(error) => {
+                    inc.off_readings.clear();
+                    state.queries.failures += 1;
+                    state.queries.next_at =
+                        Some(now + backoff(&self.policy, state.queries.failures));
+                    let block = Block::QueryFailing(error.to_string());
+                    if inc
+                        .block
+                        .as_ref()
+                        .is_none_or(|b| !matches!(b, Block::QueryFailing(_)))
+                    {
+                        out.push(Notice::warning(
+                            name,
+                            Reason::PowerQueryFailed,
+                            block.describe(),
+                        ));
+                    }
+                    inc.block = Some(block);
+                    inc.last_error = Some((now, error));
+                }
+            }
+        }
+        out.extend(self.reevaluate(Some(name), now));
+        out
+    }
+
+    /// The answer to a [`Action::PowerOff`].
+    pub fn power_off_done(
+        &mut self,
+        name: &str,
+        result: Result<(), PowerError>,
+        now: SystemTime,
+    ) -> Vec<Action> {
+        let mut out = Vec::new();
+        if let Some(state) = self.nodes.get_mut(name)
+            && let Phase::Incident(inc) = &mut state.phase
+            && let PowerOffStatus::InFlight { attempt } = inc.power_off
+        {
+            match result {
+                Ok(()) => {
+                    inc.power_off = PowerOffStatus::Sent { at: now, attempt };
+                    inc.off_readings.clear();
+                }
+                Err(e) => {
+                    inc.power_off = PowerOffStatus::Failed { at: now, attempt };
+                    out.push(Notice::warning(
+                        name,
+                        Reason::PowerOffFailed,
+                        format!("power-off command failed: {e}"),
+                    ));
+                }
+            }
+            state.queries.next_at = Some(now);
+        }
+        out.extend(self.reevaluate(Some(name), now));
+        out
+    }
+
+    /// The answer to a [`Action::PowerOn`].
+    pub fn power_on_done(
+        &mut self,
+        name: &str,
+        result: Result<(), PowerError>,
+        now: SystemTime,
+    ) -> Vec<Action> {
+        let mut out = Vec::new();
+        if let Some(state) = self.nodes.get_mut(name)
+            && let Phase::Released(rel) = &mut state.phase
+        {
+            rel.power_on = match result {
+                Ok(()) => PowerOnStatus::Done,
+                Err(e) => {
+                    out.push(Notice::warning(
+                        name,
+                        Reason::PowerOffFailed,
+                        format!("power-on command failed: {e}"),
+                    ));
+                    PowerOnStatus::Failed
+                }
+            };
+        }
+        out.extend(self.reevaluate(Some(name), now));
+        out
+    }
+
+    /// The answer to a [`Action::Release`]. `Err` carries the executor's reason (it
+    /// refused, or the API call failed); the proof is kept and re-checked.
+    pub fn release_done(
+        &mut self,
+        name: &str,
+        result: Result<(), String>,
+        now: SystemTime,
+    ) -> Vec<Action> {
+        let mut out = Vec::new();
+        let power_on = if self.policy.power_on_after_fence {
+            PowerOnStatus::Pending
+        } else {
+            PowerOnStatus::NotWanted
+        };
+        if let Some(state) = self.nodes.get_mut(name)
+            && let Phase::Incident(inc) = &mut state.phase
+            && inc.releasing
+        {
+            match result {
+                Ok(()) => {
+                    out.push(Notice::normal(name, Reason::Released, match self.policy.release {
+                        ReleaseMode::OutOfServiceTaint => "out-of-service taint added: Kubernetes now force-deletes the node's pods and detaches its volumes",
+                        ReleaseMode::DeleteNode => "Node object deleted: its pods and volumes are released",
+                    }));
+                    state.phase = Phase::Released(Released {
+                        at: now,
+                        ready_since: None,
+                        removing_taint: false,
+                        power_on,
+                    });
+                    state.queries = Default::default();
+                }
+                Err(reason) => {
+                    inc.releasing = false;
+                    inc.off_readings.clear();
+                    state.queries.next_at = Some(now + self.policy.confirm_interval);
+                    out.push(Notice::warning(
+                        name,
+                        Reason::ReleaseFailed,
+                        format!("release not done: {reason}; the proof starts over"),
+                    ));
+                }
+            }
+        }
+        out.extend(self.reevaluate(Some(name), now));
+        out
+    }
+
+    /// The answer to a [`Action::RemoveTaint`].
+    pub fn taint_removed(
+        &mut self,
+        name: &str,
+        result: Result<(), String>,
+        now: SystemTime,
+    ) -> Vec<Action> {
+        let mut out = Vec::new();
+        if let Some(state) = self.nodes.get_mut(name)
+            && let Phase::Released(rel) = &mut state.phase
+        {
+            match result {
+                Ok(()) => {
+                    out.push(Notice::normal(
+                        name,
+                        Reason::TaintRemoved,
+                        "node is Ready again: out-of-service taint removed",
+                    ));
+                    state.phase = Phase::Healthy;
+                    state.facts.our_taint = false;
+                }
+                Err(reason) => {
+                    rel.removing_taint = false;
+                    rel.ready_since = Some(now);
+                    out.push(Notice::warning(
+                        name,
+                        Reason::ReleaseFailed,
+                        format!("could not remove the out-of-service taint: {reason}"),
+                    ));
+                }
+            }
+        }
+        out.extend(self.reevaluate(Some(name), now));
+        out
+    }
+
+    /// Cluster-wide pause (planned maintenance): no power command and no release.
+    pub fn set_paused(&mut self, paused: bool, now: SystemTime) -> Vec<Action> {
+        self.paused = paused;
+        self.reevaluate(None, now)
+    }
+
+    /// Timers: re-decides every node.
+    pub fn tick(&mut self, now: SystemTime) -> Vec<Action> {
+        self.reevaluate(None, now)
+    }
+
+    /// When the engine next wants a `tick` without new observations.
+    pub fn next_deadline(&self) -> Option<SystemTime> {
+        self.nodes
+            .values()
+            .filter_map(|n| n.next_deadline(&self.policy))
+            .min()
+    }
+
+    /// Re-decides one node (or all), keeping the cluster-wide gates current.
+    fn reevaluate(&mut self, only: Option<&str>, now: SystemTime) -> Vec<Action> {
+        let mut out = self.update_storm(now);
+        let names: Vec<String> = match only {
+            Some(n) if self.nodes.contains_key(n) => vec![n.to_string()],
+            Some(_) => Vec::new(),
+            None => self.nodes.keys().cloned().collect(),
+        };
+        for name in names {
+            let gates = self.gates(now);
+            let Some(state) = self.nodes.get_mut(&name) else {
+                continue;
+            };
+            let actions = state.evaluate(&self.policy, gates, now);
+            if actions.iter().any(|a| matches!(a, Action::PowerOff { .. })) {
+                self.last_power_off = Some(now);
+            }
+            out.extend(actions);
+        }
+        out
+    }
+
+    fn gates(&self, now: SystemTime) -> Gates {
+        let in_flight = self
+            .nodes
+            .values()
+            .filter(|n| n.power_off_in_flight())
+            .count();
+        let spaced = self.last_power_off.is_none_or(|t| {
+            now.duration_since(t).unwrap_or_default() >= self.policy.min_power_off_interval
+        });
+        Gates {
+            paused: self.paused,
+            storm: self.storm,
+            power_off_slot: in_flight < self.policy.max_concurrent_fences && spaced,
+        }
+    }
+
+    fn update_storm(&mut self, now: SystemTime) -> Vec<Action> {
+        let total = self.nodes.len();
+        let unhealthy = self
+            .nodes
+            .values()
+            .filter(|n| n.facts.health(now, self.policy.lease_stale_after) != Health::Healthy)
+            .count();
+        let storm = self.policy.max_unhealthy.exceeded(unhealthy, total);
+        if storm == self.storm {
+            return Vec::new();
+        }
+        self.storm = storm;
+        let (severity, reason, message) = if storm {
+            (
+                Severity::Warning,
+                Reason::StormProtection,
+                format!(
+                    "{unhealthy} of {total} nodes are unhealthy at once: suspecting a partition on the control-plane side; no power-off commands until fewer are (machines confirmed Off may still be released)"
+                ),
+            )
+        } else {
+            (
+                Severity::Normal,
+                Reason::StormOver,
+                format!("{unhealthy} of {total} nodes unhealthy: storm protection lifted"),
+            )
+        };
+        vec![Action::Notify(Notice {
+            node: None,
+            severity,
+            reason,
+            message,
+        })]
+    }
+}

@@ -1,0 +1,524 @@
+//! One node's fencing procedure: a state machine driven by observations and time.
+//!
+//! `Healthy` → (unhealthy) → `Incident` → (N fresh Off readings) → release →
+//! `Released` → (Ready again for `recovered_after`) → our taint removed → `Healthy`.
+//! An incident whose node turns Ready before the release is dropped: nothing is
+//! released. While the machine reads On, the node is NotReady for `unhealthy_after`,
+//! and the gates allow it, the machine is powered off and the Off proof starts over.
+
+use std::time::{Duration, SystemTime};
+
+use super::action::{Action, Notice, OffProof, Reason};
+use super::facts::{Exclusion, Health, NodeFacts};
+use super::policy::{OnPoweredOn, Policy};
+use crate::power::{PowerError, PowerState};
+
+/// Cluster-wide conditions a node's decision depends on.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Gates {
+    pub paused: bool,
+    pub storm: bool,
+    /// Rate limits allow one more power-off now.
+    pub power_off_slot: bool,
+}
+
+/// Why nothing (more) is happening for an unhealthy node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Block {
+    Excluded(Exclusion),
+    Paused,
+    Storm,
+    /// The machine reads On; powering off waits until the node has been NotReady for
+    /// `unhealthy_after`.
+    OnUntil(SystemTime),
+    /// The machine reads On but only the Lease is stale: never powered off on that alone.
+    OnButOnlyLeaseStale,
+    /// `on_powered_on = "wait"`.
+    OnAndPolicyWaits,
+    PowerOffAttemptsExhausted(u32),
+    RateLimited,
+    /// The last reading was neither On nor Off.
+    Undetermined(PowerState),
+    /// Power queries fail.
+    QueryFailing(String),
+}
+
+impl Block {
+    pub fn describe(&self) -> String {
+        match self {
+            Block::Excluded(e) => format!("left alone: {}", e.as_str()),
+            Block::Paused => "fencing is paused cluster-wide".into(),
+            Block::Storm => {
+                "storm protection: too many nodes unhealthy at once; no power-off commands".into()
+            }
+            Block::OnUntil(t) => format!(
+                "the machine is On; it will be powered off at {} unless the node recovers",
+                humantime::format_rfc3339_seconds(*t)
+            ),
+            Block::OnButOnlyLeaseStale => {
+                "the machine is On and only its Lease is stale: waiting for NotReady".into()
+            }
+            Block::OnAndPolicyWaits => {
+                "the machine is On and on_powered_on = \"wait\": a person must decide".into()
+            }
+            Block::PowerOffAttemptsExhausted(n) => {
+                format!("{n} power-off commands did not turn the machine off; waiting for a person")
+            }
+            Block::RateLimited => {
+                "waiting for a power-off slot (max_concurrent_fences / min_power_off_interval)"
+                    .into()
+            }
+            Block::Undetermined(s) => {
+                format!("the power state is {s}: neither On nor Off; nothing is released")
+            }
+            Block::QueryFailing(e) => {
+                format!("the power state cannot be read ({e}); nothing is released")
+            }
+        }
+    }
+
+    fn is_warning(&self) -> bool {
+        !matches!(
+            self,
+            Block::OnUntil(_) | Block::RateLimited | Block::OnButOnlyLeaseStale
+        )
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PowerOffStatus {
+    NotSent,
+    InFlight { attempt: u32 },
+    Sent { at: SystemTime, attempt: u32 },
+    Failed { at: SystemTime, attempt: u32 },
+}
+
+impl PowerOffStatus {
+    fn attempts(self) -> u32 {
+        match self {
+            PowerOffStatus::NotSent => 0,
+            PowerOffStatus::InFlight { attempt }
+            | PowerOffStatus::Sent { attempt, .. }
+            | PowerOffStatus::Failed { attempt, .. } => attempt,
+        }
+    }
+}
+
+/// An unhealthy node being handled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Incident {
+    /// The node's last sign of life: only Off readings newer than this count.
+    pub since: SystemTime,
+    pub started: SystemTime,
+    /// Consecutive Off readings newer than `since`.
+    pub off_readings: Vec<SystemTime>,
+    pub last_state: Option<(SystemTime, PowerState)>,
+    pub last_error: Option<(SystemTime, PowerError)>,
+    pub power_off: PowerOffStatus,
+    pub releasing: bool,
+    pub block: Option<Block>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PowerOnStatus {
+    NotWanted,
+    Pending,
+    InFlight,
+    Done,
+    Failed,
+}
+
+/// A node whose volumes were released.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Released {
+    pub at: SystemTime,
+    pub ready_since: Option<SystemTime>,
+    pub removing_taint: bool,
+    pub power_on: PowerOnStatus,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Phase {
+    Healthy,
+    Incident(Box<Incident>),
+    Released(Released),
+}
+
+/// Power-query scheduling for one node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Queries {
+    pub in_flight: bool,
+    pub next_at: Option<SystemTime>,
+    pub failures: u32,
+}
+
+/// Everything the engine knows about one node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeState {
+    pub facts: NodeFacts,
+    pub phase: Phase,
+    pub queries: Queries,
+    /// An excluded unhealthy node was announced once.
+    excluded_noted: Option<Exclusion>,
+}
+
+impl NodeState {
+    pub fn new(facts: NodeFacts) -> Self {
+        Self {
+            facts,
+            phase: Phase::Healthy,
+            queries: Queries::default(),
+            excluded_noted: None,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.facts.name
+    }
+
+    pub fn exclusion(&self, policy: &Policy) -> Option<Exclusion> {
+        let f = &self.facts;
+        if !f.in_inventory {
+            Some(Exclusion::NotInInventory)
+        } else if f.opted_out {
+            Some(Exclusion::OptedOut)
+        } else if f.control_plane && !policy.fence_control_plane {
+            Some(Exclusion::ControlPlane)
+        } else if f.cordoned && policy.skip_cordoned {
+            Some(Exclusion::Cordoned)
+        } else {
+            None
+        }
+    }
+
+    /// True while a power-off command for this node is in flight.
+    pub fn power_off_in_flight(&self) -> bool {
+        matches!(&self.phase, Phase::Incident(i) if matches!(i.power_off, PowerOffStatus::InFlight { .. }))
+    }
+
+    /// Re-decides this node. Returns the actions to take now.
+    pub(crate) fn evaluate(
+        &mut self,
+        policy: &Policy,
+        gates: Gates,
+        now: SystemTime,
+    ) -> Vec<Action> {
+        let health = self.facts.health(now, policy.lease_stale_after);
+        let exclusion = self.exclusion(policy);
+        let name = self.facts.name.clone();
+        let mut out = Vec::new();
+        match &mut self.phase {
+            Phase::Healthy => {
+                let Some(since) = health.since() else {
+                    self.excluded_noted = None;
+                    return out;
+                };
+                if let Some(excl) = exclusion {
+                    if self.excluded_noted != Some(excl) {
+                        self.excluded_noted = Some(excl);
+                        out.push(Notice::normal(
+                            &name,
+                            Reason::NodeIgnored,
+                            format!(
+                                "node is unhealthy but {}; nodefence does nothing for it",
+                                excl.as_str()
+                            ),
+                        ));
+                    }
+                    return out;
+                }
+                let (reason, what) = match health {
+                    Health::LeaseStale { .. } => (
+                        Reason::NodeSuspect,
+                        "its kubelet stopped renewing its Lease",
+                    ),
+                    _ => (Reason::NodeUnhealthy, "it is NotReady"),
+                };
+                out.push(Notice::warning(&name, reason, format!(
+                    "{what} (last sign of life {}); checking the machine's power through its out-of-band controller",
+                    humantime::format_rfc3339_seconds(since)
+                )));
+                self.phase = Phase::Incident(Box::new(Incident {
+                    since,
+                    started: now,
+                    off_readings: Vec::new(),
+                    last_state: None,
+                    last_error: None,
+                    power_off: PowerOffStatus::NotSent,
+                    releasing: false,
+                    block: None,
+                }));
+                self.queries = Queries {
+                    in_flight: self.queries.in_flight,
+                    next_at: Some(now),
+                    failures: 0,
+                };
+                out.extend(self.evaluate(policy, gates, now));
+            }
+            Phase::Incident(inc) => {
+                let Some(since) = health.since() else {
+                    if inc.releasing {
+                        // The executor re-reads the node and refuses a Ready one; wait for its answer.
+                        return out;
+                    }
+                    let sent = inc.power_off.attempts();
+                    out.push(Notice::normal(&name, Reason::RecoveredBeforeRelease, if sent > 0 {
+                        format!("node is Ready again after {sent} power-off command(s); nothing was released")
+                    } else {
+                        "node is Ready again; nothing was released".to_string()
+                    }));
+                    self.phase = Phase::Healthy;
+                    self.queries.next_at = None;
+                    return out;
+                };
+                if since > inc.since {
+                    // A newer sign of life: older Off readings prove nothing any more.
+                    inc.since = since;
+                    inc.off_readings.retain(|t| *t > since);
+                }
+                if let Some(excl) = exclusion {
+                    if !inc.releasing {
+                        set_block(inc, Block::Excluded(excl), &name, &mut out);
+                        return out;
+                    }
+                }
+                decide_incident(inc, &name, health, policy, gates, now, &mut out);
+                if !inc.releasing && inc.off_readings.len() < policy.confirm_readings as usize {
+                    schedule_query(&mut self.queries, &name, now, &mut out);
+                }
+            }
+            Phase::Released(rel) => {
+                if health == Health::Healthy {
+                    let ready_since = *rel.ready_since.get_or_insert(now);
+                    let settled = now.duration_since(ready_since).unwrap_or_default()
+                        >= policy.recovered_after;
+                    if settled && !rel.removing_taint {
+                        if self.facts.our_taint {
+                            rel.removing_taint = true;
+                            out.push(Action::RemoveTaint { node: name.clone() });
+                        } else {
+                            out.push(Notice::normal(
+                                &name,
+                                Reason::Recovered,
+                                "node is Ready again; fencing procedure closed",
+                            ));
+                            self.phase = Phase::Healthy;
+                        }
+                    }
+                } else {
+                    rel.ready_since = None;
+                }
+                if let Phase::Released(rel) = &mut self.phase
+                    && rel.power_on == PowerOnStatus::Pending
+                    && !gates.paused
+                {
+                    rel.power_on = PowerOnStatus::InFlight;
+                    out.push(Notice::normal(
+                        &name,
+                        Reason::PoweringOn,
+                        "release done; powering the machine back on",
+                    ));
+                    out.push(Action::PowerOn { node: name.clone() });
+                }
+            }
+        }
+        out
+    }
+
+    /// Earliest time this node wants to be re-evaluated without a new observation.
+    pub fn next_deadline(&self, policy: &Policy) -> Option<SystemTime> {
+        let mut t = self.queries.next_at.filter(|_| !self.queries.in_flight);
+        let mut consider = |x: Option<SystemTime>| {
+            if let Some(x) = x {
+                t = Some(t.map_or(x, |t| t.min(x)));
+            }
+        };
+        match &self.phase {
+            Phase::Healthy => {
+                if let (Some(after), Some(renewed)) =
+                    (policy.lease_stale_after, self.facts.lease_renewed)
+                {
+                    consider(Some(renewed + after));
+                }
+            }
+            Phase::Incident(inc) => {
+                if let Some(Block::OnUntil(at)) = &inc.block {
+                    consider(Some(*at));
+                }
+                if let PowerOffStatus::Sent { at, .. } | PowerOffStatus::Failed { at, .. } =
+                    inc.power_off
+                {
+                    consider(Some(at + policy.power_off_retry_after));
+                }
+            }
+            Phase::Released(rel) => consider(rel.ready_since.map(|r| r + policy.recovered_after)),
+        }
+        t
+    }
+}
+
+fn set_block(inc: &mut Incident, block: Block, name: &str, out: &mut Vec<Action>) {
+    if inc.block.as_ref() != Some(&block) {
+        if block.is_warning() {
+            out.push(Notice::warning(name, Reason::Blocked, block.describe()));
+        } else if matches!(block, Block::OnUntil(_)) {
+            out.push(Notice::warning(
+                name,
+                Reason::MachineStillOn,
+                block.describe(),
+            ));
+        }
+        inc.block = Some(block);
+    }
+}
+
+fn schedule_query(q: &mut Queries, _name: &str, now: SystemTime, out: &mut Vec<Action>) {
+    if q.in_flight {
+        return;
+    }
+    if q.next_at.is_none_or(|t| t <= now) {
+        q.in_flight = true;
+        q.next_at = None;
+        out.push(Action::QueryPower {
+            node: _name.to_string(),
+        });
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn decide_incident(
+    inc: &mut Incident,
+    name: &str,
+    health: Health,
+    policy: &Policy,
+    gates: Gates,
+    now: SystemTime,
+    out: &mut Vec<Action>,
+) {
+    if inc.releasing {
+        return;
+    }
+    let proven = inc.off_readings.len() >= policy.confirm_readings.max(1) as usize
+        && inc.off_readings.iter().all(|t| *t > inc.since);
+    if proven {
+        if gates.paused {
+            set_block(inc, Block::Paused, name, out);
+            return;
+        }
+        let due = match health {
+            Health::NotReady {
+                not_ready_since, ..
+            } => {
+                now.duration_since(not_ready_since).unwrap_or_default() >= policy.release_off_after
+            }
+            Health::LeaseStale { .. } => policy.lease_stale_after.is_some(),
+            Health::Healthy => false,
+        };
+        if !due {
+            return;
+        }
+        inc.releasing = true;
+        inc.block = None;
+        let mode = match policy.release {
+            super::policy::ReleaseMode::OutOfServiceTaint => "adding the out-of-service taint",
+            super::policy::ReleaseMode::DeleteNode => "deleting the Node object",
+        };
+        out.push(Notice::normal(name, Reason::ConfirmedOff, format!(
+            "the machine is confirmed Off ({} consecutive readings since its last sign of life); {mode}",
+            inc.off_readings.len()
+        )));
+        out.push(Action::Release {
+            node: name.to_string(),
+            mode: policy.release,
+            delete_volume_attachments: policy.delete_volume_attachments,
+            proof: OffProof {
+                last_sign_of_life: inc.since,
+                readings: inc.off_readings.clone(),
+            },
+        });
+        return;
+    }
+    let Some((read_at, state)) = inc.last_state.clone() else {
+        return;
+    };
+    if read_at <= inc.since || inc.last_error.as_ref().is_some_and(|(t, _)| *t > read_at) {
+        return;
+    }
+    match state {
+        PowerState::Off => {}
+        PowerState::On | PowerState::Paused => {
+            consider_power_off(inc, name, health, policy, gates, now, out)
+        }
+        other => set_block(inc, Block::Undetermined(other), name, out),
+    }
+}
+
+fn consider_power_off(
+    inc: &mut Incident,
+    name: &str,
+    health: Health,
+    policy: &Policy,
+    gates: Gates,
+    now: SystemTime,
+    out: &mut Vec<Action>,
+) {
+    let Health::NotReady {
+        not_ready_since, ..
+    } = health
+    else {
+        set_block(inc, Block::OnButOnlyLeaseStale, name, out);
+        return;
+    };
+    let at = not_ready_since + policy.unhealthy_after;
+    if now < at {
+        set_block(inc, Block::OnUntil(at), name, out);
+        return;
+    }
+    if policy.on_powered_on == OnPoweredOn::Wait {
+        set_block(inc, Block::OnAndPolicyWaits, name, out);
+        return;
+    }
+    if gates.paused {
+        set_block(inc, Block::Paused, name, out);
+        return;
+    }
+    if gates.storm {
+        set_block(inc, Block::Storm, name, out);
+        return;
+    }
+    let attempt = match inc.power_off {
+        PowerOffStatus::InFlight { .. } => return,
+        PowerOffStatus::NotSent => 1,
+        PowerOffStatus::Sent { at, attempt } | PowerOffStatus::Failed { at, attempt } => {
+            if now.duration_since(at).unwrap_or_default() < policy.power_off_retry_after {
+                return;
+            }
+            if attempt >= policy.max_power_off_attempts {
+                set_block(inc, Block::PowerOffAttemptsExhausted(attempt), name, out);
+                return;
+            }
+            attempt + 1
+        }
+    };
+    if !gates.power_off_slot {
+        set_block(inc, Block::RateLimited, name, out);
+        return;
+    }
+    inc.power_off = PowerOffStatus::InFlight { attempt };
+    inc.block = None;
+    out.push(Notice::warning(name, Reason::PoweringOff, format!(
+        "the machine is still On and the node has been NotReady since {}: forcing power off (attempt {attempt})",
+        humantime::format_rfc3339_seconds(not_ready_since)
+    )));
+    out.push(Action::PowerOff {
+        node: name.to_string(),
+        attempt,
+    });
+}
+
+/// Delay before the next power query after `failures` consecutive failures.
+pub(crate) fn backoff(policy: &Policy, failures: u32) -> Duration {
+    let base = policy.confirm_interval.max(Duration::from_millis(100));
+    let factor = 1u32 << failures.min(16);
+    (base * factor).min(policy.max_query_backoff)
+}

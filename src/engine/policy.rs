@@ -1,0 +1,134 @@
+//! Fencing policy: when to power a machine off, when to release, how to recover.
+//!
+//! Two clocks guard different risks. A machine confirmed Off cannot write, so its
+//! node is released as soon as it is unhealthy (`release_off_after`, default 0 s):
+//! waiting only delays recovery. Powering off a machine that is still On is the risky
+//! act (the node may only be partitioned from the control plane), so it waits for
+//! `unhealthy_after` and is subject to storm protection and rate limits.
+
+use std::time::Duration;
+
+/// What to do when the BMC says the machine of an unreachable node is On.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnPoweredOn {
+    /// Fence: ForceOff, then confirm Off, then release.
+    PowerOff,
+    /// Only alert and keep checking; a person decides.
+    Wait,
+}
+
+/// How a confirmed-off node's volumes are released.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseMode {
+    /// `node.kubernetes.io/out-of-service=nodeshutdown:NoExecute` (non-graceful node
+    /// shutdown): the control plane force-deletes pods and detaches volumes.
+    OutOfServiceTaint,
+    /// Delete the Node object (and, when asked, its VolumeAttachments).
+    DeleteNode,
+}
+
+/// Upper bound of nodes unhealthy at once before storm protection engages.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MaxUnhealthy {
+    Count(usize),
+    Percent(f64),
+}
+
+impl MaxUnhealthy {
+    /// True when `unhealthy` of `total` nodes exceeds the bound. One unhealthy node is
+    /// never a storm: a single failure says nothing about a partition, and small
+    /// clusters would otherwise never fence at all.
+    pub fn exceeded(self, unhealthy: usize, total: usize) -> bool {
+        if unhealthy < 2 {
+            return false;
+        }
+        match self {
+            MaxUnhealthy::Count(n) => unhealthy > n,
+            MaxUnhealthy::Percent(p) => total > 0 && (unhealthy as f64) * 100.0 > p * total as f64,
+        }
+    }
+}
+
+/// The whole policy. Defaults are the documented ones.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    /// Release a node confirmed Off once it has been NotReady this long.
+    pub release_off_after: Duration,
+    /// Power off a machine still On only after its node has been NotReady this long.
+    pub unhealthy_after: Duration,
+    pub on_powered_on: OnPoweredOn,
+    pub release: ReleaseMode,
+    /// With `DeleteNode`: also delete the node's VolumeAttachments.
+    pub delete_volume_attachments: bool,
+    /// Consecutive Off readings (all newer than the node's last sign of life) that
+    /// prove the machine is off.
+    pub confirm_readings: u32,
+    /// Pause between readings while building that proof.
+    pub confirm_interval: Duration,
+    /// A node whose kubelet Lease has not been renewed for this long is suspect: its
+    /// power is checked, and a confirmed-Off machine is released before NotReady.
+    /// `None` disables the Lease fast path.
+    pub lease_stale_after: Option<Duration>,
+    /// Re-send ForceOff if the machine still reads On this long after the last one.
+    pub power_off_retry_after: Duration,
+    /// Give up powering off after this many commands (then alert and wait).
+    pub max_power_off_attempts: u32,
+    /// Backoff between failed power queries: starts at `confirm_interval`, doubles, capped here.
+    pub max_query_backoff: Duration,
+    pub max_unhealthy: MaxUnhealthy,
+    /// Power-offs in flight at once.
+    pub max_concurrent_fences: usize,
+    /// Minimum time between two power-off commands (any nodes).
+    pub min_power_off_interval: Duration,
+    pub fence_control_plane: bool,
+    /// Skip cordoned (unschedulable) nodes.
+    pub skip_cordoned: bool,
+    /// Power the machine back on once its release is done (reboot-style remediation).
+    pub power_on_after_fence: bool,
+    /// Remove our taint once the node has been Ready again this long.
+    pub recovered_after: Duration,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            release_off_after: Duration::ZERO,
+            unhealthy_after: Duration::from_secs(60),
+            on_powered_on: OnPoweredOn::PowerOff,
+            release: ReleaseMode::OutOfServiceTaint,
+            delete_volume_attachments: false,
+            confirm_readings: 3,
+            confirm_interval: Duration::from_secs(1),
+            lease_stale_after: Some(Duration::from_secs(25)),
+            power_off_retry_after: Duration::from_secs(60),
+            max_power_off_attempts: 3,
+            max_query_backoff: Duration::from_secs(60),
+            max_unhealthy: MaxUnhealthy::Percent(40.0),
+            max_concurrent_fences: 2,
+            min_power_off_interval: Duration::from_secs(10),
+            fence_control_plane: false,
+            skip_cordoned: false,
+            power_on_after_fence: false,
+            recovered_after: Duration::from_secs(30),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storm_bounds() {
+        assert!(!MaxUnhealthy::Count(2).exceeded(2, 10));
+        assert!(MaxUnhealthy::Count(2).exceeded(3, 10));
+        assert!(!MaxUnhealthy::Percent(40.0).exceeded(4, 10));
+        assert!(MaxUnhealthy::Percent(40.0).exceeded(5, 10));
+        assert!(!MaxUnhealthy::Percent(40.0).exceeded(0, 0));
+        assert!(
+            !MaxUnhealthy::Percent(40.0).exceeded(1, 2),
+            "one failure is never a storm"
+        );
+        assert!(MaxUnhealthy::Percent(40.0).exceeded(2, 3));
+    }
+}
