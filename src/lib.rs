@@ -11,6 +11,7 @@
 //! - [`tls`]: the single rustls crypto provider of the process.
 
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod engine;
 pub mod power;

@@ -45,6 +45,8 @@ fn assert_resolved_values(config: &Config) {
     assert_eq!(power.confirm.timeout, Duration::from_secs(120));
     assert_eq!(power.max_concurrent_requests, 16);
     assert!(!config.agent.security.allow_inline_passwords);
+    // The example's [policy] spells out every default: it must stay true to the code.
+    assert_eq!(config.agent.policy, nodefence::engine::Policy::default());
     assert!(config.inventory_path.is_absolute());
     assert!(config.inventory_path.ends_with("config/inventory.toml"));
 

@@ -11,9 +11,10 @@ use super::diagnostic::{Diagnostics, Source, Span, Subject};
 use super::fields::{Entry, Problem, Val, unknown_key};
 use super::model::{PowerSettings, SecuritySettings};
 use super::paths::{BaseDir, FilePath};
+use crate::engine::Policy;
 use crate::power::confirm::ConfirmPolicy;
 
-const TOP_KEYS: &[&str] = &["inventory", "power", "security"];
+const TOP_KEYS: &[&str] = &["inventory", "power", "policy", "security"];
 const POWER_KEYS: &[&str] = &[
     "confirm_readings",
     "confirm_interval",
@@ -31,6 +32,7 @@ pub(crate) struct AgentDraft {
     pub inventory: Option<(FilePath, Span)>,
     pub power: PowerSettings,
     pub security: SecuritySettings,
+    pub policy: Policy,
 }
 
 /// Reads the agent settings from the parsed `nodefence.toml`, reporting every problem.
@@ -47,6 +49,7 @@ pub(crate) fn parse(
             max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
         },
         security: SecuritySettings::default(),
+        policy: Policy::default(),
     };
     let mut report =
         |p: Problem| diags.error(src, Some(&p.span), &Subject::File, p.message, p.help);
@@ -61,6 +64,9 @@ pub(crate) fn parse(
             "security" => entry
                 .table()
                 .map(|t| security(&mut draft.security, t, &mut report)),
+            "policy" => entry
+                .table()
+                .map(|t| super::policy::parse(&mut draft.policy, t, &mut report)),
             other => Err(unknown_key(
                 other,
                 &entry.key,
@@ -85,6 +91,9 @@ pub(crate) fn parse(
             ),
         );
     }
+    // The engine proves "off" exactly as `nodefence fence` does.
+    draft.policy.confirm_readings = draft.power.confirm.readings;
+    draft.policy.confirm_interval = draft.power.confirm.interval;
     draft
 }
 

@@ -38,6 +38,7 @@ mod machines;
 pub mod model;
 mod node_name;
 mod paths;
+mod policy;
 mod resolve;
 mod targets;
 mod values;
@@ -124,6 +125,7 @@ pub fn load_with_env(
             inventory: inventory_path.abs.clone(),
             power: draft.power,
             security: draft.security,
+            policy: draft.policy,
         },
         inventory,
         config_path: config_file.abs,

@@ -37,6 +37,8 @@ pub struct AgentConfig {
     pub inventory: PathBuf,
     pub power: PowerSettings,
     pub security: SecuritySettings,
+    /// `[policy]`: when machines are powered off and nodes released (`nodefence run`).
+    pub policy: crate::engine::Policy,
 }
 
 /// `[power]` in `nodefence.toml`.

@@ -29,7 +29,7 @@ fn unknown_keys_are_rejected_in_every_section() {
     assert_eq!(metrics.line, Some(7));
     assert_eq!(
         metrics.help.as_deref(),
-        Some("allowed keys in nodefence.toml: inventory, power, security")
+        Some("allowed keys in nodefence.toml: inventory, power, policy, security")
     );
     assert!(errs.iter().all(|e| e.file.ends_with("nodefence.toml")));
 }

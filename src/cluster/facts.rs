@@ -1,0 +1,132 @@
+//! From Kubernetes objects to [`NodeFacts`]: which conditions, labels, annotations
+//! and taints mean what to nodefence.
+//!
+//! A Node without a Ready condition is not judged: the node lifecycle controller adds
+//! `Ready=Unknown` to nodes that never report, and nodefence waits for that.
+
+use std::time::SystemTime;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+
+use crate::engine::{NodeFacts, Readiness};
+
+/// The non-graceful node shutdown taint.
+pub const OUT_OF_SERVICE_TAINT: &str = "node.kubernetes.io/out-of-service";
+/// Its value when nodefence adds it (as in the Kubernetes documentation).
+pub const OUT_OF_SERVICE_VALUE: &str = "nodeshutdown";
+/// `nodefence.io/exclude: "true"` on a Node: nodefence never touches it. Nothing
+/// nodefence does ever removes or changes this annotation.
+pub const EXCLUDE_ANNOTATION: &str = "nodefence.io/exclude";
+/// Set by nodefence when it adds the out-of-service taint (RFC 3339 time); only a
+/// taint recorded here is ever removed by nodefence.
+pub const TAINTED_ANNOTATION: &str = "nodefence.io/out-of-service-added";
+/// Control-plane role labels (current and legacy).
+pub const CONTROL_PLANE_LABELS: &[&str] = &[
+    "node-role.kubernetes.io/control-plane",
+    "node-role.kubernetes.io/master",
+];
+
+/// The facts the engine needs about `node`.
+pub fn node_facts(node: &Node, lease: Option<&Lease>, in_inventory: bool) -> NodeFacts {
+    let meta = &node.metadata;
+    let labels = meta.labels.as_ref();
+    let annotations = meta.annotations.as_ref();
+    let spec = node.spec.as_ref();
+    let taints = spec.and_then(|s| s.taints.as_deref()).unwrap_or_default();
+    let has_taint = taints.iter().any(|t| t.key == OUT_OF_SERVICE_TAINT);
+    NodeFacts {
+        name: meta.name.clone().unwrap_or_default(),
+        readiness: readiness(node),
+        lease_renewed: lease
+            .and_then(|l| l.spec.as_ref())
+            .and_then(|s| s.renew_time.as_ref())
+            .map(|t| SystemTime::from(t.0)),
+        control_plane: labels.is_some_and(|l| CONTROL_PLANE_LABELS.iter().any(|k| l.contains_key(*k))),
+        opted_out: annotations
+            .and_then(|a| a.get(EXCLUDE_ANNOTATION))
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("true")),
+        cordoned: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+        in_inventory,
+        our_taint: has_taint && annotations.is_some_and(|a| a.contains_key(TAINTED_ANNOTATION)),
+    }
+}
+
+/// The Ready condition: True → Ready; False or Unknown → NotReady since its last
+/// transition; absent → Ready (not judged yet).
+pub fn readiness(node: &Node) -> Readiness {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
+    match ready {
+        Some(c) if c.status != "True" => Readiness::NotReady {
+            since: c
+                .last_transition_time
+                .as_ref()
+                .map(|t| SystemTime::from(t.0))
+                .or_else(|| node.metadata.creation_timestamp.as_ref().map(|t| SystemTime::from(t.0)))
+                .unwrap_or(SystemTime::UNIX_EPOCH),
+        },
+        _ => Readiness::Ready,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node(v: serde_json::Value) -> Node {
+        serde_json::from_value(v).expect("valid Node")
+    }
+
+    #[test]
+    fn ready_not_ready_and_unknown() {
+        let ready = node(json!({"metadata": {"name": "a"}, "status": {"conditions": [
+            {"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-22T10:00:00Z"}]}}));
+        assert_eq!(readiness(&ready), Readiness::Ready);
+        let unknown = node(json!({"metadata": {"name": "a"}, "status": {"conditions": [
+            {"type": "MemoryPressure", "status": "Unknown", "lastTransitionTime": "2026-11-22T09:00:00Z"},
+            {"type": "Ready", "status": "Unknown", "lastTransitionTime": "2026-11-22T10:00:00Z"}]}}));
+        let since = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_795_341_600);
+        assert_eq!(readiness(&unknown), Readiness::NotReady { since });
+        let never = node(json!({"metadata": {"name": "a"}}));
+        assert_eq!(readiness(&never), Readiness::Ready, "not judged before the controller does");
+    }
+
+    #[test]
+    fn labels_annotations_and_taints() {
+        let n = node(json!({
+            "metadata": {"name": "cp-1",
+                "labels": {"node-role.kubernetes.io/control-plane": ""},
+                "annotations": {"nodefence.io/exclude": "True", TAINTED_ANNOTATION: "2026-11-22T10:00:00Z"}},
+            "spec": {"unschedulable": true, "taints": [
+                {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"}]}
+        }));
+        let f = node_facts(&n, None, true);
+        assert_eq!(f.name, "cp-1");
+        assert!(f.control_plane && f.opted_out && f.cordoned && f.our_taint);
+        assert_eq!(f.lease_renewed, None);
+    }
+
+    #[test]
+    fn an_administrators_taint_is_not_ours() {
+        let n = node(json!({"metadata": {"name": "w"}, "spec": {"taints": [
+            {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"}]}}));
+        assert!(!node_facts(&n, None, true).our_taint);
+    }
+
+    #[test]
+    fn lease_renew_time_is_read() {
+        let lease: Lease = serde_json::from_value(json!({"metadata": {"name": "w", "namespace": "kube-node-lease"},
+            "spec": {"holderIdentity": "w", "renewTime": "2026-11-22T10:00:00.123456Z"}})).expect("lease");
+        let n = node(json!({"metadata": {"name": "w"}}));
+        let f = node_facts(&n, Some(&lease), true);
+        let renewed = f.lease_renewed.expect("renewTime");
+        let secs = renewed.duration_since(SystemTime::UNIX_EPOCH).expect("after epoch");
+        assert_eq!(secs.as_secs(), 1_795_341_600);
+        assert_eq!(secs.subsec_micros(), 123_456);
+    }
+}
