@@ -15,15 +15,20 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::SystemTime;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
+pub use super::meta::{metadata_mut, now_rfc3339, now_rfc3339_micros};
+use super::meta::{short_suffix, uid};
 use super::resources::ResourceType;
 
 /// How many past writes a watch can resume from.
 pub const DEFAULT_HISTORY: usize = 10_000;
+
+/// The objects of a type as they were at some version, the writes since (all
+/// types), and a receiver for later ones: see [`Store::subscribe_from_with_state`].
+pub type StateAndEvents = (Vec<Value>, Vec<StoreEvent>, broadcast::Receiver<StoreEvent>);
 
 /// What a write did, as a watch reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,6 +130,9 @@ struct Inner {
     resource_version: u64,
     objects: BTreeMap<Key, Value>,
     history: VecDeque<StoreEvent>,
+    /// The object before each write in `history` (same order; `None` for creates),
+    /// so a watch resuming from an old version can rebuild what matched back then.
+    history_prev: VecDeque<Option<Value>>,
     history_limit: usize,
     /// Versions at or below this are no longer in `history`.
     compacted: u64,
@@ -153,6 +161,7 @@ impl Store {
                 resource_version: 1,
                 objects: BTreeMap::new(),
                 history: VecDeque::new(),
+                history_prev: VecDeque::new(),
                 history_limit: history.max(1),
                 compacted: 1,
                 uid_counter: 0,
@@ -230,6 +239,59 @@ impl Store {
             .cloned()
             .collect();
         Ok((backlog, rx))
+    }
+
+    /// [`Store::subscribe_from`] plus the objects of `rt` (in `namespace`, or all) as
+    /// they were at `resource_version`, rebuilt by undoing the later writes. A watch
+    /// with a selector resuming from that version needs them to tell "stopped
+    /// matching" (sent as DELETED) from "never matched" (not sent), as the real
+    /// watch cache does with its previous objects.
+    pub fn subscribe_from_with_state(
+        &self,
+        rt: ResourceType,
+        namespace: Option<&str>,
+        resource_version: u64,
+    ) -> Result<StateAndEvents, StoreError> {
+        let inner = self.lock();
+        if resource_version < inner.compacted {
+            return Err(StoreError::Gone {
+                requested: resource_version,
+                oldest: inner.compacted,
+            });
+        }
+        let rx = self.events.subscribe();
+        let mut state: BTreeMap<Key, Value> = inner
+            .objects
+            .iter()
+            .filter(|((t, ns, _), _)| *t == rt && namespace.is_none_or(|n| n == ns))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut backlog = Vec::new();
+        for (e, prev) in inner.history.iter().zip(inner.history_prev.iter()).rev() {
+            if e.resource_version <= resource_version {
+                break;
+            }
+            backlog.push(e.clone());
+            if e.resource != rt {
+                continue;
+            }
+            let ns = e.namespace().unwrap_or_default();
+            if namespace.is_some_and(|n| n != ns) {
+                continue;
+            }
+            let name = e
+                .object
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let k = key(rt, Some(ns), name);
+            match prev {
+                Some(p) => state.insert(k, p.clone()),
+                None => state.remove(&k),
+            };
+        }
+        backlog.reverse();
+        Ok((state.into_values().collect(), backlog, rx))
     }
 
     /// Creates an object, filling server-side metadata. `metadata.name` or
@@ -390,6 +452,7 @@ impl Store {
         let Some(mut object) = inner.objects.remove(&k) else {
             return Err(not_found(rt, name));
         };
+        let prev = object.clone();
         inner.resource_version += 1;
         let rv = inner.resource_version;
         metadata_mut(&mut object).insert("resourceVersion".into(), Value::String(rv.to_string()));
@@ -402,6 +465,7 @@ impl Store {
                 event: EventType::Deleted,
                 object: object.clone(),
             },
+            Some(prev),
         );
         Ok(object)
     }
@@ -427,7 +491,7 @@ fn commit(
     inner.resource_version += 1;
     let rv = inner.resource_version;
     metadata_mut(&mut object).insert("resourceVersion".into(), Value::String(rv.to_string()));
-    inner.objects.insert(k, object.clone());
+    let prev = inner.objects.insert(k, object.clone());
     record(
         inner,
         events,
@@ -437,13 +501,21 @@ fn commit(
             event,
             object: object.clone(),
         },
+        prev,
     );
     object
 }
 
-fn record(inner: &mut Inner, events: &broadcast::Sender<StoreEvent>, e: StoreEvent) {
+fn record(
+    inner: &mut Inner,
+    events: &broadcast::Sender<StoreEvent>,
+    e: StoreEvent,
+    prev: Option<Value>,
+) {
     inner.history.push_back(e.clone());
+    inner.history_prev.push_back(prev);
     while inner.history.len() > inner.history_limit {
+        inner.history_prev.pop_front();
         if let Some(old) = inner.history.pop_front() {
             inner.compacted = old.resource_version;
         }
@@ -481,26 +553,6 @@ fn not_found(rt: ResourceType, name: &str) -> StoreError {
     StoreError::NotFound {
         kind,
         name: name.to_string(),
-    }
-}
-
-/// `metadata` as a mutable map, created if missing or not an object.
-pub fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
-    if !object.is_object() {
-        *object = Value::Object(Map::new());
-    }
-    let Value::Object(map) = object else {
-        unreachable!("made an object above")
-    };
-    let meta = map
-        .entry("metadata")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !meta.is_object() {
-        *meta = Value::Object(Map::new());
-    }
-    match meta {
-        Value::Object(m) => m,
-        _ => unreachable!("made an object above"),
     }
 }
 
@@ -543,154 +595,5 @@ fn carry_server_metadata(from: &Value, to: &mut Value) {
     }
 }
 
-/// RFC 3339 UTC with seconds, as `metav1.Time` is serialised.
-pub fn now_rfc3339() -> String {
-    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
-}
-
-/// RFC 3339 UTC with microseconds, as `metav1.MicroTime` is serialised.
-pub fn now_rfc3339_micros() -> String {
-    humantime::format_rfc3339_micros(SystemTime::now()).to_string()
-}
-
-fn uid() -> String {
-    uuid::Uuid::new_v4().to_string()
-}
-
-fn short_suffix(n: u64) -> String {
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let mut x = n.wrapping_mul(2_654_435_761) ^ 0x5bd1_e995;
-    (0..5)
-        .map(|_| {
-            let c = ALPHABET[(x % ALPHABET.len() as u64) as usize] as char;
-            x /= ALPHABET.len() as u64;
-            c
-        })
-        .collect()
-}
-
 #[cfg(test)]
-mod tests {
-    use super::super::resources::{LEASES, NODES, PODS};
-    use super::*;
-
-    fn node(name: &str) -> Value {
-        json!({"metadata": {"name": name}, "spec": {}})
-    }
-
-    #[test]
-    fn create_fills_metadata_and_versions_increase_across_types() {
-        let s = Store::default();
-        let a = s.create(NODES, None, node("a")).unwrap();
-        let p = s
-            .create(
-                PODS,
-                Some("default"),
-                json!({"metadata": {"generateName": "web-"}}),
-            )
-            .unwrap();
-        let rv = |v: &Value| {
-            v["metadata"]["resourceVersion"]
-                .as_str()
-                .unwrap()
-                .parse::<u64>()
-                .unwrap()
-        };
-        assert!(rv(&p) > rv(&a));
-        assert_eq!(a["kind"], "Node");
-        assert_eq!(a["apiVersion"], "v1");
-        assert!(a["metadata"]["uid"].as_str().is_some_and(|u| u.len() == 36));
-        assert!(p["metadata"]["name"].as_str().unwrap().starts_with("web-"));
-        assert_eq!(p["metadata"]["namespace"], "default");
-        assert_eq!(
-            s.create(NODES, None, node("a")).unwrap_err().code(),
-            409,
-            "AlreadyExists"
-        );
-    }
-
-    #[test]
-    fn stale_update_is_a_conflict_and_unconditional_update_wins() {
-        let s = Store::default();
-        let created = s
-            .create(
-                LEASES,
-                Some("kube-system"),
-                json!({"metadata": {"name": "l"}, "spec": {}}),
-            )
-            .unwrap();
-        let mut first = created.clone();
-        first["spec"]["holderIdentity"] = json!("a");
-        let updated = s.update(LEASES, Some("kube-system"), "l", first).unwrap();
-        let mut stale = created.clone();
-        stale["spec"]["holderIdentity"] = json!("b");
-        let err = s
-            .update(LEASES, Some("kube-system"), "l", stale.clone())
-            .unwrap_err();
-        assert_eq!(err.code(), 409);
-        assert_eq!(err.reason(), "Conflict");
-        stale["metadata"]
-            .as_object_mut()
-            .unwrap()
-            .remove("resourceVersion");
-        let won = s.update(LEASES, Some("kube-system"), "l", stale).unwrap();
-        assert_eq!(won["spec"]["holderIdentity"], "b");
-        assert_eq!(
-            won["metadata"]["uid"], updated["metadata"]["uid"],
-            "uid is kept"
-        );
-    }
-
-    #[test]
-    fn watch_resumes_from_history_and_old_versions_are_gone() {
-        let s = Store::new(3);
-        for n in ["a", "b", "c", "d", "e"] {
-            s.create(NODES, None, node(n)).unwrap();
-        }
-        let now = s.resource_version();
-        let (backlog, _rx) = s.subscribe_from(now - 2).unwrap();
-        assert_eq!(backlog.len(), 2);
-        let err = s.subscribe_from(1).unwrap_err();
-        assert_eq!(err.code(), 410);
-    }
-
-    #[tokio::test]
-    async fn list_and_subscribe_misses_nothing() {
-        let s = Store::default();
-        s.create(NODES, None, node("a")).unwrap();
-        let (items, rv, mut rx) = s.list_and_subscribe(NODES, None);
-        assert_eq!(items.len(), 1);
-        s.modify(NODES, None, "a", |o| {
-            o["spec"]["unschedulable"] = json!(true);
-            Ok(())
-        })
-        .unwrap();
-        let e = rx.recv().await.unwrap();
-        assert_eq!(e.event, EventType::Modified);
-        assert!(e.resource_version > rv);
-        s.delete(NODES, None, "a", None).unwrap();
-        let e = rx.recv().await.unwrap();
-        assert_eq!(e.event, EventType::Deleted);
-        assert_eq!(s.get(NODES, None, "a").unwrap_err().code(), 404);
-    }
-
-    #[test]
-    fn a_no_op_modify_is_not_a_write() {
-        let s = Store::default();
-        s.create(NODES, None, node("a")).unwrap();
-        let before = s.resource_version();
-        s.modify(NODES, None, "a", |_| Ok(())).unwrap();
-        assert_eq!(s.resource_version(), before);
-    }
-
-    #[test]
-    fn delete_precondition_is_checked() {
-        let s = Store::default();
-        s.create(NODES, None, node("a")).unwrap();
-        assert_eq!(
-            s.delete(NODES, None, "a", Some("1")).unwrap_err().code(),
-            409
-        );
-        assert!(s.delete(NODES, None, "a", None).is_ok());
-    }
-}
+mod tests;

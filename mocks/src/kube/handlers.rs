@@ -1,0 +1,452 @@
+//! The REST verbs on resources: get, list, watch, create, replace, patch, delete.
+//!
+//! Each handler reads the request the way the apiserver's generic registry does
+//! (query, negotiated representation, body), applies the per-type rules of
+//! [`super::strategy`] and [`super::deletion`] to the shared [`Store`], and answers
+//! with the object, a list, a Table, a watch stream or a `Status`.
+//!
+//! Refused: `dryRun` (400: fake-kube cannot evaluate a write without doing it)
+//! and server-side apply (415, see [`super::patch`]).
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::http::header::{ACCEPT, CONTENT_TYPE};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::deletion::{self, DeleteOptions, DeleteOutcome};
+use super::negotiate::{self, Representation};
+use super::patch::{self, PatchKind, Unsupported};
+use super::query::{Query, paginate};
+use super::resources::NAMESPACES;
+use super::routes::Target;
+use super::server::Shared;
+use super::status;
+use super::store::{Store, StoreError, metadata_mut};
+use super::strategy::{self, Part};
+use super::table;
+use super::watch::{self, WatchRequest};
+
+/// Largest request body accepted (the real server's limit is about 3 MiB).
+const MAX_BODY: usize = 3 * 1024 * 1024;
+
+fn query_of(target: &Target, request: &Request) -> Result<Query, StoreError> {
+    Query::parse(request.uri().query(), Some(target.rt))
+}
+
+fn header(request: &Request, name: axum::http::HeaderName) -> Option<String> {
+    request
+        .headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+async fn body_of(request: Request) -> Result<Bytes, Response> {
+    axum::body::to_bytes(request.into_body(), MAX_BODY)
+        .await
+        .map_err(|_| {
+            status::failure(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "RequestEntityTooLarge",
+                "the request body is too large or could not be read",
+            )
+        })
+}
+
+/// Reads a JSON object body of a create or replace.
+fn json_body(
+    target: &Target,
+    content_type: Option<&str>,
+    body: &[u8],
+) -> Result<Value, Box<Response>> {
+    let essence = content_type
+        .and_then(|c| c.split(';').next())
+        .map(|c| c.trim().to_ascii_lowercase());
+    if essence.as_deref().is_some_and(|c| c != "application/json") {
+        return Err(Box::new(status::unsupported_media_type(&format!(
+            "the body of the request was in an unknown format - accepted media types include: application/json (fake-kube serves JSON only; got {:?})",
+            content_type.unwrap_or_default()
+        ))));
+    }
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        Box::new(status::error(&StoreError::BadRequest(format!(
+            "couldn't get version/kind; json parse error: {e}"
+        ))))
+    })?;
+    if !value.is_object() {
+        return Err(Box::new(status::error(&StoreError::BadRequest(
+            "the body must be a JSON object".into(),
+        ))));
+    }
+    strategy::check_type_meta(target.rt, &value).map_err(|e| Box::new(status::error(&e)))?;
+    Ok(value)
+}
+
+fn refuse_dry_run(q: &Query) -> Result<(), StoreError> {
+    if q.dry_run {
+        return Err(StoreError::BadRequest(
+            "dryRun is not supported by fake-kube".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn respond(result: Result<Response, StoreError>) -> Response {
+    result.unwrap_or_else(|e| status::error(&e))
+}
+
+/// GET: one object, a list, or a watch.
+pub(crate) async fn get(shared: &Arc<Shared>, target: Target, request: Request) -> Response {
+    let q = match query_of(&target, &request) {
+        Ok(q) => q,
+        Err(e) => return status::error(&e),
+    };
+    let Some(repr) = negotiate::choose(header(&request, ACCEPT).as_deref(), false) else {
+        return status::not_acceptable();
+    };
+    if q.watch || target.legacy_watch {
+        let req = WatchRequest {
+            rt: target.rt,
+            namespace: target.namespace.clone(),
+            name: target.name.clone(),
+            query: q,
+            representation: repr,
+        };
+        return match watch::start(&shared.watch, req) {
+            Ok(body) => {
+                let mut r = (StatusCode::OK, body).into_response();
+                r.headers_mut().insert(
+                    CONTENT_TYPE,
+                    axum::http::HeaderValue::from_static(status::JSON),
+                );
+                r
+            }
+            Err(e) => status::error(&e),
+        };
+    }
+    let store = &shared.store;
+    let ns = target.namespace.as_deref();
+    let Some(name) = target.name.as_deref() else {
+        let (items, rv) = store.list(target.rt, ns);
+        return respond(paginate(target.rt, items, rv, &q).map(|page| {
+            let mut meta = json!({"resourceVersion": page.resource_version.to_string()});
+            if let Some(c) = &page.continue_token {
+                meta["continue"] = json!(c);
+            }
+            if let Some(n) = page.remaining_item_count {
+                meta["remainingItemCount"] = json!(n);
+            }
+            status::ok(&match repr {
+                Representation::Table(v) => table::table(
+                    target.rt,
+                    v,
+                    &page.items,
+                    meta,
+                    q.include_object.as_deref(),
+                    true,
+                ),
+                Representation::Metadata => json!({
+                    "kind": "PartialObjectMetadataList",
+                    "apiVersion": "meta.k8s.io/v1",
+                    "metadata": meta,
+                    "items": page.items.iter().map(table::partial_metadata).collect::<Vec<_>>(),
+                }),
+                _ => json!({
+                    "kind": target.rt.list_kind(),
+                    "apiVersion": target.rt.api_version(),
+                    "metadata": meta,
+                    "items": page.items,
+                }),
+            })
+        }));
+    };
+    respond(store.get(target.rt, ns, name).map(|o| {
+        status::ok(&match repr {
+            Representation::Table(v) => table::table(
+                target.rt,
+                v,
+                std::slice::from_ref(&o),
+                json!({"resourceVersion": o.pointer("/metadata/resourceVersion")}),
+                q.include_object.as_deref(),
+                true,
+            ),
+            Representation::Metadata => table::partial_metadata(&o),
+            _ => o,
+        })
+    }))
+}
+
+/// POST on a collection.
+pub(crate) async fn create(shared: &Arc<Shared>, target: Target, request: Request) -> Response {
+    if let Err(e) = query_of(&target, &request).and_then(|q| refuse_dry_run(&q)) {
+        return status::error(&e);
+    }
+    let content_type = header(&request, CONTENT_TYPE);
+    let body = match body_of(request).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let mut object = match json_body(&target, content_type.as_deref(), &body) {
+        Ok(v) => v,
+        Err(r) => return *r,
+    };
+    let store = &shared.store;
+    let ns = target.namespace.as_deref();
+    if let Some(ns) = ns
+        && let Err(e) = store.get(NAMESPACES, None, ns)
+    {
+        return status::error(&e);
+    }
+    if object
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .is_some_and(|rv| !rv.is_empty())
+    {
+        // What etcd3's store answers (a 500, which clients do hit).
+        return status::failure(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            "Internal error occurred: resourceVersion should not be set on objects to be created",
+        );
+    }
+    strategy::prepare_for_create(target.rt, &mut object);
+    if let Err(e) = strategy::validate_name(target.rt, &object) {
+        return status::error(&e);
+    }
+    respond(
+        store
+            .create(target.rt, ns, object)
+            .map(|o| status::created(&o)),
+    )
+}
+
+/// PUT on an object or its status.
+pub(crate) async fn replace(shared: &Arc<Shared>, target: Target, request: Request) -> Response {
+    if let Err(e) = query_of(&target, &request).and_then(|q| refuse_dry_run(&q)) {
+        return status::error(&e);
+    }
+    let content_type = header(&request, CONTENT_TYPE);
+    let body = match body_of(request).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let object = match json_body(&target, content_type.as_deref(), &body) {
+        Ok(v) => v,
+        Err(r) => return *r,
+    };
+    respond(write(&shared.store, &target, |_current| Ok(object.clone())))
+}
+
+/// PATCH on an object or its status.
+pub(crate) async fn patch(shared: &Arc<Shared>, target: Target, request: Request) -> Response {
+    if let Err(e) = query_of(&target, &request).and_then(|q| refuse_dry_run(&q)) {
+        return status::error(&e);
+    }
+    let kind = match PatchKind::from_content_type(header(&request, CONTENT_TYPE).as_deref()) {
+        Ok(k) => k,
+        Err(u @ (Unsupported::Apply | Unsupported::Unknown(_))) => {
+            return status::unsupported_media_type(&u.message());
+        }
+    };
+    let body = match body_of(request).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let patch_doc = match patch::parse_body(&body) {
+        Ok(p) => p,
+        Err(e) => return status::error(&e),
+    };
+    let rt = target.rt;
+    respond(write(&shared.store, &target, |current| {
+        patch::apply(rt, kind, current, &patch_doc)
+    }))
+}
+
+/// The common path of PUT and PATCH: `change` computes the client's version of the
+/// object from the stored one; the result is checked (name, namespace, and the
+/// `resourceVersion` and `uid` preconditions: 409), split by subresource, stored,
+/// and finalized if its deletion is complete.
+fn write<F>(store: &Store, target: &Target, change: F) -> Result<Response, StoreError>
+where
+    F: FnOnce(&Value) -> Result<Value, StoreError>,
+{
+    let Some(name) = target.name.as_deref() else {
+        return Err(StoreError::BadRequest("a name is required".into()));
+    };
+    let rt = target.rt;
+    let ns = target.namespace.as_deref();
+    let part = if target.subresource.is_some() {
+        Part::Status
+    } else {
+        Part::Main
+    };
+    let updated = store.modify(rt, ns, name, |current| {
+        let mut next = change(current)?;
+        if !next.is_object() {
+            return Err(StoreError::BadRequest(
+                "the result must be a JSON object".into(),
+            ));
+        }
+        let wanted = next
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .filter(|rv| !rv.is_empty());
+        let have = current
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str);
+        if let Some(wanted) = wanted
+            && Some(wanted) != have
+        {
+            return Err(StoreError::Conflict {
+                plural: rt.plural.to_owned(),
+                name: name.to_owned(),
+            });
+        }
+        // A uid in the body is a precondition too: it catches writes meant for an
+        // object that was deleted and re-created under the same name.
+        let body_uid = next
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .filter(|u| !u.is_empty());
+        if let Some(uid) = body_uid
+            && Some(uid) != current.pointer("/metadata/uid").and_then(Value::as_str)
+        {
+            return Err(StoreError::Conflict {
+                plural: rt.plural.to_owned(),
+                name: name.to_owned(),
+            });
+        }
+        if let Some(body_name) = next.pointer("/metadata/name").and_then(Value::as_str)
+            && body_name != name
+        {
+            return Err(StoreError::BadRequest(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        if let (Some(body_ns), Some(ns)) = (
+            next.pointer("/metadata/namespace").and_then(Value::as_str),
+            ns,
+        ) && body_ns != ns
+        {
+            return Err(StoreError::BadRequest(
+                "the namespace of the provided object does not match the namespace sent on the request".into(),
+            ));
+        }
+        strategy::check_type_meta(rt, &next)?;
+        strategy::prepare_for_update(rt, part, current, &mut next);
+        metadata_mut(&mut next).remove("resourceVersion");
+        *current = next;
+        Ok(())
+    })?;
+    deletion::finalize_if_done(store, rt, ns, name)?;
+    Ok(status::ok(&updated))
+}
+
+fn delete_options(q: &Query, body: &[u8]) -> Result<DeleteOptions, StoreError> {
+    let opts = if body.iter().any(|b| !b.is_ascii_whitespace()) {
+        serde_json::from_slice::<DeleteOptions>(body)
+            .map_err(|e| StoreError::BadRequest(format!("invalid DeleteOptions: {e}")))?
+    } else {
+        DeleteOptions {
+            grace_period_seconds: q.grace_period_seconds,
+            propagation_policy: q.propagation_policy.clone(),
+            ..DeleteOptions::default()
+        }
+    };
+    if q.dry_run || opts.dry_run.as_ref().is_some_and(|d| !d.is_empty()) {
+        return Err(StoreError::BadRequest(
+            "dryRun is not supported by fake-kube".into(),
+        ));
+    }
+    Ok(opts)
+}
+
+/// The answer to a delete of one object.
+fn delete_response(target: &Target, outcome: &DeleteOutcome) -> Response {
+    match outcome {
+        DeleteOutcome::Deleted(o) if !strategy::returns_deleted_object(target.rt) => {
+            status::ok(&status::delete_success(target.rt, o))
+        }
+        other => status::ok(other.object()),
+    }
+}
+
+/// DELETE on an object.
+pub(crate) async fn delete(shared: &Arc<Shared>, target: Target, request: Request) -> Response {
+    let q = match query_of(&target, &request) {
+        Ok(q) => q,
+        Err(e) => return status::error(&e),
+    };
+    let body = match body_of(request).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let opts = match delete_options(&q, &body) {
+        Ok(o) => o,
+        Err(e) => return status::error(&e),
+    };
+    let Some(name) = target.name.as_deref() else {
+        return status::method_not_allowed();
+    };
+    respond(
+        deletion::delete(
+            &shared.store,
+            target.rt,
+            target.namespace.as_deref(),
+            name,
+            &opts,
+        )
+        .map(|outcome| delete_response(&target, &outcome)),
+    )
+}
+
+/// DELETE on a collection (`deletecollection`): every object matching the
+/// selectors, each under the rules of a single delete; answers with the list of
+/// deleted (or now terminating) objects.
+pub(crate) async fn delete_collection(
+    shared: &Arc<Shared>,
+    target: Target,
+    request: Request,
+) -> Response {
+    let q = match query_of(&target, &request) {
+        Ok(q) => q,
+        Err(e) => return status::error(&e),
+    };
+    let body = match body_of(request).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let opts = match delete_options(&q, &body) {
+        Ok(o) => o,
+        Err(e) => return status::error(&e),
+    };
+    let store = &shared.store;
+    let ns = target.namespace.as_deref();
+    let (items, _) = store.list(target.rt, ns);
+    let mut done = Vec::new();
+    for o in items
+        .iter()
+        .filter(|o| q.label_selector.matches(o) && q.field_selector.matches(target.rt, o))
+    {
+        let name = o
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let ons = o.pointer("/metadata/namespace").and_then(Value::as_str);
+        match deletion::delete(store, target.rt, ons.or(ns), name, &opts) {
+            Ok(outcome) => done.push(outcome.object().clone()),
+            Err(StoreError::NotFound { .. }) => {}
+            Err(e) => return status::error(&e),
+        }
+    }
+    status::ok(&json!({
+        "kind": target.rt.list_kind(),
+        "apiVersion": target.rt.api_version(),
+        "metadata": {"resourceVersion": store.resource_version().to_string()},
+        "items": done,
+    }))
+}

