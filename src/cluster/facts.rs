@@ -42,7 +42,8 @@ pub fn node_facts(node: &Node, lease: Option<&Lease>, in_inventory: bool) -> Nod
             .and_then(|l| l.spec.as_ref())
             .and_then(|s| s.renew_time.as_ref())
             .map(|t| SystemTime::from(t.0)),
-        control_plane: labels.is_some_and(|l| CONTROL_PLANE_LABELS.iter().any(|k| l.contains_key(*k))),
+        control_plane: labels
+            .is_some_and(|l| CONTROL_PLANE_LABELS.iter().any(|k| l.contains_key(*k))),
         opted_out: annotations
             .and_then(|a| a.get(EXCLUDE_ANNOTATION))
             .is_some_and(|v| v.trim().eq_ignore_ascii_case("true")),
@@ -66,7 +67,12 @@ pub fn readiness(node: &Node) -> Readiness {
                 .last_transition_time
                 .as_ref()
                 .map(|t| SystemTime::from(t.0))
-                .or_else(|| node.metadata.creation_timestamp.as_ref().map(|t| SystemTime::from(t.0)))
+                .or_else(|| {
+                    node.metadata
+                        .creation_timestamp
+                        .as_ref()
+                        .map(|t| SystemTime::from(t.0))
+                })
                 .unwrap_or(SystemTime::UNIX_EPOCH),
         },
         _ => Readiness::Ready,
@@ -93,7 +99,11 @@ mod tests {
         let since = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_795_341_600);
         assert_eq!(readiness(&unknown), Readiness::NotReady { since });
         let never = node(json!({"metadata": {"name": "a"}}));
-        assert_eq!(readiness(&never), Readiness::Ready, "not judged before the controller does");
+        assert_eq!(
+            readiness(&never),
+            Readiness::Ready,
+            "not judged before the controller does"
+        );
     }
 
     #[test]
@@ -120,12 +130,17 @@ mod tests {
 
     #[test]
     fn lease_renew_time_is_read() {
-        let lease: Lease = serde_json::from_value(json!({"metadata": {"name": "w", "namespace": "kube-node-lease"},
-            "spec": {"holderIdentity": "w", "renewTime": "2026-11-22T10:00:00.123456Z"}})).expect("lease");
+        let lease: Lease = serde_json::from_value(
+            json!({"metadata": {"name": "w", "namespace": "kube-node-lease"},
+            "spec": {"holderIdentity": "w", "renewTime": "2026-11-22T10:00:00.123456Z"}}),
+        )
+        .expect("lease");
         let n = node(json!({"metadata": {"name": "w"}}));
         let f = node_facts(&n, Some(&lease), true);
         let renewed = f.lease_renewed.expect("renewTime");
-        let secs = renewed.duration_since(SystemTime::UNIX_EPOCH).expect("after epoch");
+        let secs = renewed
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .expect("after epoch");
         assert_eq!(secs.as_secs(), 1_795_341_600);
         assert_eq!(secs.subsec_micros(), 123_456);
     }

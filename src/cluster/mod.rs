@@ -1,5 +1,9 @@
 //! Everything nodefence reads from and writes to the Kubernetes API.
 //!
 //! - [`facts`]: Node and Lease objects → the engine's [`crate::engine::NodeFacts`].
+//! - [`leader`]: fail-stop leader election on a Lease.
+//! - [`release`]: the out-of-service taint, Node and VolumeAttachment deletion, with re-checks.
 
 pub mod facts;
+pub mod leader;
+pub mod release;

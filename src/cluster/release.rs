@@ -1,0 +1,276 @@
+//! Releasing a node's volumes, and undoing it: the only code that writes the
+//! out-of-service taint or deletes Nodes and VolumeAttachments.
+//!
+//! Every write is preceded by a fresh read from the API server (never the watch
+//! cache) and refused unless all of these hold at that moment:
+//! - this replica is the leader;
+//! - the Node is the one the engine judged (same uid) and is still not Ready;
+//! - its kubelet has not renewed its Lease since the proof's last sign of life
+//!   (a renewal means the machine was alive after it read Off: contradiction);
+//! - the [`OffProof`] has readings, all newer than that last sign of life.
+//!
+//! Writes carry the resourceVersion of that read as a precondition (409 on any change
+//! in between), and keep every taint and annotation that is not nodefence's own.
+
+use std::time::SystemTime;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Taint};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, Preconditions};
+use kube::{Api, Client};
+use serde_json::json;
+
+use super::facts::{OUT_OF_SERVICE_TAINT, OUT_OF_SERVICE_VALUE, TAINTED_ANNOTATION, readiness};
+use super::leader::Leadership;
+use crate::engine::{OffProof, Readiness};
+
+/// Why a release (or its undoing) was not done.
+#[derive(Debug, thiserror::Error)]
+pub enum ReleaseError {
+    /// A safety check failed; nothing was written.
+    #[error("refused: {0}")]
+    Refused(String),
+    /// The API server refused or failed.
+    #[error("Kubernetes API: {0}")]
+    Api(#[from] kube::Error),
+}
+
+impl ReleaseError {
+    /// Stable label for metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            ReleaseError::Refused(_) => "refused",
+            ReleaseError::Api(kube::Error::Api(e)) if e.code == 409 => "conflict",
+            ReleaseError::Api(_) => "api_error",
+        }
+    }
+}
+
+/// What was done by a release.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Released {
+    Tainted,
+    Deleted { volume_attachments: usize },
+}
+
+/// Writes releases for one cluster.
+#[derive(Clone)]
+pub struct Releaser {
+    nodes: Api<Node>,
+    leases: Api<Lease>,
+    attachments: Api<VolumeAttachment>,
+    leadership: Leadership,
+}
+
+impl Releaser {
+    pub fn new(client: Client, leadership: Leadership) -> Self {
+        Self {
+            nodes: Api::all(client.clone()),
+            leases: Api::namespaced(client.clone(), "kube-node-lease"),
+            attachments: Api::all(client),
+            leadership,
+        }
+    }
+
+    /// Re-reads and re-checks `node` against `proof`; returns the fresh Node.
+    async fn verify(&self, node: &str, uid: &str, proof: &OffProof) -> Result<Node, ReleaseError> {
+        self.require_leader()?;
+        if proof.readings.is_empty() || proof.readings.iter().any(|t| *t <= proof.last_sign_of_life)
+        {
+            return Err(ReleaseError::Refused(
+                "the Off proof is empty or older than the node's last sign of life".into(),
+            ));
+        }
+        let Some(fresh) = self.nodes.get_opt(node).await? else {
+            return Err(ReleaseError::Refused(format!(
+                "Node {node} no longer exists"
+            )));
+        };
+        if fresh.metadata.uid.as_deref() != Some(uid) {
+            return Err(ReleaseError::Refused(format!(
+                "Node {node} was replaced (uid changed) since it was judged; starting over"
+            )));
+        }
+        if let Some(sign) = alive_after(&fresh, proof.last_sign_of_life) {
+            return Err(ReleaseError::Refused(format!(
+                "Node {node} showed a sign of life after its machine's Off readings began ({sign})"
+            )));
+        }
+        if let Some(lease) = self.leases.get_opt(node).await?
+            && let Some(renewed) = lease
+                .spec
+                .and_then(|s| s.renew_time)
+                .map(|t| SystemTime::from(t.0))
+            && renewed > proof.last_sign_of_life
+        {
+            return Err(ReleaseError::Refused(format!(
+                "the kubelet of {node} renewed its Lease at {} after the machine's last sign of life; its Off readings are contradicted",
+                humantime::format_rfc3339_micros(renewed)
+            )));
+        }
+        Ok(fresh)
+    }
+
+    fn require_leader(&self) -> Result<(), ReleaseError> {
+        if self.leadership.is_leader() {
+            Ok(())
+        } else {
+            Err(ReleaseError::Refused(
+                "this replica is not the leader".into(),
+            ))
+        }
+    }
+
+    /// Adds `node.kubernetes.io/out-of-service=nodeshutdown:NoExecute` and records that
+    /// nodefence added it.
+    pub async fn taint(
+        &self,
+        node: &str,
+        uid: &str,
+        proof: &OffProof,
+    ) -> Result<Released, ReleaseError> {
+        let fresh = self.verify(node, uid, proof).await?;
+        let mut taints: Vec<Taint> = fresh
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
+        if !taints
+            .iter()
+            .any(|t| t.key == OUT_OF_SERVICE_TAINT && t.effect == "NoExecute")
+        {
+            taints.push(Taint {
+                key: OUT_OF_SERVICE_TAINT.into(),
+                value: Some(OUT_OF_SERVICE_VALUE.into()),
+                effect: "NoExecute".into(),
+                time_added: Some(Time(k8s_openapi::jiff::Timestamp::now())),
+            });
+        }
+        let patch = json!({
+            "metadata": {
+                "resourceVersion": fresh.metadata.resource_version,
+                "annotations": { TAINTED_ANNOTATION: humantime::format_rfc3339_seconds(SystemTime::now()).to_string() },
+            },
+            "spec": { "taints": taints },
+        });
+        self.require_leader()?;
+        self.nodes
+            .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        Ok(Released::Tainted)
+    }
+
+    /// Deletes the Node object (uid and resourceVersion as preconditions), then, when
+    /// asked, the VolumeAttachments that name it.
+    pub async fn delete(
+        &self,
+        node: &str,
+        uid: &str,
+        proof: &OffProof,
+        attachments: bool,
+    ) -> Result<Released, ReleaseError> {
+        let fresh = self.verify(node, uid, proof).await?;
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: fresh.metadata.uid.clone(),
+                resource_version: fresh.metadata.resource_version.clone(),
+            }),
+            ..DeleteParams::default()
+        };
+        self.require_leader()?;
+        self.nodes.delete(node, &params).await?;
+        let mut deleted = 0;
+        if attachments {
+            for va in self.attachments.list(&ListParams::default()).await? {
+                if va.spec.node_name != node {
+                    continue;
+                }
+                let Some(name) = va.metadata.name.as_deref() else {
+                    continue;
+                };
+                self.require_leader()?;
+                match self
+                    .attachments
+                    .delete(name, &DeleteParams::default())
+                    .await
+                {
+                    Ok(_) => deleted += 1,
+                    Err(kube::Error::Api(e)) if e.code == 404 => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        Ok(Released::Deleted {
+            volume_attachments: deleted,
+        })
+    }
+
+    /// Removes the out-of-service taint, only if nodefence's annotation says it added
+    /// it; an administrator's taint is left alone. Ok(false): nothing of ours to remove.
+    pub async fn untaint(&self, node: &str) -> Result<bool, ReleaseError> {
+        self.require_leader()?;
+        let Some(fresh) = self.nodes.get_opt(node).await? else {
+            return Ok(false);
+        };
+        let ours = fresh
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(TAINTED_ANNOTATION));
+        if !ours {
+            return Ok(false);
+        }
+        if readiness(&fresh) != Readiness::Ready {
+            return Err(ReleaseError::Refused(format!(
+                "Node {node} is not Ready; the taint stays"
+            )));
+        }
+        let taints: Vec<Taint> = fresh
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|t| {
+                !(t.key == OUT_OF_SERVICE_TAINT && t.value.as_deref() == Some(OUT_OF_SERVICE_VALUE))
+            })
+            .collect();
+        let patch = json!({
+            "metadata": {
+                "resourceVersion": fresh.metadata.resource_version,
+                "annotations": { TAINTED_ANNOTATION: null },
+            },
+            "spec": { "taints": taints },
+        });
+        self.require_leader()?;
+        self.nodes
+            .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        Ok(true)
+    }
+}
+
+/// A sign of life in the Node's status newer than `after`: a transition to Ready, or
+/// any condition heartbeat (the kubelet posts these). A node released on the Lease
+/// fast path is still Ready in the API, but its Ready transition and heartbeats are
+/// older than its last Lease renewal, so it passes.
+fn alive_after(node: &Node, after: SystemTime) -> Option<String> {
+    let conditions = node.status.as_ref()?.conditions.as_deref()?;
+    for c in conditions {
+        if c.type_ == "Ready"
+            && c.status == "True"
+            && let Some(t) = &c.last_transition_time
+            && SystemTime::from(t.0) > after
+        {
+            return Some(format!("Ready since {}", t.0));
+        }
+        if let Some(t) = &c.last_heartbeat_time
+            && SystemTime::from(t.0) > after
+        {
+            return Some(format!("{} heartbeat at {}", c.type_, t.0));
+        }
+    }
+    None
+}
