@@ -13,6 +13,9 @@
 pub mod cli;
 pub mod cluster;
 pub mod config;
+pub mod controller;
+pub mod daemon;
 pub mod engine;
 pub mod power;
+pub mod telemetry;
 pub mod tls;

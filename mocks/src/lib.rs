@@ -10,5 +10,6 @@
 //! - [`tls`]: throwaway CA + leaf certificates for HTTPS mocks.
 
 pub mod kube;
+pub mod machines;
 pub mod redfish;
 pub mod tls;

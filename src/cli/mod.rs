@@ -12,6 +12,7 @@
 
 mod fence;
 mod logging;
+mod run;
 mod status;
 mod table;
 mod validate;
@@ -78,6 +79,8 @@ pub enum Command {
     Status(status::StatusArgs),
     /// Power a node off, on, or through an observed off-on cycle, and confirm it.
     Fence(fence::FenceArgs),
+    /// The daemon: watch nodes, confirm dead machines are off, release their volumes.
+    Run(run::RunArgs),
 }
 
 /// Output format of `status` and `fence`.
@@ -105,6 +108,7 @@ pub fn run(cli: Cli) -> ExitCode {
             Command::Validate => validate::run(&cli.config),
             Command::Status(args) => status::run(&cli.config, args).await,
             Command::Fence(args) => fence::run(&cli.config, args).await,
+            Command::Run(args) => run::run(&cli.config, args).await,
         }
     });
     ExitCode::from(code)

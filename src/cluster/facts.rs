@@ -42,6 +42,18 @@ pub fn node_facts(node: &Node, lease: Option<&Lease>, in_inventory: bool) -> Nod
             .and_then(|l| l.spec.as_ref())
             .and_then(|s| s.renew_time.as_ref())
             .map(|t| SystemTime::from(t.0)),
+        last_heartbeat: node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_deref())
+            .into_iter()
+            .flatten()
+            .filter_map(|c| {
+                c.last_heartbeat_time
+                    .as_ref()
+                    .map(|t| SystemTime::from(t.0))
+            })
+            .max(),
         control_plane: labels
             .is_some_and(|l| CONTROL_PLANE_LABELS.iter().any(|k| l.contains_key(*k))),
         opted_out: annotations

@@ -46,6 +46,8 @@ pub struct NodeFacts {
     pub readiness: Readiness,
     /// Last renewTime of its kubelet Lease, if there is one.
     pub lease_renewed: Option<SystemTime>,
+    /// Newest `lastHeartbeatTime` among its conditions (the kubelet's status posts).
+    pub last_heartbeat: Option<SystemTime>,
     pub control_plane: bool,
     pub opted_out: bool,
     pub cordoned: bool,
@@ -61,6 +63,7 @@ impl NodeFacts {
             name: name.to_string(),
             readiness: Readiness::Ready,
             lease_renewed: Some(now),
+            last_heartbeat: None,
             control_plane: false,
             opted_out: false,
             cordoned: false,
@@ -72,9 +75,9 @@ impl NodeFacts {
     /// Whether the node is unhealthy at `now`, and since when it was last known alive.
     ///
     /// NotReady counts from the condition's transition time. A Lease not renewed for
-    /// `lease_stale_after` makes the node suspect from its last renewal. When both
-    /// apply, the later moment wins: power readings must be newer than the node's
-    /// last sign of life.
+    /// `lease_stale_after` makes the node suspect from its last renewal. The last sign
+    /// of life is the latest of those and of the kubelet's last status heartbeat:
+    /// power readings must be newer than all of them.
     pub fn health(&self, now: SystemTime, lease_stale_after: Option<Duration>) -> Health {
         let not_ready = match self.readiness {
             Readiness::NotReady { since } => Some(since.min(now)),
@@ -88,12 +91,16 @@ impl NodeFacts {
             }
             _ => None,
         };
+        let heartbeat = self.last_heartbeat.map(|h| h.min(now));
+        let latest = |t: SystemTime| heartbeat.map_or(t, |h| h.max(t));
         match (not_ready, lease_stale) {
             (Some(nr), lease) => Health::NotReady {
-                since: lease.map_or(nr, |l| l.max(nr)),
+                since: latest(lease.map_or(nr, |l| l.max(nr))),
                 not_ready_since: nr,
             },
-            (None, Some(renewed)) => Health::LeaseStale { since: renewed },
+            (None, Some(renewed)) => Health::LeaseStale {
+                since: latest(renewed),
+            },
             (None, None) => Health::Healthy,
         }
     }
@@ -157,6 +164,14 @@ mod tests {
             },
             "a renewal after the transition moves the last sign of life"
         );
+    }
+
+    #[test]
+    fn a_status_heartbeat_after_the_last_renewal_is_the_last_sign_of_life() {
+        let mut f = NodeFacts::ready("a", t(0));
+        f.last_heartbeat = Some(t(4));
+        let stale = Some(Duration::from_secs(25));
+        assert_eq!(f.health(t(30), stale), Health::LeaseStale { since: t(4) });
     }
 
     #[test]

@@ -85,7 +85,7 @@ impl Engine {
         match self.nodes.get_mut(&name) {
             Some(state) => state.facts = facts,
             None => {
-                self.nodes.insert(name.clone(), NodeState::new(facts));
+                self.nodes.insert(name.clone(), NodeState::new(facts, now));
             }
         }
         self.reevaluate(Some(&name), now)

@@ -163,10 +163,23 @@ pub struct NodeState {
 }
 
 impl NodeState {
-    pub fn new(facts: NodeFacts) -> Self {
+    /// A node seen for the first time. One that carries the out-of-service taint
+    /// nodefence recorded adding was released by an earlier leader or run: it resumes
+    /// in `Released` (waiting for recovery), and nothing is powered off or released again.
+    pub fn new(facts: NodeFacts, now: SystemTime) -> Self {
+        let phase = if facts.our_taint {
+            Phase::Released(Released {
+                at: now,
+                ready_since: None,
+                removing_taint: false,
+                power_on: PowerOnStatus::NotWanted,
+            })
+        } else {
+            Phase::Healthy
+        };
         Self {
             facts,
-            phase: Phase::Healthy,
+            phase,
             queries: Queries::default(),
             excluded_noted: None,
         }

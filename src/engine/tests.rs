@@ -653,3 +653,36 @@ fn random_fault_schedules_never_release_without_proof() {
     }
     assert!(releases > 0, "the schedules must exercise releases at all");
 }
+
+#[test]
+fn a_node_released_by_an_earlier_leader_resumes_without_repeating_anything() {
+    let mut h = Harness::new(Policy::default());
+    h.add("w2", Bmc::State(PowerState::On));
+    h.add("w3", Bmc::State(PowerState::On));
+    // A new leader first sees w1 NotReady, with the taint nodefence recorded adding.
+    let now = h.now;
+    let mut facts = NodeFacts::ready("w1", now - secs(120));
+    facts.readiness = Readiness::NotReady {
+        since: now - secs(60),
+    };
+    facts.our_taint = true;
+    h.bmc.insert("w1".into(), Bmc::State(PowerState::Off));
+    h.facts.insert("w1".into(), facts.clone());
+    let a = h.engine.observe(facts, now);
+    h.run(a);
+    h.advance(secs(120));
+    assert!(!h.released("w1"), "released already: not again");
+    assert_eq!(h.power_offs("w1"), 0);
+    assert!(matches!(
+        h.engine.node("w1").map(|n| &n.phase),
+        Some(Phase::Released(_))
+    ));
+    // When it recovers, the recorded taint is removed.
+    h.bmc.insert("w1".into(), Bmc::State(PowerState::On));
+    h.ready("w1");
+    h.advance(secs(40));
+    assert_eq!(
+        h.count(|a| matches!(a, Action::RemoveTaint { node } if node == "w1")),
+        1
+    );
+}

@@ -14,6 +14,9 @@ use super::redfish::RedfishDriver;
 use super::{PowerDriver, PowerError};
 use crate::config::{NodeTarget, PowerSource, TlsSettings};
 
+/// Each inventory node's driver, or why it has none (kept so the reason can be shown).
+pub type NodeDrivers = std::collections::BTreeMap<String, Result<Arc<dyn PowerDriver>, PowerError>>;
+
 /// Key of a shared HTTP client.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct ClientProfile {

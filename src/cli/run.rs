@@ -1,0 +1,114 @@
+//! `nodefence run`: the daemon (see [`crate::daemon`]). Stops on SIGTERM or Ctrl-C,
+//! releasing its leader Lease so another replica takes over at once.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use super::exit;
+use crate::cluster::leader::LeaderTimings;
+use crate::daemon::{self, DaemonOptions};
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Read everything and decide everything, log what would be done; send no power
+    /// command and write nothing to the cluster.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// kubeconfig to use (default: the in-cluster service account, then $KUBECONFIG or ~/.kube/config).
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Address of /healthz, /readyz and /metrics.
+    #[arg(long, default_value = "0.0.0.0:9464")]
+    pub listen: SocketAddr,
+    /// Namespace of the leader-election Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "kube-system")]
+    pub lease_namespace: String,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "nodefence")]
+    pub lease_name: String,
+    /// This replica's identity in the Lease (default: $POD_NAME, else the host name, plus a random suffix).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+}
+
+pub async fn run(config_path: &Path, args: &RunArgs) -> u8 {
+    let config = match super::load_config(config_path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let client = match client(args.kubeconfig.as_deref()).await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: cannot configure the Kubernetes client: {e:#}");
+            return exit::FAILED;
+        }
+    };
+    let identity = args.identity.clone().unwrap_or_else(default_identity);
+    let options = DaemonOptions {
+        dry_run: args.dry_run,
+        listen: args.listen,
+        lease_namespace: args.lease_namespace.clone(),
+        lease_name: args.lease_name.clone(),
+        identity,
+        leader_timings: LeaderTimings::default(),
+    };
+    match daemon::run(config, client, options, shutdown_signal()).await {
+        Ok(()) => exit::OK,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            exit::FAILED
+        }
+    }
+}
+
+async fn client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path)?;
+            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?
+        }
+        None => kube::Config::infer().await?,
+    };
+    Ok(kube::Client::try_from(config)?)
+}
+
+fn default_identity() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|s| s.trim().to_string())
+        })
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "nodefence".into());
+    let suffix = uuid::Uuid::new_v4().simple().to_string();
+    format!("{host}-{}", &suffix[..8])
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(
+            tokio::signal::unix::SignalKind::terminate(),
+        ) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch SIGTERM; only Ctrl-C stops the daemon");
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,281 @@
+//! Carries out the engine's actions and reports their results back.
+//!
+//! Power queries and commands run as tasks (bounded by the driver factory's
+//! semaphore); releases go through [`Releaser`], which re-reads and re-checks the node.
+//! Power commands check leadership right before they are sent. In dry-run mode nothing
+//! is sent or written: mutations are logged and reported as done, so every decision is
+//! still made and shown.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use tokio::sync::mpsc;
+
+use crate::cluster::leader::Leadership;
+use crate::cluster::release::{Released, Releaser};
+use crate::engine::{Action, Notice, ReleaseMode, Severity};
+use crate::power::{PowerDriver, PowerError, PowerReading};
+use crate::telemetry::Metrics;
+
+/// The result of an action, for the engine.
+#[derive(Debug)]
+pub enum Completion {
+    PowerRead {
+        node: String,
+        result: Result<PowerReading, PowerError>,
+    },
+    PowerOff {
+        node: String,
+        result: Result<(), PowerError>,
+    },
+    PowerOn {
+        node: String,
+        result: Result<(), PowerError>,
+    },
+    Release {
+        node: String,
+        result: Result<(), String>,
+        last_sign_of_life: SystemTime,
+    },
+    Untaint {
+        node: String,
+        result: Result<(), String>,
+    },
+}
+
+/// Everything the executor needs; cheap to clone into tasks.
+#[derive(Clone)]
+pub struct Executor {
+    pub drivers: Arc<crate::power::registry::NodeDrivers>,
+    pub releaser: Releaser,
+    pub leadership: Leadership,
+    pub recorder: Option<Recorder>,
+    pub metrics: Arc<Metrics>,
+    pub dry_run: bool,
+    pub completions: mpsc::UnboundedSender<Completion>,
+}
+
+impl Executor {
+    /// Builds the Kubernetes Event recorder for this replica.
+    pub fn recorder(client: kube::Client, identity: &str) -> Recorder {
+        Recorder::new(
+            client,
+            Reporter {
+                controller: "nodefence".into(),
+                instance: Some(identity.to_string()),
+            },
+        )
+    }
+
+    fn driver(&self, node: &str) -> Result<Arc<dyn PowerDriver>, PowerError> {
+        match self.drivers.get(node) {
+            Some(Ok(d)) => Ok(d.clone()),
+            Some(Err(e)) => Err(e.clone()),
+            None => Err(PowerError::config(format!(
+                "node {node} has no inventory entry"
+            ))),
+        }
+    }
+
+    fn driver_name(&self, node: &str) -> &'static str {
+        match self.drivers.get(node) {
+            Some(Ok(d)) => d.driver_name(),
+            _ => "none",
+        }
+    }
+
+    fn send(&self, c: Completion) {
+        // The loop owns the receiver for as long as anything can complete.
+        let _ = self.completions.send(c);
+    }
+
+    /// Starts `action`; `node_ref` and `uid` identify the Node as the engine judged it.
+    pub fn dispatch(
+        &self,
+        action: Action,
+        node_ref: Option<k8s_openapi::api::core::v1::ObjectReference>,
+        uid: Option<String>,
+    ) {
+        match action {
+            Action::Notify(notice) => self.notify(notice, node_ref),
+            Action::QueryPower { node } => {
+                let this = self.clone();
+                tokio::spawn(async move {
+                    let driver_name = this.driver_name(&node);
+                    let started = std::time::Instant::now();
+                    let result = match this.driver(&node) {
+                        Ok(d) => d.status().await,
+                        Err(e) => Err(e),
+                    };
+                    // Failed queries are timed too: a slow, failing BMC must show.
+                    let latency = result
+                        .as_ref()
+                        .map_or_else(|_| started.elapsed(), |r| r.latency);
+                    this.metrics.power_query(
+                        driver_name,
+                        crate::telemetry::power_query_result(&result),
+                        latency,
+                    );
+                    this.send(Completion::PowerRead { node, result });
+                });
+            }
+            Action::PowerOff { node, attempt } => {
+                let this = self.clone();
+                tokio::spawn(async move {
+                    let result = this.power(&node, "off", attempt).await;
+                    this.send(Completion::PowerOff { node, result });
+                });
+            }
+            Action::PowerOn { node } => {
+                let this = self.clone();
+                tokio::spawn(async move {
+                    let result = this.power(&node, "on", 1).await;
+                    this.send(Completion::PowerOn { node, result });
+                });
+            }
+            Action::Release {
+                node,
+                mode,
+                delete_volume_attachments,
+                proof,
+            } => {
+                let this = self.clone();
+                tokio::spawn(async move {
+                    let mode_label = match mode {
+                        ReleaseMode::OutOfServiceTaint => "out-of-service-taint",
+                        ReleaseMode::DeleteNode => "delete-node",
+                    };
+                    let last_sign_of_life = proof.last_sign_of_life;
+                    let result = if this.dry_run {
+                        tracing::warn!(
+                            node,
+                            mode = mode_label,
+                            "dry-run: would release the node's volumes"
+                        );
+                        Ok(())
+                    } else {
+                        let uid = uid.unwrap_or_default();
+                        let done = match mode {
+                            ReleaseMode::OutOfServiceTaint => {
+                                this.releaser.taint(&node, &uid, &proof).await
+                            }
+                            ReleaseMode::DeleteNode => {
+                                this.releaser
+                                    .delete(&node, &uid, &proof, delete_volume_attachments)
+                                    .await
+                            }
+                        };
+                        this.metrics.release(
+                            mode_label,
+                            done.as_ref().map_or_else(|e| e.label(), |_| "ok"),
+                        );
+                        match done {
+                            Ok(Released::Tainted) => {
+                                tracing::warn!(node, "out-of-service taint added");
+                                Ok(())
+                            }
+                            Ok(Released::Deleted { volume_attachments }) => {
+                                tracing::warn!(node, volume_attachments, "Node deleted");
+                                Ok(())
+                            }
+                            Err(e) => Err(e.to_string()),
+                        }
+                    };
+                    if result.is_ok() {
+                        this.metrics.time_to_release(
+                            SystemTime::now()
+                                .duration_since(last_sign_of_life)
+                                .unwrap_or_default(),
+                        );
+                    }
+                    this.send(Completion::Release {
+                        node,
+                        result,
+                        last_sign_of_life,
+                    });
+                });
+            }
+            Action::RemoveTaint { node } => {
+                let this = self.clone();
+                tokio::spawn(async move {
+                    let result = if this.dry_run {
+                        tracing::info!(node, "dry-run: would remove the out-of-service taint");
+                        Ok(())
+                    } else {
+                        let r = this.releaser.untaint(&node).await;
+                        this.metrics
+                            .release("untaint", r.as_ref().map_or_else(|e| e.label(), |_| "ok"));
+                        r.map(|_| ()).map_err(|e| e.to_string())
+                    };
+                    this.send(Completion::Untaint { node, result });
+                });
+            }
+        }
+    }
+
+    async fn power(&self, node: &str, action: &str, attempt: u32) -> Result<(), PowerError> {
+        let driver = self.driver(node)?;
+        if self.dry_run {
+            tracing::warn!(node, action, attempt, "dry-run: would send a power command");
+            return Ok(());
+        }
+        if !self.leadership.is_leader() {
+            return Err(PowerError::config("not the leader: power command not sent"));
+        }
+        tracing::warn!(
+            node,
+            action,
+            attempt,
+            driver = driver.driver_name(),
+            "sending power command"
+        );
+        let result = match action {
+            "off" => driver.power_off().await,
+            _ => driver.power_on().await,
+        };
+        self.metrics.power_command(
+            driver.driver_name(),
+            action,
+            if result.is_ok() { "ok" } else { "error" },
+        );
+        result
+    }
+
+    /// Log + metric always; a Kubernetes Event on the Node unless dry-run.
+    fn notify(
+        &self,
+        notice: Notice,
+        node_ref: Option<k8s_openapi::api::core::v1::ObjectReference>,
+    ) {
+        let warning = notice.severity == Severity::Warning;
+        let node = notice.node.as_deref().unwrap_or("-");
+        if warning {
+            tracing::warn!(node, reason = notice.reason.as_str(), "{}", notice.message);
+        } else {
+            tracing::info!(node, reason = notice.reason.as_str(), "{}", notice.message);
+        }
+        self.metrics.notice(notice.reason.as_str(), warning);
+        let (Some(recorder), Some(reference), false) =
+            (self.recorder.clone(), node_ref, self.dry_run)
+        else {
+            return;
+        };
+        tokio::spawn(async move {
+            let event = KubeEvent {
+                type_: if warning {
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                },
+                reason: notice.reason.as_str().to_string(),
+                note: Some(notice.message.chars().take(1000).collect()),
+                action: "Fencing".into(),
+                secondary: None,
+            };
+            if let Err(e) = recorder.publish(&event, &reference).await {
+                tracing::debug!(error = %e, "could not publish a Kubernetes Event");
+            }
+        });
+    }
+}

@@ -1,0 +1,240 @@
+//! The daemon's control loop: watch Nodes and kubelet Leases, decide, act.
+//!
+//! One task owns the [`Engine`]. Watch events (event-driven, no polling of the API),
+//! action completions and the engine's own deadlines are its only inputs; actions
+//! go to the [`executor`]. The loop runs only while this replica leads: when
+//! leadership is lost it stops at once and the state is rebuilt from the cluster
+//! when it is regained (progress that matters, the out-of-service taint nodefence
+//! added, is recorded on the Node itself).
+
+pub mod executor;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use kube::runtime::watcher::{self, Event as WatchEvent};
+use kube::runtime::{WatchStreamExt, reflector::Lookup};
+use kube::{Api, Client, Resource};
+use tokio::sync::mpsc;
+
+use crate::cluster::facts::node_facts;
+use crate::engine::{Action, Engine, Policy};
+use crate::telemetry::{Health, Metrics};
+use executor::{Completion, Executor};
+
+/// The longest the loop sleeps without input (engine deadlines are usually sooner).
+const MAX_IDLE: Duration = Duration::from_secs(5);
+
+/// What the loop watches and decides with.
+pub struct Controller {
+    pub client: Client,
+    pub policy: Policy,
+    /// Kubernetes node names in the inventory.
+    pub inventory: BTreeSet<String>,
+    pub executor_template: ExecutorParts,
+    pub metrics: Arc<Metrics>,
+    pub health: Health,
+}
+
+/// The executor's parts, completed with a fresh channel for each leadership term.
+#[derive(Clone)]
+pub struct ExecutorParts {
+    pub drivers: Arc<crate::power::registry::NodeDrivers>,
+    pub releaser: crate::cluster::release::Releaser,
+    pub leadership: crate::cluster::leader::Leadership,
+    pub recorder: Option<kube::runtime::events::Recorder>,
+    pub dry_run: bool,
+}
+
+/// Watch state for one term.
+#[derive(Default)]
+struct Observed {
+    nodes: BTreeMap<String, Node>,
+    leases: BTreeMap<String, Lease>,
+    /// Names seen during a re-list (watch restart): the others were deleted meanwhile.
+    relist_nodes: Option<BTreeSet<String>>,
+    nodes_synced: bool,
+    leases_synced: bool,
+}
+
+impl Controller {
+    /// Runs until `shutdown` resolves or leadership is lost. Returns `true` when it
+    /// stopped because of `shutdown`.
+    pub async fn run_term(
+        &self,
+        shutdown: &mut (impl std::future::Future<Output = ()> + Unpin),
+    ) -> bool {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let parts = self.executor_template.clone();
+        let executor = Executor {
+            drivers: parts.drivers,
+            releaser: parts.releaser,
+            leadership: parts.leadership.clone(),
+            recorder: parts.recorder,
+            metrics: self.metrics.clone(),
+            dry_run: parts.dry_run,
+            completions: tx,
+        };
+        let mut engine = Engine::new(self.policy.clone());
+        let mut seen = Observed::default();
+        let mut nodes = watcher::watcher(
+            Api::<Node>::all(self.client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .boxed();
+        let mut leases = watcher::watcher(
+            Api::<Lease>::namespaced(self.client.clone(), "kube-node-lease"),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .boxed();
+        let mut not_in_inventory_logged = BTreeSet::new();
+        loop {
+            let now = SystemTime::now();
+            let sleep = engine
+                .next_deadline()
+                .map(|d| d.duration_since(now).unwrap_or_default())
+                .unwrap_or(MAX_IDLE)
+                .min(MAX_IDLE)
+                .max(Duration::from_millis(10));
+            let actions = tokio::select! {
+                biased;
+                () = &mut *shutdown => return true,
+                Some(c) = rx.recv() => self.complete(&mut engine, c),
+                Some(ev) = nodes.next() => match ev {
+                    Ok(ev) => self.node_event(&mut engine, &mut seen, ev, &mut not_in_inventory_logged),
+                    Err(e) => { tracing::warn!(error = %e, "Node watch failed; retrying"); Vec::new() }
+                },
+                Some(ev) = leases.next() => match ev {
+                    Ok(ev) => self.lease_event(&mut engine, &mut seen, ev),
+                    Err(e) => { tracing::warn!(error = %e, "Lease watch failed; retrying"); Vec::new() }
+                },
+                () = tokio::time::sleep(sleep) => engine.tick(SystemTime::now()),
+            };
+            if !executor.leadership.is_leader() {
+                tracing::warn!("leadership lost: stopping all fencing at once");
+                self.health.set_ready(false);
+                return false;
+            }
+            for action in actions {
+                let node = action.node().and_then(|n| seen.nodes.get(n));
+                let node_ref = node.map(|n| n.object_ref(&()));
+                let uid = node.and_then(|n| n.uid());
+                executor.dispatch(action, node_ref, uid.map(|u| u.to_string()));
+            }
+            self.health
+                .set_ready(seen.nodes_synced && seen.leases_synced);
+            self.publish(&engine);
+        }
+    }
+
+    fn facts(&self, seen: &Observed, name: &str) -> Option<crate::engine::NodeFacts> {
+        let node = seen.nodes.get(name)?;
+        Some(node_facts(
+            node,
+            seen.leases.get(name),
+            self.inventory.contains(name),
+        ))
+    }
+
+    fn node_event(
+        &self,
+        engine: &mut Engine,
+        seen: &mut Observed,
+        ev: WatchEvent<Node>,
+        logged: &mut BTreeSet<String>,
+    ) -> Vec<Action> {
+        let now = SystemTime::now();
+        let mut out = Vec::new();
+        match ev {
+            WatchEvent::Init => seen.relist_nodes = Some(BTreeSet::new()),
+            WatchEvent::InitApply(node) | WatchEvent::Apply(node) => {
+                let Some(name) = node.metadata.name.clone() else {
+                    return out;
+                };
+                if let Some(relist) = &mut seen.relist_nodes {
+                    relist.insert(name.clone());
+                }
+                if !self.inventory.contains(&name) && logged.insert(name.clone()) {
+                    tracing::info!(node = %name, "node is not in the inventory: nodefence will never touch it");
+                }
+                seen.nodes.insert(name.clone(), node);
+                if let Some(f) = self.facts(seen, &name) {
+                    out.extend(engine.observe(f, now));
+                }
+            }
+            WatchEvent::Delete(node) => {
+                if let Some(name) = node.metadata.name {
+                    seen.nodes.remove(&name);
+                    out.extend(engine.node_deleted(&name, now));
+                }
+            }
+            WatchEvent::InitDone => {
+                if let Some(relist) = seen.relist_nodes.take() {
+                    let gone: Vec<String> = seen
+                        .nodes
+                        .keys()
+                        .filter(|n| !relist.contains(*n))
+                        .cloned()
+                        .collect();
+                    for name in gone {
+                        seen.nodes.remove(&name);
+                        out.extend(engine.node_deleted(&name, now));
+                    }
+                }
+                seen.nodes_synced = true;
+            }
+        }
+        out
+    }
+
+    fn lease_event(
+        &self,
+        engine: &mut Engine,
+        seen: &mut Observed,
+        ev: WatchEvent<Lease>,
+    ) -> Vec<Action> {
+        let now = SystemTime::now();
+        match ev {
+            WatchEvent::InitApply(lease) | WatchEvent::Apply(lease) => {
+                let Some(name) = lease.metadata.name.clone() else {
+                    return Vec::new();
+                };
+                seen.leases.insert(name.clone(), lease);
+                self.facts(seen, &name)
+                    .map_or_else(Vec::new, |f| engine.observe(f, now))
+            }
+            WatchEvent::Delete(lease) => {
+                if let Some(name) = lease.metadata.name {
+                    seen.leases.remove(&name);
+                }
+                Vec::new()
+            }
+            WatchEvent::Init => Vec::new(),
+            WatchEvent::InitDone => {
+                seen.leases_synced = true;
+                Vec::new()
+            }
+        }
+    }
+
+    fn complete(&self, engine: &mut Engine, c: Completion) -> Vec<Action> {
+        let now = SystemTime::now();
+        match c {
+            Completion::PowerRead { node, result } => engine.power_read(&node, result, now),
+            Completion::PowerOff { node, result } => engine.power_off_done(&node, result, now),
+            Completion::PowerOn { node, result } => engine.power_on_done(&node, result, now),
+            Completion::Release { node, result, .. } => engine.release_done(&node, result, now),
+            Completion::Untaint { node, result } => engine.taint_removed(&node, result, now),
+        }
+    }
+
+    fn publish(&self, engine: &Engine) {
+        self.metrics.observe_engine(engine);
+    }
+}

@@ -1,0 +1,176 @@
+//! `nodefence run` as a library function: wires config, drivers, leader election, the
+//! control loop and the telemetry endpoint, and runs them until shutdown.
+//!
+//! Start-up refuses loudly rather than degrading: the API server's version is read
+//! first, and a cluster too old for the out-of-service taint (Kubernetes < 1.26) is
+//! refused when that is the configured release; a failed version read is an error.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{Api, Client};
+
+use crate::cluster::leader::{LeaderElector, LeaderTimings, Leadership};
+use crate::cluster::release::Releaser;
+use crate::config::Config;
+use crate::controller::executor::Executor;
+use crate::controller::{Controller, ExecutorParts};
+use crate::engine::ReleaseMode;
+use crate::power::registry::DriverFactory;
+use crate::telemetry::{Health, Metrics};
+
+/// How the daemon runs.
+#[derive(Debug, Clone)]
+pub struct DaemonOptions {
+    pub dry_run: bool,
+    /// Where /healthz, /readyz and /metrics are served.
+    pub listen: SocketAddr,
+    /// Namespace and name of the leader-election Lease.
+    pub lease_namespace: String,
+    pub lease_name: String,
+    pub identity: String,
+    pub leader_timings: LeaderTimings,
+}
+
+/// Oldest Kubernetes minor version (1.x) with the out-of-service taint.
+pub const MIN_MINOR_FOR_TAINT: u32 = 26;
+
+/// Runs the daemon until `shutdown` resolves. Releases the leader Lease on the way out.
+pub async fn run(
+    config: Config,
+    client: Client,
+    options: DaemonOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let policy = config.agent.policy.clone();
+    check_version(&client, policy.release).await?;
+
+    let metrics = Arc::new(Metrics::new());
+    let health = Health::default();
+    health.set_alive(true);
+    let listener = tokio::net::TcpListener::bind(options.listen)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on {} for /metrics and health",
+                options.listen
+            )
+        })?;
+    tracing::info!(address = %listener.local_addr()?, "serving /healthz, /readyz and /metrics");
+    let (stop_http_tx, stop_http_rx) = tokio::sync::oneshot::channel::<()>();
+    let http = tokio::spawn(crate::telemetry::serve(
+        listener,
+        metrics.clone(),
+        health.clone(),
+        async {
+            let _ = stop_http_rx.await;
+        },
+    ));
+
+    let factory = DriverFactory::new(config.agent.power.max_concurrent_requests);
+    let drivers: BTreeMap<_, _> = config
+        .inventory
+        .nodes
+        .values()
+        .map(|t| (t.name.clone(), factory.driver(t)))
+        .collect();
+    for (node, d) in &drivers {
+        if let Err(e) = d {
+            tracing::warn!(node, error = %e, "no usable power driver: this node can never be fenced");
+        }
+    }
+
+    let (elector, leadership) = if options.dry_run {
+        (None, Leadership::always())
+    } else {
+        let leases: Api<Lease> = Api::namespaced(client.clone(), &options.lease_namespace);
+        let (e, l) = LeaderElector::new(
+            leases,
+            &options.lease_name,
+            &options.identity,
+            options.leader_timings,
+        );
+        (Some(e), l)
+    };
+    let stopper = elector.as_ref().map(LeaderElector::stopper);
+    let election = elector.map(|e| tokio::spawn(e.run()));
+
+    let controller = Controller {
+        client: client.clone(),
+        policy,
+        inventory: config
+            .inventory
+            .nodes
+            .keys()
+            .cloned()
+            .collect::<BTreeSet<_>>(),
+        executor_template: ExecutorParts {
+            drivers: Arc::new(drivers),
+            releaser: Releaser::new(client.clone(), leadership.clone()),
+            leadership: leadership.clone(),
+            recorder: (!options.dry_run)
+                .then(|| Executor::recorder(client.clone(), &options.identity)),
+            dry_run: options.dry_run,
+        },
+        metrics: metrics.clone(),
+        health: health.clone(),
+    };
+    if options.dry_run {
+        tracing::warn!("dry-run: nothing will be powered off, on, tainted or deleted");
+    }
+
+    let mut shutdown = Box::pin(shutdown);
+    let mut waiting = leadership.clone();
+    loop {
+        metrics.set_leader(leadership.is_leader());
+        tokio::select! {
+            () = &mut shutdown => break,
+            () = waiting.wait_until_leader() => {}
+        }
+        metrics.set_leader(true);
+        tracing::info!(identity = %options.identity, "leading: watching nodes");
+        if controller.run_term(&mut shutdown).await {
+            break;
+        }
+        metrics.set_leader(false);
+    }
+
+    tracing::info!("shutting down");
+    health.set_ready(false);
+    if let Some(stop) = stopper {
+        stop.store(true, Ordering::SeqCst);
+    }
+    if let Some(task) = election {
+        let _ = tokio::time::timeout(options.leader_timings.retry_period * 3, task).await;
+    }
+    for d in controller.executor_template.drivers.values().flatten() {
+        d.close().await;
+    }
+    let _ = stop_http_tx.send(());
+    let _ = http.await;
+    Ok(())
+}
+
+/// Reads the API server version; refuses the taint on clusters that lack it.
+async fn check_version(client: &Client, release: ReleaseMode) -> anyhow::Result<()> {
+    let info = client
+        .apiserver_version()
+        .await
+        .context("cannot read the Kubernetes API server version (GET /version); refusing to start rather than guess what the cluster supports")?;
+    let major: u32 = info.major.trim_end_matches('+').parse().unwrap_or(0);
+    let minor: u32 = info.minor.trim_end_matches('+').parse().unwrap_or(0);
+    tracing::info!(version = %info.git_version, "Kubernetes API server");
+    if release == ReleaseMode::OutOfServiceTaint && (major, minor) < (1, MIN_MINOR_FOR_TAINT) {
+        bail!(
+            "Kubernetes {} has no out-of-service taint (non-graceful node shutdown needs 1.{MIN_MINOR_FOR_TAINT}+, GA in 1.28); \
+             refusing to run with release = \"out-of-service-taint\". Upgrade, or set release = \"delete-node\" in [policy]",
+            info.git_version
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,40 @@
+//! What nodefence tells Prometheus and the kubelet: metrics, readiness and liveness.
+//!
+//! - [`Metrics`] owns the Prometheus registry; the daemon shares one `Arc<Metrics>`
+//!   between the control loop, the executor and the BMC monitor, and records into it
+//!   with plain method calls (no label juggling at call sites).
+//! - [`Health`] is the readiness/liveness state the daemon flips.
+//! - [`serve`] exposes `/metrics`, `/healthz` and `/readyz` on one listener.
+//!
+//! # The metrics, and the alert to write on each
+//!
+//! Every name is prefixed `nodefence_`. Durations are seconds, counters end in
+//! `_total`. Label values come from small fixed sets; node names appear only in
+//! `nodefence_bmc_monitor_failures`, whose size is the inventory's.
+//!
+//! | metric | type | labels | what it means at 3 a.m. |
+//! |---|---|---|---|
+//! | `nodefence_nodes` | gauge | `phase` = `healthy` \| `incident` \| `released` | Nodes per engine phase. `incident` > 0 for long (`nodefence_nodes{phase="incident"} > 0 for 15m`) means a dead node whose machine is **not yet proven off**: its volumes are still held, read the node's Events (`FenceBlocked`, `PowerQueryFailed`). `released` > 0 for hours: a machine was fenced and never came back; go repair it. |
+//! | `nodefence_nodes_not_in_inventory` | gauge | | Cluster nodes with no inventory entry: nodefence cannot fence them. Alert on `> 0` (ticket, not page): the inventory is behind the cluster. |
+//! | `nodefence_power_queries_total` | counter | `driver`, `result` = `on` \| `off` \| `other` \| `error_unreachable` \| `error_auth` \| `error_protocol` \| `error_unsupported` \| `error_config` | Every power-state reading and its outcome. Alert on the error ratio per driver (`sum by (driver) (rate(nodefence_power_queries_total{result=~"error_.*"}[10m])) / sum by (driver) (rate(nodefence_power_queries_total[10m])) > 0.5`); `error_auth` means a rotated BMC password, `error_unreachable` a management network or BMC down. |
+//! | `nodefence_power_query_duration_seconds` | histogram | `driver` | BMC response time (buckets 50 ms … 30 s). A p99 creeping to the request timeout predicts `error_unreachable`. |
+//! | `nodefence_power_commands_total` | counter | `driver`, `action` = `off` \| `on`, `result` = `ok` \| `error` | Power commands sent (and accepted by the BMC, `ok`; never the proof). Any `action="off", result="error"` deserves a page: a dead node cannot be fenced. |
+//! | `nodefence_releases_total` | counter | `mode` = `out-of-service-taint` \| `delete-node` \| `untaint`, `result` = `ok` \| `refused` \| `conflict` \| `api_error` | Volume releases (and taint removals). `ok` on a healthy day is rare: alert on `increase(...{result="ok", mode!="untaint"}[1h]) > 0` as information, on `api_error` as a page (the API server refuses our writes). `refused` means a safety check stopped a release (the node came back): expected now and then. |
+//! | `nodefence_unhealthy_to_release_seconds` | histogram | | From the node's last sign of life to its volumes released (buckets 1 s … 15 min): the outage the workloads saw. Its p90 going up means BMCs are slow or the policy waits longer than intended. |
+//! | `nodefence_notices_total` | counter | `reason` (the Event reason, e.g. `PowerQueryFailed`, `FenceBlocked`), `type` = `Normal` \| `Warning` | One per Event nodefence raises. `increase(nodefence_notices_total{type="Warning"}[15m]) > 0` is the catch-all "read `kubectl get events --field-selector source=nodefence`". |
+//! | `nodefence_storm_protection_active` | gauge 0/1 | | Too many nodes unhealthy at once: nodefence suspects a partition and sends no power-off. Page on `== 1`: a human decides whether the cluster or the control plane is broken. |
+//! | `nodefence_is_leader` | gauge 0/1 | | This replica holds the Lease. Alert on `sum(nodefence_is_leader) != 1 for 5m`: no leader means nobody fences. |
+//! | `nodefence_paused` | gauge 0/1 | | Fencing paused by an operator. Alert on `== 1 for 4h`: a maintenance pause that was forgotten. |
+//! | `nodefence_bmc_monitor_failures` | gauge 0/1 | `node`, `driver` | The background BMC check cannot read this node's power state. Alert on `== 1 for 30m`: when this node dies it cannot be fenced; fix the BMC or its credentials now, not during the outage. |
+//! | `nodefence_build_info` | info | `version` | 1; for dashboards and for spotting mixed versions during rollouts. |
+//!
+//! Label values outside a metric's documented set are recorded as `unknown` (and
+//! logged): a typo at a call site never turns into a new time series per call.
+
+mod metrics;
+mod server;
+
+pub use metrics::{
+    Metrics, Sample, parse_samples, power_error_result, power_query_result, release_mode_label,
+};
+pub use server::{Health, METRICS_CONTENT_TYPE, serve};
