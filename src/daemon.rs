@@ -128,6 +128,9 @@ pub async fn run(
     let mut waiting = leadership.clone();
     loop {
         metrics.set_leader(leadership.is_leader());
+        // A standby is healthy and ready to take over: ready, so rollouts of 2+
+        // replicas complete. The leader is ready once its watches have synced.
+        health.set_ready(!leadership.is_leader());
         tokio::select! {
             () = &mut shutdown => break,
             () = waiting.wait_until_leader() => {}
