@@ -27,6 +27,7 @@ const POLICY_KEYS: &[&str] = &[
     "fence_control_plane",
     "skip_cordoned",
     "power_on_after_fence",
+    "release_timeout",
     "recovered_after",
 ];
 
@@ -91,6 +92,7 @@ pub(crate) fn parse(
             "fence_control_plane" => entry.bool().map(|v| out.fence_control_plane = v.value),
             "skip_cordoned" => entry.bool().map(|v| out.skip_cordoned = v.value),
             "power_on_after_fence" => entry.bool().map(|v| out.power_on_after_fence = v.value),
+            "release_timeout" => entry.duration(false).map(|v| out.release_timeout = v.value),
             "recovered_after" => entry.duration(true).map(|v| out.recovered_after = v.value),
             other => Err(unknown_key(other, &entry.key, POLICY_KEYS, "in [policy]")),
         };

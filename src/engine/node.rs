@@ -324,6 +324,7 @@ impl NodeState {
                 if let Phase::Released(rel) = &mut self.phase
                     && rel.power_on == PowerOnStatus::Pending
                     && !gates.paused
+                    && now.duration_since(rel.at).unwrap_or_default() >= policy.release_timeout
                 {
                     rel.power_on = PowerOnStatus::InFlight;
                     out.push(Notice::normal(
@@ -364,7 +365,12 @@ impl NodeState {
                     consider(Some(at + policy.power_off_retry_after));
                 }
             }
-            Phase::Released(rel) => consider(rel.ready_since.map(|r| r + policy.recovered_after)),
+            Phase::Released(rel) => {
+                consider(rel.ready_since.map(|r| r + policy.recovered_after));
+                if rel.power_on == PowerOnStatus::Pending {
+                    consider(Some(rel.at + policy.release_timeout));
+                }
+            }
         }
         t
     }

@@ -85,6 +85,9 @@ pub struct Policy {
     pub skip_cordoned: bool,
     /// Power the machine back on once its release is done (reboot-style remediation).
     pub power_on_after_fence: bool,
+    /// With `power_on_after_fence`: how long after the release the machine stays off,
+    /// so Kubernetes can delete its pods and detach its volumes first.
+    pub release_timeout: Duration,
     /// Remove our taint once the node has been Ready again this long.
     pub recovered_after: Duration,
 }
@@ -109,6 +112,7 @@ impl Default for Policy {
             fence_control_plane: false,
             skip_cordoned: false,
             power_on_after_fence: false,
+            release_timeout: Duration::from_secs(300),
             recovered_after: Duration::from_secs(30),
         }
     }

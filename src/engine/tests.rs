@@ -36,6 +36,7 @@ struct Harness {
     readings: BTreeMap<String, Vec<(SystemTime, Option<PowerState>)>>,
     power_off_times: Vec<SystemTime>,
     release_times: BTreeMap<String, SystemTime>,
+    power_on_times: Vec<SystemTime>,
     /// Kubelets that renew their Lease while their node is Ready.
     alive: BTreeSet<String>,
     last_renewal: SystemTime,
@@ -54,6 +55,7 @@ impl Harness {
             readings: BTreeMap::new(),
             power_off_times: Vec::new(),
             release_times: BTreeMap::new(),
+            power_on_times: Vec::new(),
             alive: BTreeSet::new(),
             last_renewal: t0(),
         }
@@ -183,6 +185,7 @@ impl Harness {
                     }
                 }
                 Action::PowerOn { node } => {
+                    self.power_on_times.push(now);
                     self.bmc.insert(node.clone(), Bmc::State(PowerState::On));
                     self.engine.power_on_done(node, Ok(()), now)
                 }
@@ -684,5 +687,34 @@ fn a_node_released_by_an_earlier_leader_resumes_without_repeating_anything() {
     assert_eq!(
         h.count(|a| matches!(a, Action::RemoveTaint { node } if node == "w1")),
         1
+    );
+}
+
+#[test]
+fn power_on_after_fence_waits_for_the_release_timeout() {
+    let mut h = Harness::new(Policy {
+        power_on_after_fence: true,
+        release_timeout: secs(120),
+        ..Policy::default()
+    });
+    h.add("w1", Bmc::State(PowerState::On));
+    h.add("w2", Bmc::State(PowerState::On));
+    h.lose_power("w1");
+    h.advance(secs(40));
+    let released = h.release_times.get("w1").copied().expect("released");
+    h.advance(secs(60));
+    assert_eq!(
+        h.count(|a| matches!(a, Action::PowerOn { .. })),
+        0,
+        "not before release_timeout"
+    );
+    h.advance(secs(90));
+    assert_eq!(h.power_on_times.len(), 1);
+    let waited = h.power_on_times[0]
+        .duration_since(released)
+        .unwrap_or_default();
+    assert!(
+        waited >= secs(120) && waited < secs(122),
+        "powered on {waited:?} after the release"
     );
 }
