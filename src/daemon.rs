@@ -119,6 +119,7 @@ pub async fn run(
         },
         metrics: metrics.clone(),
         health: health.clone(),
+        control_namespace: options.lease_namespace.clone(),
     };
     if options.dry_run {
         tracing::warn!("dry-run: nothing will be powered off, on, tainted or deleted");

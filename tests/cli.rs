@@ -280,3 +280,58 @@ async fn validate_accepts_the_walkthrough_config_and_rejects_a_broken_one() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_and_resume_write_the_switch_in_the_cluster() {
+    nodefence::tls::install_crypto_provider();
+    let kube = nodefence_mocks::kube::FakeKube::builder()
+        .tls(true)
+        .start()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    kube.write_kubeconfig(&kubeconfig).unwrap();
+    let run = |args: Vec<&str>| {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodefence"));
+        cmd.args(&args)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["--namespace", "kube-system"])
+            .env_remove("POD_NAMESPACE")
+            .stdin(std::process::Stdio::null());
+        async move { cmd.output().await.unwrap() }
+    };
+    let paused = |kube: &nodefence_mocks::kube::FakeKubeHandle| {
+        kube.store()
+            .get(
+                nodefence_mocks::kube::resources::CONFIG_MAPS,
+                Some("kube-system"),
+                "nodefence-pause",
+            )
+            .ok()
+            .and_then(|cm| {
+                cm.pointer("/data/paused")
+                    .and_then(serde_json::Value::as_str)
+                    .map(str::to_string)
+            })
+    };
+    let out = run(vec!["pause", "--reason", "kernel upgrade"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("PAUSED"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(paused(&kube).as_deref(), Some("true"));
+    let out = run(vec!["pause", "--show"]).await;
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("kernel upgrade"),
+        "{}",
+        text(&out)
+    );
+    let out = run(vec!["resume"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(paused(&kube).as_deref(), Some("false"));
+    kube.shutdown().await;
+}

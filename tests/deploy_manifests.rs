@@ -224,4 +224,14 @@ fn rbac_grants_exactly_what_the_code_calls() {
     for verb in ["get", "create", "update"] {
         assert!(grants(&election, "coordination.k8s.io", "leases", verb));
     }
+    for verb in ["get", "list", "watch"] {
+        assert!(
+            grants(&election, "", "configmaps", verb),
+            "the pause switch must be readable"
+        );
+    }
+    assert!(
+        !grants(&election, "", "configmaps", "update"),
+        "the daemon never writes the pause switch"
+    );
 }

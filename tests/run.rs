@@ -30,6 +30,7 @@ struct World {
     link: tokio::task::JoinHandle<()>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     daemon: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    client: kube::Client,
     _dir: tempfile::TempDir,
 }
 
@@ -185,7 +186,7 @@ async fn world(dry_run: bool) -> World {
             retry_period: Duration::from_millis(200),
         },
     };
-    let daemon = tokio::spawn(daemon::run(config, client, options, async {
+    let daemon = tokio::spawn(daemon::run(config, client.clone(), options, async {
         let _ = stopped.await;
     }));
     World {
@@ -195,6 +196,7 @@ async fn world(dry_run: bool) -> World {
         link,
         stop: Some(stop),
         daemon: Some(daemon),
+        client,
         _dir: dir,
     }
 }
@@ -346,6 +348,42 @@ async fn dry_run_decides_but_changes_nothing() {
     assert!(
         writes.is_empty(),
         "dry-run wrote to the cluster: {writes:?}"
+    );
+    w.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_stops_fencing_and_resume_lets_it_continue() {
+    let w = world(false).await;
+    eventually("db-0 Running", Duration::from_secs(30), || async {
+        w.db_node().is_some()
+    })
+    .await;
+    let victim = w.db_node().unwrap();
+    nodefence::cluster::pause::set(
+        w.client.clone(),
+        "kube-system",
+        true,
+        Some("upgrade"),
+        "test",
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    w.sim.set_kubelet(&victim, false); // network cut while paused
+    tokio::time::sleep(Duration::from_secs(15)).await; // well past unhealthy_after
+    assert!(!w.has_out_of_service_taint(&victim), "paused: no release");
+    assert!(w.bmc.reset_log().is_empty(), "paused: no power command");
+    nodefence::cluster::pause::set(w.client.clone(), "kube-system", false, None, "test")
+        .await
+        .unwrap();
+    eventually("fenced after resume", Duration::from_secs(30), || async {
+        w.has_out_of_service_taint(&victim)
+    })
+    .await;
+    assert_eq!(
+        w.bmc.reset_log(),
+        vec![(blade(&victim), "ForceOff".to_string())]
     );
     w.stop().await;
 }

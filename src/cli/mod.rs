@@ -10,8 +10,10 @@
 //! | 3 | the configuration is invalid (every problem is printed) |
 //! | 4 | aborted: the confirmation prompt was declined or could not be shown |
 
+mod cluster_args;
 mod fence;
 mod logging;
+mod pause;
 mod run;
 mod status;
 mod table;
@@ -81,6 +83,10 @@ pub enum Command {
     Fence(fence::FenceArgs),
     /// The daemon: watch nodes, confirm dead machines are off, release their volumes.
     Run(run::RunArgs),
+    /// Stop all fencing cluster-wide (planned maintenance, upgrades); `--show` to read.
+    Pause(pause::PauseArgs),
+    /// Undo `nodefence pause`.
+    Resume(pause::ResumeArgs),
 }
 
 /// Output format of `status` and `fence`.
@@ -109,6 +115,8 @@ pub fn run(cli: Cli) -> ExitCode {
             Command::Status(args) => status::run(&cli.config, args).await,
             Command::Fence(args) => fence::run(&cli.config, args).await,
             Command::Run(args) => run::run(&cli.config, args).await,
+            Command::Pause(args) => pause::pause(args).await,
+            Command::Resume(args) => pause::resume(args).await,
         }
     });
     ExitCode::from(code)

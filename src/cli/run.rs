@@ -2,9 +2,7 @@
 //! releasing its leader Lease so another replica takes over at once.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use std::path::Path;
 
 use super::exit;
 use crate::cluster::leader::LeaderTimings;
@@ -16,15 +14,11 @@ pub struct RunArgs {
     /// command and write nothing to the cluster.
     #[arg(long)]
     pub dry_run: bool,
-    /// kubeconfig to use (default: the in-cluster service account, then $KUBECONFIG or ~/.kube/config).
-    #[arg(long, value_name = "PATH")]
-    pub kubeconfig: Option<PathBuf>,
     /// Address of /healthz, /readyz and /metrics.
     #[arg(long, default_value = "0.0.0.0:9464")]
     pub listen: SocketAddr,
-    /// Namespace of the leader-election Lease.
-    #[arg(long, env = "POD_NAMESPACE", default_value = "kube-system")]
-    pub lease_namespace: String,
+    #[command(flatten)]
+    pub cluster: super::cluster_args::ClusterArgs,
     /// Name of the leader-election Lease.
     #[arg(long, default_value = "nodefence")]
     pub lease_name: String,
@@ -38,7 +32,7 @@ pub async fn run(config_path: &Path, args: &RunArgs) -> u8 {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let client = match client(args.kubeconfig.as_deref()).await {
+    let client = match args.cluster.client().await {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: cannot configure the Kubernetes client: {e:#}");
@@ -49,7 +43,7 @@ pub async fn run(config_path: &Path, args: &RunArgs) -> u8 {
     let options = DaemonOptions {
         dry_run: args.dry_run,
         listen: args.listen,
-        lease_namespace: args.lease_namespace.clone(),
+        lease_namespace: args.cluster.namespace.clone(),
         lease_name: args.lease_name.clone(),
         identity,
         leader_timings: LeaderTimings::default(),
@@ -61,17 +55,6 @@ pub async fn run(config_path: &Path, args: &RunArgs) -> u8 {
             exit::FAILED
         }
     }
-}
-
-async fn client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = Kubeconfig::read_from(path)?;
-            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?
-        }
-        None => kube::Config::infer().await?,
-    };
-    Ok(kube::Client::try_from(config)?)
 }
 
 fn default_identity() -> String {

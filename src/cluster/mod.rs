@@ -2,8 +2,10 @@
 //!
 //! - [`facts`]: Node and Lease objects → the engine's [`crate::engine::NodeFacts`].
 //! - [`leader`]: fail-stop leader election on a Lease.
+//! - [`pause`]: the cluster-wide pause switch (a ConfigMap).
 //! - [`release`]: the out-of-service taint, Node and VolumeAttachment deletion, with re-checks.
 
 pub mod facts;
 pub mod leader;
+pub mod pause;
 pub mod release;

@@ -15,13 +15,14 @@ use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::runtime::watcher::{self, Event as WatchEvent};
 use kube::runtime::{WatchStreamExt, reflector::Lookup};
 use kube::{Api, Client, Resource};
 use tokio::sync::mpsc;
 
 use crate::cluster::facts::node_facts;
+use crate::cluster::pause::{PAUSE_CONFIGMAP, PauseState};
 use crate::engine::{Action, Engine, Policy};
 use crate::telemetry::{Health, Metrics};
 use executor::{Completion, Executor};
@@ -38,6 +39,8 @@ pub struct Controller {
     pub executor_template: ExecutorParts,
     pub metrics: Arc<Metrics>,
     pub health: Health,
+    /// Namespace of nodefence's own objects (the pause switch).
+    pub control_namespace: String,
 }
 
 /// The executor's parts, completed with a fresh channel for each leadership term.
@@ -59,6 +62,8 @@ struct Observed {
     relist_nodes: Option<BTreeSet<String>>,
     nodes_synced: bool,
     leases_synced: bool,
+    pause_synced: bool,
+    pause: Option<PauseState>,
 }
 
 impl Controller {
@@ -80,7 +85,16 @@ impl Controller {
             completions: tx,
         };
         let mut engine = Engine::new(self.policy.clone());
+        // Paused until the pause switch has been read: a new leader never acts in the
+        // moment before it learns that fencing is paused.
+        engine.set_paused(true, SystemTime::now());
         let mut seen = Observed::default();
+        let mut pause = watcher::watcher(
+            Api::<ConfigMap>::namespaced(self.client.clone(), &self.control_namespace),
+            watcher::Config::default().fields(&format!("metadata.name={PAUSE_CONFIGMAP}")),
+        )
+        .default_backoff()
+        .boxed();
         let mut nodes = watcher::watcher(
             Api::<Node>::all(self.client.clone()),
             watcher::Config::default(),
@@ -109,6 +123,10 @@ impl Controller {
                 Some(ev) = nodes.next() => match ev {
                     Ok(ev) => self.node_event(&mut engine, &mut seen, ev, &mut not_in_inventory_logged),
                     Err(e) => { tracing::warn!(error = %e, "Node watch failed; retrying"); Vec::new() }
+                },
+                Some(ev) = pause.next() => match ev {
+                    Ok(ev) => self.pause_event(&mut engine, &mut seen, ev),
+                    Err(e) => { tracing::warn!(error = %e, "pause switch watch failed; retrying"); Vec::new() }
                 },
                 Some(ev) = leases.next() => match ev {
                     Ok(ev) => self.lease_event(&mut engine, &mut seen, ev),
@@ -221,6 +239,38 @@ impl Controller {
                 Vec::new()
             }
         }
+    }
+
+    fn pause_event(
+        &self,
+        engine: &mut Engine,
+        seen: &mut Observed,
+        ev: WatchEvent<ConfigMap>,
+    ) -> Vec<Action> {
+        match ev {
+            WatchEvent::Init => return Vec::new(),
+            WatchEvent::InitApply(cm) | WatchEvent::Apply(cm) => {
+                seen.pause = Some(PauseState::from_config_map(&cm))
+            }
+            WatchEvent::Delete(_) => seen.pause = None,
+            WatchEvent::InitDone => seen.pause_synced = true,
+        }
+        if !seen.pause_synced {
+            return Vec::new();
+        }
+        let paused = seen.pause.as_ref().is_some_and(|s| s.paused);
+        if paused != engine.paused() {
+            let text = seen
+                .pause
+                .as_ref()
+                .map_or_else(|| "fencing is active".to_string(), PauseState::describe);
+            if paused {
+                tracing::warn!("{text}: no power command and no release until `nodefence resume`");
+            } else {
+                tracing::info!("{text}");
+            }
+        }
+        engine.set_paused(paused, SystemTime::now())
     }
 
     fn complete(&self, engine: &mut Engine, c: Completion) -> Vec<Action> {

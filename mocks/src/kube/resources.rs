@@ -99,6 +99,17 @@ pub const NAMESPACES: ResourceType = ResourceType {
     ],
 };
 
+pub const CONFIG_MAPS: ResourceType = ResourceType {
+    group: "",
+    version: "v1",
+    plural: "configmaps",
+    singular: "configmap",
+    kind: "ConfigMap",
+    namespaced: true,
+    short_names: &["cm"],
+    verbs: ALL_VERBS,
+};
+
 pub const CORE_EVENTS: ResourceType = ResourceType {
     group: "",
     version: "v1",
@@ -171,6 +182,7 @@ pub const ALL: &[ResourceType] = &[
     NODES,
     PODS,
     SECRETS,
+    CONFIG_MAPS,
     CORE_EVENTS,
     PERSISTENT_VOLUMES,
     PERSISTENT_VOLUME_CLAIMS,
