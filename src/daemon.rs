@@ -120,6 +120,12 @@ pub async fn run(
         metrics: metrics.clone(),
         health: health.clone(),
         control_namespace: options.lease_namespace.clone(),
+        monitor_interval: if options.dry_run {
+            std::time::Duration::ZERO
+        } else {
+            config.agent.power.monitor_interval
+        },
+        monitor_concurrency: config.agent.power.max_concurrent_requests,
     };
     if options.dry_run {
         tracing::warn!("dry-run: nothing will be powered off, on, tainted or deleted");

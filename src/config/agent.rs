@@ -20,8 +20,13 @@ const POWER_KEYS: &[&str] = &[
     "confirm_interval",
     "confirm_timeout",
     "max_concurrent_requests",
+    "monitor_interval",
 ];
 const SECURITY_KEYS: &[&str] = &["allow_inline_passwords"];
+
+/// Default for `[power] monitor_interval`.
+pub(crate) const DEFAULT_MONITOR_INTERVAL: std::time::Duration =
+    std::time::Duration::from_secs(300);
 
 /// Default for `[power] max_concurrent_requests`.
 pub(crate) const DEFAULT_MAX_CONCURRENT_REQUESTS: usize = 16;
@@ -47,6 +52,7 @@ pub(crate) fn parse(
         power: PowerSettings {
             confirm: ConfirmPolicy::default(),
             max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
+            monitor_interval: DEFAULT_MONITOR_INTERVAL,
         },
         security: SecuritySettings::default(),
         policy: Policy::default(),
@@ -118,6 +124,9 @@ fn power(out: &mut PowerSettings, table: &toml::de::DeTable<'_>, report: &mut dy
             }),
             "max_concurrent_requests" => entry.integer(1, 100_000, 16).map(|v| {
                 out.max_concurrent_requests = usize::try_from(v.value).unwrap_or(1);
+            }),
+            "monitor_interval" => entry.duration(true).map(|v| {
+                out.monitor_interval = v.value;
             }),
             other => Err(unknown_key(other, &entry.key, POWER_KEYS, "in [power]")),
         };

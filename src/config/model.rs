@@ -48,6 +48,9 @@ pub struct PowerSettings {
     pub confirm: ConfirmPolicy,
     /// At most this many BMC requests in flight at once, across all nodes.
     pub max_concurrent_requests: usize,
+    /// `nodefence run` checks every BMC this often (reachable, credentials work), so a
+    /// broken one is found before it is needed. Zero disables the check.
+    pub monitor_interval: std::time::Duration,
 }
 
 /// `[security]` in `nodefence.toml`.

@@ -8,6 +8,7 @@
 //! added, is recorded on the Node itself).
 
 pub mod executor;
+pub mod monitor;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -41,6 +42,9 @@ pub struct Controller {
     pub health: Health,
     /// Namespace of nodefence's own objects (the pause switch).
     pub control_namespace: String,
+    /// BMC monitor period (zero: off) and its concurrency.
+    pub monitor_interval: Duration,
+    pub monitor_concurrency: usize,
 }
 
 /// The executor's parts, completed with a fresh channel for each leadership term.
@@ -51,6 +55,15 @@ pub struct ExecutorParts {
     pub leadership: crate::cluster::leader::Leadership,
     pub recorder: Option<kube::runtime::events::Recorder>,
     pub dry_run: bool,
+}
+
+/// Aborts a task when dropped (the term's helpers end with the term).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Watch state for one term.
@@ -84,6 +97,19 @@ impl Controller {
             dry_run: parts.dry_run,
             completions: tx,
         };
+        // The BMC monitor runs for this term only (the leader checks; standbys do not
+        // load the BMCs). Aborted when the term ends.
+        let monitor = (!self.monitor_interval.is_zero()).then(|| {
+            let guard = tokio::spawn(monitor::run(
+                executor.drivers.clone(),
+                self.monitor_interval,
+                self.metrics.clone(),
+                executor.recorder.clone(),
+                self.monitor_concurrency,
+            ));
+            AbortOnDrop(guard)
+        });
+        let _monitor = monitor;
         let mut engine = Engine::new(self.policy.clone());
         // Paused until the pause switch has been read: a new leader never acts in the
         // moment before it learns that fencing is paused.
