@@ -387,3 +387,53 @@ async fn pause_stops_fencing_and_resume_lets_it_continue() {
     );
     w.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_shows_what_was_seen_and_decided() {
+    let w = world(false).await;
+    eventually("db-0 Running", Duration::from_secs(30), || async {
+        w.db_node().is_some()
+    })
+    .await;
+    let victim = w.db_node().unwrap();
+    w.bmc.set_power(&blade(&victim), MockPower::Off);
+    eventually("out-of-service taint", Duration::from_secs(30), || async {
+        w.has_out_of_service_taint(&victim)
+    })
+    .await;
+    let kubeconfig = w._dir.path().join("kubeconfig");
+    w.kube.write_kubeconfig(&kubeconfig).unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodefence"))
+        .arg("--config")
+        .arg(w._dir.path().join("nodefence.toml"))
+        .args([
+            "explain",
+            &victim,
+            "--namespace",
+            "kube-system",
+            "--kubeconfig",
+        ])
+        .arg(&kubeconfig)
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for expected in [
+        "Released:",
+        "added by nodefence",
+        "Power now:",
+        "Off",
+        "already released",
+        "ConfirmedOff",
+        "fencing is active",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+    w.stop().await;
+}

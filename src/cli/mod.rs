@@ -11,6 +11,8 @@
 //! | 4 | aborted: the confirmation prompt was declined or could not be shown |
 
 mod cluster_args;
+mod demo;
+mod explain;
 mod fence;
 mod logging;
 mod pause;
@@ -83,10 +85,14 @@ pub enum Command {
     Fence(fence::FenceArgs),
     /// The daemon: watch nodes, confirm dead machines are off, release their volumes.
     Run(run::RunArgs),
+    /// The whole story on this machine: a simulated cluster, a mock BMC, the real daemon.
+    Demo(demo::DemoArgs),
     /// Stop all fencing cluster-wide (planned maintenance, upgrades); `--show` to read.
     Pause(pause::PauseArgs),
     /// Undo `nodefence pause`.
     Resume(pause::ResumeArgs),
+    /// What nodefence sees about one node and what it would do now.
+    Explain(explain::ExplainArgs),
 }
 
 /// Output format of `status` and `fence`.
@@ -115,8 +121,10 @@ pub fn run(cli: Cli) -> ExitCode {
             Command::Status(args) => status::run(&cli.config, args).await,
             Command::Fence(args) => fence::run(&cli.config, args).await,
             Command::Run(args) => run::run(&cli.config, args).await,
+            Command::Demo(args) => demo::run(args).await,
             Command::Pause(args) => pause::pause(args).await,
             Command::Resume(args) => pause::resume(args).await,
+            Command::Explain(args) => explain::run(&cli.config, args).await,
         }
     });
     ExitCode::from(code)

@@ -1,0 +1,309 @@
+//! `nodefence explain NODE`: what nodefence sees about one node and what it would do,
+//! from live sources: the Node and its kubelet Lease, the inventory entry, one fresh
+//! power reading, the pause switch and nodefence's recent Events on the node.
+//!
+//! It reads only. The decision shown is the policy applied to what was just read; the
+//! running daemon may be further along (its Events, listed last, say where).
+
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::events::v1::Event;
+use kube::Api;
+use kube::api::ListParams;
+
+use super::cluster_args::ClusterArgs;
+use super::exit;
+use crate::cluster::facts::{TAINTED_ANNOTATION, node_facts};
+use crate::cluster::pause;
+use crate::engine::{Exclusion, Health, OnPoweredOn, Policy};
+use crate::power::PowerState;
+use crate::power::registry::DriverFactory;
+
+#[derive(Debug, clap::Args)]
+pub struct ExplainArgs {
+    /// The Kubernetes node name.
+    pub node: String,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
+    let config = match super::load_config(config_path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let client = match args.cluster.client().await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: cannot configure the Kubernetes client: {e:#}");
+            return exit::FAILED;
+        }
+    };
+    let name = &args.node;
+    let node = match Api::<Node>::all(client.clone()).get_opt(name).await {
+        Ok(Some(n)) => n,
+        Ok(None) => {
+            eprintln!("error: Node {name} does not exist in the cluster");
+            return exit::USAGE;
+        }
+        Err(e) => {
+            eprintln!("error: cannot read Node {name}: {e}");
+            return exit::FAILED;
+        }
+    };
+    let lease = Api::<Lease>::namespaced(client.clone(), "kube-node-lease")
+        .get_opt(name)
+        .await
+        .ok()
+        .flatten();
+    let target = config.inventory.nodes.get(name);
+    let facts = node_facts(&node, lease.as_ref(), target.is_some());
+    let policy = &config.agent.policy;
+    let now = SystemTime::now();
+    let mut lines: Vec<(&str, String)> = Vec::new();
+
+    lines.push((
+        "Node",
+        format!(
+            "{name} (uid {})",
+            node.metadata.uid.as_deref().unwrap_or("?")
+        ),
+    ));
+    let power_line;
+    let mut power_state = None;
+    match target {
+        None => {
+            lines.push((
+                "Inventory",
+                "not in the inventory: nodefence never touches this node".into(),
+            ));
+            power_line = "-".to_string();
+        }
+        Some(t) => {
+            let factory = DriverFactory::new(1);
+            match factory.driver(t) {
+                Ok(driver) => {
+                    lines.push((
+                        "Inventory",
+                        format!("{} {}", driver.driver_name(), driver.endpoint()),
+                    ));
+                    power_line = match driver.status().await {
+                        Ok(r) => {
+                            power_state = Some(r.state.clone());
+                            format!("{} (read in {} ms)", r.state, r.latency.as_millis())
+                        }
+                        Err(e) => format!("cannot be read: {e}"),
+                    };
+                    driver.close().await;
+                }
+                Err(e) => {
+                    lines.push((
+                        "Inventory",
+                        format!("{} (no usable driver: {e})", t.power.driver_name()),
+                    ));
+                    power_line = "-".to_string();
+                }
+            }
+        }
+    }
+    let exclusion = exclusion(&facts, policy);
+    lines.push((
+        "Excluded",
+        exclusion.map_or_else(|| "no".into(), |e| e.as_str().to_string()),
+    ));
+    lines.push((
+        "Ready",
+        match facts.readiness {
+            crate::engine::Readiness::Ready => "True".into(),
+            crate::engine::Readiness::NotReady { since } => {
+                format!("False/Unknown since {}", ago(now, since))
+            }
+        },
+    ));
+    lines.push((
+        "Kubelet Lease",
+        match facts.lease_renewed {
+            Some(t) => {
+                let stale = policy
+                    .lease_stale_after
+                    .is_some_and(|after| now.duration_since(t).unwrap_or_default() >= after);
+                format!(
+                    "renewed {}{}",
+                    ago(now, t),
+                    if stale { " (STALE)" } else { "" }
+                )
+            }
+            None => "none".into(),
+        },
+    ));
+    let taints: Vec<String> = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| {
+            format!(
+                "{}{}:{}",
+                t.key,
+                t.value.map(|v| format!("={v}")).unwrap_or_default(),
+                t.effect
+            )
+        })
+        .collect();
+    lines.push((
+        "Taints",
+        if taints.is_empty() {
+            "none".into()
+        } else {
+            taints.join(", ")
+        },
+    ));
+    if let Some(added) = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(TAINTED_ANNOTATION))
+    {
+        lines.push((
+            "Released",
+            format!("out-of-service taint added by nodefence at {added}"),
+        ));
+    }
+    let paused = match pause::get(client.clone(), &args.cluster.namespace).await {
+        Ok(p) => {
+            lines.push(("Pause", p.describe()));
+            p.paused
+        }
+        Err(e) => {
+            lines.push(("Pause", format!("cannot be read: {e}")));
+            false
+        }
+    };
+    lines.push(("Power now", power_line));
+    let health = facts.health(now, policy.lease_stale_after);
+    lines.push((
+        "Decision",
+        decide(
+            &facts,
+            health,
+            exclusion,
+            power_state.as_ref(),
+            paused,
+            policy,
+            now,
+        ),
+    ));
+
+    let width = lines.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
+    for (k, v) in &lines {
+        println!("{:<width$} {v}", format!("{k}:"));
+    }
+    print_events(client, name, now).await;
+    exit::OK
+}
+
+fn exclusion(facts: &crate::engine::NodeFacts, policy: &Policy) -> Option<Exclusion> {
+    crate::engine::NodeState::new(facts.clone(), SystemTime::now()).exclusion(policy)
+}
+
+fn decide(
+    facts: &crate::engine::NodeFacts,
+    health: Health,
+    exclusion: Option<Exclusion>,
+    power: Option<&PowerState>,
+    paused: bool,
+    policy: &Policy,
+    now: SystemTime,
+) -> String {
+    if let Some(e) = exclusion {
+        return format!("nothing: {}", e.as_str());
+    }
+    if facts.our_taint {
+        return "already released; the taint is removed once the node has been Ready for recovered_after".into();
+    }
+    let Some(since) = health.since() else {
+        return "nothing: the node is healthy".into();
+    };
+    if paused {
+        return "nothing while fencing is paused (`nodefence resume`)".into();
+    }
+    let readings = policy.confirm_readings;
+    match (power, health) {
+        (Some(PowerState::Off), _) => format!(
+            "release after {readings} consecutive Off readings newer than the last sign of life ({})",
+            ago(now, since)
+        ),
+        (Some(PowerState::On | PowerState::Paused), Health::LeaseStale { .. }) => {
+            "wait: the machine is On and only the Lease is stale (never powered off on that alone)"
+                .into()
+        }
+        (
+            Some(PowerState::On | PowerState::Paused),
+            Health::NotReady {
+                not_ready_since, ..
+            },
+        ) => {
+            if policy.on_powered_on == OnPoweredOn::Wait {
+                return "alert only: the machine is On and on_powered_on = \"wait\"".into();
+            }
+            let at = not_ready_since + policy.unhealthy_after;
+            if now >= at {
+                "power off (ForceOff) now unless storm protection or rate limits hold it, then confirm Off and release".into()
+            } else {
+                format!(
+                    "power off in {} (unhealthy_after), then confirm Off and release",
+                    humantime::format_duration(Duration::from_secs(
+                        at.duration_since(now).unwrap_or_default().as_secs()
+                    ))
+                )
+            }
+        }
+        (Some(other), _) => format!("nothing yet: the power state {other} is neither On nor Off"),
+        (None, _) => "nothing: the power state cannot be read (retrying with backoff)".into(),
+    }
+}
+
+fn ago(now: SystemTime, t: SystemTime) -> String {
+    let d = now.duration_since(t).unwrap_or_default();
+    format!(
+        "{} ({} ago)",
+        humantime::format_rfc3339_seconds(t),
+        humantime::format_duration(Duration::from_secs(d.as_secs()))
+    )
+}
+
+async fn print_events(client: kube::Client, node: &str, now: SystemTime) {
+    let events: Api<Event> = Api::all(client);
+    let Ok(list) = events.list(&ListParams::default()).await else {
+        return;
+    };
+    let mut mine: Vec<&Event> = list
+        .items
+        .iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node))
+        .filter(|e| e.reporting_controller.as_deref() == Some("nodefence"))
+        .collect();
+    mine.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
+    if mine.is_empty() {
+        println!("Events:         none from nodefence");
+        return;
+    }
+    println!("Events (nodefence, oldest first):");
+    for e in mine.iter().rev().take(15).rev() {
+        let when = e
+            .event_time
+            .as_ref()
+            .map(|t| ago(now, SystemTime::from(t.0)))
+            .unwrap_or_default();
+        println!(
+            "  {when}  {:<7} {:<24} {}",
+            e.type_.as_deref().unwrap_or(""),
+            e.reason.as_deref().unwrap_or(""),
+            e.note.as_deref().unwrap_or("")
+        );
+    }
+}
