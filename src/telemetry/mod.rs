@@ -31,10 +31,10 @@
 //! Label values outside a metric's documented set are recorded as `unknown` (and
 //! logged): a typo at a call site never turns into a new time series per call.
 
+mod exposition;
 mod metrics;
 mod server;
 
-pub use metrics::{
-    Metrics, Sample, parse_samples, power_error_result, power_query_result, release_mode_label,
-};
+pub use exposition::{Sample, parse_samples};
+pub use metrics::{Metrics, power_error_result, power_query_result, release_mode_label};
 pub use server::{Health, METRICS_CONTENT_TYPE, serve};
