@@ -31,6 +31,8 @@ struct World {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     daemon: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
     client: kube::Client,
+    config: nodefence::config::Config,
+    options: DaemonOptions,
     _dir: tempfile::TempDir,
 }
 
@@ -78,6 +80,29 @@ impl World {
         pod.pointer("/spec/nodeName")
             .and_then(Value::as_str)
             .map(str::to_string)
+    }
+
+    /// Stops the daemon and starts a new one with another identity (a restart, or a
+    /// new leader after a crash of the old one).
+    async fn restart_daemon(&mut self, identity: &str) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(d) = self.daemon.take() {
+            d.await.unwrap().unwrap();
+        }
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let mut options = self.options.clone();
+        options.identity = identity.to_string();
+        self.daemon = Some(tokio::spawn(daemon::run(
+            self.config.clone(),
+            self.client.clone(),
+            options,
+            async {
+                let _ = stopped.await;
+            },
+        )));
+        self.stop = Some(stop);
     }
 
     async fn stop(mut self) {
@@ -186,9 +211,14 @@ async fn world(dry_run: bool) -> World {
             retry_period: Duration::from_millis(200),
         },
     };
-    let daemon = tokio::spawn(daemon::run(config, client.clone(), options, async {
-        let _ = stopped.await;
-    }));
+    let daemon = tokio::spawn(daemon::run(
+        config.clone(),
+        client.clone(),
+        options.clone(),
+        async {
+            let _ = stopped.await;
+        },
+    ));
     World {
         kube,
         sim,
@@ -197,6 +227,8 @@ async fn world(dry_run: bool) -> World {
         stop: Some(stop),
         daemon: Some(daemon),
         client,
+        config,
+        options,
         _dir: dir,
     }
 }
@@ -435,5 +467,31 @@ async fn explain_shows_what_was_seen_and_decided() {
     ] {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }
+    w.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_mid_fence_resumes_without_a_second_power_command() {
+    let mut w = world(false).await;
+    eventually("db-0 Running", Duration::from_secs(30), || async {
+        w.db_node().is_some()
+    })
+    .await;
+    let victim = w.db_node().unwrap();
+    w.sim.set_kubelet(&victim, false); // network cut: powered off after unhealthy_after
+    eventually("ForceOff sent", Duration::from_secs(40), || async {
+        !w.bmc.reset_log().is_empty()
+    })
+    .await;
+    w.restart_daemon("replica-after-restart").await;
+    eventually("out-of-service taint", Duration::from_secs(30), || async {
+        w.has_out_of_service_taint(&victim)
+    })
+    .await;
+    assert_eq!(
+        w.bmc.reset_log(),
+        vec![(blade(&victim), "ForceOff".to_string())],
+        "the new instance reads Off and sends nothing"
+    );
     w.stop().await;
 }
