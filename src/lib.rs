@@ -15,6 +15,7 @@ pub mod cluster;
 pub mod config;
 pub mod controller;
 pub mod daemon;
+pub mod demo;
 pub mod engine;
 pub mod power;
 pub mod telemetry;

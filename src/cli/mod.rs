@@ -11,6 +11,7 @@
 //! | 4 | aborted: the confirmation prompt was declined or could not be shown |
 
 mod cluster_args;
+mod demo;
 mod explain;
 mod fence;
 mod logging;
@@ -84,6 +85,8 @@ pub enum Command {
     Fence(fence::FenceArgs),
     /// The daemon: watch nodes, confirm dead machines are off, release their volumes.
     Run(run::RunArgs),
+    /// The whole story on this machine: a simulated cluster, a mock BMC, the real daemon.
+    Demo(demo::DemoArgs),
     /// Stop all fencing cluster-wide (planned maintenance, upgrades); `--show` to read.
     Pause(pause::PauseArgs),
     /// Undo `nodefence pause`.
@@ -118,6 +121,7 @@ pub fn run(cli: Cli) -> ExitCode {
             Command::Status(args) => status::run(&cli.config, args).await,
             Command::Fence(args) => fence::run(&cli.config, args).await,
             Command::Run(args) => run::run(&cli.config, args).await,
+            Command::Demo(args) => demo::run(args).await,
             Command::Pause(args) => pause::pause(args).await,
             Command::Resume(args) => pause::resume(args).await,
             Command::Explain(args) => explain::run(&cli.config, args).await,

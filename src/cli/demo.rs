@@ -1,0 +1,89 @@
+//! `nodefence demo`: the fencing story on this machine, no cluster and no set-up (see
+//! [`crate::demo`]). Exit 0 when every scenario behaved as expected, 1 when one did not
+//! within its deadline (the demo doubles as a smoke test), 130 when interrupted.
+
+use std::path::PathBuf;
+
+use clap::ValueEnum;
+
+use super::OutputFormat;
+use crate::demo::{self, DemoOptions, Scenario};
+
+#[derive(Debug, clap::Args)]
+pub struct DemoArgs {
+    /// Time scale of the simulated cluster and of nodefence's timings together
+    /// (10 = ten times faster than a real cluster; the default takes about a minute
+    /// and a half).
+    #[arg(long, default_value_t = demo::DEFAULT_SPEED, value_parser = parse_speed)]
+    pub speed: f64,
+    /// Which scenario to run (one that needs an earlier one's state sets it up itself).
+    #[arg(long, value_enum, default_value_t = ScenarioArg::All)]
+    pub scenario: ScenarioArg,
+    /// No colours, even on a terminal (NO_COLOR is honoured too).
+    #[arg(long)]
+    pub no_color: bool,
+    /// Format of the closing summary; with json the story goes to standard error and
+    /// standard output carries the JSON alone.
+    #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+    /// Where the daemon's and the simulation's logs go (default: nodefence-demo.log
+    /// in the temporary directory).
+    #[arg(long, value_name = "PATH")]
+    pub log_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ScenarioArg {
+    /// The worker running db-0 loses power.
+    PowerLoss,
+    /// Its network is cut; the machine stays On.
+    NetworkCut,
+    /// The BMC stops answering while a node is unreachable.
+    BmcDown,
+    /// A fenced machine gets its power back.
+    Recovery,
+    /// All four, in this order.
+    All,
+}
+
+fn parse_speed(raw: &str) -> Result<f64, String> {
+    let speed: f64 = raw
+        .parse()
+        .map_err(|_| format!("{raw:?} is not a number"))?;
+    if speed.is_finite() && (0.1..=50.0).contains(&speed) {
+        Ok(speed)
+    } else {
+        Err("the speed must be between 0.1 and 50".to_string())
+    }
+}
+
+pub async fn run(args: &DemoArgs) -> u8 {
+    let scenarios = match args.scenario {
+        ScenarioArg::PowerLoss => vec![Scenario::PowerLoss],
+        ScenarioArg::NetworkCut => vec![Scenario::NetworkCut],
+        ScenarioArg::BmcDown => vec![Scenario::BmcDown],
+        ScenarioArg::Recovery => vec![Scenario::Recovery],
+        ScenarioArg::All => Scenario::ALL.to_vec(),
+    };
+    demo::run(DemoOptions {
+        speed: args.speed,
+        scenarios,
+        no_color: args.no_color,
+        json: args.output == OutputFormat::Json,
+        log_file: args.log_file.clone(),
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn speeds() {
+        assert_eq!(parse_speed("10"), Ok(10.0));
+        assert!(parse_speed("0").is_err());
+        assert!(parse_speed("NaN").is_err());
+        assert!(parse_speed("fast").is_err());
+    }
+}

@@ -1,0 +1,355 @@
+//! The demo's world, all in this process and on loopback: fake-kube with its simulated
+//! control plane, a control-plane node and three workers, one Redfish BMC whose
+//! systems are the workers' machines (linked to their kubelets), the `db` StatefulSet
+//! with its ReadWriteOnce volume, and the real nodefence daemon talking to fake-kube
+//! over HTTP with timings scaled to the demo's speed; plus the queries and levers the
+//! scenarios use, and an orderly teardown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use nodefence_mocks::kube::resources::{LEASES, NODES, PODS};
+use nodefence_mocks::kube::sim::{NodeSpec, SimConfig, SimHandle, Simulation, WorkloadSpec};
+use nodefence_mocks::kube::store::Store;
+use nodefence_mocks::kube::{FakeKube, FakeKubeHandle};
+use nodefence_mocks::machines::{self, Machine};
+use nodefence_mocks::redfish::{
+    MockPower, MockRedfish, MockRedfishHandle, Profile, ResetRecord, SystemSpec,
+};
+use serde_json::Value;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use super::config::{self, DemoConfig};
+use super::feeds::{self, PowerLedger};
+use super::narrate::Wording;
+use super::timeline::Story;
+use crate::daemon::{self, DaemonOptions};
+
+pub const CONTROL_PLANE: &str = "cp-1";
+pub const WORKERS: [&str; 3] = ["worker-1", "worker-2", "worker-3"];
+pub const NAMESPACE: &str = "default";
+pub const WORKLOAD: &str = "db";
+pub const POD: &str = "db-0";
+const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
+const IDENTITY: &str = "nodefence-demo";
+const LEADER_LEASE: (&str, &str) = ("kube-system", "nodefence");
+
+/// Everything running for the demo.
+pub struct World {
+    pub speed: f64,
+    pub wording: Wording,
+    kube: FakeKubeHandle,
+    sim: Arc<SimHandle>,
+    bmc: Arc<MockRedfishHandle>,
+    machines: Vec<Machine>,
+    ledger: PowerLedger,
+    link: JoinHandle<()>,
+    feeds: Vec<JoinHandle<()>>,
+    daemon_stop: Option<oneshot::Sender<()>>,
+    daemon: Option<JoinHandle<anyhow::Result<()>>>,
+    _files: config::Files,
+}
+
+impl World {
+    /// Starts everything; steps go to `story` from the first moment.
+    pub async fn start(speed: f64, story: &Story) -> anyhow::Result<World> {
+        let store = Store::default();
+        let kube = FakeKube::builder()
+            .store(store.clone())
+            .start()
+            .await
+            .context("starting fake-kube")?;
+        let sim = Arc::new(Simulation::start(
+            store.clone(),
+            SimConfig {
+                speed,
+                ..SimConfig::default()
+            },
+        ));
+        let stock = SimConfig::default();
+        let mut feeds = Vec::new();
+        let machines: Vec<Machine> = WORKERS
+            .iter()
+            .enumerate()
+            .map(|(i, w)| Machine::new(format!("Blade{}", i + 1), *w))
+            .collect();
+        let password = uuid::Uuid::new_v4().simple().to_string();
+        let bmc = Arc::new(
+            MockRedfish::builder()
+                .profile(Profile::MultiSystem)
+                .systems(
+                    machines
+                        .iter()
+                        .map(|m| SystemSpec::new(&m.system_id).power(MockPower::On)),
+                )
+                .credentials("fence", &password)
+                .transition_delay(
+                    Duration::from_secs(3)
+                        .div_f64(speed)
+                        .max(Duration::from_millis(50)),
+                )
+                .start()
+                .await
+                .context("starting the mock Redfish BMC")?,
+        );
+        let demo = DemoConfig::new(speed, &bmc.base_url(), &password, &machines);
+        let files = config::Files::write(&demo)?;
+        let (config, wording) = config::load(&files, &demo, &stock)?;
+        let client = client(&kube).await?;
+
+        let ledger = PowerLedger::default();
+        feeds.push(feeds::simulation(
+            sim.subscribe(),
+            story.clone(),
+            wording.clone(),
+        ));
+        feeds.push(feeds::nodefence_events(
+            &store,
+            story.clone(),
+            wording.clone(),
+        ));
+        feeds.push(feeds::bmc(
+            bmc.clone(),
+            machines.clone(),
+            ledger.clone(),
+            story.clone(),
+        ));
+        sim.add_node(NodeSpec::new(CONTROL_PLANE).control_plane(true));
+        for w in WORKERS {
+            sim.add_node(NodeSpec::new(w));
+        }
+        sim.add_stateful_workload(WorkloadSpec::new(NAMESPACE, WORKLOAD));
+        let link = machines::link(
+            bmc.clone(),
+            sim.clone(),
+            machines.clone(),
+            Duration::from_millis(50),
+        );
+
+        let (daemon_stop, stopped) = oneshot::channel::<()>();
+        let options = DaemonOptions {
+            dry_run: false,
+            listen: "127.0.0.1:0".parse().map_err(|e| anyhow!("{e}"))?,
+            lease_namespace: LEADER_LEASE.0.into(),
+            lease_name: LEADER_LEASE.1.into(),
+            identity: IDENTITY.into(),
+            leader_timings: demo.leader_timings(),
+        };
+        let daemon = tokio::spawn(daemon::run(config, client, options, async {
+            let _ = stopped.await;
+        }));
+        Ok(World {
+            speed,
+            wording,
+            kube,
+            sim,
+            bmc,
+            machines,
+            ledger,
+            link,
+            feeds,
+            daemon_stop: Some(daemon_stop),
+            daemon: Some(daemon),
+            _files: files,
+        })
+    }
+
+    /// A real-time deadline for something that takes `cluster` in a real cluster.
+    pub fn within(&self, cluster: Duration) -> Duration {
+        cluster.div_f64(self.speed) + Duration::from_secs(10)
+    }
+
+    /// Real time that stands for `cluster` in cluster time.
+    pub fn real(&self, cluster: Duration) -> Duration {
+        cluster.div_f64(self.speed)
+    }
+
+    fn store(&self) -> Store {
+        self.kube.store()
+    }
+
+    /// True while the daemon runs (it only ends on shutdown or a start-up error).
+    pub fn daemon_alive(&self) -> bool {
+        self.daemon.as_ref().is_some_and(|d| !d.is_finished())
+    }
+
+    /// True once nodefence holds its leader Lease.
+    pub fn nodefence_leads(&self) -> bool {
+        self.store()
+            .get(LEASES, Some(LEADER_LEASE.0), LEADER_LEASE.1)
+            .ok()
+            .and_then(|l| {
+                l.pointer("/spec/holderIdentity")
+                    .and_then(Value::as_str)
+                    .map(|h| h == IDENTITY)
+            })
+            .unwrap_or(false)
+    }
+
+    fn node(&self, name: &str) -> Option<Value> {
+        self.store().get(NODES, None, name).ok()
+    }
+
+    pub fn node_ready(&self, name: &str) -> bool {
+        self.node(name).is_some_and(|n| {
+            n.pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                })
+        })
+    }
+
+    pub fn out_of_service(&self, name: &str) -> bool {
+        self.node(name).is_some_and(|n| {
+            n.pointer("/spec/taints")
+                .and_then(Value::as_array)
+                .is_some_and(|ts| ts.iter().any(|t| t["key"] == OUT_OF_SERVICE))
+        })
+    }
+
+    /// The node `db-0` is Running on (not Terminating), if it is.
+    pub fn db_running_on(&self) -> Option<String> {
+        let pod = self.store().get(PODS, Some(NAMESPACE), POD).ok()?;
+        let running = pod.pointer("/status/phase").and_then(Value::as_str) == Some("Running");
+        if !running || pod.pointer("/metadata/deletionTimestamp").is_some() {
+            return None;
+        }
+        pod.pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    }
+
+    /// Every node Ready and untainted by nodefence, every machine On with its kubelet
+    /// running, and db-0 Running.
+    pub fn whole(&self) -> bool {
+        std::iter::once(CONTROL_PLANE)
+            .chain(WORKERS)
+            .all(|n| self.node_ready(n) && !self.out_of_service(n))
+            && WORKERS.iter().all(|w| {
+                self.power(w) == Some(MockPower::On) && self.sim.kubelet_running(w) == Some(true)
+            })
+            && self.db_running_on().is_some()
+    }
+
+    fn system(&self, node: &str) -> anyhow::Result<&str> {
+        self.machines
+            .iter()
+            .find(|m| m.node == node)
+            .map(|m| m.system_id.as_str())
+            .ok_or_else(|| anyhow!("{node} has no machine"))
+    }
+
+    /// The machine's real power state.
+    pub fn power(&self, node: &str) -> Option<MockPower> {
+        self.bmc.power(self.system(node).ok()?)
+    }
+
+    /// Pulls the plug (`Off`) or restores power (`On`), as a person would.
+    pub fn set_power(&self, node: &str, power: MockPower) -> anyhow::Result<()> {
+        let system = self.system(node)?;
+        self.ledger
+            .set(&self.bmc, system, power)
+            .map_err(|e| anyhow!("{e}"))
+    }
+
+    /// Cuts (`false`) or restores (`true`) the node's network: its kubelet falls
+    /// silent or comes back; the machine's power is untouched.
+    pub fn set_network(&self, node: &str, up: bool) {
+        self.sim.set_kubelet(node, up);
+    }
+
+    pub fn kubelet_running(&self, node: &str) -> bool {
+        self.sim.kubelet_running(node) == Some(true)
+    }
+
+    /// Makes every BMC request hang (`true`) or answers normally again (`false`).
+    pub fn bmc_hangs(&self, hang: bool) {
+        if hang {
+            self.bmc.inject(nodefence_mocks::redfish::Fault::Hang);
+        } else {
+            self.bmc.clear_faults();
+        }
+    }
+
+    /// How many Resets the BMC has received so far (a mark for [`Self::resets_since`]).
+    pub fn reset_mark(&self) -> usize {
+        self.bmc.resets().len()
+    }
+
+    /// The Resets received since `mark`, as `(node, ResetType)`.
+    pub fn resets_since(&self, mark: usize) -> Vec<(String, String)> {
+        self.bmc
+            .resets()
+            .into_iter()
+            .skip(mark)
+            .map(|ResetRecord { system, reset_type }| {
+                let node = self
+                    .machines
+                    .iter()
+                    .find(|m| m.system_id == system)
+                    .map_or(system, |m| m.node.clone());
+                (node, reset_type)
+            })
+            .collect()
+    }
+
+    /// Stops the daemon (it releases its leader Lease), then the link, the feeds, the
+    /// simulation, the BMC and fake-kube, each within a deadline, and removes the
+    /// temporary files.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.daemon_stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(mut daemon) = self.daemon.take() {
+            match tokio::time::timeout(Duration::from_secs(10), &mut daemon).await {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(e))) => tracing::warn!("demo: the daemon ended with an error: {e:#}"),
+                Ok(Err(e)) => tracing::warn!("demo: the daemon task failed: {e}"),
+                Err(_) => {
+                    tracing::warn!("demo: the daemon did not stop within 10s; aborted");
+                    daemon.abort();
+                    let _ = daemon.await;
+                }
+            }
+        }
+        self.link.abort();
+        let _ = (&mut self.link).await;
+        for feed in self.feeds.drain(..) {
+            feed.abort();
+            let _ = feed.await;
+        }
+        if let Ok(sim) = Arc::try_unwrap(self.sim) {
+            let _ = tokio::time::timeout(Duration::from_secs(10), sim.shutdown()).await;
+        }
+        if let Ok(bmc) = Arc::try_unwrap(self.bmc) {
+            let _ = tokio::time::timeout(Duration::from_secs(5), bmc.shutdown()).await;
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.kube.shutdown()).await;
+    }
+
+    /// The daemon's error, when it ended by itself (e.g. it could not start).
+    pub async fn daemon_error(&mut self) -> Option<String> {
+        if self.daemon_alive() {
+            return None;
+        }
+        match self.daemon.take()?.await {
+            Ok(Ok(())) => Some("the daemon stopped".into()),
+            Ok(Err(e)) => Some(format!("{e:#}")),
+            Err(e) => Some(e.to_string()),
+        }
+    }
+}
+
+/// A kube client from fake-kube's kubeconfig, as `nodefence run --kubeconfig` builds one.
+async fn client(kube: &FakeKubeHandle) -> anyhow::Result<kube::Client> {
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&kube.kubeconfig_yaml())
+        .context("reading fake-kube's kubeconfig")?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .context("configuring the Kubernetes client")?;
+    kube::Client::try_from(config).context("building the Kubernetes client")
+}

@@ -1,0 +1,203 @@
+//! nodefence's configuration for the demo, made the way an operator makes it: a
+//! `nodefence.toml`, an inventory and a BMC password file in a private temporary
+//! directory, read by the real loader ([`crate::config::load`]). Then every timing of
+//! the policy is divided by the demo's speed, after the loader, whose checks are
+//! meant for real clusters (e.g. `lease_stale_after` of at least 15 s).
+//!
+//! Timings that guard against a slow machine rather than model the cluster (HTTP
+//! timeouts, leader election) keep a floor, so a fast demo on a busy 2-core machine
+//! does not time out where a real cluster would not.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use nodefence_mocks::kube::sim::SimConfig;
+use nodefence_mocks::machines::Machine;
+
+use super::narrate::Wording;
+use crate::cluster::leader::LeaderTimings;
+use crate::config::Config;
+
+/// Pause between power readings in a real cluster (`[power] confirm_interval`).
+const CONFIRM_INTERVAL: Duration = Duration::from_secs(1);
+/// Consecutive Off readings that prove a machine is off.
+pub const CONFIRM_READINGS: u32 = 3;
+
+/// What the files are made from.
+pub struct DemoConfig {
+    speed: f64,
+    bmc_url: String,
+    password: String,
+    machines: Vec<Machine>,
+}
+
+impl DemoConfig {
+    pub fn new(speed: f64, bmc_url: &str, password: &str, machines: &[Machine]) -> Self {
+        Self {
+            speed,
+            bmc_url: bmc_url.to_string(),
+            password: password.to_string(),
+            machines: machines.to_vec(),
+        }
+    }
+
+    /// `cluster` at the demo's speed, but never below `floor`.
+    fn scaled(&self, cluster: Duration, floor: Duration) -> Duration {
+        cluster.div_f64(self.speed).max(floor)
+    }
+
+    /// client-go's leader-election defaults, scaled.
+    pub fn leader_timings(&self) -> LeaderTimings {
+        let stock = LeaderTimings::default();
+        LeaderTimings {
+            lease_duration: self.scaled(stock.lease_duration, Duration::from_secs(3)),
+            renew_deadline: self.scaled(stock.renew_deadline, Duration::from_secs(2)),
+            retry_period: self.scaled(stock.retry_period, Duration::from_millis(200)),
+        }
+    }
+
+    fn agent_toml(&self) -> String {
+        format!(
+            "inventory = \"inventory.toml\"\n\n[power]\nconfirm_readings = {CONFIRM_READINGS}\n\
+             confirm_interval = \"{}\"\nconfirm_timeout = \"{}\"\n",
+            ms(self.scaled(CONFIRM_INTERVAL, Duration::from_millis(20))),
+            ms(self.scaled(Duration::from_secs(120), Duration::from_secs(5))),
+        )
+    }
+
+    fn inventory_toml(&self) -> String {
+        let mut out = format!(
+            "[defaults]\ndriver = \"redfish\"\nendpoint = \"{}\"\nusername = \"fence\"\n\
+             password_file = \"bmc-password\"\nconnect_timeout = \"{}\"\nrequest_timeout = \"{}\"\n\
+             operation_timeout = \"{}\"\nretries = 1\n",
+            self.bmc_url,
+            ms(self.scaled(Duration::from_secs(5), Duration::from_secs(1))),
+            ms(self.scaled(Duration::from_secs(10), Duration::from_secs(1))),
+            ms(self.scaled(Duration::from_secs(60), Duration::from_secs(3))),
+        );
+        for m in &self.machines {
+            out.push_str(&format!(
+                "\n[nodes.{}]\nsystem_id = \"{}\"\n",
+                m.node, m.system_id
+            ));
+        }
+        out
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{}ms", d.as_millis().max(1))
+}
+
+/// The private directory holding the files; removed when dropped.
+pub struct Files {
+    dir: PathBuf,
+}
+
+impl Files {
+    pub fn write(demo: &DemoConfig) -> anyhow::Result<Files> {
+        let dir =
+            std::env::temp_dir().join(format!("nodefence-demo-{}", uuid::Uuid::new_v4().simple()));
+        create_private_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let files = Files { dir };
+        write_private(&files.dir.join("bmc-password"), &demo.password)?;
+        write_private(&files.dir.join("nodefence.toml"), &demo.agent_toml())?;
+        write_private(&files.dir.join("inventory.toml"), &demo.inventory_toml())?;
+        Ok(files)
+    }
+
+    pub fn agent(&self) -> PathBuf {
+        self.dir.join("nodefence.toml")
+    }
+}
+
+impl Drop for Files {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(unix)]
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().mode(0o700).create(dir)
+}
+
+#[cfg(not(unix))]
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir(dir)
+}
+
+fn write_private(path: &Path, content: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file = options
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    file.write_all(content.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// Loads the files with the real loader, then scales the policy. Returns the config
+/// and the words' settings (cluster time, before scaling).
+pub fn load(
+    files: &Files,
+    demo: &DemoConfig,
+    sim: &SimConfig,
+) -> anyhow::Result<(Config, Wording)> {
+    let mut config = crate::config::load(&files.agent())
+        .map_err(|errors| anyhow!("the demo's own configuration is invalid:\n{errors}"))?;
+    for warning in &config.warnings {
+        tracing::warn!("demo configuration: {warning}");
+    }
+    let policy = &mut config.agent.policy;
+    let wording = Wording {
+        lease_stale_after: policy.lease_stale_after,
+        unhealthy_after: policy.unhealthy_after,
+        recovered_after: policy.recovered_after,
+        grace_period: sim.node_monitor_grace_period,
+        toleration: Duration::from_secs(sim.default_toleration_seconds),
+    };
+    let scale = |d: Duration| d.div_f64(demo.speed);
+    policy.lease_stale_after = policy.lease_stale_after.map(scale);
+    policy.unhealthy_after = scale(policy.unhealthy_after);
+    policy.recovered_after = scale(policy.recovered_after);
+    policy.release_off_after = scale(policy.release_off_after);
+    policy.power_off_retry_after = scale(policy.power_off_retry_after);
+    policy.min_power_off_interval = scale(policy.min_power_off_interval);
+    policy.max_query_backoff = scale(policy.max_query_backoff).max(policy.confirm_interval);
+    Ok((config, wording))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_loader_accepts_the_demo_files_and_the_policy_is_scaled() {
+        let machines = vec![Machine::new("Blade1", "worker-1")];
+        let demo = DemoConfig::new(10.0, "http://127.0.0.1:9", "pw", &machines);
+        let files = Files::write(&demo).unwrap();
+        let (config, wording) = load(&files, &demo, &SimConfig::default()).unwrap();
+        let p = &config.agent.policy;
+        assert_eq!(p.unhealthy_after, wording.unhealthy_after / 10);
+        assert_eq!(p.confirm_interval, Duration::from_millis(100));
+        assert_eq!(p.confirm_readings, CONFIRM_READINGS);
+        assert_eq!(wording.grace_period, Duration::from_secs(50));
+        assert!(config.inventory.nodes.contains_key("worker-1"));
+        let dir = files.dir.clone();
+        drop(files);
+        assert!(!dir.exists(), "the temporary files are removed");
+        assert_eq!(
+            demo.leader_timings().retry_period,
+            Duration::from_millis(200)
+        );
+    }
+}

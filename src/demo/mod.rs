@@ -1,0 +1,262 @@
+//! `nodefence demo`: the whole story on one machine, no cluster, no root, no set-up.
+//!
+//! Everything runs in this process, on loopback: fake-kube (the Kubernetes API over
+//! plain HTTP) with its simulated control plane and kubelets, a control-plane node and
+//! three workers whose machines are the systems of one mock Redfish BMC (power and
+//! kubelet linked: pull the plug and the kubelet falls silent), a one-replica
+//! StatefulSet with a ReadWriteOnce volume, and the real daemon
+//! ([`crate::daemon::run`]) talking to fake-kube and the BMC as it would to a real
+//! cluster. Every timing, the simulation's and nodefence's together, is divided by
+//! `--speed`; the times shown are cluster time.
+//!
+//! Then it tells what happens in four scenarios (power loss, a network cut with the
+//! machine still On, an unreachable BMC, recovery), one line per step from the
+//! simulation's timeline, nodefence's own Events and the BMC, and ends with a
+//! summary. Each scenario has deadlines: the exit code is 1 when an expected outcome
+//! did not happen in time, so the demo doubles as a smoke test.
+//!
+//! Layout: [`cluster`] (the world: start, levers, queries, teardown), `config` (the
+//! daemon's files and scaled policy), `feeds` (where steps come from), `narrate`
+//! (their words), `timeline` and `printer` (ordering and printing), [`scenarios`], `summary`,
+//! `runtime` (a runtime of its own, logging to a file), `style` (colours).
+
+mod cluster;
+mod config;
+mod feeds;
+mod narrate;
+mod printer;
+mod runtime;
+mod scenarios;
+mod style;
+mod summary;
+mod timeline;
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use cluster::{CONTROL_PLANE, POD, WORKERS, World};
+pub use scenarios::Scenario;
+use scenarios::{Carry, Ctx, Outcome};
+use style::Style;
+use timeline::Story;
+
+/// The default time scale: the whole demo takes a little over a minute.
+pub const DEFAULT_SPEED: f64 = 6.0;
+
+/// Exit codes of `nodefence demo`.
+pub mod exit {
+    /// Every scenario showed what it should, in time.
+    pub const OK: u8 = 0;
+    /// A scenario's expected outcome did not happen within its deadline, or the demo
+    /// could not start.
+    pub const FAILED: u8 = 1;
+    /// Interrupted (Ctrl-C); everything was stopped.
+    pub const INTERRUPTED: u8 = 130;
+}
+
+/// How to run the demo.
+#[derive(Debug, Clone)]
+pub struct DemoOptions {
+    /// Time scale (10.0: ten times faster than a real cluster).
+    pub speed: f64,
+    /// The scenarios, run in this order.
+    pub scenarios: Vec<Scenario>,
+    pub no_color: bool,
+    /// Print the summary as JSON on standard output (the story goes to standard error).
+    pub json: bool,
+    /// Where the daemon's and the simulation's logs go (default: in the temp directory).
+    pub log_file: Option<PathBuf>,
+}
+
+/// Runs the demo and returns the exit code. Must be called inside a tokio runtime;
+/// the demo itself runs on a runtime and thread of its own.
+pub async fn run(options: DemoOptions) -> u8 {
+    let log_path = options
+        .log_file
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join("nodefence-demo.log"));
+    let log = match runtime::file_logger(&log_path) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return exit::FAILED;
+        }
+    };
+    match runtime::run_isolated(log, move || demo(options, log_path)).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            exit::FAILED
+        }
+    }
+}
+
+async fn demo(options: DemoOptions, log_path: PathBuf) -> u8 {
+    let started = Instant::now();
+    let (out, terminal): (Box<dyn Write + Send>, bool) = if options.json {
+        (Box::new(std::io::stderr()), std::io::stderr().is_terminal())
+    } else {
+        (Box::new(std::io::stdout()), std::io::stdout().is_terminal())
+    };
+    let style = Style::detect(options.no_color, terminal);
+    let (story, printer) = Story::start(out, style, options.speed);
+    story.line(style.bold(
+        "nodefence demo: a simulated cluster, a mock BMC and the real nodefence daemon, in this process",
+    ));
+    let code = match World::start(options.speed, &story).await {
+        Err(e) => {
+            story.line(style.red(&format!("error: the demo could not start: {e:#}")));
+            exit::FAILED
+        }
+        Ok(mut world) => {
+            header(&story, style, &world, &log_path);
+            let ran = tokio::select! {
+                outcomes = scenarios(&world, &story, style, &options.scenarios) => Some(outcomes),
+                _ = tokio::signal::ctrl_c() => None,
+            };
+            if let Some(e) = world.daemon_error().await {
+                story.line(style.red(&format!("nodefence stopped: {e}")));
+            }
+            story.line("");
+            story
+                .line(style.dim("  stopping the daemon, the simulation, the BMC and fake-kube..."));
+            world.stop().await;
+            let elapsed = started.elapsed();
+            match ran {
+                None => {
+                    story.line(style.yellow("interrupted: everything was stopped"));
+                    exit::INTERRUPTED
+                }
+                Some(Err(e)) => {
+                    story.line(style.red(&format!("✗ {e}")));
+                    exit::FAILED
+                }
+                Some(Ok(outcomes)) => {
+                    finish(&story, style, &outcomes, options.speed, elapsed);
+                    if options.json {
+                        println!("{}", summary::json(&outcomes, options.speed, elapsed));
+                    }
+                    if outcomes.iter().all(|o| o.ok) {
+                        exit::OK
+                    } else {
+                        exit::FAILED
+                    }
+                }
+            }
+        }
+    };
+    drop(story);
+    let _ = tokio::time::timeout(Duration::from_secs(5), printer).await;
+    code
+}
+
+fn header(story: &Story, style: Style, world: &World, log: &Path) {
+    let w = &world.wording;
+    let row = |name: &str, text: String| {
+        story.line(format!("  {}  {text}", style.dim(&format!("{name:<9}"))))
+    };
+    story.line("");
+    row(
+        "cluster",
+        format!(
+            "{CONTROL_PLANE} (control plane, no BMC: nodefence leaves it alone), {}..{}",
+            WORKERS[0],
+            WORKERS[WORKERS.len() - 1].trim_start_matches("worker-")
+        ),
+    );
+    row(
+        "",
+        "each worker is one system of a Redfish BMC (mock, on 127.0.0.1)".to_string(),
+    );
+    row(
+        "workload",
+        format!("StatefulSet db: {POD} with a ReadWriteOnce volume (CSI)"),
+    );
+    row(
+        "nodefence",
+        format!(
+            "lease_stale_after {}, unhealthy_after {}, {} Off readings 1s apart, recovered_after {}",
+            w.lease_stale_after.map_or("off".into(), narrate::span),
+            narrate::span(w.unhealthy_after),
+            config::CONFIRM_READINGS,
+            narrate::span(w.recovered_after),
+        ),
+    );
+    row(
+        "time",
+        format!(
+            "cluster time, {}x faster than real: +60.0s on screen took {:.1}s",
+            world.speed,
+            60.0 / world.speed
+        ),
+    );
+    row(
+        "logs",
+        format!("{} (daemon, simulation, servers)", log.display()),
+    );
+}
+
+/// Waits for the cluster and nodefence, then runs the scenarios.
+async fn scenarios(
+    world: &World,
+    story: &Story,
+    style: Style,
+    which: &[Scenario],
+) -> anyhow::Result<Vec<Outcome>> {
+    let ctx = Ctx {
+        world,
+        story,
+        style,
+    };
+    let started = Instant::now();
+    ctx.wait(
+        "ready cluster (nodes Ready, db-0 Running, nodefence leading)",
+        Duration::from_secs(300),
+        || world.whole() && world.nodefence_leads(),
+    )
+    .await
+    .map_err(anyhow::Error::msg)?;
+    // Let nodefence's watches list the nodes before the first failure.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    story.line("");
+    story.line(format!(
+        "  cluster ready after {:.1}s: every node Ready, {POD} Running on {}, nodefence leading",
+        started.elapsed().as_secs_f64(),
+        world.db_running_on().unwrap_or_default()
+    ));
+    let mut carry = Carry::default();
+    let mut outcomes = Vec::new();
+    for (i, s) in which.iter().enumerate() {
+        outcomes.push(scenarios::run(*s, (i + 1, which.len()), &ctx, &mut carry).await);
+    }
+    Ok(outcomes)
+}
+
+fn finish(story: &Story, style: Style, outcomes: &[Outcome], speed: f64, elapsed: Duration) {
+    story.line("");
+    story.line(style.bold("Summary"));
+    for line in summary::table(outcomes, style).lines() {
+        story.line(line.to_string());
+    }
+    story.line("");
+    story.line(format!(
+        "  times are cluster time since each scenario's first action ({speed}x: +60.0s took {:.1}s); \
+         the demo took {:.1}s",
+        60.0 / speed,
+        elapsed.as_secs_f64()
+    ));
+    let failed = outcomes.iter().filter(|o| !o.ok).count();
+    if failed == 0 {
+        story.line(style.green(&format!(
+            "  all {} scenario(s) behaved as expected",
+            outcomes.len()
+        )));
+    } else {
+        story.line(style.red(&format!(
+            "  {failed} scenario(s) did not behave as expected"
+        )));
+    }
+}

@@ -1,0 +1,385 @@
+//! The words: what each simulation event, nodefence Event and BMC change means, in
+//! one short plain line. Durations in the words are cluster time (the documented
+//! defaults), whatever the demo's speed.
+
+use std::time::{Duration, SystemTime};
+
+use nodefence_mocks::kube::sim::{SimEvent, SimEventKind};
+use nodefence_mocks::redfish::MockPower;
+use serde_json::Value;
+
+use super::timeline::{Actor, Fact, Step};
+
+/// The settings the words quote, in cluster time.
+#[derive(Debug, Clone)]
+pub struct Wording {
+    pub lease_stale_after: Option<Duration>,
+    pub unhealthy_after: Duration,
+    pub recovered_after: Duration,
+    /// The node lifecycle controller's grace period before NotReady.
+    pub grace_period: Duration,
+    /// How long pods tolerate the `unreachable` taint.
+    pub toleration: Duration,
+}
+
+/// `25s`, `1m`, `5m 30s`.
+pub fn span(d: Duration) -> String {
+    humantime::format_duration(Duration::from_secs(d.as_secs().max(1))).to_string()
+}
+
+/// `default/db-0` → `db-0`.
+fn short_pod(pod: Option<&str>) -> String {
+    pod.map_or("the pod", |p| p.rsplit('/').next().unwrap_or(p))
+        .to_string()
+}
+
+/// The text inside the last `(...)` of a message.
+fn last_parenthesised(message: &str) -> Option<&str> {
+    let open = message.rfind('(')?;
+    let close = message[open..].find(')')? + open;
+    Some(&message[open + 1..close])
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        text.to_string()
+    } else {
+        let cut: String = text.chars().take(max.saturating_sub(1)).collect();
+        format!("{cut}…")
+    }
+}
+
+/// An error without its parenthesised details, up to its first "timed out":
+/// `unreachable: GET /redfish/v1/Systems/Blade1 timed out`.
+fn plain_error(error: &str) -> String {
+    let mut out = String::new();
+    let mut depth = 0usize;
+    for c in error.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    let out = out.split_whitespace().collect::<Vec<_>>().join(" ");
+    match out.find("timed out") {
+        Some(i) => out[..i + "timed out".len()].to_string(),
+        None => out,
+    }
+}
+
+/// A simulation event as a step, or `None` for the ones the story leaves out
+/// (routine volume mounts, scheduled evictions...).
+pub fn sim_step(ev: &SimEvent, w: &Wording) -> Option<Step> {
+    use SimEventKind as K;
+    let node = ev.node.as_deref().unwrap_or("");
+    let pod = short_pod(ev.pod.as_deref());
+    let msg = ev.message.as_str();
+    let short_taint = || {
+        msg.split_whitespace()
+            .last()
+            .unwrap_or("")
+            .trim_start_matches("node.kubernetes.io/")
+            .to_string()
+    };
+    let (actor, text, warning, repeats) = match ev.kind {
+        K::KubeletStopped => (
+            Actor::Kubelet,
+            "silent: no more Lease renewals or status updates".to_string(),
+            false,
+            false,
+        ),
+        K::KubeletStarted => (
+            Actor::Kubelet,
+            "running again: renews its Lease, posts its status".to_string(),
+            false,
+            false,
+        ),
+        K::NodeNotReady => (
+            Actor::ControlPlane,
+            format!(
+                "node NotReady: no status from its kubelet for {}",
+                span(w.grace_period)
+            ),
+            false,
+            false,
+        ),
+        K::NodeReady => (Actor::Kubelet, "node Ready again".to_string(), false, false),
+        K::NodeTainted if msg.ends_with(":NoExecute") => (
+            Actor::ControlPlane,
+            format!(
+                "taint {} (pods tolerate it for {}, then get evicted)",
+                short_taint(),
+                span(w.toleration)
+            ),
+            false,
+            false,
+        ),
+        K::NodeUntainted if msg.ends_with(":NoExecute") => (
+            Actor::ControlPlane,
+            format!("taint {} removed", short_taint()),
+            false,
+            false,
+        ),
+        K::PodEvicted if !msg.contains("already Terminating") => (
+            Actor::ControlPlane,
+            format!("{pod} evicted: Terminating, until its kubelet confirms"),
+            false,
+            true,
+        ),
+        K::PodForceDeleted => (
+            Actor::ControlPlane,
+            if msg.contains("out-of-service") {
+                format!("{pod} force-deleted (PodGC: the node is out of service)")
+            } else {
+                format!("{pod} force-deleted (PodGC: {msg})")
+            },
+            false,
+            false,
+        ),
+        K::PodTerminated => (Actor::Kubelet, format!("{pod} terminated"), false, false),
+        K::PodDeleted => (
+            Actor::ControlPlane,
+            format!("{pod} deleted by its StatefulSet"),
+            false,
+            false,
+        ),
+        K::PodCreated => (
+            Actor::ControlPlane,
+            format!("StatefulSet creates a new {pod}"),
+            false,
+            false,
+        ),
+        K::PodScheduled => (
+            Actor::ControlPlane,
+            format!("{pod} scheduled to {node}"),
+            false,
+            false,
+        ),
+        K::PodUnschedulable => (
+            Actor::ControlPlane,
+            format!("{pod} cannot be scheduled: {}", truncate(msg, 70)),
+            true,
+            true,
+        ),
+        K::MultiAttachError => (
+            Actor::ControlPlane,
+            format!(
+                "Multi-Attach error: {pod}'s volume is still attached to {}",
+                last_parenthesised(msg)
+                    .map(|s| s.trim_start_matches("attached to "))
+                    .unwrap_or("another node")
+            ),
+            true,
+            true,
+        ),
+        K::VolumeDetached => (
+            Actor::ControlPlane,
+            match last_parenthesised(msg) {
+                Some(how) if how.contains("out-of-service") => {
+                    "volume detached (forced: the node is out of service)".to_string()
+                }
+                Some(how) => format!("volume detached ({how})"),
+                None => "volume detached".to_string(),
+            },
+            false,
+            false,
+        ),
+        K::VolumeAttached => (
+            Actor::ControlPlane,
+            format!("volume attached for {pod}"),
+            false,
+            false,
+        ),
+        K::AttachFailed => (Actor::ControlPlane, truncate(msg, 90), true, true),
+        K::FailedMount => (
+            Actor::Kubelet,
+            format!("{pod}: volume not attached yet (FailedMount, retrying)"),
+            true,
+            true,
+        ),
+        K::PodRunning => (Actor::Kubelet, format!("{pod} Running"), false, false),
+        K::NodeDeleted => (
+            Actor::ControlPlane,
+            "Node object deleted".to_string(),
+            false,
+            false,
+        ),
+        K::NodeRegistered => (
+            Actor::Kubelet,
+            "Node object registered again".to_string(),
+            false,
+            false,
+        ),
+        _ => return None,
+    };
+    let fact = Fact::Sim {
+        kind: ev.kind,
+        pod: ev.pod.clone(),
+    };
+    let step = Step::new(ev.at, node, actor, fact, text).warning(warning);
+    Some(if repeats {
+        step.once(format!("{:?}|{}", ev.kind, pod))
+    } else {
+        step
+    })
+}
+
+/// An `events.k8s.io/v1` Event nodefence wrote, as a step at `at`.
+pub fn nodefence_step(event: &Value, at: SystemTime, w: &Wording) -> Option<Step> {
+    let reason = event.get("reason").and_then(Value::as_str)?;
+    let node = event
+        .pointer("/regarding/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let note = event.get("note").and_then(Value::as_str).unwrap_or("");
+    let warning = event.get("type").and_then(Value::as_str) == Some("Warning");
+    let lease = w.lease_stale_after.map_or("a while".to_string(), span);
+    let unhealthy = span(w.unhealthy_after);
+    let text = match reason {
+        "NodeSuspect" => {
+            format!("Lease not renewed for {lease}: suspect; asks the BMC for the power state")
+        }
+        "NodeUnhealthy" => "node NotReady: asks the BMC for the power state".to_string(),
+        "MachineStillOn" => format!(
+            "BMC says On: it may only be cut off; ForceOff if still NotReady after {unhealthy}"
+        ),
+        "PoweringOff" => {
+            let attempt = note
+                .split("(attempt ")
+                .nth(1)
+                .and_then(|s| s.split(')').next())
+                .filter(|a| *a != "1")
+                .map(|a| format!(" (attempt {a})"))
+                .unwrap_or_default();
+            format!("still On after {unhealthy} NotReady: sends ForceOff{attempt}")
+        }
+        "ConfirmedOff" => {
+            let readings = note
+                .split('(')
+                .nth(1)
+                .and_then(|s| s.split_whitespace().next())
+                .unwrap_or("several");
+            format!("machine confirmed Off ({readings} readings); adding the out-of-service taint")
+        }
+        "Released" => {
+            "out-of-service taint added: pods may be force-deleted, volumes detached".to_string()
+        }
+        "TaintRemoved" => format!(
+            "node Ready again for {}: out-of-service taint removed",
+            span(w.recovered_after)
+        ),
+        "PowerQueryFailed" => {
+            let why = note
+                .split_once("cannot be read (")
+                .and_then(|(_, rest)| rest.rsplit_once("); nothing"))
+                .map_or(note, |(why, _)| why);
+            format!(
+                "power state unreadable ({}): nothing is released",
+                truncate(&plain_error(why), 60)
+            )
+        }
+        "FenceBlocked" if note.starts_with("the power state is ") => {
+            let state = note
+                .trim_start_matches("the power state is ")
+                .split(':')
+                .next()
+                .unwrap_or("unknown");
+            format!("reads {state}: neither On nor Off, nothing released; reads again")
+        }
+        _ => truncate(note, 110),
+    };
+    let fact = Fact::Nodefence {
+        reason: reason.to_string(),
+    };
+    Some(Step::new(at, node, Actor::Nodefence, fact, text).warning(warning))
+}
+
+/// A Reset the BMC received.
+pub fn reset_text(reset_type: &str) -> String {
+    match reset_type {
+        "ForceOff" => "ForceOff received: power cut".to_string(),
+        "On" | "ForceOn" => format!("{reset_type} received: powering on"),
+        other => format!("{other} received"),
+    }
+}
+
+/// A power state the machine reached, when worth a line.
+pub fn power_text(power: MockPower) -> Option<String> {
+    match power {
+        MockPower::Off => Some("machine is Off".to_string()),
+        MockPower::On => Some("machine is On".to_string()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn wording() -> Wording {
+        Wording {
+            lease_stale_after: Some(Duration::from_secs(25)),
+            unhealthy_after: Duration::from_secs(60),
+            recovered_after: Duration::from_secs(30),
+            grace_period: Duration::from_secs(50),
+            toleration: Duration::from_secs(300),
+        }
+    }
+
+    #[test]
+    fn nodefence_events_read_plainly() {
+        let ev = json!({"reason": "ConfirmedOff", "type": "Normal", "regarding": {"name": "worker-2"},
+            "note": "the machine is confirmed Off (3 consecutive readings since its last sign of life); adding the out-of-service taint"});
+        let step = nodefence_step(&ev, SystemTime::now(), &wording()).unwrap();
+        assert_eq!(step.node, "worker-2");
+        assert_eq!(
+            step.text,
+            "machine confirmed Off (3 readings); adding the out-of-service taint"
+        );
+        let ev = json!({"reason": "PowerQueryFailed", "type": "Warning", "regarding": {"name": "worker-1"},
+            "note": "the power state cannot be read (timed out (after 1s)); nothing is released"});
+        let step = nodefence_step(&ev, SystemTime::now(), &wording()).unwrap();
+        assert!(step.warning);
+        assert_eq!(
+            step.text,
+            "power state unreadable (timed out): nothing is released"
+        );
+        assert_eq!(
+            plain_error("unreachable: GET /x timed out (request_timeout 1s): operation timed out"),
+            "unreachable: GET /x timed out"
+        );
+        let ev = json!({"reason": "PoweringOff", "type": "Warning", "regarding": {"name": "w"},
+            "note": "... forcing power off (attempt 2)"});
+        let step = nodefence_step(&ev, SystemTime::now(), &wording()).unwrap();
+        assert!(
+            step.text.ends_with("sends ForceOff (attempt 2)"),
+            "{}",
+            step.text
+        );
+    }
+
+    #[test]
+    fn simulation_events_read_plainly() {
+        let ev = SimEvent {
+            at: SystemTime::now(),
+            kind: SimEventKind::MultiAttachError,
+            node: Some("worker-3".into()),
+            pod: Some("default/db-0".into()),
+            message: "Multi-Attach error for volume \"pv\" Volume is already exclusively attached (attached to worker-1)".into(),
+        };
+        let step = sim_step(&ev, &wording()).unwrap();
+        assert_eq!(
+            step.text,
+            "Multi-Attach error: db-0's volume is still attached to worker-1"
+        );
+        assert!(step.once.is_some());
+        let ev = SimEvent {
+            kind: SimEventKind::VolumeMounted,
+            ..ev
+        };
+        assert!(sim_step(&ev, &wording()).is_none());
+    }
+}

@@ -1,0 +1,297 @@
+//! The scenarios, and what they share: the starting point (a whole cluster), waits
+//! with deadlines, and the outcome each one reports.
+//!
+//! Every scenario starts from a whole cluster (every node Ready, no out-of-service
+//! taint, db-0 Running), restoring it first when an earlier scenario left a machine
+//! off: one unhealthy node at a time keeps nodefence's storm protection (more than 40%
+//! of the nodes unhealthy at once) out of the story. `recovery` is the exception: it
+//! needs a fenced node, and takes the one the previous scenario left, or fences one
+//! itself.
+
+mod bmc_down;
+mod network_cut;
+mod power_loss;
+mod recovery;
+
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::cluster::{POD, World};
+use super::narrate::span;
+use super::style::Style;
+use super::timeline::{Fact, Step, Story};
+
+/// The scenarios, in the order `all` runs them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scenario {
+    PowerLoss,
+    NetworkCut,
+    BmcDown,
+    Recovery,
+}
+
+impl Scenario {
+    pub const ALL: [Scenario; 4] = [
+        Scenario::PowerLoss,
+        Scenario::NetworkCut,
+        Scenario::BmcDown,
+        Scenario::Recovery,
+    ];
+
+    /// The name on the command line and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::PowerLoss => "power-loss",
+            Scenario::NetworkCut => "network-cut",
+            Scenario::BmcDown => "bmc-down",
+            Scenario::Recovery => "recovery",
+        }
+    }
+
+    pub fn title(self) -> &'static str {
+        match self {
+            Scenario::PowerLoss => "power loss",
+            Scenario::NetworkCut => "unreachable but On (network cut)",
+            Scenario::BmcDown => "BMC unreachable",
+            Scenario::Recovery => "recovery",
+        }
+    }
+}
+
+/// What a scenario showed. Durations are cluster time since its first action.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub scenario: Scenario,
+    pub ok: bool,
+    /// The node the scenario happened to.
+    pub node: Option<String>,
+    /// One line: what happened, or what did not happen in time.
+    pub summary: String,
+    pub released_after: Option<Duration>,
+    pub running_after: Option<Duration>,
+    pub untainted_after: Option<Duration>,
+    /// `(node, ResetType)` the BMC received during the scenario.
+    pub power_commands: Vec<(String, String)>,
+}
+
+/// What a scenario leaves for the next one.
+#[derive(Debug, Default)]
+pub struct Carry {
+    /// A node nodefence released whose machine is still off.
+    pub fenced: Option<String>,
+}
+
+/// What the scenarios work with.
+pub struct Ctx<'a> {
+    pub world: &'a World,
+    pub story: &'a Story,
+    pub style: Style,
+}
+
+impl Ctx<'_> {
+    /// Waits until `check` holds, for at most `cluster` (cluster time) plus some slack.
+    pub async fn wait(
+        &self,
+        what: &str,
+        cluster: Duration,
+        mut check: impl FnMut() -> bool,
+    ) -> Result<(), String> {
+        let end = Instant::now() + self.world.within(cluster);
+        loop {
+            if check() {
+                return Ok(());
+            }
+            if !self.world.daemon_alive() {
+                return Err(format!("nodefence stopped while waiting for {what}"));
+            }
+            if Instant::now() >= end {
+                return Err(format!("no {what} within {} (cluster time)", span(cluster)));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits for the first step since `since` that matches.
+    pub async fn wait_step(
+        &self,
+        what: &str,
+        cluster: Duration,
+        since: SystemTime,
+        matches: impl Fn(&Step) -> bool,
+    ) -> Result<Step, String> {
+        let mut found = None;
+        self.wait(what, cluster, || {
+            found = self.story.find(since, &matches);
+            found.is_some()
+        })
+        .await?;
+        found.ok_or_else(|| format!("no {what}"))
+    }
+
+    /// Cluster time from `t0` to `at`.
+    pub fn elapsed(&self, t0: SystemTime, at: SystemTime) -> Duration {
+        at.duration_since(t0)
+            .unwrap_or_default()
+            .mul_f64(self.world.speed)
+    }
+
+    /// When db-0 was reported Running on a node other than `not_on`, since `t0`.
+    pub fn pod_running_elsewhere(&self, t0: SystemTime, not_on: &str) -> Option<Duration> {
+        let wanted = format!("{}/{POD}", super::cluster::NAMESPACE);
+        self.story
+            .find(t0, |s| {
+                s.node != not_on
+                    && matches!(&s.fact, Fact::Sim { kind, pod: Some(p) }
+                        if *kind == nodefence_mocks::kube::sim::SimEventKind::PodRunning && *p == wanted)
+            })
+            .map(|s| self.elapsed(t0, s.at))
+    }
+
+    /// Prints the scenario's introduction.
+    pub fn intro(&self, lines: &[String]) {
+        for line in lines {
+            self.story.line(format!("  {line}"));
+        }
+        self.story.line("");
+    }
+
+    /// Prints a set-up note (work done so the scenario starts where it should).
+    pub fn setup_note(&self, text: &str) {
+        self.story
+            .line(self.style.dim(&format!("  (setup) {text}")));
+    }
+}
+
+/// Runs one scenario and prints its header and result line.
+pub async fn run(
+    scenario: Scenario,
+    number: (usize, usize),
+    ctx: &Ctx<'_>,
+    carry: &mut Carry,
+) -> Outcome {
+    let style = ctx.style;
+    let title = format!("── {}/{}  {} ", number.0, number.1, scenario.title());
+    let rule = "─".repeat(78usize.saturating_sub(title.chars().count()));
+    ctx.story.line("");
+    ctx.story.line(style.bold(&format!("{title}{rule}")));
+    let mut out = Outcome {
+        scenario,
+        ok: false,
+        node: None,
+        summary: String::new(),
+        released_after: None,
+        running_after: None,
+        untainted_after: None,
+        power_commands: Vec::new(),
+    };
+    let result = match scenario {
+        Scenario::PowerLoss => power_loss::run(ctx, &mut out, carry).await,
+        Scenario::NetworkCut => network_cut::run(ctx, &mut out, carry).await,
+        Scenario::BmcDown => bmc_down::run(ctx, &mut out, carry).await,
+        Scenario::Recovery => recovery::run(ctx, &mut out, carry).await,
+    };
+    // Let the last steps arrive before the scene closes.
+    tokio::time::sleep(super::timeline::REORDER_WINDOW + Duration::from_millis(100)).await;
+    ctx.story.end().await;
+    match result {
+        Ok(()) => {
+            out.ok = true;
+            for (i, line) in wrap(&out.summary, 96).iter().enumerate() {
+                let mark = if i == 0 {
+                    style.green("✓")
+                } else {
+                    " ".into()
+                };
+                ctx.story.line(format!("  {mark} {line}"));
+            }
+        }
+        Err(why) => {
+            out.ok = false;
+            out.summary = why;
+            for (i, line) in wrap(&out.summary, 96).iter().enumerate() {
+                let mark = if i == 0 { style.red("✗") } else { " ".into() };
+                ctx.story.line(format!("  {mark} {}", style.red(line)));
+            }
+        }
+    }
+    out
+}
+
+/// Restores the cluster when an earlier scenario left it broken, and waits until it
+/// is whole: every machine On with its kubelet running, every node Ready, no
+/// out-of-service taint left (nodefence removes its own), db-0 Running.
+pub async fn make_whole(ctx: &Ctx<'_>) -> Result<(), String> {
+    let world = ctx.world;
+    world.bmc_hangs(false);
+    let mut done = Vec::new();
+    for w in super::cluster::WORKERS {
+        if world.power(w) != Some(nodefence_mocks::redfish::MockPower::On) {
+            world
+                .set_power(w, nodefence_mocks::redfish::MockPower::On)
+                .map_err(|e| e.to_string())?;
+            done.push(format!("{w} powered back on"));
+        } else if !world.kubelet_running(w) {
+            world.set_network(w, true);
+            done.push(format!("{w} reconnected"));
+        }
+    }
+    if done.is_empty() && world.whole() {
+        return Ok(());
+    }
+    let started = Instant::now();
+    ctx.wait(
+        "whole cluster (nodes Ready, taints removed, db-0 Running)",
+        Duration::from_secs(300),
+        || world.whole(),
+    )
+    .await?;
+    ctx.setup_note(&format!(
+        "{}: Ready again, and nodefence removed its taint ({} cluster time)",
+        done.join(", "),
+        secs(started.elapsed().mul_f64(world.speed))
+    ));
+    Ok(())
+}
+
+/// Splits `text` into lines of at most `width` characters, at spaces.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() || lines.is_empty() {
+        lines.push(line);
+    }
+    lines
+}
+
+/// `12.3s` (cluster time).
+pub fn secs(d: Duration) -> String {
+    format!("{:.1}s", d.as_secs_f64())
+}
+
+/// The node db-0 runs on now, or an error saying it does not run.
+pub fn db_node(world: &World) -> Result<String, String> {
+    world
+        .db_running_on()
+        .ok_or_else(|| format!("{POD} is not Running"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn wrapping() {
+        assert_eq!(super::wrap("a bb ccc dd", 6), vec!["a bb", "ccc dd"]);
+        assert_eq!(super::wrap("", 6), vec![""]);
+    }
+}

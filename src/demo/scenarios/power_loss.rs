@@ -1,0 +1,72 @@
+//! Scenario 1, power loss: the machine running db-0 loses power. Nobody tells
+//! Kubernetes; its kubelet just falls silent. nodefence notices the stale Lease, asks
+//! the BMC, gets `Off` three times in a row, and adds the out-of-service taint; the
+//! control plane then force-deletes db-0, detaches its volume, and the replacement
+//! starts on another node. No power command is needed: the machine is already off.
+
+use std::time::{Duration, SystemTime};
+
+use nodefence_mocks::redfish::MockPower;
+
+use super::{Carry, Ctx, Outcome, db_node, make_whole, secs};
+
+pub async fn run(ctx: &Ctx<'_>, out: &mut Outcome, carry: &mut Carry) -> Result<(), String> {
+    make_whole(ctx).await?;
+    let world = ctx.world;
+    let victim = db_node(world)?;
+    out.node = Some(victim.clone());
+    ctx.intro(&[
+        format!(
+            "db-0 runs on {victim}, its ReadWriteOnce volume attached there. {victim} loses power."
+        ),
+        "On its own, Kubernetes cannot tell a dead machine from an unreachable one: it would evict"
+            .to_string(),
+        "db-0 after 5m and then wait for ever, the volume still attached (Multi-Attach error)."
+            .to_string(),
+    ]);
+    let mark = world.reset_mark();
+    let t0 = SystemTime::now();
+    ctx.story.begin(t0);
+    ctx.story.you(
+        &victim,
+        "pulls the plug: the machine is Off (nobody tells Kubernetes)",
+    );
+    world
+        .set_power(&victim, MockPower::Off)
+        .map_err(|e| e.to_string())?;
+    carry.fenced = Some(victim.clone());
+
+    let released = ctx
+        .wait_step(
+            "out-of-service taint from nodefence",
+            Duration::from_secs(300),
+            t0,
+            |s| s.node == victim && s.is_nodefence("Released"),
+        )
+        .await?;
+    out.released_after = Some(ctx.elapsed(t0, released.at));
+    ctx.wait(
+        "db-0 Running on another node",
+        Duration::from_secs(600),
+        || world.db_running_on().is_some_and(|n| n != victim),
+    )
+    .await?;
+    let now_on = db_node(world)?;
+    out.running_after = ctx
+        .pod_running_elsewhere(t0, &victim)
+        .or_else(|| Some(ctx.elapsed(t0, SystemTime::now())));
+    out.power_commands = world.resets_since(mark);
+    if !out.power_commands.is_empty() {
+        return Err(format!(
+            "nodefence sent {:?} to a machine that was already Off",
+            out.power_commands
+        ));
+    }
+    out.summary = format!(
+        "{victim} confirmed Off and released {} after the power loss; db-0 Running on {now_on} after {} \
+         (time to recovery). No power command was needed: the machine was already Off.",
+        secs(out.released_after.unwrap_or_default()),
+        secs(out.running_after.unwrap_or_default()),
+    );
+    Ok(())
+}

@@ -1,0 +1,183 @@
+//! The closing summary: one row per scenario (outcome, time to release, time to db-0
+//! Running elsewhere, power commands sent), as an aligned table or as JSON.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::scenarios::{Outcome, Scenario};
+use super::style::Style;
+
+fn short_outcome(o: &Outcome) -> String {
+    if !o.ok {
+        return "FAILED".to_string();
+    }
+    match o.scenario {
+        Scenario::PowerLoss => "ok: confirmed Off, released".to_string(),
+        Scenario::NetworkCut => "ok: forced off, released".to_string(),
+        Scenario::BmcDown => "ok: held while the BMC was silent, then released".to_string(),
+        Scenario::Recovery => match o.untainted_after {
+            Some(d) => format!("ok: Ready, taint removed at {}", at(Some(d))),
+            None => "ok: Ready, taint removed".to_string(),
+        },
+    }
+}
+
+fn at(d: Option<Duration>) -> String {
+    d.map_or_else(|| "-".to_string(), |d| format!("+{:.1}s", d.as_secs_f64()))
+}
+
+fn commands(o: &Outcome) -> String {
+    if o.power_commands.is_empty() {
+        "none".to_string()
+    } else {
+        o.power_commands
+            .iter()
+            .map(|(node, reset)| format!("{reset} {node}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// The table, aligned; "ok" green and "FAILED" red when colour is on.
+pub fn table(outcomes: &[Outcome], style: Style) -> String {
+    let headers = [
+        "SCENARIO",
+        "NODE",
+        "OUTCOME",
+        "RELEASED",
+        "DB-0 RUNNING",
+        "POWER COMMANDS",
+    ];
+    let rows: Vec<[String; 6]> = outcomes
+        .iter()
+        .map(|o| {
+            [
+                o.scenario.name().to_string(),
+                o.node.clone().unwrap_or_else(|| "-".into()),
+                short_outcome(o),
+                at(o.released_after),
+                at(o.running_after),
+                commands(o),
+            ]
+        })
+        .collect();
+    let mut widths = headers.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let pad = |cell: &str, w: usize| format!("{cell}{}", " ".repeat(w - cell.chars().count()));
+    let mut out = String::new();
+    let head: Vec<String> = headers.iter().zip(widths).map(|(h, w)| pad(h, w)).collect();
+    out.push_str(&format!("  {}\n", style.bold(head.join("  ").trim_end())));
+    for (row, o) in rows.iter().zip(outcomes) {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .enumerate()
+            .map(|(i, (cell, w))| {
+                let padded = pad(cell, w);
+                match (i, o.ok) {
+                    (2, true) => style.green(&padded),
+                    (2, false) => style.red(&padded),
+                    _ => padded,
+                }
+            })
+            .collect();
+        out.push_str(&format!("  {}\n", cells.join("  ").trim_end()));
+    }
+    out
+}
+
+#[derive(Serialize)]
+struct JsonSummary<'a> {
+    ok: bool,
+    speed: f64,
+    /// How long the demo ran (real time).
+    demo_seconds: f64,
+    /// Times below are cluster time since the scenario's first action.
+    scenarios: Vec<JsonOutcome<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonOutcome<'a> {
+    scenario: &'static str,
+    ok: bool,
+    node: Option<&'a str>,
+    outcome: &'a str,
+    released_after_s: Option<f64>,
+    pod_running_after_s: Option<f64>,
+    taint_removed_after_s: Option<f64>,
+    power_commands: Vec<String>,
+}
+
+/// The summary as pretty JSON.
+pub fn json(outcomes: &[Outcome], speed: f64, demo: Duration) -> String {
+    let secs = |d: Option<Duration>| d.map(|d| (d.as_secs_f64() * 10.0).round() / 10.0);
+    let summary = JsonSummary {
+        ok: !outcomes.is_empty() && outcomes.iter().all(|o| o.ok),
+        speed,
+        demo_seconds: (demo.as_secs_f64() * 10.0).round() / 10.0,
+        scenarios: outcomes
+            .iter()
+            .map(|o| JsonOutcome {
+                scenario: o.scenario.name(),
+                ok: o.ok,
+                node: o.node.as_deref(),
+                outcome: &o.summary,
+                released_after_s: secs(o.released_after),
+                pod_running_after_s: secs(o.running_after),
+                taint_removed_after_s: secs(o.untainted_after),
+                power_commands: o
+                    .power_commands
+                    .iter()
+                    .map(|(node, reset)| format!("{reset} {node}"))
+                    .collect(),
+            })
+            .collect(),
+    };
+    serde_json::to_string_pretty(&summary).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(ok: bool) -> Outcome {
+        Outcome {
+            scenario: Scenario::NetworkCut,
+            ok,
+            node: Some("worker-2".into()),
+            summary: "done".into(),
+            released_after: Some(Duration::from_millis(112_340)),
+            running_after: None,
+            untainted_after: None,
+            power_commands: vec![("worker-2".into(), "ForceOff".into())],
+        }
+    }
+
+    #[test]
+    fn table_rows() {
+        let t = table(&[outcome(true), outcome(false)], Style::new(false));
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].trim_start().starts_with("SCENARIO"));
+        assert!(
+            lines[1].contains("ok: forced off, released  +112.3s"),
+            "{t}"
+        );
+        assert!(lines[1].ends_with("ForceOff worker-2"));
+        assert!(lines[2].contains("FAILED"));
+    }
+
+    #[test]
+    fn json_fields() {
+        let j: serde_json::Value =
+            serde_json::from_str(&json(&[outcome(true)], 10.0, Duration::from_secs(60))).unwrap();
+        assert_eq!(j["ok"], true);
+        assert_eq!(j["scenarios"][0]["scenario"], "network-cut");
+        assert_eq!(j["scenarios"][0]["released_after_s"], 112.3);
+        assert_eq!(j["scenarios"][0]["power_commands"][0], "ForceOff worker-2");
+    }
+}

@@ -1,0 +1,256 @@
+//! The story as the terminal shows it: every step from every source (the simulated
+//! control plane, nodefence's Events, the BMC, the person running the demo), one
+//! aligned line each, in time order.
+//!
+//! Steps arrive from several tasks, each a few milliseconds late, so the printer (see
+//! `printer`) holds them for [`REORDER_WINDOW`] and prints them sorted by when they
+//! happened. Lines are printed only inside a scenario (between [`Story::begin`] and
+//! [`Story::end`]), with the time since the scenario's first action. Every step is
+//! also kept, printed or not, for the scenarios' checks and the summary.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use nodefence_mocks::kube::sim::SimEventKind;
+use nodefence_mocks::redfish::MockPower;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use super::printer::Printer;
+use super::style::Style;
+
+/// How long a step waits for earlier ones that are still on their way.
+pub const REORDER_WINDOW: Duration = Duration::from_millis(200);
+
+/// Who did it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Actor {
+    /// The person running the demo (the power plug, the network cable).
+    You,
+    Kubelet,
+    ControlPlane,
+    Nodefence,
+    Bmc,
+}
+
+impl Actor {
+    pub fn label(self) -> &'static str {
+        match self {
+            Actor::You => "you",
+            Actor::Kubelet => "kubelet",
+            Actor::ControlPlane => "control plane",
+            Actor::Nodefence => "nodefence",
+            Actor::Bmc => "BMC",
+        }
+    }
+
+    pub(super) fn paint(self, style: Style, text: &str) -> String {
+        match self {
+            Actor::You => style.green(text),
+            Actor::Kubelet => style.blue(text),
+            Actor::ControlPlane => style.blue(text),
+            Actor::Nodefence => style.cyan(text),
+            Actor::Bmc => style.magenta(text),
+        }
+    }
+}
+
+/// What happened, for the scenarios to check (the words are in [`Step::text`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fact {
+    /// A simulated control-plane component or kubelet; `pod` is `namespace/name`.
+    Sim {
+        kind: SimEventKind,
+        pod: Option<String>,
+    },
+    /// An Event nodefence wrote, by reason (`ConfirmedOff`, `PowerQueryFailed`...).
+    Nodefence { reason: String },
+    /// The BMC received a Reset (`ForceOff`, `On`...).
+    Reset { reset_type: String },
+    /// The BMC's machine reached a power state by itself or on a command.
+    Power(MockPower),
+    /// Something the person running the demo did.
+    You,
+}
+
+/// One line of the story.
+#[derive(Debug, Clone)]
+pub struct Step {
+    pub at: SystemTime,
+    /// The node concerned ("" when none).
+    pub node: String,
+    pub actor: Actor,
+    pub fact: Fact,
+    pub text: String,
+    pub warning: bool,
+    /// Steps that repeat (retries) are printed once per scenario per key.
+    pub once: Option<String>,
+}
+
+impl Step {
+    pub fn new(at: SystemTime, node: &str, actor: Actor, fact: Fact, text: String) -> Self {
+        Self {
+            at,
+            node: node.to_string(),
+            actor,
+            fact,
+            text,
+            warning: false,
+            once: None,
+        }
+    }
+
+    pub fn warning(mut self, yes: bool) -> Self {
+        self.warning = yes;
+        self
+    }
+
+    pub fn once(mut self, key: String) -> Self {
+        self.once = Some(key);
+        self
+    }
+
+    /// True for a nodefence Event with this reason.
+    pub fn is_nodefence(&self, reason: &str) -> bool {
+        matches!(&self.fact, Fact::Nodefence { reason: r } if r == reason)
+    }
+
+    /// True for a simulation event of this kind.
+    pub fn is_sim(&self, kind: SimEventKind) -> bool {
+        matches!(&self.fact, Fact::Sim { kind: k, .. } if *k == kind)
+    }
+}
+
+pub(super) enum Msg {
+    Step(Box<Step>),
+    Line(String),
+    Begin(SystemTime),
+    End(oneshot::Sender<()>),
+}
+
+/// The shared record and the way to the printer. Cheap to clone.
+#[derive(Clone)]
+pub struct Story {
+    steps: Arc<Mutex<Vec<Step>>>,
+    tx: mpsc::UnboundedSender<Msg>,
+}
+
+impl Story {
+    /// Starts the printer writing to `out`; times are shown multiplied by `speed`
+    /// (cluster time). The printer ends once every clone of the story is dropped.
+    pub fn start(out: Box<dyn Write + Send>, style: Style, speed: f64) -> (Story, JoinHandle<()>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(Printer::new(out, style, speed).run(rx));
+        (
+            Story {
+                steps: Arc::new(Mutex::new(Vec::new())),
+                tx,
+            },
+            task,
+        )
+    }
+
+    /// Keeps a step and passes it to the printer.
+    pub fn record(&self, step: Step) {
+        self.steps
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(step.clone());
+        let _ = self.tx.send(Msg::Step(Box::new(step)));
+    }
+
+    /// Records something the person running the demo does, now.
+    pub fn you(&self, node: &str, text: impl Into<String>) -> SystemTime {
+        let at = SystemTime::now();
+        self.record(Step::new(at, node, Actor::You, Fact::You, text.into()));
+        at
+    }
+
+    /// Prints a line as it is, after the steps already due.
+    pub fn line(&self, text: impl Into<String>) {
+        let _ = self.tx.send(Msg::Line(text.into()));
+    }
+
+    /// Starts printing steps that happen from `t0` on, timed from `t0`.
+    pub fn begin(&self, t0: SystemTime) {
+        let _ = self.tx.send(Msg::Begin(t0));
+    }
+
+    /// Prints what is still held back and stops printing steps.
+    pub async fn end(&self) {
+        let (ack, done) = oneshot::channel();
+        if self.tx.send(Msg::End(ack)).is_ok() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), done).await;
+        }
+    }
+
+    /// The first step at or after `since` that matches.
+    pub fn find(&self, since: SystemTime, matches: impl Fn(&Step) -> bool) -> Option<Step> {
+        let steps = self.steps.lock().unwrap_or_else(|p| p.into_inner());
+        let mut found: Vec<&Step> = steps
+            .iter()
+            .filter(|s| s.at >= since && matches(s))
+            .collect();
+        found.sort_by_key(|s| s.at);
+        found.first().map(|s| (*s).clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Clone, Default)]
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn steps_print_in_time_order_only_inside_a_scenario() {
+        let sink = Sink::default();
+        let (story, printer) = Story::start(Box::new(sink.clone()), Style::new(false), 10.0);
+        // In the past, as every real step is by the time the scene ends.
+        let t0 = SystemTime::now() - Duration::from_secs(1);
+        let step = |ms: u64, text: &str| {
+            Step::new(
+                t0 + Duration::from_millis(ms),
+                "worker-1",
+                Actor::Nodefence,
+                Fact::Nodefence {
+                    reason: text.into(),
+                },
+                text.to_string(),
+            )
+        };
+        story.record(step(0, "before"));
+        story.begin(t0 + Duration::from_millis(1));
+        story.record(step(300, "second"));
+        story.record(step(100, "first"));
+        story.record(step(200, "dup").once("k".into()));
+        story.record(step(250, "dup").once("k".into()));
+        story.end().await;
+        story.line("done");
+        drop(story);
+        printer.await.unwrap();
+        let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        assert!(
+            lines[0].contains("+1.0s") && lines[0].ends_with("first"),
+            "{text}"
+        );
+        assert!(lines[1].ends_with("dup"));
+        assert!(lines[2].contains("+3.0s") && lines[2].ends_with("second"));
+        assert_eq!(lines[3], "done");
+        assert!(lines[0].contains("worker-1   nodefence"), "{text}");
+    }
+}

@@ -1,0 +1,267 @@
+//! `nodefence demo` end to end: the real binary, sped up, without colour. It must exit
+//! 0 and tell each scenario's key steps in order; run alone, `recovery` fences a node
+//! itself first, and `-o json` leaves the JSON summary alone on standard output.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Fast enough for CI (about 25 s for every scenario), slow enough for a busy machine.
+const SPEED: &str = "20";
+
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    took: Duration,
+}
+
+/// Runs `nodefence demo ARGS`, killing it if it outlives `deadline`.
+fn demo(args: &[&str], log: &Path, deadline: Duration) -> Run {
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nodefence"))
+        .arg("demo")
+        .args(args)
+        .arg("--log-file")
+        .arg(log)
+        .env_remove("NO_COLOR")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        out.read_to_string(&mut s).unwrap();
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        err.read_to_string(&mut s).unwrap();
+        s
+    });
+    let code = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.code();
+        }
+        if started.elapsed() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    Run {
+        code,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+        took: started.elapsed(),
+    }
+}
+
+/// Asserts that `steps` appear in `text` in this order.
+fn in_order(text: &str, steps: &[&str]) {
+    let mut from = 0;
+    for step in steps {
+        match text[from..].find(step) {
+            Some(i) => from += i + step.len(),
+            None => panic!(
+                "{step:?} missing, or not after {:?}, in:\n{text}",
+                &text[..from]
+            ),
+        }
+    }
+}
+
+/// The text of scenario `n` (from its header to the next one or the summary).
+fn section(text: &str, n: usize) -> &str {
+    let start = text
+        .find(&format!("── {n}/"))
+        .unwrap_or_else(|| panic!("no scenario {n} in:\n{text}"));
+    let rest = &text[start..];
+    let end = match rest[3..].find("── ") {
+        Some(i) => i + 3,
+        None => rest.find("Summary").unwrap_or(rest.len()),
+    };
+    &rest[..end]
+}
+
+/// The node a scenario's intro says db-0 runs on.
+fn db_node_before(section: &str) -> String {
+    let after = section.split("db-0 runs on ").nth(1).expect("db-0's node");
+    after
+        .split(',')
+        .next()
+        .unwrap()
+        .split('.')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// The node column of the kubelet line saying db-0 is Running.
+fn db_running_node(section: &str) -> String {
+    let line = section
+        .lines()
+        .find(|l| l.contains("kubelet") && l.ends_with("db-0 Running"))
+        .unwrap_or_else(|| panic!("no db-0 Running line in:\n{section}"));
+    line.split_whitespace().nth(1).unwrap().to_string()
+}
+
+#[test]
+fn the_demo_tells_every_scenario_in_order_and_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("demo.log");
+    let run = demo(
+        &["--speed", SPEED, "--no-color"],
+        &log,
+        Duration::from_secs(90),
+    );
+    let out = &run.stdout;
+    assert_eq!(
+        run.code,
+        Some(0),
+        "took {:?}\nstdout:\n{out}\nstderr:\n{}",
+        run.took,
+        run.stderr
+    );
+    assert!(!out.contains('\x1b'), "colour despite --no-color:\n{out}");
+    assert!(
+        run.stderr.is_empty(),
+        "the story goes to stdout only:\n{}",
+        run.stderr
+    );
+
+    let power_loss = section(out, 1);
+    in_order(
+        power_loss,
+        &[
+            "power loss",
+            "you            pulls the plug",
+            "nodefence      machine confirmed Off (3 readings)",
+            "nodefence      out-of-service taint added",
+            "db-0 force-deleted",
+            "volume detached",
+            "db-0 Running",
+            "✓",
+        ],
+    );
+    assert!(power_loss.contains("node NotReady"), "{power_loss}");
+    assert_ne!(db_running_node(power_loss), db_node_before(power_loss));
+
+    let network_cut = section(out, 2);
+    in_order(
+        network_cut,
+        &[
+            "cuts the network",
+            "node NotReady",
+            "nodefence      still On after 1m NotReady: sends ForceOff",
+            "BMC            ForceOff received",
+            "machine confirmed Off",
+            "out-of-service taint added",
+            "db-0 Running",
+            "✓",
+        ],
+    );
+    assert_ne!(db_running_node(network_cut), db_node_before(network_cut));
+
+    let bmc_down = section(out, 3);
+    in_order(
+        bmc_down,
+        &[
+            "the BMC stops answering",
+            "cuts the network",
+            "nodefence      power state unreadable (",
+            "): nothing is released",
+            "no power command, no taint",
+            "the BMC answers again",
+            "sends ForceOff",
+            "out-of-service taint added",
+            "db-0 Running",
+            "✓",
+        ],
+    );
+    let silent = &bmc_down[..bmc_down.find("the BMC answers again").unwrap()];
+    assert!(
+        !silent.contains("ForceOff") && !silent.contains("taint added"),
+        "nothing may happen while the BMC is silent:\n{silent}"
+    );
+
+    in_order(
+        section(out, 4),
+        &[
+            "recovery",
+            "restores power",
+            "node Ready again",
+            "nodefence      node Ready again for 30s: out-of-service taint removed",
+            "✓",
+        ],
+    );
+    in_order(
+        out,
+        &[
+            "Summary",
+            "power-loss",
+            "none",
+            "network-cut",
+            "ForceOff",
+            "bmc-down",
+            "recovery",
+            "all 4 scenario(s) behaved as expected",
+        ],
+    );
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.contains("out-of-service taint added"),
+        "the daemon's logs go to the log file"
+    );
+}
+
+#[test]
+fn recovery_alone_fences_a_node_first_and_json_goes_to_stdout() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = demo(
+        &["--speed", SPEED, "--scenario", "recovery", "-o", "json"],
+        &dir.path().join("demo.log"),
+        Duration::from_secs(60),
+    );
+    assert_eq!(
+        run.code,
+        Some(0),
+        "stdout:\n{}\nstderr:\n{}",
+        run.stdout,
+        run.stderr
+    );
+    let summary: serde_json::Value = serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("{e}: stdout is not JSON alone:\n{}", run.stdout));
+    assert_eq!(summary["ok"], true);
+    let only = &summary["scenarios"][0];
+    assert_eq!(only["scenario"], "recovery");
+    assert!(only["taint_removed_after_s"].as_f64().unwrap() >= 30.0);
+    assert_eq!(only["power_commands"], serde_json::json!([]));
+    in_order(
+        &run.stderr,
+        &[
+            "(setup)",
+            "lost power and nodefence released it",
+            "restores power",
+            "taint removed",
+        ],
+    );
+}
+
+#[test]
+fn a_bad_speed_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = demo(
+        &["--speed", "0"],
+        &dir.path().join("demo.log"),
+        Duration::from_secs(20),
+    );
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert!(run.stderr.contains("between 0.1 and 50"), "{}", run.stderr);
+}
