@@ -132,6 +132,35 @@ impl TlsMaterial {
     }
 }
 
+/// A leaf for the loopback names, plus the listen address if it is another one.
+pub fn generate_material(ip: std::net::IpAddr) -> Result<TlsMaterial, TlsError> {
+    let extra = ip.to_string();
+    let mut names: Vec<&str> = LOOPBACK_NAMES.to_vec();
+    if !ip.is_loopback() && !ip.is_unspecified() {
+        names.push(&extra);
+    }
+    TlsMaterial::generate_for(&names)
+}
+
+/// `http://127.0.0.1:PORT` (or `http://[::1]:PORT`), or `https://localhost:PORT` (the
+/// name in the certificate) when listening on loopback or everywhere.
+pub fn base_url(addr: std::net::SocketAddr, tls: bool) -> String {
+    use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+    let ip = addr.ip();
+    let shown = if ip.is_unspecified() {
+        SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), addr.port())
+    } else {
+        addr
+    };
+    if !tls {
+        format!("http://{shown}")
+    } else if ip.is_loopback() || ip.is_unspecified() {
+        format!("https://localhost:{}", addr.port())
+    } else {
+        format!("https://{shown}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,7 +26,7 @@ use super::routes;
 use super::store::Store;
 use super::strategy;
 use super::watch::WatchContext;
-use crate::tls::{LOOPBACK_NAMES, TlsError, TlsMaterial};
+use crate::tls::{TlsError, TlsMaterial, base_url, generate_material};
 
 /// The namespaces a new cluster has.
 pub const SYSTEM_NAMESPACES: &[&str] =
@@ -254,34 +254,6 @@ fn create_system_namespaces(store: &Store) {
         if let Err(e) = store.create(NAMESPACES, None, ns) {
             tracing::debug!("namespace {name}: {e}");
         }
-    }
-}
-
-/// A leaf for the loopback names, plus the listen address if it is another one.
-fn generate_material(ip: IpAddr) -> Result<TlsMaterial, TlsError> {
-    let extra = ip.to_string();
-    let mut names: Vec<&str> = LOOPBACK_NAMES.to_vec();
-    if !ip.is_loopback() && !ip.is_unspecified() {
-        names.push(&extra);
-    }
-    TlsMaterial::generate_for(&names)
-}
-
-/// `http://127.0.0.1:PORT`, or `https://localhost:PORT` (the certificate's name)
-/// when listening on loopback or everywhere.
-fn base_url(addr: SocketAddr, tls: bool) -> String {
-    let ip = addr.ip();
-    let shown = if ip.is_unspecified() {
-        SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), addr.port())
-    } else {
-        addr
-    };
-    if !tls {
-        format!("http://{shown}")
-    } else if ip.is_loopback() || ip.is_unspecified() {
-        format!("https://localhost:{}", addr.port())
-    } else {
-        format!("https://{shown}")
     }
 }
 

@@ -21,7 +21,7 @@ use super::model::{MockPower, SystemSpec, SystemState};
 use super::profile::{Profile, ResetResponse};
 use super::service;
 use super::state::{Config, RequestRecord, ResetRecord, Shared, SystemInfo, UnknownSystem};
-use crate::tls::{LOOPBACK_NAMES, TlsError, TlsMaterial};
+use crate::tls::{TlsError, TlsMaterial, base_url, generate_material};
 
 /// Credentials used when [`MockRedfish::credentials`] is not called.
 pub const DEFAULT_USERNAME: &str = "admin";
@@ -246,34 +246,6 @@ impl MockRedfish {
             server,
             task: Some(task),
         })
-    }
-}
-
-/// A leaf for the loopback names, plus the listen address if it is another one.
-fn generate_material(ip: IpAddr) -> Result<TlsMaterial, TlsError> {
-    let extra = ip.to_string();
-    let mut names: Vec<&str> = LOOPBACK_NAMES.to_vec();
-    if !ip.is_loopback() && !ip.is_unspecified() {
-        names.push(&extra);
-    }
-    TlsMaterial::generate_for(&names)
-}
-
-/// `http://127.0.0.1:PORT`, `http://[::1]:PORT`, or `https://localhost:PORT` (the
-/// name in the certificate) when listening on loopback or everywhere.
-fn base_url(addr: SocketAddr, tls: bool) -> String {
-    let ip = addr.ip();
-    let shown = if ip.is_unspecified() {
-        SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), addr.port())
-    } else {
-        addr
-    };
-    if !tls {
-        format!("http://{shown}")
-    } else if ip.is_loopback() || ip.is_unspecified() {
-        format!("https://localhost:{}", addr.port())
-    } else {
-        format!("https://{shown}")
     }
 }
 
