@@ -191,6 +191,7 @@ async fn world(dry_run: bool) -> World {
     policy.recovered_after = Duration::from_secs(2);
     policy.min_power_off_interval = Duration::ZERO;
     policy.power_off_retry_after = Duration::from_secs(6);
+    policy.on_poll_interval = Duration::from_millis(500);
     let kubeconfig = kube::config::Kubeconfig::from_yaml(&kube.kubeconfig_yaml()).unwrap();
     let client = kube::Client::try_from(
         kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())

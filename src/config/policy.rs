@@ -19,6 +19,7 @@ const POLICY_KEYS: &[&str] = &[
     "on_powered_on",
     "fast_path",
     "lease_stale_after",
+    "on_poll_interval",
     "power_off_retry_after",
     "max_power_off_attempts",
     "max_unhealthy",
@@ -80,6 +81,7 @@ pub(crate) fn parse(
                     Ok(())
                 }
             }),
+            "on_poll_interval" => entry.duration(false).map(|v| out.on_poll_interval = v.value),
             "power_off_retry_after" => entry.duration(false).map(|v| out.power_off_retry_after = v.value),
             "max_power_off_attempts" => entry
                 .integer(1, 100, 3)

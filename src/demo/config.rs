@@ -169,6 +169,7 @@ pub fn load(
     policy.lease_stale_after = policy.lease_stale_after.map(scale);
     policy.unhealthy_after = scale(policy.unhealthy_after);
     policy.recovered_after = scale(policy.recovered_after);
+    policy.on_poll_interval = scale(policy.on_poll_interval);
     policy.release_off_after = scale(policy.release_off_after);
     policy.power_off_retry_after = scale(policy.power_off_retry_after);
     policy.min_power_off_interval = scale(policy.min_power_off_interval);

@@ -24,7 +24,7 @@ pub mod policy;
 mod tests;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 pub use action::{Action, Notice, OffProof, Reason, Severity};
 pub use facts::{Exclusion, Health, NodeFacts, Readiness};
@@ -33,9 +33,6 @@ pub use policy::{MaxUnhealthy, OnPoweredOn, Policy, ReleaseMode};
 
 use crate::power::{PowerError, PowerReading};
 use node::{Gates, Released, backoff};
-
-/// Poll interval for a machine that reads On (no proof being built).
-const ON_POLL: Duration = Duration::from_secs(5);
 
 /// All nodes' procedures and the cluster-wide gates.
 #[derive(Debug, Clone)]
@@ -117,6 +114,7 @@ impl Engine {
         now: SystemTime,
     ) -> Vec<Action> {
         let confirm_interval = self.policy.confirm_interval;
+        let on_poll = self.policy.on_poll_interval;
         let mut out = Vec::new();
         let Some(state) = self.nodes.get_mut(name) else {
             return out;
@@ -147,7 +145,7 @@ impl Engine {
                         let poll = if recently_commanded {
                             confirm_interval
                         } else {
-                            ON_POLL.max(confirm_interval)
+                            on_poll.max(confirm_interval)
                         };
                         state.queries.next_at = Some(now + poll);
                     }

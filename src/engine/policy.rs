@@ -73,6 +73,9 @@ pub struct Policy {
     pub power_off_retry_after: Duration,
     /// Give up powering off after this many commands (then alert and wait).
     pub max_power_off_attempts: u32,
+    /// How often the power of an unhealthy node's machine is read while it reads On
+    /// and no power command is pending (the Off proof uses `confirm_interval`).
+    pub on_poll_interval: Duration,
     /// Backoff between failed power queries: starts at `confirm_interval`, doubles, capped here.
     pub max_query_backoff: Duration,
     pub max_unhealthy: MaxUnhealthy,
@@ -105,6 +108,7 @@ impl Default for Policy {
             lease_stale_after: Some(Duration::from_secs(25)),
             power_off_retry_after: Duration::from_secs(60),
             max_power_off_attempts: 3,
+            on_poll_interval: Duration::from_secs(5),
             max_query_backoff: Duration::from_secs(60),
             max_unhealthy: MaxUnhealthy::Percent(40.0),
             max_concurrent_fences: 2,
