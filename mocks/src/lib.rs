@@ -12,4 +12,5 @@
 pub mod kube;
 pub mod machines;
 pub mod redfish;
+pub mod serve;
 pub mod tls;

@@ -181,15 +181,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
-    nodefence_mocks::tls::install_crypto_provider();
+    nodefence_mocks::serve::init_binary();
     let args = Args::parse();
     match run(args).await {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -12,7 +12,6 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum_server::tls_rustls::RustlsConfig;
 use tokio::task::JoinHandle;
 
 use super::admin;
@@ -220,23 +219,11 @@ impl MockRedfish {
         let app = admin::router()
             .fallback(service::handle)
             .with_state(shared.clone());
-        let server = axum_server::Handle::new();
-        let make_service = app.into_make_service();
-        let task = match &material {
-            Some(m) => {
-                let tls = RustlsConfig::from_config(Arc::new(m.server_config()?));
-                let s = axum_server::tls_rustls::from_tcp_rustls(listener, tls)
-                    .map_err(bind_error)?
-                    .handle(server.clone());
-                tokio::spawn(async move { s.serve(make_service).await })
-            }
-            None => {
-                let s = axum_server::from_tcp(listener)
-                    .map_err(bind_error)?
-                    .handle(server.clone());
-                tokio::spawn(async move { s.serve(make_service).await })
-            }
-        };
+        let tls = material
+            .as_ref()
+            .map(TlsMaterial::server_config)
+            .transpose()?;
+        let (server, task) = crate::serve::spawn(listener, app, tls).map_err(bind_error)?;
         tracing::info!(%base_url, profile = %self.profile, "mock Redfish BMC started");
         Ok(MockRedfishHandle {
             shared,
