@@ -69,6 +69,17 @@ impl World {
             .collect()
     }
 
+    /// Waits (bounded) for an Event with `reason` on `node`: Events are published
+    /// asynchronously, a moment after the change they describe.
+    async fn expect_event(&self, node: &str, reason: &str) {
+        eventually(
+            &format!("Event {reason} on {node}"),
+            Duration::from_secs(10),
+            || async { self.event_reasons(node).iter().any(|r| r == reason) },
+        )
+        .await;
+    }
+
     /// The node db-0 runs on, once it is Running.
     fn db_node(&self) -> Option<String> {
         let pod = self.pod("db-0")?;
@@ -276,9 +287,8 @@ async fn power_loss_is_confirmed_off_tainted_and_the_pod_moves() {
         || async { w.db_node().is_some_and(|n| n != victim) },
     )
     .await;
-    let reasons = w.event_reasons(&victim);
-    assert!(reasons.iter().any(|r| r == "ConfirmedOff"), "{reasons:?}");
-    assert!(reasons.iter().any(|r| r == "Released"), "{reasons:?}");
+    w.expect_event(&victim, "ConfirmedOff").await;
+    w.expect_event(&victim, "Released").await;
     w.stop().await;
 }
 
@@ -300,8 +310,7 @@ async fn an_unreachable_node_whose_machine_is_on_is_powered_off_then_tainted() {
         vec![(blade(&victim), "ForceOff".to_string())]
     );
     assert_eq!(w.bmc.power(&blade(&victim)), Some(MockPower::Off));
-    let reasons = w.event_reasons(&victim);
-    assert!(reasons.iter().any(|r| r == "PoweringOff"), "{reasons:?}");
+    w.expect_event(&victim, "PoweringOff").await;
     w.stop().await;
 }
 
@@ -350,8 +359,7 @@ async fn a_recovered_node_gets_its_taint_removed() {
         !w.has_out_of_service_taint(&victim)
     })
     .await;
-    let reasons = w.event_reasons(&victim);
-    assert!(reasons.iter().any(|r| r == "TaintRemoved"), "{reasons:?}");
+    w.expect_event(&victim, "TaintRemoved").await;
     w.stop().await;
 }
 
@@ -434,6 +442,7 @@ async fn explain_shows_what_was_seen_and_decided() {
         w.has_out_of_service_taint(&victim)
     })
     .await;
+    w.expect_event(&victim, "Released").await;
     let kubeconfig = w._dir.path().join("kubeconfig");
     w.kube.write_kubeconfig(&kubeconfig).unwrap();
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodefence"))
