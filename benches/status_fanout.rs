@@ -77,6 +77,7 @@ async fn main() {
                             ..Timeouts::default()
                         },
                     }),
+                    policy: Default::default(),
                 })
                 .unwrap()
         })

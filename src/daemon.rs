@@ -16,6 +16,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client};
 
 use crate::cluster::leader::{LeaderElector, LeaderTimings, Leadership};
+use crate::cluster::records::RecordStore;
 use crate::cluster::release::Releaser;
 use crate::config::Config;
 use crate::controller::executor::Executor;
@@ -48,7 +49,24 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let policy = config.agent.policy.clone();
-    check_version(&client, policy.release).await?;
+    let node_policies: std::collections::BTreeMap<String, crate::engine::Policy> = config
+        .inventory
+        .nodes
+        .iter()
+        .filter(|(_, target)| target.policy != policy)
+        .map(|(name, target)| (name.clone(), target.policy.clone()))
+        .collect();
+    check_version(
+        &client,
+        std::iter::once(&policy).chain(node_policies.values()),
+    )
+    .await?;
+    // BMC passwords kept in Kubernetes Secrets (password_secret): read each Secret once,
+    // before any driver is built; any problem refuses the start, every one listed.
+    let mut config = config;
+    crate::config::resolve_secrets(&mut config, &client, &options.lease_namespace)
+        .await
+        .context("cannot read the BMC passwords kept in Kubernetes Secrets; refusing to start")?;
 
     let metrics = Arc::new(Metrics::new());
     let health = Health::default();
@@ -103,6 +121,7 @@ pub async fn run(
     let controller = Controller {
         client: client.clone(),
         policy,
+        node_policies,
         inventory: config
             .inventory
             .nodes
@@ -112,9 +131,17 @@ pub async fn run(
         executor_template: ExecutorParts {
             drivers: Arc::new(drivers),
             releaser: Releaser::new(client.clone(), leadership.clone()),
+            records: RecordStore::new(client.clone(), &options.lease_namespace, leadership.clone()),
             leadership: leadership.clone(),
             recorder: (!options.dry_run)
                 .then(|| Executor::recorder(client.clone(), &options.identity)),
+            cluster_ref: Some(k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some("coordination.k8s.io/v1".into()),
+                kind: Some("Lease".into()),
+                namespace: Some(options.lease_namespace.clone()),
+                name: Some(options.lease_name.clone()),
+                ..Default::default()
+            }),
             dry_run: options.dry_run,
         },
         metrics: metrics.clone(),
@@ -166,8 +193,12 @@ pub async fn run(
     Ok(())
 }
 
-/// Reads the API server version; refuses the taint on clusters that lack it.
-async fn check_version(client: &Client, release: ReleaseMode) -> anyhow::Result<()> {
+/// Reads the API server version; refuses the taint on clusters that lack it, unless
+/// the policy that asks for it also has the forced-deletion fallback.
+async fn check_version(
+    client: &Client,
+    mut policies: impl Iterator<Item = &crate::engine::Policy>,
+) -> anyhow::Result<()> {
     let info = client
         .apiserver_version()
         .await
@@ -175,12 +206,34 @@ async fn check_version(client: &Client, release: ReleaseMode) -> anyhow::Result<
     let major: u32 = info.major.trim_end_matches('+').parse().unwrap_or(0);
     let minor: u32 = info.minor.trim_end_matches('+').parse().unwrap_or(0);
     tracing::info!(version = %info.git_version, "Kubernetes API server");
-    if release == ReleaseMode::OutOfServiceTaint && (major, minor) < (1, MIN_MINOR_FOR_TAINT) {
+    if (major, minor) >= (1, MIN_MINOR_FOR_TAINT) {
+        return Ok(());
+    }
+    let taint_users: Vec<&crate::engine::Policy> = policies
+        .by_ref()
+        .filter(|p| p.release == ReleaseMode::OutOfServiceTaint)
+        .collect();
+    if taint_users.iter().any(|p| !forced_deletion_fallback(p)) {
         bail!(
             "Kubernetes {} has no out-of-service taint (non-graceful node shutdown needs 1.{MIN_MINOR_FOR_TAINT}+, GA in 1.28); \
-             refusing to run with release = \"out-of-service-taint\". Upgrade, or set release = \"delete-node\" in [policy]",
+             refusing to run with release = \"out-of-service-taint\". Upgrade, set release = \"delete-node\", or use the \
+             forced-deletion fallback: force_delete_pods = \"always\" and delete_volume_attachments = true in [policy]",
             info.git_version
         );
     }
+    if !taint_users.is_empty() {
+        tracing::warn!(
+            version = %info.git_version,
+            "this Kubernetes has no out-of-service taint: released nodes get the forced-deletion fallback (pods force-deleted, VolumeAttachments deleted)"
+        );
+    }
     Ok(())
+}
+
+/// The forced-deletion fallback for clusters without non-graceful node shutdown: the
+/// released node's pods are force-deleted and its VolumeAttachments deleted by
+/// nodefence itself.
+fn forced_deletion_fallback(policy: &crate::engine::Policy) -> bool {
+    policy.force_delete_pods == crate::engine::ForceDeletePods::Always
+        && policy.delete_volume_attachments
 }

@@ -17,6 +17,7 @@ pub mod controller;
 pub mod daemon;
 pub mod demo;
 pub mod engine;
+pub mod identity;
 pub mod power;
 pub mod telemetry;
 pub mod tls;

@@ -115,6 +115,31 @@ fn assert_resolved_values(config: &Config) {
     };
     assert_eq!(aws.region.as_deref(), Some("eu-central-1"));
     assert_eq!(aws.instance_id, None);
+
+    assert_policies(config);
+}
+
+/// `[groups.rack-a.policy]` overrides one key for rack A; everything else, and every
+/// other node, follows `[policy]`.
+fn assert_policies(config: &Config) {
+    let global = &config.agent.policy;
+    let mut rack_a = global.clone();
+    rack_a.unhealthy_after = Duration::from_secs(120);
+    for (name, node) in &config.inventory.nodes {
+        let expected = if node.group.as_deref() == Some("rack-a") {
+            &rack_a
+        } else {
+            global
+        };
+        assert_eq!(&node.policy, expected, "{name}");
+        // redfish, ipmi and aws can report which machine they control.
+        assert!(node.policy.require_identity, "{name}");
+    }
+    assert_eq!(
+        config.inventory.nodes["worker-1"].policy.unhealthy_after,
+        Duration::from_secs(120)
+    );
+    assert_eq!(global.unhealthy_after, Duration::from_secs(60));
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use clap::Parser;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
 use serde_json::Value;
 
 fn deploy_dir() -> PathBuf {
@@ -85,8 +85,9 @@ fn every_manifest_is_a_valid_object_of_its_kind() {
     }
 }
 
-#[test]
-fn the_shipped_config_loads() {
+/// The shipped config, loaded with the real loader from a temporary directory (which
+/// must outlive the returned config).
+fn shipped_config() -> (tempfile::TempDir, nodefence::config::Config) {
     let cm = of_kind::<ConfigMap>("ConfigMap")
         .into_iter()
         .next()
@@ -119,8 +120,20 @@ fn the_shipped_config_loads() {
     .unwrap();
     let config = nodefence::config::load(&dir.path().join("nodefence.toml"))
         .unwrap_or_else(|e| panic!("{e}"));
+    (dir, config)
+}
+
+#[test]
+fn the_shipped_config_loads() {
+    let (_dir, config) = shipped_config();
     assert_eq!(config.inventory.nodes.len(), 3);
     assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    // The BMC password comes from the Secret through the API, read at start-up.
+    for node in config.inventory.nodes.values() {
+        let secret = node.pending_secret().expect("password_secret");
+        assert_eq!(secret.name, "nodefence-bmc");
+        assert_eq!(secret.password_key, "bmc-password");
+    }
 }
 
 #[test]
@@ -185,6 +198,8 @@ fn rbac_grants_exactly_what_the_code_calls() {
         ("", "nodes", "delete"),
         ("storage.k8s.io", "volumeattachments", "list"),
         ("storage.k8s.io", "volumeattachments", "delete"),
+        ("", "pods", "list"),
+        ("", "pods", "delete"),
         ("events.k8s.io", "events", "create"),
     ] {
         assert!(
@@ -201,18 +216,24 @@ fn rbac_grants_exactly_what_the_code_calls() {
                 .as_ref()
                 .unwrap()
                 .iter()
-                .any(|r| r == "*" || r == "secrets" || r == "pods")
+                .any(|r| r == "*" || r == "secrets")
+        );
+    }
+    for verb in ["get", "create", "update", "patch"] {
+        assert!(
+            !grants(&cluster, "", "pods", verb),
+            "pods: list and delete only, never {verb}"
         );
     }
     let roles = of_kind::<Role>("Role");
-    let in_ns = |ns: &str| {
+    let named = |name: &str| {
         roles
             .iter()
-            .find(|r| r.metadata.namespace.as_deref() == Some(ns))
+            .find(|r| r.metadata.name.as_deref() == Some(name))
             .and_then(|r| r.rules.clone())
             .unwrap()
     };
-    let node_leases = in_ns("kube-node-lease");
+    let node_leases = named("nodefence-node-leases");
     for verb in ["get", "list", "watch"] {
         assert!(grants(&node_leases, "coordination.k8s.io", "leases", verb));
     }
@@ -220,7 +241,7 @@ fn rbac_grants_exactly_what_the_code_calls() {
         !grants(&node_leases, "coordination.k8s.io", "leases", "update"),
         "kubelet Leases are read-only"
     );
-    let election = in_ns("nodefence");
+    let election = named("nodefence-leader-election");
     for verb in ["get", "create", "update"] {
         assert!(grants(&election, "coordination.k8s.io", "leases", verb));
     }
@@ -234,4 +255,85 @@ fn rbac_grants_exactly_what_the_code_calls() {
         !grants(&election, "", "configmaps", "update"),
         "the daemon never writes the pause switch"
     );
+    // The release records: patch is limited to that one ConfigMap by name.
+    for rule in election.iter().filter(|r| {
+        r.resources.as_deref() == Some(&["configmaps".to_string()][..])
+            && r.verbs.iter().any(|v| v == "patch")
+    }) {
+        assert_eq!(
+            rule.resource_names.as_deref(),
+            Some(&[nodefence::cluster::records::STATE_CONFIGMAP.to_string()][..]),
+            "configmaps patch only on the release records"
+        );
+    }
+    assert!(grants(&election, "", "configmaps", "patch"));
+    assert!(grants(&election, "", "configmaps", "create"));
+}
+
+#[test]
+fn secrets_are_readable_only_in_nodefences_namespace_only_by_name_and_only_with_get() {
+    // No cluster-wide access to Secrets, in any ClusterRole.
+    for role in of_kind::<ClusterRole>("ClusterRole") {
+        for rule in role.rules.unwrap_or_default() {
+            let resources = rule.resources.unwrap_or_default();
+            assert!(
+                !resources.iter().any(|r| r == "secrets" || r == "*"),
+                "a ClusterRole grants secrets"
+            );
+        }
+    }
+    let roles = of_kind::<Role>("Role");
+    let mut readable = Vec::new();
+    for role in &roles {
+        for rule in role.rules.clone().unwrap_or_default() {
+            let resources = rule.resources.clone().unwrap_or_default();
+            if !resources.iter().any(|r| r == "secrets") {
+                continue;
+            }
+            let name = role.metadata.name.clone().unwrap();
+            assert_eq!(
+                role.metadata.namespace.as_deref(),
+                Some("nodefence"),
+                "{name}: Secrets only in nodefence's namespace"
+            );
+            assert_eq!(resources, ["secrets"], "{name}: a rule of its own");
+            assert_eq!(rule.verbs, ["get"], "{name}: read-only, and no list/watch");
+            let names = rule.resource_names.clone().unwrap_or_default();
+            assert!(!names.is_empty(), "{name}: only the Secrets it names");
+            // Bound with a RoleBinding (namespaced) to nodefence's service account.
+            let bound = of_kind::<RoleBinding>("RoleBinding").into_iter().any(|b| {
+                b.metadata.namespace.as_deref() == Some("nodefence")
+                    && b.role_ref.kind == "Role"
+                    && b.role_ref.name == name
+                    && b.subjects.unwrap_or_default().iter().any(|s| {
+                        s.kind == "ServiceAccount"
+                            && s.name == "nodefence"
+                            && s.namespace.as_deref() == Some("nodefence")
+                    })
+            });
+            assert!(bound, "{name} is not bound to nodefence's service account");
+            readable.extend(names);
+        }
+    }
+    for binding in of_kind::<ClusterRoleBinding>("ClusterRoleBinding") {
+        assert_ne!(binding.role_ref.kind, "Role");
+    }
+    // Every Secret the shipped inventory names can be read, and nothing else.
+    let (_dir, config) = shipped_config();
+    let named: std::collections::BTreeSet<String> = config
+        .inventory
+        .nodes
+        .values()
+        .filter_map(|n| n.pending_secret())
+        .map(|r| {
+            assert!(
+                r.namespace.is_none() || r.namespace.as_deref() == Some("nodefence"),
+                "{r}"
+            );
+            r.name.clone()
+        })
+        .collect();
+    readable.sort();
+    readable.dedup();
+    assert_eq!(readable, named.into_iter().collect::<Vec<_>>());
 }

@@ -5,14 +5,16 @@
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
 use nodefence::cluster::leader::{LeaderElector, LeaderTimings, Leadership};
+use nodefence::cluster::records::RecordStore;
 use nodefence::cluster::release::{ReleaseError, Released, Releaser};
-use nodefence::engine::OffProof;
+use nodefence::engine::{OffProof, ReleaseMode, ReleasePlan, ReleaseRecord};
+use nodefence::identity::MachineIdentity;
 use nodefence_mocks::kube::{FakeKube, FakeKubeHandle};
 use serde_json::json;
 
@@ -41,7 +43,7 @@ async fn dead_node(client: &Client, name: &str, died: SystemTime) -> Node {
     }))
     .unwrap();
     nodes.create(&PostParams::default(), &node).await.unwrap();
-    let status = json!({"status": {"conditions": [{
+    let status = json!({"status": {"nodeInfo": {"systemUUID": uuid_of(name)}, "conditions": [{
         "type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
         "lastHeartbeatTime": humantime::format_rfc3339_seconds(died).to_string(),
         "lastTransitionTime": humantime::format_rfc3339_seconds(died + Duration::from_secs(50)).to_string(),
@@ -60,11 +62,29 @@ async fn dead_node(client: &Client, name: &str, died: SystemTime) -> Node {
     nodes.get(name).await.unwrap()
 }
 
+/// Each test node's SMBIOS UUID (what its kubelet reports and its BMC says).
+fn uuid_of(node: &str) -> String {
+    let n = node
+        .bytes()
+        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+    format!("{n:08x}-1111-4222-8333-444455556666")
+}
+
+/// Three Off readings after the last sign of life, from w1's own machine.
 fn proof(last_sign_of_life: SystemTime) -> OffProof {
+    proof_from(
+        last_sign_of_life,
+        Some(MachineIdentity::Uuid(uuid_of("w1"))),
+    )
+}
+
+fn proof_from(last_sign_of_life: SystemTime, machine: Option<MachineIdentity>) -> OffProof {
     let base = last_sign_of_life + Duration::from_secs(60);
     OffProof {
         last_sign_of_life,
         readings: (0..3).map(|i| base + Duration::from_secs(i)).collect(),
+        machine,
+        require_identity: true,
     }
 }
 
@@ -193,8 +213,8 @@ async fn a_replaced_node_an_old_proof_and_a_non_leader_are_refused() {
     .await;
 
     let stale = OffProof {
-        last_sign_of_life: sign,
         readings: vec![sign - Duration::from_secs(1), sign + Duration::from_secs(1)],
+        ..proof(sign)
     };
     assert_refused(
         releaser.taint("w1", &uid(&node), &stale).await,
@@ -310,5 +330,250 @@ async fn untaint_removes_only_a_taint_nodefence_added() {
         .unwrap();
     assert!(!releaser.untaint("w1").await.unwrap());
     assert_eq!(taint_keys(&nodes.get("w1").await.unwrap()).len(), 1);
+    kube.shutdown().await;
+}
+
+/// The Node as it is now, for "unchanged" assertions.
+async fn node_now(client: &Client, name: &str) -> Node {
+    Api::<Node>::all(client.clone()).get(name).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_proof_from_another_machine_is_refused_whatever_it_says() {
+    let (kube, client) = setup().await;
+    let died = died();
+    let node = dead_node(&client, "w1", died).await;
+    let releaser = Releaser::new(client.clone(), Leadership::always());
+    let sign = died + Duration::from_secs(50);
+    // The inventory pointed w1 at w2's BMC.
+    let mut wrong = proof_from(sign, Some(MachineIdentity::Uuid(uuid_of("w2"))));
+    assert_refused(
+        releaser.taint("w1", &uid(&node), &wrong).await,
+        "not proven to control this node's machine",
+    )
+    .await;
+    wrong.require_identity = false;
+    assert_refused(
+        releaser.taint("w1", &uid(&node), &wrong).await,
+        "not proven",
+    )
+    .await;
+    // Unknown identity: refused unless the policy accepts it.
+    let mut unknown = proof_from(sign, None);
+    assert_refused(
+        releaser.taint("w1", &uid(&node), &unknown).await,
+        "not proven",
+    )
+    .await;
+    assert_eq!(
+        node_now(&client, "w1").await.metadata.resource_version,
+        node.metadata.resource_version,
+        "nothing written"
+    );
+    unknown.require_identity = false;
+    releaser
+        .taint("w1", &uid(&node), &unknown)
+        .await
+        .expect("require_identity = false accepts an unprovable source");
+    kube.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_byte_swapped_uuid_from_the_bmc_is_accepted() {
+    let (kube, client) = setup().await;
+    let died = died();
+    let node = dead_node(&client, "w1", died).await;
+    let own = uuid::Uuid::parse_str(&uuid_of("w1")).unwrap();
+    let swapped = uuid::Uuid::from_bytes_le(*own.as_bytes()).to_string();
+    let releaser = Releaser::new(client.clone(), Leadership::always());
+    let p = proof_from(
+        died + Duration::from_secs(50),
+        Some(MachineIdentity::Uuid(swapped)),
+    );
+    releaser.taint("w1", &uid(&node), &p).await.unwrap();
+    kube.shutdown().await;
+}
+
+/// A taint release, with or without the forced deletions.
+fn taint_plan(force_delete_pods: bool, delete_volume_attachments: bool) -> ReleasePlan {
+    ReleasePlan {
+        mode: ReleaseMode::OutOfServiceTaint,
+        delete_volume_attachments,
+        force_delete_pods,
+    }
+}
+
+async fn pod(client: &Client, name: &str, node: &str, mirror: bool) {
+    let mut meta = json!({"name": name, "namespace": "default"});
+    if mirror {
+        meta["annotations"] = json!({"kubernetes.io/config.mirror": "abc"});
+    }
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": meta,
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]},
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+}
+
+async fn pod_names(client: &Client) -> Vec<String> {
+    let mut names: Vec<String> = Api::<Pod>::all(client.clone())
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    names.sort();
+    names
+}
+
+async fn attachment(client: &Client, name: &str, node: &str) {
+    let va: VolumeAttachment = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"attacher": "csi.fake", "nodeName": node, "source": {"persistentVolumeName": format!("pv-{name}")}},
+    }))
+    .unwrap();
+    Api::<VolumeAttachment>::all(client.clone())
+        .create(&PostParams::default(), &va)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn the_fast_path_plan_taints_and_force_deletes_only_that_nodes_pods() {
+    let (kube, client) = setup().await;
+    let died = died();
+    let node = dead_node(&client, "w1", died).await;
+    pod(&client, "db-0", "w1", false).await;
+    pod(&client, "web-1", "w1", false).await;
+    pod(&client, "kube-proxy-w1", "w1", true).await;
+    pod(&client, "db-1", "w2", false).await;
+    attachment(&client, "va-w1", "w1").await;
+    let releaser = Releaser::new(client.clone(), Leadership::always());
+    assert!(!releaser.drained("w1").await.unwrap(), "pods still bound");
+    let plan = taint_plan(true, false);
+    let done = releaser
+        .release(
+            "w1",
+            &uid(&node),
+            &proof(died + Duration::from_secs(50)),
+            &plan,
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.released, Released::Tainted);
+    assert_eq!(done.pods_deleted, 2);
+    assert_eq!(done.volume_attachments_deleted, 0);
+    assert_eq!(
+        pod_names(&client).await,
+        vec!["db-1".to_string(), "kube-proxy-w1".to_string()],
+        "another node's pod and the mirror pod stay"
+    );
+    assert!(
+        Api::<VolumeAttachment>::all(client.clone())
+            .get_opt("va-w1")
+            .await
+            .unwrap()
+            .is_some(),
+        "the attach/detach controller detaches; the plan did not ask"
+    );
+    assert!(
+        !releaser.drained("w1").await.unwrap(),
+        "a VolumeAttachment remains"
+    );
+    kube.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_forced_deletion_fallback_removes_pods_and_attachments_after_the_taint() {
+    let (kube, client) = setup().await;
+    let died = died();
+    let node = dead_node(&client, "w1", died).await;
+    pod(&client, "db-0", "w1", false).await;
+    attachment(&client, "va-w1", "w1").await;
+    attachment(&client, "va-w2", "w2").await;
+    let releaser = Releaser::new(client.clone(), Leadership::always());
+    let plan = taint_plan(true, true);
+    let done = releaser
+        .release(
+            "w1",
+            &uid(&node),
+            &proof(died + Duration::from_secs(50)),
+            &plan,
+        )
+        .await
+        .unwrap();
+    assert_eq!((done.pods_deleted, done.volume_attachments_deleted), (1, 1));
+    assert!(releaser.drained("w1").await.unwrap());
+    assert!(
+        !releaser.drained("w2").await.unwrap(),
+        "w2 keeps its attachment"
+    );
+    kube.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_refused_release_deletes_no_pod() {
+    let (kube, client) = setup().await;
+    let died = died();
+    let node = dead_node(&client, "w1", died).await;
+    pod(&client, "db-0", "w1", false).await;
+    attachment(&client, "va-w1", "w1").await;
+    let releaser = Releaser::new(client.clone(), Leadership::always());
+    let plan = taint_plan(true, true);
+    // Off readings older than the last sign of life: refused before anything.
+    let stale = OffProof {
+        readings: vec![died],
+        ..proof(died + Duration::from_secs(50))
+    };
+    assert!(matches!(
+        releaser.release("w1", &uid(&node), &stale, &plan).await,
+        Err(ReleaseError::Refused(_))
+    ));
+    let wrong_machine = proof_from(
+        died + Duration::from_secs(50),
+        Some(MachineIdentity::Uuid(uuid_of("w2"))),
+    );
+    assert!(matches!(
+        releaser
+            .release("w1", &uid(&node), &wrong_machine, &plan)
+            .await,
+        Err(ReleaseError::Refused(_))
+    ));
+    assert_eq!(pod_names(&client).await, vec!["db-0".to_string()]);
+    assert!(!releaser.drained("w1").await.unwrap());
+    kube.shutdown().await;
+}
+
+#[tokio::test]
+async fn release_records_round_trip_and_need_leadership() {
+    let (kube, client) = setup().await;
+    let store = RecordStore::new(client.clone(), "kube-system", Leadership::always());
+    assert!(store.load().await.unwrap().is_empty(), "no ConfigMap yet");
+    let record = ReleaseRecord {
+        released_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
+        mode: ReleaseMode::DeleteNode,
+        power_on_pending: true,
+    };
+    store.put("w1", Some(&record)).await.unwrap();
+    store.put("w2", Some(&record)).await.unwrap();
+    let loaded = store.load().await.unwrap();
+    assert_eq!(loaded.get("w1"), Some(&record));
+    assert_eq!(loaded.len(), 2, "one key per node, none clobbered");
+    store.put("w1", None).await.unwrap();
+    let loaded = store.load().await.unwrap();
+    assert!(!loaded.contains_key("w1"));
+    assert!(loaded.contains_key("w2"));
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    let (_never_run, not_leader) =
+        LeaderElector::new(leases, "nodefence", "me", LeaderTimings::default());
+    let follower = RecordStore::new(client.clone(), "kube-system", not_leader);
+    assert!(follower.put("w3", Some(&record)).await.is_err());
+    assert!(!store.load().await.unwrap().contains_key("w3"));
     kube.shutdown().await;
 }

@@ -1,8 +1,13 @@
 //! Flags shared by the commands that talk to the Kubernetes API.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use k8s_openapi::api::core::v1::Node;
+use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use crate::identity::NodeIdentity;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ClusterArgs {
@@ -30,4 +35,99 @@ async fn client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
         None => kube::Config::infer().await?,
     };
     Ok(kube::Client::try_from(config)?)
+}
+
+/// For `status` and `fence`: reads the Kubernetes Secrets holding the BMC passwords of
+/// `nodes` (every inventory node when empty), through the same client as `run`
+/// (`--kubeconfig`, `--namespace`). Nothing touches the cluster unless one of those
+/// nodes has a `password_secret`. Problems are printed; Err is the exit code (the
+/// credentials concerned stay pending, and no driver is built from them).
+pub(super) async fn read_secrets(
+    config: &mut crate::config::Config,
+    cluster: &ClusterArgs,
+    nodes: &[String],
+) -> Result<(), u8> {
+    let wanted = |name: &str| nodes.is_empty() || nodes.iter().any(|n| n == name);
+    let pending: Vec<String> = config
+        .inventory
+        .nodes
+        .values()
+        .filter(|t| wanted(&t.name) && t.pending_secret().is_some())
+        .map(|t| t.name.clone())
+        .collect();
+    let Some(first) = pending.first() else {
+        return Ok(());
+    };
+    let client = match cluster.client().await {
+        Ok(c) => c,
+        Err(e) => {
+            let more = match pending.len() {
+                1 => String::new(),
+                n => format!(" and {} more nodes", n - 1),
+            };
+            eprintln!(
+                "error: the BMC password of node {first}{more} is in a Kubernetes Secret \
+                 (password_secret); reading it needs cluster access, but the Kubernetes client \
+                 cannot be configured: {e:#}\n  help: pass --kubeconfig (and --namespace, \
+                 nodefence's namespace, for Secrets named without one)"
+            );
+            return Err(super::exit::FAILED);
+        }
+    };
+    // Only the nodes acted on: a broken Secret of another rack must not stop this.
+    let all = std::mem::take(&mut config.inventory.nodes);
+    let (selected, rest): (BTreeMap<_, _>, BTreeMap<_, _>) =
+        all.into_iter().partition(|(name, _)| wanted(name));
+    config.inventory.nodes = selected;
+    let result = crate::config::resolve_secrets(config, &client, &cluster.namespace).await;
+    config.inventory.nodes.extend(rest);
+    result.map_err(|e| {
+        eprintln!("{e}");
+        if e.is_access() {
+            super::exit::FAILED
+        } else {
+            super::exit::CONFIG
+        }
+    })
+}
+
+/// `--cluster` for `status` and `validate`: the BMC identity cross-check.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct IdentityArgs {
+    /// Also read the Nodes from the cluster and check that each node's power source
+    /// controls the node's own machine (BMC UUID against the Node's systemUUID).
+    /// Implied by --kubeconfig.
+    #[arg(long = "cluster")]
+    pub cluster: bool,
+}
+
+impl IdentityArgs {
+    /// Whether to cross-check: `--cluster`, or a kubeconfig given explicitly.
+    pub fn wanted(&self, access: &ClusterArgs) -> bool {
+        self.cluster || access.kubeconfig.is_some()
+    }
+}
+
+/// What the cluster says about every Node (one LIST), for the identity cross-check.
+/// Err is a sentence for the operator.
+pub(super) async fn node_identities(
+    access: &ClusterArgs,
+) -> Result<BTreeMap<String, NodeIdentity>, String> {
+    let client = access.client().await.map_err(|e| {
+        format!(
+            "cannot configure the Kubernetes client for the identity cross-check: {e:#} \
+             (pass --kubeconfig, or leave out --cluster)"
+        )
+    })?;
+    let nodes = kube::Api::<Node>::all(client)
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| {
+            format!("cannot list the cluster's Nodes for the identity cross-check: {e}")
+        })?;
+    Ok(nodes
+        .items
+        .iter()
+        .filter_map(|n| Some((n.metadata.name.clone()?, NodeIdentity::from_node(n))))
+        .collect())
 }

@@ -31,10 +31,20 @@ pub struct ExplainArgs {
 }
 
 pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
-    let config = match super::load_config(config_path) {
+    let mut config = match super::load_config(config_path) {
         Ok(c) => c,
         Err(code) => return code,
     };
+    // A BMC password kept in a Secret (only this node's is read).
+    if let Err(code) = super::cluster_args::read_secrets(
+        &mut config,
+        &args.cluster,
+        std::slice::from_ref(&args.node),
+    )
+    .await
+    {
+        return code;
+    }
     let client = match args.cluster.client().await {
         Ok(c) => c,
         Err(e) => {
@@ -61,8 +71,9 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
         .flatten();
     let target = config.inventory.nodes.get(name);
     let facts = node_facts(&node, lease.as_ref(), target.is_some());
-    let policy = &config.agent.policy;
+    let policy = target.map_or(&config.agent.policy, |t| &t.policy);
     let now = SystemTime::now();
+    let mut identity = None;
     let mut lines: Vec<(&str, String)> = Vec::new();
 
     lines.push((
@@ -90,6 +101,14 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
                         "Inventory",
                         format!("{} {}", driver.driver_name(), driver.endpoint()),
                     ));
+                    let check = match driver.machine_identity().await {
+                        Ok(machine) => crate::identity::check(&facts.identity, &machine),
+                        Err(e) => crate::identity::IdentityCheck::Unknown(format!(
+                            "the machine's identity cannot be read: {e}"
+                        )),
+                    };
+                    lines.push(("Identity", check.describe()));
+                    identity = Some(check);
                     power_line = match driver.status().await {
                         Ok(r) => {
                             power_state = Some(r.state.clone());
@@ -191,7 +210,7 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
             &facts,
             health,
             exclusion,
-            power_state.as_ref(),
+            (power_state.as_ref(), identity.as_ref()),
             paused,
             policy,
             now,
@@ -214,7 +233,7 @@ fn decide(
     facts: &crate::engine::NodeFacts,
     health: Health,
     exclusion: Option<Exclusion>,
-    power: Option<&PowerState>,
+    (power, identity): (Option<&PowerState>, Option<&crate::identity::IdentityCheck>),
     paused: bool,
     policy: &Policy,
     now: SystemTime,
@@ -230,6 +249,16 @@ fn decide(
     };
     if paused {
         return "nothing while fencing is paused (`nodefence resume`)".into();
+    }
+    match identity {
+        Some(check) if check.is_mismatch() => {
+            return "nothing: the inventory maps this node to another machine's BMC; fix the inventory".into();
+        }
+        Some(check) if !check.is_match() && policy.require_identity => {
+            return "nothing: the BMC is not proven to be this node's (require_identity = true)"
+                .into();
+        }
+        _ => {}
     }
     let readings = policy.confirm_readings;
     match (power, health) {

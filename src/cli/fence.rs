@@ -47,6 +47,10 @@ pub struct FenceArgs {
     /// Output format of the result.
     #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
+    /// Cluster access, used only when the node's BMC password is in a Kubernetes
+    /// Secret (`password_secret`).
+    #[command(flatten)]
+    pub cluster: super::cluster_args::ClusterArgs,
 }
 
 #[derive(Debug, Serialize)]
@@ -63,10 +67,14 @@ struct FenceReport {
 }
 
 pub async fn run(config_path: &Path, args: &FenceArgs) -> u8 {
-    let config = match super::load_config(config_path) {
+    let mut config = match super::load_config(config_path) {
         Ok(c) => c,
         Err(code) => return code,
     };
+    let node = std::slice::from_ref(&args.node);
+    if let Err(code) = super::cluster_args::read_secrets(&mut config, &args.cluster, node).await {
+        return code;
+    }
     let target = match super::status::select_nodes(&config, std::slice::from_ref(&args.node)) {
         Ok(t) => t[0],
         Err(code) => return code,

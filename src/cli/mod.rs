@@ -78,7 +78,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Check the configuration and inventory; print every problem at once.
-    Validate,
+    Validate(validate::ValidateArgs),
     /// Ask each node's out-of-band controller for its power state.
     Status(status::StatusArgs),
     /// Power a node off, on, or through an observed off-on cycle, and confirm it.
@@ -117,7 +117,7 @@ pub fn run(cli: Cli) -> ExitCode {
     };
     let code = runtime.block_on(async {
         match &cli.command {
-            Command::Validate => validate::run(&cli.config),
+            Command::Validate(args) => validate::run_with(&cli.config, args).await,
             Command::Status(args) => status::run(&cli.config, args).await,
             Command::Fence(args) => fence::run(&cli.config, args).await,
             Command::Run(args) => run::run(&cli.config, args).await,

@@ -1,6 +1,11 @@
 //! `nodefence status [NODE...]`: one power reading per node, queried concurrently
-//! (bounded by `power.max_concurrent_requests`), as a table or JSON.
+//! (bounded by `power.max_concurrent_requests`), as a table or JSON, with the machine
+//! identity each power source reports. With `--cluster` (or `--kubeconfig`) each
+//! identity is cross-checked against the Node's systemUUID ([`crate::identity`]): an
+//! IDENTITY column, the explanation of every mismatch or unknown under the table, and
+//! exit 1 on a mismatch.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -9,6 +14,7 @@ use serde::Serialize;
 
 use super::{OutputFormat, exit, table};
 use crate::config::{Config, NodeTarget};
+use crate::identity::{self, IdentityCheck, MachineIdentity, NodeIdentity};
 use crate::power::PowerDriver;
 use crate::power::registry::DriverFactory;
 
@@ -19,6 +25,13 @@ pub struct StatusArgs {
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
+    /// The BMC identity cross-check against the cluster's Nodes.
+    #[command(flatten)]
+    pub identity: super::cluster_args::IdentityArgs,
+    /// Cluster access: the identity cross-check, and BMC passwords kept in Kubernetes
+    /// Secrets (`password_secret`).
+    #[command(flatten)]
+    pub cluster: super::cluster_args::ClusterArgs,
 }
 
 /// One node's line of the report.
@@ -31,6 +44,58 @@ pub struct StatusRow {
     pub power: Option<String>,
     pub latency_ms: Option<u64>,
     pub error: Option<ErrorReport>,
+    /// The machine the power source says it controls; absent when it was not read.
+    pub machine: Option<MachineReport>,
+    /// The identity cross-check, with `--cluster` only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub identity: Option<IdentityReport>,
+    #[serde(skip)]
+    pub machine_identity: Option<MachineIdentity>,
+}
+
+/// What a power source reports about its machine.
+#[derive(Debug, Serialize)]
+pub struct MachineReport {
+    /// `uuid`, `instance-id` or `unavailable`.
+    pub kind: &'static str,
+    /// The UUID or instance id as reported, or why it is unavailable.
+    pub value: String,
+}
+
+impl MachineReport {
+    fn new(m: &MachineIdentity) -> Self {
+        let (kind, value) = match m {
+            MachineIdentity::Uuid(u) => ("uuid", u.clone()),
+            MachineIdentity::InstanceId(i) => ("instance-id", i.clone()),
+            MachineIdentity::Unavailable(why) => ("unavailable", why.clone()),
+        };
+        Self { kind, value }
+    }
+}
+
+/// The result of the identity cross-check of one node.
+#[derive(Debug, Serialize)]
+pub struct IdentityReport {
+    /// `match`, `mismatch` or `unknown`.
+    pub result: &'static str,
+    /// How it matched (`exact`, `fields-swapped`, `reversed`, `instance-id`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub equivalence: Option<&'static str>,
+    /// One sentence for the operator.
+    pub message: String,
+}
+
+impl IdentityReport {
+    pub fn new(check: &IdentityCheck) -> Self {
+        Self {
+            result: check.label(),
+            equivalence: match check {
+                IdentityCheck::Match(e) => Some(e.as_str()),
+                _ => None,
+            },
+            message: check.describe(),
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -40,22 +105,40 @@ pub struct ErrorReport {
 }
 
 pub async fn run(config_path: &Path, args: &StatusArgs) -> u8 {
-    let config = match super::load_config(config_path) {
+    let mut config = match super::load_config(config_path) {
         Ok(c) => c,
         Err(code) => return code,
     };
+    // BMC passwords in Kubernetes Secrets: read them (problems are printed; the nodes
+    // concerned then show the factory's refusal in their row, the others are queried).
+    let _ = super::cluster_args::read_secrets(&mut config, &args.cluster, &args.nodes).await;
     let targets = match select_nodes(&config, &args.nodes) {
         Ok(t) => t,
         Err(code) => return code,
     };
     let factory = DriverFactory::new(config.agent.power.max_concurrent_requests);
-    let rows = query_all(
+    let mut rows = query_all(
         &factory,
         &targets,
         config.agent.power.max_concurrent_requests,
     )
     .await;
-    let failed = rows.iter().any(|r| r.error.is_some());
+    let mut failed = rows.iter().any(|r| r.error.is_some());
+    if args.identity.wanted(&args.cluster) {
+        let nodes = match super::cluster_args::node_identities(&args.cluster).await {
+            Ok(n) => Some(n),
+            Err(e) => {
+                eprintln!("error: {e}");
+                failed = true;
+                None
+            }
+        };
+        for row in &mut rows {
+            let check = cross_check(&row.node, row.machine_identity.as_ref(), nodes.as_ref());
+            failed |= check.is_mismatch();
+            row.identity = Some(IdentityReport::new(&check));
+        }
+    }
     match args.output {
         OutputFormat::Json => match serde_json::to_string_pretty(&rows) {
             Ok(json) => println!("{json}"),
@@ -64,7 +147,7 @@ pub async fn run(config_path: &Path, args: &StatusArgs) -> u8 {
                 return exit::FAILED;
             }
         },
-        OutputFormat::Table => print!("{}", render(&rows)),
+        OutputFormat::Table => print!("{}{}", render(&rows), identity_notes(&rows)),
     }
     if failed { exit::FAILED } else { exit::OK }
 }
@@ -106,7 +189,7 @@ pub(super) fn select_nodes<'a>(
     Ok(selected)
 }
 
-async fn query_all(
+pub(super) async fn query_all(
     factory: &DriverFactory,
     targets: &[&NodeTarget],
     concurrency: usize,
@@ -134,10 +217,18 @@ async fn query_one(factory: &DriverFactory, target: &NodeTarget) -> StatusRow {
                     kind: e.kind.to_string(),
                     message: e.message,
                 }),
+                machine: None,
+                identity: None,
+                machine_identity: None,
             };
         }
     };
     let result = driver.status().await;
+    // After a reading this is answered from it (Redfish), without another request.
+    let machine = match &result {
+        Ok(_) => driver.machine_identity().await.ok(),
+        Err(_) => None,
+    };
     driver.close().await;
     let mut row = StatusRow {
         node: target.name.clone(),
@@ -146,6 +237,9 @@ async fn query_one(factory: &DriverFactory, target: &NodeTarget) -> StatusRow {
         power: None,
         latency_ms: None,
         error: None,
+        machine: machine.as_ref().map(MachineReport::new),
+        identity: None,
+        machine_identity: machine,
     };
     match result {
         Ok(reading) => {
@@ -162,25 +256,88 @@ async fn query_one(factory: &DriverFactory, target: &NodeTarget) -> StatusRow {
     row
 }
 
+/// The cross-check of one node: its Node's identity (`nodes`: `None` when the cluster
+/// could not be read) against what its power source reported (`None`: not read).
+pub(super) fn cross_check(
+    node: &str,
+    machine: Option<&MachineIdentity>,
+    nodes: Option<&BTreeMap<String, NodeIdentity>>,
+) -> IdentityCheck {
+    let Some(nodes) = nodes else {
+        return IdentityCheck::Unknown("the cluster's Nodes could not be read".into());
+    };
+    let Some(ours) = nodes.get(node) else {
+        return IdentityCheck::Unknown(format!("Node {node} does not exist in the cluster"));
+    };
+    let Some(machine) = machine else {
+        return IdentityCheck::Unknown(
+            "the power source could not be read, so neither could the machine's identity".into(),
+        );
+    };
+    identity::check(ours, machine)
+}
+
 fn render(rows: &[StatusRow]) -> String {
+    let with_identity = rows.iter().any(|r| r.identity.is_some());
     let body: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
-            vec![
+            let mut cells = vec![
                 r.node.clone(),
                 r.driver.clone(),
                 r.endpoint.clone(),
                 r.power.clone().unwrap_or_else(|| "?".into()),
                 r.latency_ms
                     .map_or_else(|| "-".into(), |ms| format!("{ms}ms")),
+                match &r.machine_identity {
+                    Some(MachineIdentity::Uuid(u)) => u.clone(),
+                    Some(MachineIdentity::InstanceId(i)) => i.clone(),
+                    Some(MachineIdentity::Unavailable(_)) => "unavailable".into(),
+                    None => "-".into(),
+                },
+            ];
+            if with_identity {
+                cells.push(
+                    r.identity
+                        .as_ref()
+                        .map_or_else(|| "-".into(), |i| i.result.to_string()),
+                );
+            }
+            cells.push(
                 r.error
                     .as_ref()
                     .map_or_else(String::new, |e| format!("{}: {}", e.kind, e.message)),
-            ]
+            );
+            cells
         })
         .collect();
-    table::render(
-        &["NODE", "DRIVER", "ENDPOINT", "POWER", "LATENCY", "ERROR"],
-        &body,
-    )
+    let mut headers = vec!["NODE", "DRIVER", "ENDPOINT", "POWER", "LATENCY", "MACHINE"];
+    if with_identity {
+        headers.push("IDENTITY");
+    }
+    headers.push("ERROR");
+    table::render(&headers, &body)
+}
+
+/// Under the table: why each node's identity is not a match (mismatches first).
+fn identity_notes(rows: &[StatusRow]) -> String {
+    let mut notes: Vec<(bool, String)> = rows
+        .iter()
+        .filter_map(|r| {
+            let i = r.identity.as_ref()?;
+            (i.result != "match").then(|| {
+                (
+                    i.result != "mismatch",
+                    format!("{}: {}\n", r.node, i.message),
+                )
+            })
+        })
+        .collect();
+    if notes.is_empty() {
+        return String::new();
+    }
+    notes.sort();
+    let mut out = String::from("\n");
+    out.extend(notes.into_iter().map(|(_, line)| line));
+    out
 }

@@ -1,16 +1,79 @@
 //! `nodefence validate`: load everything, print every problem and warning, exit 0 or 3.
+//!
+//! With `--cluster` (or `--kubeconfig`), also the BMC identity cross-check
+//! ([`crate::identity`]): every inventory node's power source is read and the machine
+//! it reports is compared with the Node's systemUUID. A mismatch is a problem (the
+//! inventory points the node at another machine: exit 3); a node that cannot be
+//! verified (no systemUUID, a placeholder UUID, an unreachable BMC, a node missing
+//! from the cluster) is a warning. A cluster that cannot be read is exit 1.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
+use super::cluster_args::{ClusterArgs, IdentityArgs};
 use super::exit;
+use crate::config::Config;
+use crate::identity::{IdentityCheck, NodeIdentity};
+use crate::power::registry::DriverFactory;
 
-pub fn run(config_path: &Path) -> u8 {
+#[derive(Debug, clap::Args)]
+pub struct ValidateArgs {
+    /// The BMC identity cross-check against the cluster's Nodes.
+    #[command(flatten)]
+    pub identity: IdentityArgs,
+    /// Cluster access for `--cluster` (and for BMC passwords in Kubernetes Secrets).
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// `nodefence validate [--cluster]`.
+pub async fn run_with(config_path: &Path, args: &ValidateArgs) -> u8 {
+    let mut config = match load_and_report(config_path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    if !args.identity.wanted(&args.cluster) {
+        return exit::OK;
+    }
+    if let Err(code) = super::cluster_args::read_secrets(&mut config, &args.cluster, &[]).await {
+        return code;
+    }
+    let nodes = match super::cluster_args::node_identities(&args.cluster).await {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::FAILED;
+        }
+    };
+    let report = identity_report(&config, &nodes).await;
+    for warning in &report.warnings {
+        eprintln!("warning: {warning}");
+    }
+    for problem in &report.problems {
+        eprintln!("{problem}");
+    }
+    if report.problems.is_empty() {
+        println!("identity cross-check: {}", report.summary());
+        exit::OK
+    } else {
+        eprintln!(
+            "{}: {} problem(s) found in the identity cross-check ({}); nothing was changed",
+            config_path.display(),
+            report.problems.len(),
+            report.summary()
+        );
+        exit::CONFIG
+    }
+}
+
+/// Loads the configuration, printing its warnings and the OK line, or every problem.
+fn load_and_report(config_path: &Path) -> Result<Config, u8> {
     match crate::config::load(config_path) {
         Ok(config) => {
             for warning in &config.warnings {
                 eprintln!("warning: {warning}");
             }
-            let mut drivers = std::collections::BTreeMap::<&str, usize>::new();
+            let mut drivers = BTreeMap::<&str, usize>::new();
             for node in config.inventory.nodes.values() {
                 *drivers.entry(node.power.driver_name()).or_default() += 1;
             }
@@ -22,7 +85,7 @@ pub fn run(config_path: &Path) -> u8 {
                 summary.join(", "),
                 config.inventory_path.display()
             );
-            exit::OK
+            Ok(config)
         }
         Err(errors) => {
             eprintln!("{errors}");
@@ -31,7 +94,231 @@ pub fn run(config_path: &Path) -> u8 {
                 config_path.display(),
                 errors.0.len()
             );
-            exit::CONFIG
+            Err(exit::CONFIG)
         }
+    }
+}
+
+/// The outcome of the identity cross-check of every inventory node.
+#[derive(Debug, Default)]
+struct IdentityReport {
+    /// Mismatches, formatted like configuration errors (file, node, message, help).
+    problems: Vec<String>,
+    /// Nodes that could not be verified, one sentence each.
+    warnings: Vec<String>,
+    matched: usize,
+}
+
+impl IdentityReport {
+    fn summary(&self) -> String {
+        format!(
+            "{} node(s) match, {} mismatch, {} not verified",
+            self.matched,
+            self.problems.len(),
+            self.warnings.len()
+        )
+    }
+}
+
+/// Reads every inventory node's power source (bounded concurrency) and checks each
+/// machine identity against `nodes` (node name → what the cluster says).
+async fn identity_report(
+    config: &Config,
+    nodes: &BTreeMap<String, NodeIdentity>,
+) -> IdentityReport {
+    let concurrency = config.agent.power.max_concurrent_requests;
+    let factory = DriverFactory::new(concurrency);
+    let targets: Vec<_> = config.inventory.nodes.values().collect();
+    let rows = super::status::query_all(&factory, &targets, concurrency).await;
+    let mut report = IdentityReport::default();
+    for row in rows {
+        if let Some(e) = &row.error {
+            report.warnings.push(format!(
+                "node \"{}\": identity not verified: its power source could not be read ({}: {})",
+                row.node, e.kind, e.message
+            ));
+            continue;
+        }
+        let check =
+            super::status::cross_check(&row.node, row.machine_identity.as_ref(), Some(nodes));
+        match &check {
+            IdentityCheck::Match(_) => report.matched += 1,
+            IdentityCheck::Mismatch { .. } => report.problems.push(format!(
+                "{}: node \"{}\": {}\n  help: check this node's endpoint and system_id; \
+                 nodefence will not release the node's volumes while its power source \
+                 reports another machine",
+                config.inventory_path.display(),
+                row.node,
+                check.describe()
+            )),
+            IdentityCheck::Unknown(_) => {
+                report
+                    .warnings
+                    .push(format!("node \"{}\": {}", row.node, check.describe()))
+            }
+        }
+    }
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodefence_mocks::kube::FakeKube;
+    use nodefence_mocks::kube::resources::NODES;
+    use nodefence_mocks::redfish::{MockRedfish, MockRedfishHandle, Profile, SystemSpec};
+
+    const U1: &str = "4c4c4544-0031-3510-8052-b2c04f503131";
+    const U2: &str = "4c4c4544-0032-3510-8052-b2c04f503132";
+    const OTHER: &str = "4c4c4544-0099-3510-8052-b2c04f503199";
+
+    async fn bmc() -> MockRedfishHandle {
+        MockRedfish::builder()
+            .profile(Profile::MultiSystem)
+            .system(SystemSpec::new("Blade1").uuid(U1))
+            .system(SystemSpec::new("Blade2").uuid(U2))
+            .system(SystemSpec::new("Blade3").uuid(""))
+            .credentials("fence", "pw")
+            .start()
+            .await
+            .unwrap()
+    }
+
+    fn write_config(dir: &Path, bmc: &MockRedfishHandle) -> std::path::PathBuf {
+        std::fs::write(dir.join("bmc-password"), "pw\n").unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(
+                dir.join("bmc-password"),
+                std::fs::Permissions::from_mode(0o600),
+            )
+            .unwrap();
+        }
+        std::fs::write(
+            dir.join("nodefence.toml"),
+            "inventory = \"inventory.toml\"\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("inventory.toml"),
+            format!(
+                "[defaults]\ndriver = \"redfish\"\n\
+                 endpoint = \"{}\"\nusername = \"fence\"\npassword_file = \"bmc-password\"\n\
+                 operation_timeout = \"4s\"\nretries = 0\n\n\
+                 [nodes.worker-1]\nsystem_id = \"Blade1\"\n[nodes.worker-2]\nsystem_id = \"Blade2\"\n\
+                 [nodes.worker-3]\nsystem_id = \"Blade3\"\n",
+                bmc.base_url()
+            ),
+        )
+        .unwrap();
+        dir.join("nodefence.toml")
+    }
+
+    fn node(name: &str, uuid: &str) -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name},
+            "status": {"nodeInfo": {
+                "systemUUID": uuid, "machineID": "", "bootID": "", "kernelVersion": "",
+                "osImage": "", "containerRuntimeVersion": "", "kubeletVersion": "v1.33.0",
+                "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"
+            }}
+        })
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn identity_mismatch_is_a_problem_and_unknowns_are_warnings() {
+        crate::tls::install_crypto_provider();
+        let bmc = bmc().await;
+        let dir = tempfile::tempdir().unwrap();
+        let config_path = write_config(dir.path(), &bmc);
+        let config = crate::config::load(&config_path).unwrap();
+        let nodes: BTreeMap<String, NodeIdentity> =
+            [("worker-1", U1), ("worker-2", OTHER), ("worker-3", U1)]
+                .into_iter()
+                .map(|(n, u)| {
+                    (
+                        n.to_string(),
+                        NodeIdentity {
+                            system_uuid: Some(u.into()),
+                            provider_id: None,
+                        },
+                    )
+                })
+                .collect();
+        let report = identity_report(&config, &nodes).await;
+        assert_eq!(report.matched, 1, "{report:?}");
+        assert_eq!(report.problems.len(), 1, "{report:?}");
+        let problem = &report.problems[0];
+        assert!(problem.contains("node \"worker-2\""), "{problem}");
+        assert!(problem.contains(U2) && problem.contains(OTHER), "{problem}");
+        assert!(
+            problem.contains("inventory.toml") && problem.contains("help:"),
+            "{problem}"
+        );
+        assert_eq!(report.warnings.len(), 1, "{report:?}");
+        assert!(
+            report.warnings[0].contains("worker-3") && report.warnings[0].contains("has no UUID"),
+            "{report:?}"
+        );
+
+        // A node missing from the cluster is a warning, never a match.
+        let mut partial = nodes.clone();
+        partial.remove("worker-1");
+        let report = identity_report(&config, &partial).await;
+        assert_eq!(report.matched, 0);
+        assert!(
+            report
+                .warnings
+                .iter()
+                .any(|w| w.contains("worker-1") && w.contains("does not exist")),
+            "{report:?}"
+        );
+        bmc.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn identity_exit_codes_follow_the_scheme() {
+        crate::tls::install_crypto_provider();
+        let bmc = bmc().await;
+        let kube = FakeKube::builder().start().await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let config_path = write_config(dir.path(), &bmc);
+        let kubeconfig = dir.path().join("kubeconfig");
+        kube.write_kubeconfig(&kubeconfig).unwrap();
+        let args = |cluster: bool, kubeconfig: Option<std::path::PathBuf>| ValidateArgs {
+            identity: IdentityArgs { cluster },
+            cluster: ClusterArgs {
+                kubeconfig,
+                namespace: "nodefence".into(),
+            },
+        };
+        for (name, uuid) in [("worker-1", U1), ("worker-2", U2), ("worker-3", U1)] {
+            kube.store().create(NODES, None, node(name, uuid)).unwrap();
+        }
+        // Matches and one unknown (worker-3's BMC reports no UUID): OK.
+        assert_eq!(
+            run_with(&config_path, &args(false, Some(kubeconfig.clone()))).await,
+            exit::OK
+        );
+        // worker-2's entry now points at another machine: invalid configuration.
+        kube.store().delete(NODES, None, "worker-2", None).unwrap();
+        kube.store()
+            .create(NODES, None, node("worker-2", OTHER))
+            .unwrap();
+        assert_eq!(
+            run_with(&config_path, &args(true, Some(kubeconfig.clone()))).await,
+            exit::CONFIG
+        );
+        // Without --cluster and --kubeconfig the cluster is not read.
+        assert_eq!(run_with(&config_path, &args(false, None)).await, exit::OK);
+        // An unreachable cluster is a failure, not a pass.
+        kube.shutdown().await;
+        assert_eq!(
+            run_with(&config_path, &args(true, Some(kubeconfig))).await,
+            exit::FAILED
+        );
+        bmc.shutdown().await;
     }
 }

@@ -62,6 +62,7 @@ pub fn node_facts(node: &Node, lease: Option<&Lease>, in_inventory: bool) -> Nod
         cordoned: spec.and_then(|s| s.unschedulable).unwrap_or(false),
         in_inventory,
         our_taint: has_taint && annotations.is_some_and(|a| a.contains_key(TAINTED_ANNOTATION)),
+        identity: crate::identity::NodeIdentity::from_node(node),
     }
 }
 

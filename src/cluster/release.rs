@@ -7,15 +7,24 @@
 //! - the Node is the one the engine judged (same uid) and is still not Ready;
 //! - its kubelet has not renewed its Lease since the proof's last sign of life
 //!   (a renewal means the machine was alive after it read Off: contradiction);
-//! - the [`OffProof`] has readings, all newer than that last sign of life.
+//! - the [`OffProof`] has readings, all newer than that last sign of life;
+//! - the machine those readings came from is the node's own: its identity matches
+//!   the fresh Node's `systemUUID`/`providerID` (unless the policy accepts an
+//!   unprovable source, and never on a mismatch).
 //!
 //! Writes carry the resourceVersion of that read as a precondition (409 on any change
 //! in between), and keep every taint and annotation that is not nodefence's own.
+//!
+//! [`Releaser::release`] carries out a whole [`ReleasePlan`]: the taint or the Node
+//! deletion first (after the checks above), then, when the plan asks, the forced
+//! deletion (grace period 0) of the node's pods and the deletion of its
+//! VolumeAttachments. Those follow only a successful, verified first step, and
+//! leadership is re-checked before each write.
 
 use std::time::SystemTime;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Taint};
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, Preconditions};
@@ -24,7 +33,12 @@ use serde_json::json;
 
 use super::facts::{OUT_OF_SERVICE_TAINT, OUT_OF_SERVICE_VALUE, TAINTED_ANNOTATION, readiness};
 use super::leader::Leadership;
-use crate::engine::{OffProof, Readiness};
+use crate::engine::{OffProof, Readiness, ReleaseMode, ReleasePlan};
+use crate::identity::{IdentityCheck, NodeIdentity};
+
+/// Pods the kubelet creates from files (static pods) are mirrored in the API with this
+/// annotation; deleting the mirror does nothing to the pod, so they are skipped.
+const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
 /// Why a release (or its undoing) was not done.
 #[derive(Debug, thiserror::Error)]
@@ -55,10 +69,21 @@ pub enum Released {
     Deleted { volume_attachments: usize },
 }
 
+/// What a whole [`ReleasePlan`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReleaseOutcome {
+    pub released: Released,
+    /// Pods force-deleted (grace period 0).
+    pub pods_deleted: usize,
+    /// VolumeAttachments deleted.
+    pub volume_attachments_deleted: usize,
+}
+
 /// Writes releases for one cluster.
 #[derive(Clone)]
 pub struct Releaser {
     nodes: Api<Node>,
+    pods: Api<Pod>,
     leases: Api<Lease>,
     attachments: Api<VolumeAttachment>,
     leadership: Leadership,
@@ -68,6 +93,7 @@ impl Releaser {
     pub fn new(client: Client, leadership: Leadership) -> Self {
         Self {
             nodes: Api::all(client.clone()),
+            pods: Api::all(client.clone()),
             leases: Api::namespaced(client.clone(), "kube-node-lease"),
             attachments: Api::all(client),
             leadership,
@@ -91,6 +117,16 @@ impl Releaser {
         if fresh.metadata.uid.as_deref() != Some(uid) {
             return Err(ReleaseError::Refused(format!(
                 "Node {node} was replaced (uid changed) since it was judged; starting over"
+            )));
+        }
+        let identity = match &proof.machine {
+            Some(machine) => crate::identity::check(&NodeIdentity::from_node(&fresh), machine),
+            None => IdentityCheck::Unknown("no machine identity came with the Off proof".into()),
+        };
+        if identity.is_mismatch() || (proof.require_identity && !identity.is_match()) {
+            return Err(ReleaseError::Refused(format!(
+                "Node {node}: the power source is not proven to control this node's machine ({})",
+                identity.describe()
             )));
         }
         if let Some(sign) = alive_after(&fresh, proof.last_sign_of_life) {
@@ -181,30 +217,132 @@ impl Releaser {
         };
         self.require_leader()?;
         self.nodes.delete(node, &params).await?;
-        let mut deleted = 0;
-        if attachments {
-            for va in self.attachments.list(&ListParams::default()).await? {
-                if va.spec.node_name != node {
-                    continue;
-                }
-                let Some(name) = va.metadata.name.as_deref() else {
-                    continue;
-                };
-                self.require_leader()?;
-                match self
-                    .attachments
-                    .delete(name, &DeleteParams::default())
-                    .await
-                {
-                    Ok(_) => deleted += 1,
-                    Err(kube::Error::Api(e)) if e.code == 404 => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
-        }
+        let deleted = if attachments {
+            self.delete_attachments(node).await?
+        } else {
+            0
+        };
         Ok(Released::Deleted {
             volume_attachments: deleted,
         })
+    }
+
+    /// Carries out `plan` for `node`: the taint or the Node deletion (verified against
+    /// `proof`), then the forced pod deletion and VolumeAttachment deletion it asks for.
+    pub async fn release(
+        &self,
+        node: &str,
+        uid: &str,
+        proof: &OffProof,
+        plan: &ReleasePlan,
+    ) -> Result<ReleaseOutcome, ReleaseError> {
+        let released = match plan.mode {
+            ReleaseMode::OutOfServiceTaint => self.taint(node, uid, proof).await?,
+            ReleaseMode::DeleteNode => {
+                self.delete(node, uid, proof, plan.delete_volume_attachments)
+                    .await?
+            }
+        };
+        let pods_deleted = if plan.force_delete_pods {
+            self.force_delete_pods(node).await?
+        } else {
+            0
+        };
+        let volume_attachments_deleted = match &released {
+            Released::Deleted { volume_attachments } => *volume_attachments,
+            Released::Tainted if plan.delete_volume_attachments => {
+                self.delete_attachments(node).await?
+            }
+            Released::Tainted => 0,
+        };
+        Ok(ReleaseOutcome {
+            released,
+            pods_deleted,
+            volume_attachments_deleted,
+        })
+    }
+
+    /// Force-deletes (grace period 0, uid precondition) every pod bound to `node`,
+    /// except mirror pods. Only called after a verified release of that node.
+    async fn force_delete_pods(&self, node: &str) -> Result<usize, ReleaseError> {
+        let mut deleted = 0;
+        for pod in self.pods_on(node).await? {
+            let (Some(name), Some(namespace)) = (
+                pod.metadata.name.as_deref(),
+                pod.metadata.namespace.as_deref(),
+            ) else {
+                continue;
+            };
+            let params = DeleteParams {
+                grace_period_seconds: Some(0),
+                preconditions: Some(Preconditions {
+                    uid: pod.metadata.uid.clone(),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            self.require_leader()?;
+            let api: Api<Pod> = Api::namespaced(self.pods.clone().into_client(), namespace);
+            match api.delete(name, &params).await {
+                Ok(_) => deleted += 1,
+                // Gone, or replaced by a new pod of the same name: nothing of this node's.
+                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// Pods bound to `node`, mirror pods excluded.
+    async fn pods_on(&self, node: &str) -> Result<Vec<Pod>, ReleaseError> {
+        let list = self
+            .pods
+            .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+            .await?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter(|p| {
+                p.metadata
+                    .annotations
+                    .as_ref()
+                    .is_none_or(|a| !a.contains_key(MIRROR_POD_ANNOTATION))
+            })
+            .collect())
+    }
+
+    /// Deletes the VolumeAttachments that name `node`.
+    async fn delete_attachments(&self, node: &str) -> Result<usize, ReleaseError> {
+        let mut deleted = 0;
+        for va in self.attachments.list(&ListParams::default()).await? {
+            if va.spec.node_name != node {
+                continue;
+            }
+            let Some(name) = va.metadata.name.as_deref() else {
+                continue;
+            };
+            self.require_leader()?;
+            match self
+                .attachments
+                .delete(name, &DeleteParams::default())
+                .await
+            {
+                Ok(_) => deleted += 1,
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// True when Kubernetes has let go of `node`'s machine: no pod is bound to it
+    /// (mirror pods aside) and no VolumeAttachment names it. Read-only.
+    pub async fn drained(&self, node: &str) -> Result<bool, ReleaseError> {
+        if !self.pods_on(node).await?.is_empty() {
+            return Ok(false);
+        }
+        let attachments = self.attachments.list(&ListParams::default()).await?;
+        Ok(attachments.items.iter().all(|va| va.spec.node_name != node))
     }
 
     /// Removes the out-of-service taint, only if nodefence's annotation says it added

@@ -11,7 +11,7 @@ use super::diagnostic::{Diagnostics, Source, Span, Subject};
 use super::fields::{Entry, Problem, Val, unknown_key};
 use super::model::{PowerSettings, SecuritySettings};
 use super::paths::{BaseDir, FilePath};
-use crate::engine::Policy;
+use super::policy::{ClusterPolicy, Scope};
 use crate::power::confirm::ConfirmPolicy;
 
 const TOP_KEYS: &[&str] = &["inventory", "power", "policy", "security"];
@@ -37,7 +37,8 @@ pub(crate) struct AgentDraft {
     pub inventory: Option<(FilePath, Span)>,
     pub power: PowerSettings,
     pub security: SecuritySettings,
-    pub policy: Policy,
+    /// `[policy]` as written; group and node overrides are merged over it.
+    pub policy: ClusterPolicy,
 }
 
 /// Reads the agent settings from the parsed `nodefence.toml`, reporting every problem.
@@ -55,7 +56,7 @@ pub(crate) fn parse(
             monitor_interval: DEFAULT_MONITOR_INTERVAL,
         },
         security: SecuritySettings::default(),
-        policy: Policy::default(),
+        policy: ClusterPolicy::default(),
     };
     let mut report =
         |p: Problem| diags.error(src, Some(&p.span), &Subject::File, p.message, p.help);
@@ -72,7 +73,7 @@ pub(crate) fn parse(
                 .map(|t| security(&mut draft.security, t, &mut report)),
             "policy" => entry
                 .table()
-                .map(|t| super::policy::parse(&mut draft.policy, t, &mut report)),
+                .map(|t| draft.policy.draft = super::policy::parse(t, Scope::Cluster, &mut report)),
             other => Err(unknown_key(
                 other,
                 &entry.key,
@@ -98,8 +99,8 @@ pub(crate) fn parse(
         );
     }
     // The engine proves "off" exactly as `nodefence fence` does.
-    draft.policy.confirm_readings = draft.power.confirm.readings;
-    draft.policy.confirm_interval = draft.power.confirm.interval;
+    draft.policy.base.confirm_readings = draft.power.confirm.readings;
+    draft.policy.base.confirm_interval = draft.power.confirm.interval;
     draft
 }
 

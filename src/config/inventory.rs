@@ -15,6 +15,7 @@ use super::machines::{self, Machine, Placed};
 use super::model::{Inventory, SecuritySettings};
 use super::node_name;
 use super::paths::BaseDir;
+use super::policy::ClusterPolicy;
 use super::resolve::{self, Chain, Ctx};
 use super::{document, fields};
 
@@ -39,6 +40,7 @@ pub(crate) fn load(
     src: &Source,
     base: &BaseDir,
     security: &SecuritySettings,
+    policy: &ClusterPolicy,
     env: &dyn Fn(&str) -> Option<String>,
     diags: &mut Diagnostics,
 ) -> Option<Inventory> {
@@ -64,7 +66,7 @@ pub(crate) fn load(
         }
     }
 
-    let mut ctx = Ctx::new(src, env, security, diags);
+    let mut ctx = Ctx::new(src, env, security, policy, diags);
     for layer in levels.groups.values().chain([&levels.defaults]) {
         if let Some(driver) = &layer.driver {
             resolve::check_applicable(&mut ctx, layer, driver.value, None);

@@ -1,6 +1,7 @@
 //! One level of the inventory: `[defaults]`, a `[groups.<name>]` or a `[nodes.<name>]`.
 //!
-//! All three levels accept the same fields (only a node may name a `group`), so one
+//! All three levels accept the same fields (only a node may name a `group`; only a
+//! group or a node may carry a `policy` table, see [`super::policy`]), so one
 //! [`Layer`] type reads them all. Reading checks what a value means on its own: its
 //! type, its range, the shape of an endpoint or address, that at most one password
 //! source is given. What depends on the other levels (the effective driver, required
@@ -18,8 +19,10 @@ use super::endpoint::{check_address_template, check_endpoint_template};
 use super::fields::{Entry, Problem, Val, unknown_key};
 use super::model::RedfishAuth;
 use super::paths::{BaseDir, FilePath};
+use super::policy::{self, PolicyDraft, Scope};
 use super::values::{
-    auth, check_env_name, cipher_suite, driver, instance_id, narrow, options, region, system_id,
+    auth, check_env_name, cipher_suite, driver, instance_id, narrow, options, region, secret_key,
+    secret_name, system_id,
 };
 
 /// A power driver, as named by `driver = "..."`.
@@ -69,12 +72,24 @@ const FIELDS: &[(&str, &[Driver])] = &[
     ("password", CREDENTIALED),
     ("password_file", CREDENTIALED),
     ("password_env", CREDENTIALED),
+    ("password_secret", CREDENTIALED),
+    ("password_secret_key", CREDENTIALED),
+    ("username_secret_key", CREDENTIALED),
     ("ca_file", &[Driver::Redfish]),
     ("insecure", &[Driver::Redfish]),
     ("connect_timeout", ALL),
     ("request_timeout", ALL),
     ("operation_timeout", ALL),
     ("retries", ALL),
+    ("policy", ALL),
+];
+
+/// The settings that name where the password comes from: one per level.
+pub(crate) const PASSWORD_FIELDS: &[&str] = &[
+    "password",
+    "password_file",
+    "password_env",
+    "password_secret",
 ];
 
 /// The drivers `field` applies to (empty for `group` and unknown keys).
@@ -91,6 +106,8 @@ pub(crate) enum PasswordRef {
     Inline(SecretString),
     File(FilePath),
     Env(String),
+    /// `password_secret`: read with cluster access, see [`super::secrets`].
+    Secret(SecretName),
 }
 
 impl PasswordRef {
@@ -99,8 +116,16 @@ impl PasswordRef {
             PasswordRef::Inline(_) => "password",
             PasswordRef::File(_) => "password_file",
             PasswordRef::Env(_) => "password_env",
+            PasswordRef::Secret(_) => "password_secret",
         }
     }
+}
+
+/// A Kubernetes Secret as written: `"<namespace>/<name>"` or a bare `"<name>"`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SecretName {
+    pub namespace: Option<String>,
+    pub name: String,
 }
 
 /// One level of settings, as written.
@@ -123,12 +148,19 @@ pub(crate) struct Layer {
     pub options: Option<Val<BTreeMap<String, Val<String>>>>,
     pub username: Option<Val<String>>,
     pub password: Option<Val<PasswordRef>>,
+    /// `password_secret_key`: the Secret's key holding the password.
+    pub password_secret_key: Option<Val<String>>,
+    /// `username_secret_key`: the Secret's key holding the username (one setting
+    /// with `username`).
+    pub username_secret_key: Option<Val<String>>,
     pub ca_file: Option<Val<FilePath>>,
     pub insecure: Option<Val<bool>>,
     pub connect_timeout: Option<Val<Duration>>,
     pub request_timeout: Option<Val<Duration>>,
     pub operation_timeout: Option<Val<Duration>>,
     pub retries: Option<Val<u32>>,
+    /// Policy overrides (groups and nodes only).
+    pub policy: Option<Val<PolicyDraft>>,
     /// Only on nodes.
     pub group: Option<Val<String>>,
     /// Every known key written at this level with a valid value, with its key span.
@@ -159,12 +191,15 @@ impl Layer {
             options: None,
             username: None,
             password: None,
+            password_secret_key: None,
+            username_secret_key: None,
             ca_file: None,
             insecure: None,
             connect_timeout: None,
             request_timeout: None,
             operation_timeout: None,
             retries: None,
+            policy: None,
             group: None,
             keys: Vec::new(),
             invalid: Vec::new(),
@@ -182,10 +217,15 @@ impl Layer {
         diags: &mut Diagnostics,
     ) -> Self {
         let mut layer = Self::empty(subject, span);
+        let mut problems = Vec::new();
         for entry in Entry::all(table) {
-            if let Err(p) = layer.read(&entry, base) {
-                diags.error(src, Some(&p.span), &layer.subject, p.message, p.help);
+            if let Err(p) = layer.read(&entry, base, &mut problems) {
+                problems.push(p);
             }
+        }
+        layer.check_secret_keys(&mut problems);
+        for p in problems {
+            diags.error(src, Some(&p.span), &layer.subject, p.message, p.help);
         }
         layer
     }
@@ -198,7 +238,12 @@ impl Layer {
         }
     }
 
-    fn read(&mut self, e: &Entry<'_, '_>, base: &BaseDir) -> Result<(), Problem> {
+    fn read(
+        &mut self,
+        e: &Entry<'_, '_>,
+        base: &BaseDir,
+        more: &mut Vec<Problem>,
+    ) -> Result<(), Problem> {
         let is_node = matches!(self.subject, Subject::Node(_));
         let Some(field) = FIELDS
             .iter()
@@ -208,12 +253,21 @@ impl Layer {
         else {
             return Err(self.unknown(e));
         };
-        let result = self.read_field(field, e, base);
+        let before = more.len();
+        let result = self.read_field(field, e, base, more);
+        let result = match result {
+            Ok(()) if more.len() > before => Err(()),
+            Ok(()) => Ok(()),
+            Err(p) => {
+                more.push(p);
+                Err(())
+            }
+        };
         match result {
             Ok(()) => self.keys.push((field, e.key.clone())),
-            Err(_) => self.invalid.push(field),
+            Err(()) => self.invalid.push(field),
         }
-        result
+        Ok(())
     }
 
     fn read_field(
@@ -221,6 +275,7 @@ impl Layer {
         field: &str,
         e: &Entry<'_, '_>,
         base: &BaseDir,
+        more: &mut Vec<Problem>,
     ) -> Result<(), Problem> {
         match field {
             "driver" => self.driver = Some(driver(e)?),
@@ -246,7 +301,12 @@ impl Layer {
             }
             "options" => self.options = Some(options(e)?),
             "username" => self.username = Some(e.non_empty_string()?),
-            "password" | "password_file" | "password_env" => self.password(e, base)?,
+            "password" | "password_file" | "password_env" | "password_secret" => {
+                self.password(e, base)?;
+            }
+            "password_secret_key" => self.password_secret_key = Some(secret_key(e)?),
+            "username_secret_key" => self.username_secret_key = Some(secret_key(e)?),
+            "policy" => self.policy(e, more)?,
             "ca_file" => {
                 let v = e.non_empty_string()?;
                 self.ca_file = Some(v.with(base.join(&v.value)));
@@ -305,6 +365,10 @@ impl Layer {
                 let v = e.non_empty_string()?;
                 v.with(PasswordRef::File(base.join(&v.value)))
             }
+            "password_secret" => {
+                let v = secret_name(e)?;
+                v.with(PasswordRef::Secret(v.value.clone()))
+            }
             _ => {
                 let v = e.non_empty_string()?;
                 check_env_name(&v)?;
@@ -320,14 +384,77 @@ impl Layer {
                     e.name
                 ),
                 Some(
-                    "give the password one way per level: password_file, password_env or \
-                     (if allowed) password"
+                    "give the password one way per level: password_file, password_env, \
+                     password_secret or (if allowed) password"
                         .into(),
                 ),
             ));
         }
         self.password = Some(value);
         Ok(())
+    }
+}
+
+impl Layer {
+    /// `policy = { ... }` / `[groups.<name>.policy]` / `[nodes.<name>.policy]`.
+    fn policy(&mut self, e: &Entry<'_, '_>, more: &mut Vec<Problem>) -> Result<(), Problem> {
+        let scope = match self.subject {
+            Subject::Node(_) => Scope::Node,
+            Subject::Group(_) => Scope::Group,
+            _ => {
+                return Err(Problem::new(
+                    &e.key,
+                    "`policy` cannot be set in [defaults]",
+                    Some(
+                        "the defaults of every node's policy are [policy] in nodefence.toml; \
+                         override keys per group or node with a `policy` table there"
+                            .into(),
+                    ),
+                ));
+            }
+        };
+        let table = e.table()?;
+        let draft = policy::parse(table, scope, &mut |p| more.push(p));
+        self.policy = Some(Val::new(draft, e.key.clone(), e.value.span()));
+        Ok(())
+    }
+
+    /// Same-level consistency of the Secret keys: they belong to `password_secret`,
+    /// and `username_secret_key` and `username` are one setting.
+    fn check_secret_keys(&self, problems: &mut Vec<Problem>) {
+        let source = self.password.as_ref().map(|p| &p.value);
+        if !matches!(source, None | Some(PasswordRef::Secret(_))) {
+            let other = source.map_or("", PasswordRef::key);
+            for (field, val) in [
+                ("password_secret_key", &self.password_secret_key),
+                ("username_secret_key", &self.username_secret_key),
+            ] {
+                if let Some(v) = val {
+                    problems.push(Problem::new(
+                        &v.key,
+                        format!(
+                            "`{field}` applies only to password_secret, but this level takes \
+                             the password from `{other}`"
+                        ),
+                        Some(format!(
+                            "remove {field}, or replace {other} with password_secret = \
+                             \"<namespace>/<name>\""
+                        )),
+                    ));
+                }
+            }
+        }
+        if let (Some(_), Some(key)) = (&self.username, &self.username_secret_key) {
+            problems.push(Problem::new(
+                &key.key,
+                "`username` and `username_secret_key` are both set; they are one setting",
+                Some(
+                    "keep username (written here) or username_secret_key (read from the \
+                     password's Secret)"
+                        .into(),
+                ),
+            ));
+        }
     }
 }
 

@@ -14,16 +14,23 @@
 //! - Secrets never appear in a message, a warning or `Debug` output.
 //!
 //! [`load`] returns the resolved [`Config`] ([`model`]): defaults and groups merged
-//! into each node, credentials read, paths absolute (relative paths are relative to
-//! the file that names them, as given: a Kubernetes ConfigMap mount's symlinks are
-//! not followed to a versioned directory). Allowed-but-risky settings become
-//! [`Config::warnings`]; the loader prints nothing.
+//! into each node, the fencing policy resolved per node (`[policy]`, then the group's
+//! and the node's `policy` overrides, key by key), credentials read, paths absolute
+//! (relative paths are relative to the file that names them, as given: a Kubernetes
+//! ConfigMap mount's symlinks are not followed to a versioned directory).
+//! Allowed-but-risky settings become [`Config::warnings`]; the loader prints nothing.
+//!
+//! Passwords kept in Kubernetes Secrets (`password_secret`) need cluster access: the
+//! loader checks the reference and leaves the credential pending; [`resolve_secrets`]
+//! reads them once a client exists.
 //!
 //! The files are read key by key from `toml`'s spanned tree rather than through serde
 //! (see [`fields`] for why). Layout: [`agent`] (`nodefence.toml`), [`inventory`]
 //! (the inventory file) with [`layer`] (one level as written), [`resolve`]
-//! (inheritance), [`values`] (single-value checks), [`targets`] (per driver), [`credentials`], [`endpoint`], [`files`],
-//! [`node_name`] and [`machines`]; [`diagnostic`] holds the error type.
+//! (inheritance), [`policy`] (`[policy]` and its overrides), [`values`] (single-value
+//! checks), [`targets`] (per driver), [`credentials`], [`endpoint`], [`files`],
+//! [`node_name`] and [`machines`]; [`diagnostic`] holds the error type; [`secrets`]
+//! reads Kubernetes Secrets.
 
 mod agent;
 mod credentials;
@@ -40,6 +47,7 @@ mod node_name;
 mod paths;
 mod policy;
 mod resolve;
+mod secrets;
 mod targets;
 mod values;
 
@@ -51,6 +59,7 @@ use std::path::Path;
 
 pub use diagnostic::{ConfigError, ConfigErrors};
 pub use model::*;
+pub use secrets::{SecretProblem, SecretProblemKind, SecretResolveError, resolve_secrets};
 
 use diagnostic::{Diagnostics, Source, Subject};
 use paths::BaseDir;
@@ -100,7 +109,14 @@ pub fn load_with_env(
         Ok(text) => {
             let inv_src = Source::new(inventory_path.display.clone(), text);
             let inv_base = BaseDir::of(&inventory_path);
-            inventory::load(&inv_src, &inv_base, &draft.security, env, &mut diags)
+            inventory::load(
+                &inv_src,
+                &inv_base,
+                &draft.security,
+                &draft.policy,
+                env,
+                &mut diags,
+            )
         }
         Err((message, help)) => {
             let message = format!("inventory {}: {message}", inventory_path.display.display());
@@ -125,7 +141,7 @@ pub fn load_with_env(
             inventory: inventory_path.abs.clone(),
             power: draft.power,
             security: draft.security,
-            policy: draft.policy,
+            policy: draft.policy.global(),
         },
         inventory,
         config_path: config_file.abs,

@@ -3,6 +3,12 @@
 //! Nothing here is raw TOML: groups and defaults are already merged into each node,
 //! credential references are already read, paths are absolute. Building these types
 //! is the job of the loader ([`super::load`]); every other module only reads them.
+//!
+//! One exception: a password kept in a Kubernetes Secret (`password_secret`) cannot be
+//! read without cluster access, so the loader leaves it *pending*
+//! ([`SecretSource::SecretPending`], [`Credential::is_pending`]) and
+//! [`super::resolve_secrets`] fills it in. No driver is ever built from a pending
+//! credential ([`crate::power::registry::DriverFactory`] refuses it).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -74,6 +80,25 @@ pub struct NodeTarget {
     /// The group it inherited from, if any (for display).
     pub group: Option<String>,
     pub power: PowerSource,
+    /// This node's fencing policy, fully resolved: its own `policy`, its group's,
+    /// `[policy]`, then the defaults (key by key). Cluster-wide keys (storm
+    /// protection, rate limits, the release mechanism) are always `[policy]`'s.
+    pub policy: crate::engine::Policy,
+}
+
+impl NodeTarget {
+    /// The node's BMC credential, if its driver uses one.
+    pub fn credential(&self) -> Option<&Credential> {
+        self.power.credential()
+    }
+
+    /// The Kubernetes Secret this node's credential still waits for, if any.
+    pub fn pending_secret(&self) -> Option<&SecretRef> {
+        match &self.credential()?.source {
+            SecretSource::SecretPending(r) => Some(r),
+            _ => None,
+        }
+    }
 }
 
 /// The out-of-band power source of one node.
@@ -86,6 +111,26 @@ pub enum PowerSource {
 }
 
 impl PowerSource {
+    /// The credential of a driver that uses one (aws has none; exec may have none).
+    pub fn credential(&self) -> Option<&Credential> {
+        match self {
+            PowerSource::Redfish(t) => Some(&t.credential),
+            PowerSource::Ipmi(t) => Some(&t.credential),
+            PowerSource::Exec(t) => t.credential.as_ref(),
+            PowerSource::Aws(_) => None,
+        }
+    }
+
+    /// [`Self::credential`], to fill in.
+    pub fn credential_mut(&mut self) -> Option<&mut Credential> {
+        match self {
+            PowerSource::Redfish(t) => Some(&mut t.credential),
+            PowerSource::Ipmi(t) => Some(&mut t.credential),
+            PowerSource::Exec(t) => t.credential.as_mut(),
+            PowerSource::Aws(_) => None,
+        }
+    }
+
     pub fn driver_name(&self) -> &'static str {
         match self {
             PowerSource::Redfish(_) => "redfish",
@@ -191,6 +236,11 @@ pub enum SecretSource {
     File(PathBuf),
     Env(String),
     Inline,
+    /// A key of a Kubernetes Secret, read by [`super::resolve_secrets`].
+    Secret(SecretRef),
+    /// A key of a Kubernetes Secret not read yet (that needs cluster access): the
+    /// credential has no password (and, with `username_secret_key`, no username).
+    SecretPending(SecretRef),
 }
 
 impl fmt::Display for SecretSource {
@@ -199,7 +249,48 @@ impl fmt::Display for SecretSource {
             SecretSource::File(p) => write!(f, "file {}", p.display()),
             SecretSource::Env(v) => write!(f, "environment variable {v}"),
             SecretSource::Inline => f.write_str("inline (inventory)"),
+            SecretSource::Secret(r) => write!(f, "{r}"),
+            SecretSource::SecretPending(r) => write!(f, "{r} (not read yet)"),
         }
+    }
+}
+
+/// `password_secret`: which Kubernetes Secret, and which of its keys, hold a
+/// credential. Holds names only, never a value.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SecretRef {
+    /// The Secret's namespace; `None` until read when written as a bare name
+    /// (nodefence's own namespace, `--namespace`/`POD_NAMESPACE`).
+    pub namespace: Option<String>,
+    /// The Secret's name.
+    pub name: String,
+    /// The key holding the password (`password_secret_key`, default "password").
+    pub password_key: String,
+    /// The key holding the username (`username_secret_key`), when it comes from the
+    /// Secret too.
+    pub username_key: Option<String>,
+    /// Where `password_secret` is written (`file:line:column`), for messages.
+    pub written_at: String,
+}
+
+impl SecretRef {
+    /// `namespace/name`, or `name (in nodefence's namespace)` for a bare name.
+    pub fn qualified_name(&self) -> String {
+        match &self.namespace {
+            Some(ns) => format!("{ns}/{}", self.name),
+            None => format!("{} (in nodefence's namespace)", self.name),
+        }
+    }
+}
+
+impl fmt::Display for SecretRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Kubernetes Secret {}, key {:?}",
+            self.qualified_name(),
+            self.password_key
+        )
     }
 }
 
@@ -209,4 +300,12 @@ pub struct Credential {
     pub username: String,
     pub password: SecretString,
     pub source: SecretSource,
+}
+
+impl Credential {
+    /// True while the password waits in an unread Kubernetes Secret: such a
+    /// credential must never reach a BMC.
+    pub fn is_pending(&self) -> bool {
+        matches!(self.source, SecretSource::SecretPending(_))
+    }
 }

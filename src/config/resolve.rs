@@ -12,6 +12,9 @@
 //!
 //! A problem with an inherited value is reported where the value is written, once,
 //! not once per node that inherits it.
+//!
+//! The node's fencing policy is resolved the same way, key by key: the node's
+//! `policy` table, its group's, then `[policy]` (see [`super::policy`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
@@ -22,6 +25,7 @@ use super::diagnostic::{Diagnostics, Source, Span, Subject};
 use super::fields::{Problem, Val};
 use super::layer::{Driver, Layer, drivers_of};
 use super::model::{NodeTarget, SecuritySettings, Timeouts};
+use super::policy::ClusterPolicy;
 use super::targets;
 
 /// The levels one node inherits from, most specific first.
@@ -70,6 +74,8 @@ pub(crate) struct Ctx<'a> {
     pub src: &'a Source,
     pub env: &'a dyn Fn(&str) -> Option<String>,
     pub security: &'a SecuritySettings,
+    /// `[policy]`, which group and node policies override.
+    pub policy: &'a ClusterPolicy,
     pub diags: &'a mut Diagnostics,
     /// Passwords by the span of their definition: each is read (and reported) once.
     pub secrets: HashMap<usize, Option<SecretString>>,
@@ -86,12 +92,14 @@ impl<'a> Ctx<'a> {
         src: &'a Source,
         env: &'a dyn Fn(&str) -> Option<String>,
         security: &'a SecuritySettings,
+        policy: &'a ClusterPolicy,
         diags: &'a mut Diagnostics,
     ) -> Self {
         Self {
             src,
             env,
             security,
+            policy,
             diags,
             secrets: HashMap::new(),
             files: HashMap::new(),
@@ -209,6 +217,23 @@ pub(crate) fn node(ctx: &mut Ctx<'_>, name: &str, chain: &Chain<'_>) -> Option<N
     if ctx.diags.error_count() > before {
         return None;
     }
+    let policy = ctx.policy.for_node(
+        chain.node.policy.as_ref().map(|p| &p.value),
+        chain
+            .group
+            .and_then(|g| g.policy.as_ref())
+            .map(|p| &p.value),
+        driver.val.value,
+    );
+    if policy.require_identity && driver.val.value == Driver::Exec {
+        ctx.warn(
+            chain.node,
+            &chain.node.span,
+            "require_identity is true, but driver \"exec\" cannot report which machine it \
+             controls: this node's machine will never be powered off or its volumes released \
+             automatically (set require_identity = false in the node's or its group's policy)",
+        );
+    }
     Some(NodeTarget {
         name: name.to_string(),
         group: chain.group.and_then(|g| match &g.subject {
@@ -216,6 +241,7 @@ pub(crate) fn node(ctx: &mut Ctx<'_>, name: &str, chain: &Chain<'_>) -> Option<N
             _ => None,
         }),
         power: power?,
+        policy,
     })
 }
 

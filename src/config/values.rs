@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use super::endpoint::check_placeholders;
 use super::fields::{Entry, Problem, Val, closest};
-use super::layer::Driver;
+use super::layer::{Driver, SecretName};
 use super::model::RedfishAuth;
 
 /// IPMI v2.0 cipher suites nodefence accepts (both HMAC-SHA1 + AES-CBC-128 or better).
@@ -166,4 +166,84 @@ pub(crate) fn check_env_name(v: &Val<String>) -> Result<(), Problem> {
         "`password_env` is not an environment variable name",
         Some(help.into()),
     ))
+}
+
+/// Kubernetes' limit for a DNS label (a namespace name).
+const MAX_LABEL: usize = 63;
+/// Kubernetes' limit for a DNS subdomain (a Secret name) and for a Secret's key.
+const MAX_SUBDOMAIN: usize = 253;
+
+/// True for an RFC 1123 label: lowercase letters, digits and `-`, starting and ending
+/// with a letter or digit.
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= MAX_LABEL
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// True for an RFC 1123 subdomain: labels joined by `.`, at most 253 characters.
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= MAX_SUBDOMAIN && s.split('.').all(is_dns_label)
+}
+
+/// `password_secret = "<namespace>/<name>"` or `"<name>"` (nodefence's namespace).
+/// Never repeats the value: someone may have put the password itself here.
+pub(crate) fn secret_name(e: &Entry<'_, '_>) -> Result<Val<SecretName>, Problem> {
+    let v = e.non_empty_string()?;
+    let text = v.value.trim();
+    let (namespace, name) = match text.split_once('/') {
+        Some((ns, name)) => (Some(ns), name),
+        None => (None, text),
+    };
+    let help = Some(
+        "write the Secret as password_secret = \"<namespace>/<name>\", or a bare \"<name>\" for \
+         a Secret in nodefence's own namespace (lowercase letters, digits, '-' and '.')"
+            .to_string(),
+    );
+    if let Some(ns) = namespace
+        && !is_dns_label(ns)
+    {
+        return Err(Problem::new(
+            &v.span,
+            "`password_secret` does not start with a valid namespace name",
+            help,
+        ));
+    }
+    if !is_dns_subdomain(name) {
+        return Err(Problem::new(
+            &v.span,
+            "`password_secret` is not the name of a Kubernetes Secret",
+            help,
+        ));
+    }
+    Ok(v.with(SecretName {
+        namespace: namespace.map(str::to_string),
+        name: name.to_string(),
+    }))
+}
+
+/// `password_secret_key` / `username_secret_key`: a key of a Secret's `data`.
+pub(crate) fn secret_key(e: &Entry<'_, '_>) -> Result<Val<String>, Problem> {
+    let v = e.non_empty_string()?;
+    let valid = v.value.len() <= MAX_SUBDOMAIN
+        && v.value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && v.value != "."
+        && v.value != "..";
+    if !valid {
+        return Err(Problem::new(
+            &v.span,
+            format!("`{}` is not a valid key of a Kubernetes Secret", e.name),
+            Some(
+                "Secret keys consist of letters, digits, '-', '_' and '.', e.g. \
+                 password_secret_key = \"password\""
+                    .into(),
+            ),
+        ));
+    }
+    Ok(v)
 }

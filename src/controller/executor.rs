@@ -13,8 +13,11 @@ use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use tokio::sync::mpsc;
 
 use crate::cluster::leader::Leadership;
-use crate::cluster::release::{Released, Releaser};
-use crate::engine::{Action, Notice, ReleaseMode, Severity};
+use crate::cluster::records::RecordStore;
+use crate::cluster::release::ReleaseOutcome;
+use crate::cluster::release::Releaser;
+use crate::engine::{Action, Notice, Reason, ReleaseMode, Severity};
+use crate::identity::MachineIdentity;
 use crate::power::{PowerDriver, PowerError, PowerReading};
 use crate::telemetry::Metrics;
 
@@ -42,6 +45,14 @@ pub enum Completion {
         node: String,
         result: Result<(), String>,
     },
+    Drained {
+        node: String,
+        result: Result<bool, String>,
+    },
+    Identity {
+        node: String,
+        machine: MachineIdentity,
+    },
 }
 
 /// Everything the executor needs; cheap to clone into tasks.
@@ -49,8 +60,11 @@ pub enum Completion {
 pub struct Executor {
     pub drivers: Arc<crate::power::registry::NodeDrivers>,
     pub releaser: Releaser,
+    pub records: RecordStore,
     pub leadership: Leadership,
     pub recorder: Option<Recorder>,
+    /// What cluster-wide notices (storm protection) are attached to: the leader Lease.
+    pub cluster_ref: Option<k8s_openapi::api::core::v1::ObjectReference>,
     pub metrics: Arc<Metrics>,
     pub dry_run: bool,
     pub completions: mpsc::UnboundedSender<Completion>,
@@ -105,7 +119,22 @@ impl Executor {
                     let driver_name = this.driver_name(&node);
                     let started = std::time::Instant::now();
                     let result = match this.driver(&node) {
-                        Ok(d) => d.status().await,
+                        Ok(d) => {
+                            // Identity first (cached by drivers after the first read), so
+                            // the engine judges each reading with it.
+                            // A failed read changes nothing: the engine keeps what it
+                            // knew (never read: unproven).
+                            match d.machine_identity().await {
+                                Ok(machine) => this.send(Completion::Identity {
+                                    node: node.clone(),
+                                    machine,
+                                }),
+                                Err(e) => {
+                                    tracing::debug!(node, error = %e, "machine identity not read")
+                                }
+                            }
+                            d.status().await
+                        }
                         Err(e) => Err(e),
                     };
                     // Failed queries are timed too: a slow, failing BMC must show.
@@ -134,15 +163,10 @@ impl Executor {
                     this.send(Completion::PowerOn { node, result });
                 });
             }
-            Action::Release {
-                node,
-                mode,
-                delete_volume_attachments,
-                proof,
-            } => {
+            Action::Release { node, plan, proof } => {
                 let this = self.clone();
                 tokio::spawn(async move {
-                    let mode_label = match mode {
+                    let mode_label = match plan.mode {
                         ReleaseMode::OutOfServiceTaint => "out-of-service-taint",
                         ReleaseMode::DeleteNode => "delete-node",
                     };
@@ -151,32 +175,38 @@ impl Executor {
                         tracing::warn!(
                             node,
                             mode = mode_label,
+                            force_delete_pods = plan.force_delete_pods,
+                            delete_volume_attachments = plan.delete_volume_attachments,
                             "dry-run: would release the node's volumes"
                         );
                         Ok(())
                     } else {
                         let uid = uid.unwrap_or_default();
-                        let done = match mode {
-                            ReleaseMode::OutOfServiceTaint => {
-                                this.releaser.taint(&node, &uid, &proof).await
-                            }
-                            ReleaseMode::DeleteNode => {
-                                this.releaser
-                                    .delete(&node, &uid, &proof, delete_volume_attachments)
-                                    .await
-                            }
-                        };
+                        let done = this.releaser.release(&node, &uid, &proof, &plan).await;
                         this.metrics.release(
                             mode_label,
                             done.as_ref().map_or_else(|e| e.label(), |_| "ok"),
                         );
                         match done {
-                            Ok(Released::Tainted) => {
-                                tracing::warn!(node, "out-of-service taint added");
-                                Ok(())
-                            }
-                            Ok(Released::Deleted { volume_attachments }) => {
-                                tracing::warn!(node, volume_attachments, "Node deleted");
+                            Ok(outcome) => {
+                                if outcome.pods_deleted + outcome.volume_attachments_deleted > 0 {
+                                    this.notify(
+                                        Notice {
+                                            node: Some(node.clone()),
+                                            severity: Severity::Normal,
+                                            reason: Reason::PodsForceDeleted,
+                                            message: forced_deletion_text(&outcome),
+                                        },
+                                        node_ref.clone(),
+                                    );
+                                }
+                                tracing::warn!(
+                                    node,
+                                    release = mode_label,
+                                    pods_force_deleted = outcome.pods_deleted,
+                                    volume_attachments_deleted = outcome.volume_attachments_deleted,
+                                    "node released"
+                                );
                                 Ok(())
                             }
                             Err(e) => Err(e.to_string()),
@@ -194,6 +224,32 @@ impl Executor {
                         result,
                         last_sign_of_life,
                     });
+                });
+            }
+            Action::CheckDrained { node } => {
+                let this = self.clone();
+                tokio::spawn(async move {
+                    let result = this
+                        .releaser
+                        .drained(&node)
+                        .await
+                        .map_err(|e| e.to_string());
+                    if let Err(e) = &result {
+                        tracing::debug!(node, error = %e, "drain check failed");
+                    }
+                    this.send(Completion::Drained { node, result });
+                });
+            }
+            Action::Record { node, record } => {
+                let this = self.clone();
+                tokio::spawn(async move {
+                    if this.dry_run {
+                        tracing::info!(node, "dry-run: would update the release record");
+                        return;
+                    }
+                    if let Err(e) = this.records.put(&node, record.as_ref()).await {
+                        tracing::warn!(node, error = %e, "could not write the release record; a new leader would not know a power-on is pending");
+                    }
                 });
             }
             Action::RemoveTaint { node } => {
@@ -256,6 +312,11 @@ impl Executor {
             tracing::info!(node, reason = notice.reason.as_str(), "{}", notice.message);
         }
         self.metrics.notice(notice.reason.as_str(), warning);
+        let node_ref = if notice.node.is_none() {
+            self.cluster_ref.clone()
+        } else {
+            node_ref
+        };
         let (Some(recorder), Some(reference), false) =
             (self.recorder.clone(), node_ref, self.dry_run)
         else {
@@ -278,4 +339,22 @@ impl Executor {
             }
         });
     }
+}
+
+/// What the forced deletions of a release did, for its Event.
+fn forced_deletion_text(outcome: &ReleaseOutcome) -> String {
+    let mut parts = Vec::new();
+    if outcome.pods_deleted > 0 {
+        parts.push(format!(
+            "{} pod(s) force-deleted (grace period 0) so their replacements can start elsewhere",
+            outcome.pods_deleted
+        ));
+    }
+    if outcome.volume_attachments_deleted > 0 {
+        parts.push(format!(
+            "{} VolumeAttachment(s) deleted",
+            outcome.volume_attachments_deleted
+        ));
+    }
+    format!("machine confirmed Off: {}", parts.join("; "))
 }

@@ -4,8 +4,9 @@
 //! action completions and the engine's own deadlines are its only inputs; actions
 //! go to the [`executor`]. The loop runs only while this replica leads: when
 //! leadership is lost it stops at once and the state is rebuilt from the cluster
-//! when it is regained (progress that matters, the out-of-service taint nodefence
-//! added, is recorded on the Node itself).
+//! when it is regained: the out-of-service taint nodefence added is recorded on the
+//! Node itself, and a pending power-on (even for a deleted Node) in the release
+//! records ([`crate::cluster::records`]), read before any Node is watched.
 
 pub mod executor;
 pub mod monitor;
@@ -25,6 +26,7 @@ use tokio::sync::mpsc;
 use crate::cluster::facts::node_facts;
 use crate::cluster::pause::{PAUSE_CONFIGMAP, PauseState};
 use crate::engine::{Action, Engine, Policy};
+use crate::identity::NodeIdentity;
 use crate::telemetry::{Health, Metrics};
 use executor::{Completion, Executor};
 
@@ -35,6 +37,8 @@ const MAX_IDLE: Duration = Duration::from_secs(5);
 pub struct Controller {
     pub client: Client,
     pub policy: Policy,
+    /// Nodes whose group or inventory entry overrides `policy`.
+    pub node_policies: BTreeMap<String, Policy>,
     /// Kubernetes node names in the inventory.
     pub inventory: BTreeSet<String>,
     pub executor_template: ExecutorParts,
@@ -52,8 +56,11 @@ pub struct Controller {
 pub struct ExecutorParts {
     pub drivers: Arc<crate::power::registry::NodeDrivers>,
     pub releaser: crate::cluster::release::Releaser,
+    pub records: crate::cluster::records::RecordStore,
     pub leadership: crate::cluster::leader::Leadership,
     pub recorder: Option<kube::runtime::events::Recorder>,
+    /// Cluster-wide notices are Events on this object (the leader Lease).
+    pub cluster_ref: Option<k8s_openapi::api::core::v1::ObjectReference>,
     pub dry_run: bool,
 }
 
@@ -77,6 +84,8 @@ struct Observed {
     leases_synced: bool,
     pause_synced: bool,
     pause: Option<PauseState>,
+    /// A Node changed since the identities were last sent to the BMC monitor.
+    identities_stale: bool,
 }
 
 impl Controller {
@@ -91,14 +100,19 @@ impl Controller {
         let executor = Executor {
             drivers: parts.drivers,
             releaser: parts.releaser,
+            records: parts.records,
             leadership: parts.leadership.clone(),
             recorder: parts.recorder,
+            cluster_ref: parts.cluster_ref,
             metrics: self.metrics.clone(),
             dry_run: parts.dry_run,
             completions: tx,
         };
         // The BMC monitor runs for this term only (the leader checks; standbys do not
         // load the BMCs). Aborted when the term ends.
+        // The Nodes' identities (systemUUID, providerID), fed from the Node watch.
+        let (identities_tx, identities) =
+            tokio::sync::watch::channel(monitor::NodeIdentities::new());
         let monitor = (!self.monitor_interval.is_zero()).then(|| {
             let guard = tokio::spawn(monitor::run(
                 executor.drivers.clone(),
@@ -106,14 +120,42 @@ impl Controller {
                 self.metrics.clone(),
                 executor.recorder.clone(),
                 self.monitor_concurrency,
+                identities,
             ));
             AbortOnDrop(guard)
         });
         let _monitor = monitor;
-        let mut engine = Engine::new(self.policy.clone());
+        let mut engine =
+            Engine::new(self.policy.clone()).with_node_policies(self.node_policies.clone());
         // Paused until the pause switch has been read: a new leader never acts in the
         // moment before it learns that fencing is paused.
         engine.set_paused(true, SystemTime::now());
+        // Progress an earlier leader recorded (a pending power-on, a deleted Node),
+        // resumed before any Node is watched. Without it a new leader could not power
+        // a deleted node's machine back on; retried until read (no action before).
+        loop {
+            match executor.records.load().await {
+                Ok(records) => {
+                    for (name, record) in &records {
+                        tracing::info!(node = %name, "resuming a release recorded by an earlier leader");
+                        // Only notices can come out while paused; nothing to dispatch yet.
+                        let _ = engine.resume(name, record, SystemTime::now());
+                    }
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the release records; retrying");
+                    tokio::select! {
+                        () = &mut *shutdown => return true,
+                        () = tokio::time::sleep(Duration::from_secs(2)) => {}
+                    }
+                    if !executor.leadership.is_leader() {
+                        self.health.set_ready(false);
+                        return false;
+                    }
+                }
+            }
+        }
         let mut seen = Observed::default();
         let mut pause = watcher::watcher(
             Api::<ConfigMap>::namespaced(self.client.clone(), &self.control_namespace),
@@ -173,6 +215,19 @@ impl Controller {
             }
             self.health
                 .set_ready(seen.nodes_synced && seen.leases_synced);
+            if seen.nodes_synced && std::mem::take(&mut seen.identities_stale) {
+                identities_tx.send_if_modified(|known| {
+                    let now: monitor::NodeIdentities = seen
+                        .nodes
+                        .iter()
+                        .filter(|(name, _)| self.inventory.contains(*name))
+                        .map(|(name, node)| (name.clone(), NodeIdentity::from_node(node)))
+                        .collect();
+                    let changed = *known != now;
+                    *known = now;
+                    changed
+                });
+            }
             self.publish(&engine);
         }
     }
@@ -195,6 +250,7 @@ impl Controller {
     ) -> Vec<Action> {
         let now = SystemTime::now();
         let mut out = Vec::new();
+        seen.identities_stale = true;
         match ev {
             WatchEvent::Init => seen.relist_nodes = Some(BTreeSet::new()),
             WatchEvent::InitApply(node) | WatchEvent::Apply(node) => {
@@ -307,6 +363,10 @@ impl Controller {
             Completion::PowerOn { node, result } => engine.power_on_done(&node, result, now),
             Completion::Release { node, result, .. } => engine.release_done(&node, result, now),
             Completion::Untaint { node, result } => engine.taint_removed(&node, result, now),
+            Completion::Drained { node, result } => engine.drain_checked(&node, result, now),
+            Completion::Identity { node, machine } => {
+                engine.machine_identified(&node, machine, now)
+            }
         }
     }
 

@@ -1,11 +1,31 @@
 //! The BMC monitor: every `monitor_interval`, read each inventory node's power state,
 //! so a BMC that is unreachable or refuses the credentials is found before a node
-//! needs fencing.
+//! needs fencing; and cross-check that each BMC controls its node's own machine.
 //!
 //! A failure sets `nodefence_bmc_monitor_failures{node,driver}` to 1 and raises one
 //! Warning Event (`BmcCheckFailed`) on the Node; the recovery sets it back to 0 and
 //! raises a Normal Event (`BmcCheckRecovered`). Only transitions produce Events. The
 //! check is read-only; requests share the drivers' concurrency bound with fencing.
+//!
+//! # Identity cross-check
+//!
+//! For every node whose power reading succeeded and whose identity the cluster has
+//! told us (the `identities` channel: node name → [`NodeIdentity`], fed by the
+//! controller from the Node objects), the driver's
+//! [`machine_identity`](crate::power::PowerDriver::machine_identity) is compared with
+//! [`identity::check`]. The result sets `nodefence_bmc_identity{node,result}` and is
+//! kept in [`IdentityState`]. Events, on transitions only:
+//! - `IdentityMismatch` (Warning): entering a mismatch, or a mismatch between other
+//!   values than before; names both values; releases stay blocked until the
+//!   inventory is fixed.
+//! - `IdentityUnknown` (Normal): entering "unknown" (no systemUUID, a placeholder,
+//!   a source that cannot tell...), once, whatever the reason.
+//! - `IdentityMatch` (Normal): a node that was in mismatch matches again.
+//!
+//! Nodes absent from the channel are not checked (no Event, no metric): the cluster
+//! has not told us about them yet. When the channel changes between passes, the nodes
+//! whose identity changed are re-checked at once from the drivers' remembered
+//! identity (no BMC request for Redfish once its system was read).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,83 +33,300 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder};
+use tokio::sync::watch;
 
+use crate::identity::{self, IdentityCheck, MachineIdentity, NodeIdentity};
 use crate::power::registry::NodeDrivers;
 use crate::power::{PowerDriver, PowerError};
 use crate::telemetry::Metrics;
 
+/// Node name → what the cluster says about the node's machine.
+pub type NodeIdentities = BTreeMap<String, NodeIdentity>;
+
+/// The identity cross-check results the monitor remembers between passes.
+#[derive(Debug, Clone, Default)]
+pub struct IdentityState {
+    /// node → latest result.
+    results: BTreeMap<String, IdentityCheck>,
+    /// node → the cluster's identity that result was computed against.
+    against: BTreeMap<String, NodeIdentity>,
+}
+
+impl IdentityState {
+    /// The latest cross-check of `node`, if it was checked.
+    pub fn result(&self, node: &str) -> Option<&IdentityCheck> {
+        self.results.get(node)
+    }
+
+    /// Every node's latest cross-check.
+    pub fn results(&self) -> &BTreeMap<String, IdentityCheck> {
+        &self.results
+    }
+}
+
 /// One pass over every node. `failing` carries the previous outcomes (node → error
-/// text) between passes; returns how many nodes failed this time.
+/// text) between passes, `identity` the cross-check results; `identities` is what the
+/// cluster says about each node. Returns how many nodes failed the power check.
 pub async fn check_all(
     drivers: &NodeDrivers,
     failing: &mut BTreeMap<String, String>,
+    identities: &watch::Receiver<NodeIdentities>,
+    identity: &mut IdentityState,
     metrics: &Metrics,
     recorder: Option<&Recorder>,
     concurrency: usize,
 ) -> usize {
-    let permits = Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
-    let mut checks = tokio::task::JoinSet::new();
-    for (node, driver) in drivers.iter() {
-        let entry: Entry = (node.clone(), driver.clone());
-        let permits = permits.clone();
-        checks.spawn(async move {
-            let _permit = permits.acquire_owned().await;
-            check_one(entry).await
-        });
-    }
-    let mut results: Vec<Outcome> = Vec::with_capacity(drivers.len());
-    while let Some(done) = checks.join_next().await {
-        if let Ok(outcome) = done {
-            results.push(outcome);
-        }
-    }
+    let entries: Vec<Entry> = drivers
+        .iter()
+        .map(|(node, driver)| (node.clone(), driver.clone()))
+        .collect();
+    let results = probe(entries, Probe::PowerAndIdentity, concurrency).await;
+    let known = identities.borrow().clone();
     let mut failed = 0;
-    for (node, driver, result) in results {
-        metrics.set_bmc_failing(&node, driver, result.is_err());
-        let before = failing.get(&node).cloned();
-        match (result, before) {
-            (Err(e), None) => {
-                failed += 1;
-                tracing::warn!(node, driver, error = %e, "BMC check failed: this node could not be fenced now");
-                publish(recorder, &node, EventType::Warning, "BmcCheckFailed", format!(
-                    "the {driver} power source of this node failed its periodic check: {e}; it could not be fenced now"
-                ))
-                .await;
-                failing.insert(node, e);
-            }
-            (Err(e), Some(_)) => {
-                failed += 1;
-                failing.insert(node, e);
-            }
-            (Ok(()), Some(_)) => {
-                tracing::info!(node, driver, "BMC check passes again");
-                publish(
-                    recorder,
-                    &node,
-                    EventType::Normal,
-                    "BmcCheckRecovered",
-                    format!("the {driver} power source of this node answers again"),
-                )
-                .await;
-                failing.remove(&node);
-            }
-            (Ok(()), None) => {}
+    for outcome in results {
+        let Outcome {
+            node,
+            driver,
+            power,
+            machine,
+        } = outcome;
+        if let Some(result) = power {
+            failed += usize::from(result.is_err());
+            power_transition(&node, driver, result, failing, metrics, recorder).await;
+        }
+        if let Some(machine) = machine {
+            judge_identity(&node, driver, machine, &known, identity, metrics, recorder).await;
         }
     }
     failed
 }
 
-type Outcome = (String, &'static str, Result<(), String>);
+/// Re-checks the identity of the nodes whose cluster identity changed since their last
+/// check (or that were never checked), skipping nodes whose power check is failing.
+/// Asks only `machine_identity()`, which the Redfish driver answers from its last
+/// reading. Returns how many nodes were checked.
+pub async fn recheck_identities(
+    drivers: &NodeDrivers,
+    failing: &BTreeMap<String, String>,
+    identities: &watch::Receiver<NodeIdentities>,
+    identity: &mut IdentityState,
+    metrics: &Metrics,
+    recorder: Option<&Recorder>,
+    concurrency: usize,
+) -> usize {
+    let known = identities.borrow().clone();
+    let entries: Vec<Entry> = drivers
+        .iter()
+        .filter(|(node, driver)| {
+            driver.is_ok()
+                && !failing.contains_key(*node)
+                && known
+                    .get(*node)
+                    .is_some_and(|id| identity.against.get(*node) != Some(id))
+        })
+        .map(|(node, driver)| (node.clone(), driver.clone()))
+        .collect();
+    let checked = entries.len();
+    for outcome in probe(entries, Probe::IdentityOnly, concurrency).await {
+        if let Some(machine) = outcome.machine {
+            judge_identity(
+                &outcome.node,
+                outcome.driver,
+                machine,
+                &known,
+                identity,
+                metrics,
+                recorder,
+            )
+            .await;
+        }
+    }
+    checked
+}
 
 type Entry = (String, Result<Arc<dyn PowerDriver + 'static>, PowerError>);
 
-async fn check_one((node, driver): Entry) -> Outcome {
-    match driver {
-        Ok(d) => {
-            let result = d.status().await.map(|_| ()).map_err(|e| e.to_string());
-            (node, d.driver_name(), result)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Probe {
+    PowerAndIdentity,
+    IdentityOnly,
+}
+
+struct Outcome {
+    node: String,
+    driver: &'static str,
+    /// The power check's result; `None` when it was not made.
+    power: Option<Result<(), String>>,
+    /// The machine's identity; `None` when it was not asked (power check failed).
+    machine: Option<Result<MachineIdentity, PowerError>>,
+}
+
+/// Runs the checks concurrently (at most `concurrency` at once).
+async fn probe(entries: Vec<Entry>, what: Probe, concurrency: usize) -> Vec<Outcome> {
+    let permits = Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
+    let mut checks = tokio::task::JoinSet::new();
+    let total = entries.len();
+    for entry in entries {
+        let permits = permits.clone();
+        checks.spawn(async move {
+            let _permit = permits.acquire_owned().await;
+            check_one(entry, what).await
+        });
+    }
+    let mut results = Vec::with_capacity(total);
+    while let Some(done) = checks.join_next().await {
+        if let Ok(outcome) = done {
+            results.push(outcome);
         }
-        Err(e) => (node, "none", Err(e.to_string())),
+    }
+    results.sort_by(|a, b| a.node.cmp(&b.node));
+    results
+}
+
+async fn check_one((node, driver): Entry, what: Probe) -> Outcome {
+    let d = match driver {
+        Ok(d) => d,
+        Err(e) => {
+            return Outcome {
+                node,
+                driver: "none",
+                power: (what == Probe::PowerAndIdentity).then(|| Err(e.to_string())),
+                machine: None,
+            };
+        }
+    };
+    let power = match what {
+        Probe::PowerAndIdentity => Some(d.status().await.map(|_| ()).map_err(|e| e.to_string())),
+        Probe::IdentityOnly => None,
+    };
+    let machine = match &power {
+        Some(Err(_)) => None,
+        _ => Some(d.machine_identity().await),
+    };
+    Outcome {
+        node,
+        driver: d.driver_name(),
+        power,
+        machine,
+    }
+}
+
+async fn power_transition(
+    node: &str,
+    driver: &'static str,
+    result: Result<(), String>,
+    failing: &mut BTreeMap<String, String>,
+    metrics: &Metrics,
+    recorder: Option<&Recorder>,
+) {
+    metrics.set_bmc_failing(node, driver, result.is_err());
+    let before = failing.get(node).cloned();
+    match (result, before) {
+        (Err(e), None) => {
+            tracing::warn!(node, driver, error = %e, "BMC check failed: this node could not be fenced now");
+            publish(recorder, node, EventType::Warning, "BmcCheckFailed", format!(
+                "the {driver} power source of this node failed its periodic check: {e}; it could not be fenced now"
+            ))
+            .await;
+            failing.insert(node.to_string(), e);
+        }
+        (Err(e), Some(_)) => {
+            failing.insert(node.to_string(), e);
+        }
+        (Ok(()), Some(_)) => {
+            tracing::info!(node, driver, "BMC check passes again");
+            publish(
+                recorder,
+                node,
+                EventType::Normal,
+                "BmcCheckRecovered",
+                format!("the {driver} power source of this node answers again"),
+            )
+            .await;
+            failing.remove(node);
+        }
+        (Ok(()), None) => {}
+    }
+}
+
+/// Compares, records and reports one node's identity (transitions only).
+async fn judge_identity(
+    node: &str,
+    driver: &'static str,
+    machine: Result<MachineIdentity, PowerError>,
+    known: &NodeIdentities,
+    state: &mut IdentityState,
+    metrics: &Metrics,
+    recorder: Option<&Recorder>,
+) {
+    let Some(node_identity) = known.get(node) else {
+        return;
+    };
+    let result = match machine {
+        Ok(m) => identity::check(node_identity, &m),
+        Err(e) => IdentityCheck::Unknown(format!(
+            "the {driver} power source could not report the machine's identity: {e}"
+        )),
+    };
+    metrics.set_bmc_identity(node, result.label());
+    state
+        .against
+        .insert(node.to_string(), node_identity.clone());
+    let before = state.results.insert(node.to_string(), result.clone());
+    match (&result, before.as_ref()) {
+        (IdentityCheck::Mismatch { .. }, Some(b)) if *b == result => {}
+        (
+            IdentityCheck::Mismatch {
+                node: ours,
+                machine,
+            },
+            _,
+        ) => {
+            tracing::error!(
+                node,
+                driver,
+                node_uuid = %ours,
+                machine_uuid = %machine,
+                "BMC identity mismatch: the inventory points this node at another machine; its volumes will not be released until the inventory is fixed"
+            );
+            publish(
+                recorder,
+                node,
+                EventType::Warning,
+                "IdentityMismatch",
+                format!(
+                    "the {driver} power source of this node controls another machine: {}. Releasing this node's volumes is blocked until the inventory is fixed",
+                    result.describe()
+                ),
+            )
+            .await;
+        }
+        (IdentityCheck::Unknown(_), Some(IdentityCheck::Unknown(_))) => {}
+        (IdentityCheck::Unknown(why), _) => {
+            tracing::info!(node, driver, reason = %why, "BMC identity cannot be verified");
+            publish(
+                recorder,
+                node,
+                EventType::Normal,
+                "IdentityUnknown",
+                format!(
+                    "nodefence cannot verify that the {driver} power source controls this node's machine: {why}"
+                ),
+            )
+            .await;
+        }
+        (IdentityCheck::Match(_), Some(IdentityCheck::Mismatch { .. })) => {
+            tracing::info!(node, driver, "BMC identity matches again");
+            publish(
+                recorder,
+                node,
+                EventType::Normal,
+                "IdentityMatch",
+                format!("the {driver} power source of this node now controls the node's own machine: {}", result.describe()),
+            )
+            .await;
+        }
+        (IdentityCheck::Match(_), _) => {}
     }
 }
 
@@ -120,23 +357,52 @@ async fn publish(
 }
 
 /// Runs passes every `interval` until the task is dropped (aborted with its term).
+/// Between passes, a change on `identities` re-checks the identity of the nodes it
+/// changed (see [`recheck_identities`]).
 pub async fn run(
     drivers: Arc<NodeDrivers>,
     interval: Duration,
     metrics: Arc<Metrics>,
     recorder: Option<Recorder>,
     concurrency: usize,
+    mut identities: watch::Receiver<NodeIdentities>,
 ) {
     let mut failing = BTreeMap::new();
+    let mut identity = IdentityState::default();
+    let mut channel_open = true;
     loop {
+        identities.mark_unchanged();
         check_all(
             &drivers,
             &mut failing,
+            &identities,
+            &mut identity,
             &metrics,
             recorder.as_ref(),
             concurrency,
         )
         .await;
-        tokio::time::sleep(interval).await;
+        let next = tokio::time::Instant::now() + interval;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep_until(next) => break,
+                changed = identities.changed(), if channel_open => {
+                    if changed.is_err() {
+                        channel_open = false;
+                        continue;
+                    }
+                    recheck_identities(
+                        &drivers,
+                        &failing,
+                        &identities,
+                        &mut identity,
+                        &metrics,
+                        recorder.as_ref(),
+                        concurrency,
+                    )
+                    .await;
+                }
+            }
+        }
     }
 }

@@ -76,14 +76,27 @@ impl World {
             .map(|(i, w)| Machine::new(format!("Blade{}", i + 1), *w))
             .collect();
         let password = uuid::Uuid::new_v4().simple().to_string();
+        // Each machine's SMBIOS UUID, as its kubelet reports it (systemUUID) and as
+        // its BMC does (ComputerSystem.UUID): nodefence proves the mapping with it.
+        // The second BMC reports its first three fields byte-swapped, as real
+        // firmware often does; that is still the same machine.
+        let uuids: Vec<uuid::Uuid> = machines.iter().map(|_| uuid::Uuid::new_v4()).collect();
+        let bmc_uuid = |i: usize| {
+            let u = uuids[i];
+            if i == 1 {
+                uuid::Uuid::from_bytes_le(*u.as_bytes()).to_string()
+            } else {
+                u.to_string()
+            }
+        };
         let bmc = Arc::new(
             MockRedfish::builder()
                 .profile(Profile::MultiSystem)
-                .systems(
-                    machines
-                        .iter()
-                        .map(|m| SystemSpec::new(&m.system_id).power(MockPower::On)),
-                )
+                .systems(machines.iter().enumerate().map(|(i, m)| {
+                    SystemSpec::new(&m.system_id)
+                        .power(MockPower::On)
+                        .uuid(bmc_uuid(i))
+                }))
                 .credentials("fence", &password)
                 .transition_delay(
                     Duration::from_secs(3)
@@ -117,8 +130,8 @@ impl World {
             story.clone(),
         ));
         sim.add_node(NodeSpec::new(CONTROL_PLANE).control_plane(true));
-        for w in WORKERS {
-            sim.add_node(NodeSpec::new(w));
+        for (w, u) in WORKERS.iter().zip(&uuids) {
+            sim.add_node(NodeSpec::new(*w).system_uuid(u.to_string().to_uppercase()));
         }
         sim.add_stateful_workload(WorkloadSpec::new(NAMESPACE, WORKLOAD));
         let link = machines::link(

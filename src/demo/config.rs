@@ -157,7 +157,7 @@ pub fn load(
     for warning in &config.warnings {
         tracing::warn!("demo configuration: {warning}");
     }
-    let policy = &mut config.agent.policy;
+    let policy = &config.agent.policy;
     let wording = Wording {
         lease_stale_after: policy.lease_stale_after,
         unhealthy_after: policy.unhealthy_after,
@@ -165,7 +165,18 @@ pub fn load(
         grace_period: sim.node_monitor_grace_period,
         toleration: Duration::from_secs(sim.default_toleration_seconds),
     };
-    let scale = |d: Duration| d.div_f64(demo.speed);
+    // The cluster's policy and every node's own (resolved from it), alike.
+    scale_policy(&mut config.agent.policy, demo.speed);
+    for target in config.inventory.nodes.values_mut() {
+        scale_policy(&mut target.policy, demo.speed);
+    }
+    Ok((config, wording))
+}
+
+/// Divides the policy's cluster timings by `speed` (the confirmation interval is the
+/// demo's own, already short).
+fn scale_policy(policy: &mut crate::engine::Policy, speed: f64) {
+    let scale = |d: Duration| d.div_f64(speed);
     policy.lease_stale_after = policy.lease_stale_after.map(scale);
     policy.unhealthy_after = scale(policy.unhealthy_after);
     policy.recovered_after = scale(policy.recovered_after);
@@ -173,8 +184,8 @@ pub fn load(
     policy.release_off_after = scale(policy.release_off_after);
     policy.power_off_retry_after = scale(policy.power_off_retry_after);
     policy.min_power_off_interval = scale(policy.min_power_off_interval);
+    policy.release_timeout = scale(policy.release_timeout);
     policy.max_query_backoff = scale(policy.max_query_backoff).max(policy.confirm_interval);
-    Ok((config, wording))
 }
 
 #[cfg(test)]
@@ -189,6 +200,10 @@ mod tests {
         let (config, wording) = load(&files, &demo, &SimConfig::default()).unwrap();
         let p = &config.agent.policy;
         assert_eq!(p.unhealthy_after, wording.unhealthy_after / 10);
+        assert_eq!(
+            &config.inventory.nodes["worker-1"].policy, p,
+            "each node's policy is scaled too"
+        );
         assert_eq!(p.confirm_interval, Duration::from_millis(100));
         assert_eq!(p.confirm_readings, CONFIRM_READINGS);
         assert_eq!(wording.grace_period, Duration::from_secs(50));

@@ -266,6 +266,14 @@ pub fn nodefence_step(event: &Value, at: SystemTime, w: &Wording) -> Option<Step
         "Released" => {
             "out-of-service taint added: pods may be force-deleted, volumes detached".to_string()
         }
+        "PodsForceDeleted" => {
+            let pods = note
+                .split(": ")
+                .nth(1)
+                .and_then(|s| s.split_whitespace().next())
+                .unwrap_or("its");
+            format!("force-deletes {pods} pod(s): still Ready in the API, PodGC would not")
+        }
         "TaintRemoved" => format!(
             "node Ready again for {}: out-of-service taint removed",
             span(w.recovered_after)

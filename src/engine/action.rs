@@ -8,6 +8,17 @@ use std::fmt;
 use std::time::SystemTime;
 
 use super::policy::ReleaseMode;
+use crate::identity::MachineIdentity;
+
+/// What a release does, decided when the proof is complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReleasePlan {
+    pub mode: ReleaseMode,
+    /// Delete the VolumeAttachments that name the node.
+    pub delete_volume_attachments: bool,
+    /// Force-delete the node's pods (grace period 0).
+    pub force_delete_pods: bool,
+}
 
 /// Evidence that a node's machine is off: consecutive Off readings, every one newer
 /// than the node's last sign of life.
@@ -15,6 +26,21 @@ use super::policy::ReleaseMode;
 pub struct OffProof {
     pub last_sign_of_life: SystemTime,
     pub readings: Vec<SystemTime>,
+    /// The machine the readings came from, as its source identified it; re-checked
+    /// against a fresh read of the Node before the release.
+    pub machine: Option<MachineIdentity>,
+    /// The release must be refused unless `machine` is proven to be the node's own.
+    pub require_identity: bool,
+}
+
+/// Progress that must survive a new leader and the deletion of the Node object: a
+/// released node whose machine still has to be powered back on. Kept in the cluster
+/// by the executor (see `cluster::records`); `None` clears it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReleaseRecord {
+    pub released_at: SystemTime,
+    pub mode: ReleaseMode,
+    pub power_on_pending: bool,
 }
 
 /// One effect.
@@ -30,9 +56,16 @@ pub enum Action {
     /// must re-read the node and refuse if it is Ready again or changed identity.
     Release {
         node: String,
-        mode: ReleaseMode,
-        delete_volume_attachments: bool,
+        plan: ReleasePlan,
         proof: OffProof,
+    },
+    /// Check whether a released node's pods are gone and its volumes detached
+    /// (answer with `Engine::drain_checked`); gates `power_on_after_fence`.
+    CheckDrained { node: String },
+    /// Store (or, with `None`, clear) the node's [`ReleaseRecord`] in the cluster.
+    Record {
+        node: String,
+        record: Option<ReleaseRecord>,
     },
     /// Remove the out-of-service taint nodefence added (answer with `Engine::taint_removed`).
     RemoveTaint { node: String },
@@ -48,7 +81,9 @@ impl Action {
             | Action::PowerOff { node, .. }
             | Action::PowerOn { node }
             | Action::Release { node, .. }
-            | Action::RemoveTaint { node } => Some(node),
+            | Action::RemoveTaint { node }
+            | Action::CheckDrained { node }
+            | Action::Record { node, .. } => Some(node),
             Action::Notify(n) => n.node.as_deref(),
         }
     }
@@ -61,6 +96,7 @@ impl Action {
                 | Action::PowerOn { .. }
                 | Action::Release { .. }
                 | Action::RemoveTaint { .. }
+                | Action::Record { .. }
         )
     }
 }
@@ -82,6 +118,10 @@ pub enum Reason {
     MachineStillOn,
     PoweringOff,
     PowerOffFailed,
+    PowerOnFailed,
+    IdentityMismatch,
+    IdentityUnproven,
+    PodsForceDeleted,
     ConfirmedOff,
     Releasing,
     Released,
@@ -106,6 +146,10 @@ impl Reason {
             Reason::MachineStillOn => "MachineStillOn",
             Reason::PoweringOff => "PoweringOff",
             Reason::PowerOffFailed => "PowerOffFailed",
+            Reason::PowerOnFailed => "PowerOnFailed",
+            Reason::IdentityMismatch => "IdentityMismatch",
+            Reason::IdentityUnproven => "IdentityUnproven",
+            Reason::PodsForceDeleted => "PodsForceDeleted",
             Reason::ConfirmedOff => "ConfirmedOff",
             Reason::Releasing => "Releasing",
             Reason::Released => "Released",

@@ -5,6 +5,8 @@
 
 use std::time::{Duration, SystemTime};
 
+use crate::identity::NodeIdentity;
+
 /// The node's Ready condition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Readiness {
@@ -54,6 +56,9 @@ pub struct NodeFacts {
     pub in_inventory: bool,
     /// The out-of-service taint nodefence added is on the node.
     pub our_taint: bool,
+    /// Which machine the node says it runs on (SMBIOS UUID, provider ID), for the
+    /// identity cross-check.
+    pub identity: NodeIdentity,
 }
 
 impl NodeFacts {
@@ -69,6 +74,7 @@ impl NodeFacts {
             cordoned: false,
             in_inventory: true,
             our_taint: false,
+            identity: NodeIdentity::default(),
         }
     }
 

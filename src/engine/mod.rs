@@ -9,13 +9,20 @@
 //! [`OffProof`]: `confirm_readings` consecutive Off readings, every one taken after the
 //! node's last sign of life (Ready transition or Lease renewal, whichever is later).
 //! Errors, transitional and unknown states, contradicting readings and newer signs of
-//! life all reset the proof. The executor re-checks leadership and re-reads the node
-//! before it acts on a `Release`.
+//! life all reset the proof. The power source must be proven to control the node's
+//! own machine ([`crate::identity`]): a mismatch blocks every release and power-off,
+//! an unknown identity does too under `require_identity`. The executor re-checks
+//! leadership and re-reads the node before it acts on a `Release`.
+//!
+//! Policies: the cluster's, and per node (groups and inventory entries override it
+//! key by key); the cluster-wide gates (storm protection, rate limits) use the
+//! cluster's.
 //!
 //! Layout: [`policy`] (settings), [`facts`] (what the cluster says), [`node`] (one
 //! node's state machine), [`action`] (effects and notices).
 
 pub mod action;
+mod decide;
 pub mod facts;
 pub mod node;
 pub mod policy;
@@ -26,18 +33,23 @@ mod tests;
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-pub use action::{Action, Notice, OffProof, Reason, Severity};
+pub use action::{Action, Notice, OffProof, Reason, ReleasePlan, ReleaseRecord, Severity};
 pub use facts::{Exclusion, Health, NodeFacts, Readiness};
 pub use node::{Block, NodeState, Phase, PowerOffStatus, PowerOnStatus};
-pub use policy::{MaxUnhealthy, OnPoweredOn, Policy, ReleaseMode};
+pub use policy::{ForceDeletePods, MaxUnhealthy, OnPoweredOn, Policy, ReleaseMode};
 
+use crate::identity::MachineIdentity;
 use crate::power::{PowerError, PowerReading};
-use node::{Gates, Released, backoff};
+use decide::backoff;
+use node::{Gates, Released};
 
 /// All nodes' procedures and the cluster-wide gates.
 #[derive(Debug, Clone)]
 pub struct Engine {
+    /// The cluster's policy: cluster-wide gates, and nodes without their own.
     policy: Policy,
+    /// Nodes whose group or inventory entry overrides the policy.
+    node_policies: BTreeMap<String, Policy>,
     nodes: BTreeMap<String, NodeState>,
     paused: bool,
     storm: bool,
@@ -48,6 +60,7 @@ impl Engine {
     pub fn new(policy: Policy) -> Self {
         Self {
             policy,
+            node_policies: BTreeMap::new(),
             nodes: BTreeMap::new(),
             paused: false,
             storm: false,
@@ -55,8 +68,20 @@ impl Engine {
         }
     }
 
+    /// Per-node policies (resolved from groups and inventory entries); nodes not in
+    /// the map follow the cluster's policy.
+    pub fn with_node_policies(mut self, policies: BTreeMap<String, Policy>) -> Self {
+        self.node_policies = policies;
+        self
+    }
+
     pub fn policy(&self) -> &Policy {
         &self.policy
+    }
+
+    /// The policy that governs `node`.
+    pub fn policy_for(&self, node: &str) -> &Policy {
+        self.node_policies.get(node).unwrap_or(&self.policy)
     }
 
     /// One node's state, for `explain`, metrics and tests.
@@ -80,7 +105,12 @@ impl Engine {
     pub fn observe(&mut self, facts: NodeFacts, now: SystemTime) -> Vec<Action> {
         let name = facts.name.clone();
         match self.nodes.get_mut(&name) {
-            Some(state) => state.facts = facts,
+            Some(state) => {
+                state.facts = facts;
+                if let Phase::Released(rel) = &mut state.phase {
+                    rel.node_gone = false;
+                }
+            }
             None => {
                 self.nodes.insert(name.clone(), NodeState::new(facts, now));
             }
@@ -90,8 +120,21 @@ impl Engine {
 
     /// A Node object was deleted. In delete-node mode that is our own release: the
     /// node re-registers as a fresh healthy node when its machine comes back.
+    ///
+    /// A released node whose machine still has to be powered back on is kept (without
+    /// its Node) until that is done.
     pub fn node_deleted(&mut self, name: &str, now: SystemTime) -> Vec<Action> {
         let mut out = Vec::new();
+        if let Some(state) = self.nodes.get_mut(name)
+            && let Phase::Released(rel) = &mut state.phase
+            && matches!(
+                rel.power_on,
+                PowerOnStatus::Pending | PowerOnStatus::InFlight
+            )
+        {
+            rel.node_gone = true;
+            return self.reevaluate(Some(name), now);
+        }
         if let Some(state) = self.nodes.remove(name)
             && let Phase::Incident(inc) = &state.phase
             && !inc.releasing
@@ -106,6 +149,58 @@ impl Engine {
         out
     }
 
+    /// A release recorded by an earlier leader (see [`ReleaseRecord`]): resumes the
+    /// node as released, with its pending power-on, whether or not its Node exists.
+    /// Nothing is powered off or released again.
+    pub fn resume(&mut self, name: &str, record: &ReleaseRecord, now: SystemTime) -> Vec<Action> {
+        let power_on = if record.power_on_pending {
+            PowerOnStatus::Pending
+        } else {
+            PowerOnStatus::NotWanted
+        };
+        let mut rel = Released::new(record.released_at, power_on);
+        match self.nodes.get_mut(name) {
+            Some(state) => state.phase = Phase::Released(rel),
+            None => {
+                rel.node_gone = true;
+                let mut facts = NodeFacts::ready(name, now);
+                facts.readiness = Readiness::NotReady {
+                    since: record.released_at,
+                };
+                facts.lease_renewed = None;
+                let mut state = NodeState::new(facts, now);
+                state.phase = Phase::Released(rel);
+                self.nodes.insert(name.to_string(), state);
+            }
+        }
+        self.reevaluate(Some(name), now)
+    }
+
+    /// The answer to a [`Action::CheckDrained`]: `Ok(true)` when no pod and no
+    /// VolumeAttachment is left on the node.
+    pub fn drain_checked(
+        &mut self,
+        name: &str,
+        result: Result<bool, String>,
+        now: SystemTime,
+    ) -> Vec<Action> {
+        let interval = self.policy_for(name).on_poll_interval;
+        if let Some(state) = self.nodes.get_mut(name)
+            && let Phase::Released(rel) = &mut state.phase
+        {
+            rel.drain_checks.in_flight = false;
+            match result {
+                Ok(true) => rel.drained = true,
+                Ok(false) => rel.drain_checks.next_at = Some(now + interval),
+                Err(_) => {
+                    rel.drain_checks.failures += 1;
+                    rel.drain_checks.next_at = Some(now + interval);
+                }
+            }
+        }
+        self.reevaluate(Some(name), now)
+    }
+
     /// The answer to a [`Action::QueryPower`].
     pub fn power_read(
         &mut self,
@@ -113,8 +208,9 @@ impl Engine {
         result: Result<PowerReading, PowerError>,
         now: SystemTime,
     ) -> Vec<Action> {
-        let confirm_interval = self.policy.confirm_interval;
-        let on_poll = self.policy.on_poll_interval;
+        let policy = self.node_policies.get(name).unwrap_or(&self.policy);
+        let confirm_interval = policy.confirm_interval;
+        let on_poll = policy.on_poll_interval;
         let mut out = Vec::new();
         let Some(state) = self.nodes.get_mut(name) else {
             return out;
@@ -128,7 +224,13 @@ impl Engine {
                         if reading.at > inc.since {
                             inc.off_readings.push(reading.at);
                         }
-                        state.queries.next_at = Some(now + confirm_interval);
+                        // Blocked on identity: no proof is being built, poll gently.
+                        let poll = if matches!(inc.block, Some(node::Block::Identity(_))) {
+                            on_poll.max(confirm_interval)
+                        } else {
+                            confirm_interval
+                        };
+                        state.queries.next_at = Some(now + poll);
                     } else {
                         if !inc.off_readings.is_empty() {
                             out.push(Notice::warning(name, Reason::ContradictingPowerReadings, format!(
@@ -157,8 +259,7 @@ impl Engine {
                 Err(error) => {
                     inc.off_readings.clear();
                     state.queries.failures += 1;
-                    state.queries.next_at =
-                        Some(now + backoff(&self.policy, state.queries.failures));
+                    state.queries.next_at = Some(now + backoff(policy, state.queries.failures));
                     let block = Block::QueryFailing(error.to_string());
                     if inc
                         .block
@@ -178,6 +279,29 @@ impl Engine {
         }
         out.extend(self.reevaluate(Some(name), now));
         out
+    }
+
+    /// Which machine the node's power source controls, read together with the power
+    /// state (before it). A changed identity discards the Off readings taken so far.
+    pub fn machine_identified(
+        &mut self,
+        name: &str,
+        machine: MachineIdentity,
+        now: SystemTime,
+    ) -> Vec<Action> {
+        let Some(state) = self.nodes.get_mut(name) else {
+            return Vec::new();
+        };
+        if state.machine.as_ref() == Some(&machine) {
+            return Vec::new();
+        }
+        if let Phase::Incident(inc) = &mut state.phase
+            && !inc.releasing
+        {
+            inc.off_readings.clear();
+        }
+        state.machine = Some(machine);
+        self.reevaluate(Some(name), now)
     }
 
     /// The answer to a [`Action::PowerOff`].
@@ -220,20 +344,31 @@ impl Engine {
         now: SystemTime,
     ) -> Vec<Action> {
         let mut out = Vec::new();
+        let mut forget = false;
         if let Some(state) = self.nodes.get_mut(name)
             && let Phase::Released(rel) = &mut state.phase
+            && rel.power_on == PowerOnStatus::InFlight
         {
             rel.power_on = match result {
                 Ok(()) => PowerOnStatus::Done,
                 Err(e) => {
                     out.push(Notice::warning(
                         name,
-                        Reason::PowerOffFailed,
-                        format!("power-on command failed: {e}"),
+                        Reason::PowerOnFailed,
+                        format!("power-on command failed: {e}; the machine stays off until a person powers it on"),
                     ));
                     PowerOnStatus::Failed
                 }
             };
+            out.push(Action::Record {
+                node: name.to_string(),
+                record: None,
+            });
+            // A deleted Node re-registers as a fresh node once its machine is back.
+            forget = rel.node_gone;
+        }
+        if forget {
+            self.nodes.remove(name);
         }
         out.extend(self.reevaluate(Some(name), now));
         out
@@ -248,33 +383,39 @@ impl Engine {
         now: SystemTime,
     ) -> Vec<Action> {
         let mut out = Vec::new();
-        let power_on = if self.policy.power_on_after_fence {
+        let power_on = if self.policy_for(name).power_on_after_fence {
             PowerOnStatus::Pending
         } else {
             PowerOnStatus::NotWanted
         };
+        let policy = self.node_policies.get(name).unwrap_or(&self.policy);
         if let Some(state) = self.nodes.get_mut(name)
             && let Phase::Incident(inc) = &mut state.phase
             && inc.releasing
         {
             match result {
                 Ok(()) => {
-                    out.push(Notice::normal(name, Reason::Released, match self.policy.release {
+                    out.push(Notice::normal(name, Reason::Released, match policy.release {
                         ReleaseMode::OutOfServiceTaint => "out-of-service taint added: Kubernetes now force-deletes the node's pods and detaches its volumes",
                         ReleaseMode::DeleteNode => "Node object deleted: its pods and volumes are released",
                     }));
-                    state.phase = Phase::Released(Released {
-                        at: now,
-                        ready_since: None,
-                        removing_taint: false,
-                        power_on,
-                    });
+                    if power_on == PowerOnStatus::Pending {
+                        out.push(Action::Record {
+                            node: name.to_string(),
+                            record: Some(ReleaseRecord {
+                                released_at: now,
+                                mode: policy.release,
+                                power_on_pending: true,
+                            }),
+                        });
+                    }
+                    state.phase = Phase::Released(Released::new(now, power_on));
                     state.queries = Default::default();
                 }
                 Err(reason) => {
                     inc.releasing = false;
                     inc.off_readings.clear();
-                    state.queries.next_at = Some(now + self.policy.confirm_interval);
+                    state.queries.next_at = Some(now + policy.confirm_interval);
                     out.push(Notice::warning(
                         name,
                         Reason::ReleaseFailed,
@@ -305,6 +446,12 @@ impl Engine {
                         Reason::TaintRemoved,
                         "node is Ready again: out-of-service taint removed",
                     ));
+                    if rel.power_on == PowerOnStatus::Pending {
+                        out.push(Action::Record {
+                            node: name.to_string(),
+                            record: None,
+                        });
+                    }
                     state.phase = Phase::Healthy;
                     state.facts.our_taint = false;
                 }
@@ -338,7 +485,7 @@ impl Engine {
     pub fn next_deadline(&self) -> Option<SystemTime> {
         self.nodes
             .values()
-            .filter_map(|n| n.next_deadline(&self.policy))
+            .filter_map(|n| n.next_deadline(self.policy_for(n.name())))
             .min()
     }
 
@@ -352,10 +499,11 @@ impl Engine {
         };
         for name in names {
             let gates = self.gates(now);
+            let policy = self.node_policies.get(&name).unwrap_or(&self.policy);
             let Some(state) = self.nodes.get_mut(&name) else {
                 continue;
             };
-            let actions = state.evaluate(&self.policy, gates, now);
+            let actions = state.evaluate(policy, gates, now);
             if actions.iter().any(|a| matches!(a, Action::PowerOff { .. })) {
                 self.last_power_off = Some(now);
             }
@@ -381,11 +529,14 @@ impl Engine {
     }
 
     fn update_storm(&mut self, now: SystemTime) -> Vec<Action> {
-        let total = self.nodes.len();
-        let unhealthy = self
-            .nodes
-            .values()
-            .filter(|n| n.facts.health(now, self.policy.lease_stale_after) != Health::Healthy)
+        // A node whose Node object nodefence deleted is not part of the cluster now.
+        let present = || self.nodes.values().filter(|n| !n.node_gone());
+        let total = present().count();
+        let unhealthy = present()
+            .filter(|n| {
+                let policy = self.node_policies.get(n.name()).unwrap_or(&self.policy);
+                n.facts.health(now, policy.lease_stale_after) != Health::Healthy
+            })
             .count();
         let storm = self.policy.max_unhealthy.exceeded(unhealthy, total);
         if storm == self.storm {

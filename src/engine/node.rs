@@ -6,11 +6,13 @@
 //! released. While the machine reads On, the node is NotReady for `unhealthy_after`,
 //! and the gates allow it, the machine is powered off and the Off proof starts over.
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
-use super::action::{Action, Notice, OffProof, Reason};
+use super::action::{Action, Notice, Reason};
+use super::decide::{decide_incident, decide_power_on, identity_gate, schedule_query, set_block};
 use super::facts::{Exclusion, Health, NodeFacts};
-use super::policy::{OnPoweredOn, Policy};
+use super::policy::Policy;
+use crate::identity::{IdentityCheck, MachineIdentity};
 use crate::power::{PowerError, PowerState};
 
 /// Cluster-wide conditions a node's decision depends on.
@@ -41,6 +43,9 @@ pub enum Block {
     Undetermined(PowerState),
     /// Power queries fail.
     QueryFailing(String),
+    /// The BMC is not proven to control this node's own machine (a mismatch, or an
+    /// unknown identity with `require_identity`): no release, no power-off.
+    Identity(IdentityCheck),
 }
 
 impl Block {
@@ -74,10 +79,18 @@ impl Block {
             Block::QueryFailing(e) => {
                 format!("the power state cannot be read ({e}); nothing is released")
             }
+            Block::Identity(check @ IdentityCheck::Mismatch { .. }) => format!(
+                "{}: the inventory maps this node to another machine's BMC; nothing is released or powered off until the inventory is fixed",
+                check.describe()
+            ),
+            Block::Identity(check) => format!(
+                "the BMC is not proven to control this node's machine ({}) and require_identity = true: nothing is released or powered off",
+                check.describe()
+            ),
         }
     }
 
-    fn is_warning(&self) -> bool {
+    pub(super) fn is_warning(&self) -> bool {
         !matches!(
             self,
             Block::OnUntil(_) | Block::RateLimited | Block::OnButOnlyLeaseStale
@@ -135,6 +148,27 @@ pub struct Released {
     pub ready_since: Option<SystemTime>,
     pub removing_taint: bool,
     pub power_on: PowerOnStatus,
+    /// The node's pods are gone and no VolumeAttachment names it (checked only while
+    /// a power-on waits for it).
+    pub drained: bool,
+    /// Drain checks (`Action::CheckDrained`) scheduling.
+    pub drain_checks: Queries,
+    /// The Node object is gone (delete-node release); kept until the power-on is done.
+    pub node_gone: bool,
+}
+
+impl Released {
+    pub(crate) fn new(at: SystemTime, power_on: PowerOnStatus) -> Self {
+        Self {
+            at,
+            ready_since: None,
+            removing_taint: false,
+            power_on,
+            drained: false,
+            drain_checks: Queries::default(),
+            node_gone: false,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -158,6 +192,8 @@ pub struct NodeState {
     pub facts: NodeFacts,
     pub phase: Phase,
     pub queries: Queries,
+    /// The machine its power source says it controls (read with the power state).
+    pub machine: Option<MachineIdentity>,
     /// An excluded unhealthy node was announced once.
     excluded_noted: Option<Exclusion>,
 }
@@ -168,12 +204,7 @@ impl NodeState {
     /// in `Released` (waiting for recovery), and nothing is powered off or released again.
     pub fn new(facts: NodeFacts, now: SystemTime) -> Self {
         let phase = if facts.our_taint {
-            Phase::Released(Released {
-                at: now,
-                ready_since: None,
-                removing_taint: false,
-                power_on: PowerOnStatus::NotWanted,
-            })
+            Phase::Released(Released::new(now, PowerOnStatus::NotWanted))
         } else {
             Phase::Healthy
         };
@@ -181,12 +212,18 @@ impl NodeState {
             facts,
             phase,
             queries: Queries::default(),
+            machine: None,
             excluded_noted: None,
         }
     }
 
     pub fn name(&self) -> &str {
         &self.facts.name
+    }
+
+    /// Released by deleting its Node object, which has not re-registered yet.
+    pub fn node_gone(&self) -> bool {
+        matches!(&self.phase, Phase::Released(rel) if rel.node_gone)
     }
 
     pub fn exclusion(&self, policy: &Policy) -> Option<Exclusion> {
@@ -295,8 +332,24 @@ impl NodeState {
                         return out;
                     }
                 }
-                decide_incident(inc, &name, health, policy, gates, now, &mut out);
-                if !inc.releasing && inc.off_readings.len() < policy.confirm_readings as usize {
+                let identity = identity_gate(&self.facts, self.machine.as_ref(), policy);
+                decide_incident(
+                    inc,
+                    &name,
+                    health,
+                    (identity, self.machine.as_ref()),
+                    policy,
+                    gates,
+                    now,
+                    &mut out,
+                );
+                // Blocked on identity: keep reading (identity comes with each reading),
+                // so a fixed mapping or a BMC that starts reporting a UUID is noticed.
+                let identity_blocked = matches!(inc.block, Some(Block::Identity(_)));
+                if !inc.releasing
+                    && (identity_blocked
+                        || inc.off_readings.len() < policy.confirm_readings as usize)
+                {
                     schedule_query(&mut self.queries, &name, now, &mut out);
                 }
             }
@@ -323,16 +376,8 @@ impl NodeState {
                 }
                 if let Phase::Released(rel) = &mut self.phase
                     && rel.power_on == PowerOnStatus::Pending
-                    && !gates.paused
-                    && now.duration_since(rel.at).unwrap_or_default() >= policy.release_timeout
                 {
-                    rel.power_on = PowerOnStatus::InFlight;
-                    out.push(Notice::normal(
-                        &name,
-                        Reason::PoweringOn,
-                        "release done; powering the machine back on",
-                    ));
-                    out.push(Action::PowerOn { node: name.clone() });
+                    decide_power_on(rel, &name, policy, gates, now, &mut out);
                 }
             }
         }
@@ -369,175 +414,12 @@ impl NodeState {
                 consider(rel.ready_since.map(|r| r + policy.recovered_after));
                 if rel.power_on == PowerOnStatus::Pending {
                     consider(Some(rel.at + policy.release_timeout));
+                    if !rel.drain_checks.in_flight {
+                        consider(rel.drain_checks.next_at);
+                    }
                 }
             }
         }
         t
     }
-}
-
-fn set_block(inc: &mut Incident, block: Block, name: &str, out: &mut Vec<Action>) {
-    if inc.block.as_ref() != Some(&block) {
-        if block.is_warning() {
-            out.push(Notice::warning(name, Reason::Blocked, block.describe()));
-        } else if matches!(block, Block::OnUntil(_)) {
-            out.push(Notice::warning(
-                name,
-                Reason::MachineStillOn,
-                block.describe(),
-            ));
-        }
-        inc.block = Some(block);
-    }
-}
-
-fn schedule_query(q: &mut Queries, _name: &str, now: SystemTime, out: &mut Vec<Action>) {
-    if q.in_flight {
-        return;
-    }
-    if q.next_at.is_none_or(|t| t <= now) {
-        q.in_flight = true;
-        q.next_at = None;
-        out.push(Action::QueryPower {
-            node: _name.to_string(),
-        });
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn decide_incident(
-    inc: &mut Incident,
-    name: &str,
-    health: Health,
-    policy: &Policy,
-    gates: Gates,
-    now: SystemTime,
-    out: &mut Vec<Action>,
-) {
-    if inc.releasing {
-        return;
-    }
-    let proven = inc.off_readings.len() >= policy.confirm_readings.max(1) as usize
-        && inc.off_readings.iter().all(|t| *t > inc.since);
-    if proven {
-        if gates.paused {
-            set_block(inc, Block::Paused, name, out);
-            return;
-        }
-        let due = match health {
-            Health::NotReady {
-                not_ready_since, ..
-            } => {
-                now.duration_since(not_ready_since).unwrap_or_default() >= policy.release_off_after
-            }
-            Health::LeaseStale { .. } => policy.lease_stale_after.is_some(),
-            Health::Healthy => false,
-        };
-        if !due {
-            return;
-        }
-        inc.releasing = true;
-        inc.block = None;
-        let mode = match policy.release {
-            super::policy::ReleaseMode::OutOfServiceTaint => "adding the out-of-service taint",
-            super::policy::ReleaseMode::DeleteNode => "deleting the Node object",
-        };
-        out.push(Notice::normal(name, Reason::ConfirmedOff, format!(
-            "the machine is confirmed Off ({} consecutive readings since its last sign of life); {mode}",
-            inc.off_readings.len()
-        )));
-        out.push(Action::Release {
-            node: name.to_string(),
-            mode: policy.release,
-            delete_volume_attachments: policy.delete_volume_attachments,
-            proof: OffProof {
-                last_sign_of_life: inc.since,
-                readings: inc.off_readings.clone(),
-            },
-        });
-        return;
-    }
-    let Some((read_at, state)) = inc.last_state.clone() else {
-        return;
-    };
-    if read_at <= inc.since || inc.last_error.as_ref().is_some_and(|(t, _)| *t > read_at) {
-        return;
-    }
-    match state {
-        PowerState::Off => {}
-        PowerState::On | PowerState::Paused => {
-            consider_power_off(inc, name, health, policy, gates, now, out)
-        }
-        other => set_block(inc, Block::Undetermined(other), name, out),
-    }
-}
-
-fn consider_power_off(
-    inc: &mut Incident,
-    name: &str,
-    health: Health,
-    policy: &Policy,
-    gates: Gates,
-    now: SystemTime,
-    out: &mut Vec<Action>,
-) {
-    let Health::NotReady {
-        not_ready_since, ..
-    } = health
-    else {
-        set_block(inc, Block::OnButOnlyLeaseStale, name, out);
-        return;
-    };
-    let at = not_ready_since + policy.unhealthy_after;
-    if now < at {
-        set_block(inc, Block::OnUntil(at), name, out);
-        return;
-    }
-    if policy.on_powered_on == OnPoweredOn::Wait {
-        set_block(inc, Block::OnAndPolicyWaits, name, out);
-        return;
-    }
-    if gates.paused {
-        set_block(inc, Block::Paused, name, out);
-        return;
-    }
-    if gates.storm {
-        set_block(inc, Block::Storm, name, out);
-        return;
-    }
-    let attempt = match inc.power_off {
-        PowerOffStatus::InFlight { .. } => return,
-        PowerOffStatus::NotSent => 1,
-        PowerOffStatus::Sent { at, attempt } | PowerOffStatus::Failed { at, attempt } => {
-            if now.duration_since(at).unwrap_or_default() < policy.power_off_retry_after {
-                return;
-            }
-            if attempt >= policy.max_power_off_attempts {
-                set_block(inc, Block::PowerOffAttemptsExhausted(attempt), name, out);
-                return;
-            }
-            attempt + 1
-        }
-    };
-    if !gates.power_off_slot {
-        set_block(inc, Block::RateLimited, name, out);
-        return;
-    }
-    inc.power_off = PowerOffStatus::InFlight { attempt };
-    inc.block = None;
-    out.push(Notice::warning(name, Reason::PoweringOff, format!(
-        "the machine is still On and the node has been NotReady since {}: forcing power off (attempt {attempt})",
-        humantime::format_rfc3339_seconds(not_ready_since)
-    )));
-    out.push(Action::PowerOff {
-        node: name.to_string(),
-        attempt,
-    });
-}
-
-/// Delay before the next power query after `failures` consecutive failures.
-pub(crate) fn backoff(policy: &Policy, failures: u32) -> Duration {
-    let base = policy.confirm_interval.max(Duration::from_millis(100));
-    let factor = 1u32 << failures.min(16);
-    (base * factor).min(policy.max_query_backoff)
 }

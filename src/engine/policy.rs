@@ -27,6 +27,31 @@ pub enum ReleaseMode {
     DeleteNode,
 }
 
+/// When nodefence force-deletes (grace period 0) the pods of a released node itself.
+///
+/// With the out-of-service taint, PodGC force-deletes the pods of a node that is
+/// NotReady. A node released on the Lease fast path is still Ready in the API, so
+/// PodGC leaves its pods alone: nodefence deletes them, or the replacement pods
+/// would wait for NotReady. On clusters without non-graceful node shutdown, `Always`
+/// (with `delete_volume_attachments`) is the forced-deletion fallback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForceDeletePods {
+    Never,
+    /// Only when released before the node turned NotReady (the Lease fast path).
+    FastPath,
+    Always,
+}
+
+impl ForceDeletePods {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ForceDeletePods::Never => "never",
+            ForceDeletePods::FastPath => "fast-path",
+            ForceDeletePods::Always => "always",
+        }
+    }
+}
+
 /// Upper bound of nodes unhealthy at once before storm protection engages.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum MaxUnhealthy {
@@ -58,8 +83,12 @@ pub struct Policy {
     pub unhealthy_after: Duration,
     pub on_powered_on: OnPoweredOn,
     pub release: ReleaseMode,
-    /// With `DeleteNode`: also delete the node's VolumeAttachments.
+    /// Also delete the node's VolumeAttachments once it is released (with
+    /// `DeleteNode`, so CSI volumes need not wait for the 6-minute force detach; with
+    /// the taint, as part of the forced-deletion fallback for older clusters).
     pub delete_volume_attachments: bool,
+    /// Force-delete the released node's pods (grace period 0).
+    pub force_delete_pods: ForceDeletePods,
     /// Consecutive Off readings (all newer than the node's last sign of life) that
     /// prove the machine is off.
     pub confirm_readings: u32,
@@ -93,6 +122,9 @@ pub struct Policy {
     pub release_timeout: Duration,
     /// Remove our taint once the node has been Ready again this long.
     pub recovered_after: Duration,
+    /// Release or power off only when the BMC is proven to control this node's own
+    /// machine (identity cross-check).
+    pub require_identity: bool,
 }
 
 impl Default for Policy {
@@ -103,6 +135,7 @@ impl Default for Policy {
             on_powered_on: OnPoweredOn::PowerOff,
             release: ReleaseMode::OutOfServiceTaint,
             delete_volume_attachments: false,
+            force_delete_pods: ForceDeletePods::FastPath,
             confirm_readings: 3,
             confirm_interval: Duration::from_secs(1),
             lease_stale_after: Some(Duration::from_secs(25)),
@@ -118,6 +151,7 @@ impl Default for Policy {
             power_on_after_fence: false,
             release_timeout: Duration::from_secs(300),
             recovered_after: Duration::from_secs(30),
+            require_identity: true,
         }
     }
 }

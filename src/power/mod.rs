@@ -18,6 +18,8 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 
+use crate::identity::MachineIdentity;
+
 /// The power state of one machine, as its out-of-band source reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PowerState {
@@ -171,6 +173,17 @@ pub trait PowerDriver: Send + Sync {
     /// Requests a one-shot hardware reset. Fencing never uses this: its off phase cannot
     /// be observed. [`confirm::execute`] reboots as off, confirm off, on, confirm on.
     async fn reboot(&self) -> Result<(), PowerError>;
+    /// Which machine this source controls, for the identity cross-check
+    /// ([`crate::identity::check`]). Sources that cannot tell return
+    /// [`MachineIdentity::Unavailable`]. Drivers answer from what they already read
+    /// when they can (Redfish: the ComputerSystem of the last power reading), so this
+    /// is cheap after the first call.
+    async fn machine_identity(&self) -> Result<MachineIdentity, PowerError> {
+        Ok(MachineIdentity::Unavailable(format!(
+            "driver {} cannot report the machine's identity",
+            self.driver_name()
+        )))
+    }
     /// Releases server-side resources (a Redfish session). Best effort.
     async fn close(&self) {}
 }

@@ -3,6 +3,9 @@
 //! HTTP clients are shared between BMCs with the same TLS profile, so connections and
 //! TLS sessions are pooled per host and a 500-node inventory does not build 500 TLS
 //! stacks. One semaphore bounds the requests in flight towards all BMCs together.
+//!
+//! This is the one place drivers are built from the inventory, so it is where a
+//! credential whose Kubernetes Secret has not been read yet is turned away.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -39,8 +42,19 @@ impl DriverFactory {
         }
     }
 
-    /// A driver for `node`, or an error that names what is missing.
+    /// A driver for `node`, or an error that names what is missing. A credential
+    /// still waiting for its Kubernetes Secret is refused: no BMC is ever sent an
+    /// empty password.
     pub fn driver(&self, node: &NodeTarget) -> Result<Arc<dyn PowerDriver>, PowerError> {
+        if let Some(secret) = node.pending_secret() {
+            return Err(PowerError::config(format!(
+                "node {}: the BMC password is in {secret}, which has not been read: that \
+                 needs cluster access (`nodefence run` reads it at start-up; `status` and \
+                 `fence` read it through --kubeconfig and --namespace), and nodefence must \
+                 be allowed to get it",
+                node.name
+            )));
+        }
         match &node.power {
             PowerSource::Redfish(target) => {
                 let client = self.client(&ClientProfile {

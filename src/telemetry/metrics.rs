@@ -10,7 +10,8 @@
 //!   (`redfish`, `PowerQueryFailed`), and at most [`MAX_DRIVERS`] / [`MAX_REASONS`]
 //!   distinct values; anything else is `unknown`;
 //! - node names appear only in `nodefence_bmc_monitor_failures` (one series per
-//!   inventory node; [`Metrics::forget_bmc`] drops a node that left it).
+//!   inventory node) and `nodefence_bmc_identity` (three per inventory node);
+//!   [`Metrics::forget_bmc`] drops a node that left the inventory.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
@@ -52,6 +53,7 @@ const POWER_ACTIONS: [&str; 2] = ["off", "on"];
 const COMMAND_RESULTS: [&str; 2] = ["ok", "error"];
 const RELEASE_MODES: [&str; 3] = ["out-of-service-taint", "delete-node", "untaint"];
 const RELEASE_RESULTS: [&str; 4] = ["ok", "refused", "conflict", "api_error"];
+const IDENTITY_RESULTS: [&str; 3] = ["match", "mismatch", "unknown"];
 
 /// BMC round trips: a healthy Redfish answers in 50–500 ms, a loaded iLO in seconds,
 /// and the request timeout caps it at tens of seconds.
@@ -100,6 +102,12 @@ struct NoticeLabels {
 struct BmcLabels {
     node: String,
     driver: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct IdentityLabels {
+    node: String,
+    result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -237,6 +245,7 @@ pub struct Metrics {
     bmc_failing: Family<BmcLabels, Gauge>,
     /// node → driver of its `nodefence_bmc_monitor_failures` series.
     bmc_drivers: Mutex<HashMap<String, String>>,
+    bmc_identity: Family<IdentityLabels, Gauge>,
     drivers: OpenLabel,
     reasons: OpenLabel,
     rejections: Rejections,
@@ -346,6 +355,13 @@ impl Metrics {
             bmc_failing.clone(),
         );
 
+        let bmc_identity = Family::<IdentityLabels, Gauge>::default();
+        registry.register(
+            "bmc_identity",
+            "Latest identity cross-check of the node's power source against its systemUUID: 1 on the current result (match, mismatch = the inventory points this node at another machine, unknown = nothing proven), 0 on the others",
+            bmc_identity.clone(),
+        );
+
         registry.register(
             "build",
             "nodefence build information",
@@ -369,6 +385,7 @@ impl Metrics {
             paused,
             bmc_failing,
             bmc_drivers: Mutex::new(HashMap::new()),
+            bmc_identity,
             drivers: OpenLabel::new("driver", MAX_DRIVERS, valid_driver),
             reasons: OpenLabel::new("reason", MAX_REASONS, valid_reason),
             rejections: Rejections::default(),
@@ -520,14 +537,35 @@ impl Metrics {
             .set(flag(failing));
     }
 
-    /// Drops `node`'s `nodefence_bmc_monitor_failures` series (the node left the
-    /// inventory or the cluster).
+    /// Drops `node`'s `nodefence_bmc_monitor_failures` and `nodefence_bmc_identity`
+    /// series (the node left the inventory or the cluster).
     pub fn forget_bmc(&self, node: &str) {
         if let Some(driver) = lock(&self.bmc_drivers).remove(node) {
             self.bmc_failing.remove(&BmcLabels {
                 node: node.to_string(),
                 driver,
             });
+        }
+        for result in IDENTITY_RESULTS {
+            self.bmc_identity.remove(&IdentityLabels {
+                node: node.to_string(),
+                result,
+            });
+        }
+    }
+
+    /// `nodefence_bmc_identity{node, result}`: 1 on `result` (`match` | `mismatch` |
+    /// `unknown`, see [`crate::identity::IdentityCheck::label`]), 0 on the other two,
+    /// so an alert on `{result="mismatch"} == 1` sees the series before and after.
+    pub fn set_bmc_identity(&self, node: &str, result: &str) {
+        let current = self.closed("result", result, &IDENTITY_RESULTS);
+        for result in IDENTITY_RESULTS {
+            self.bmc_identity
+                .get_or_create(&IdentityLabels {
+                    node: node.to_string(),
+                    result,
+                })
+                .set(flag(result == current));
         }
     }
 

@@ -26,6 +26,7 @@
 //! | `nodefence_is_leader` | gauge 0/1 | | This replica holds the Lease. Alert on `sum(nodefence_is_leader) != 1 for 5m`: no leader means nobody fences. |
 //! | `nodefence_paused` | gauge 0/1 | | Fencing paused by an operator. Alert on `== 1 for 4h`: a maintenance pause that was forgotten. |
 //! | `nodefence_bmc_monitor_failures` | gauge 0/1 | `node`, `driver` | The background BMC check cannot read this node's power state. Alert on `== 1 for 30m`: when this node dies it cannot be fenced; fix the BMC or its credentials now, not during the outage. |
+//! | `nodefence_bmc_identity` | gauge 0/1 | `node`, `result` (`match`, `mismatch`, `unknown`) | 1 on the current result of the BMC identity cross-check. Alert on `result="mismatch" == 1` at once: the inventory maps the node to another machine's BMC and nodefence will never fence it; fix the inventory. `unknown` with `require_identity` blocks fencing too. |
 //! | `nodefence_build_info` | info | `version` | 1; for dashboards and for spotting mixed versions during rollouts. |
 //!
 //! Label values outside a metric's documented set are recorded as `unknown` (and

@@ -1,5 +1,8 @@
-//! Shared helpers for integration tests: targets and drivers aimed at a mock BMC.
+//! Shared helpers for integration tests: targets and drivers aimed at a mock BMC, and
+//! ([`world`]) the end-to-end harness (fake-kube, simulation, mock BMC, daemon replicas).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+pub mod world;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -77,6 +80,7 @@ pub fn driver(target: &RedfishTarget) -> Arc<dyn PowerDriver> {
             name: "worker-1".into(),
             group: None,
             power: PowerSource::Redfish(target.clone()),
+            policy: Default::default(),
         })
         .unwrap()
 }

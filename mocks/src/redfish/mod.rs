@@ -48,4 +48,4 @@ pub use model::{MockPower, ParsePowerError, SystemSpec};
 pub use profile::{ParseProfileError, Profile, ResetResponse};
 pub use server::{DEFAULT_PASSWORD, DEFAULT_USERNAME, MockRedfish, MockRedfishHandle, StartError};
 pub use sessions::AuthKind;
-pub use state::{RequestRecord, ResetRecord, SystemInfo, UnknownSystem};
+pub use state::{RequestRecord, ResetRecord, SystemInfo, TimedRequest, TimedReset, UnknownSystem};

@@ -224,6 +224,7 @@ fn reset(shared: &Shared, inner: &mut Inner, id: &str, body: &[u8]) -> Reply {
         system: id.to_owned(),
         reset_type: reset_type.clone(),
     });
+    inner.reset_times.push(Instant::now());
     let lie = inner.faults.lie_on_after_off;
     let refuse_when_off = inner.faults.reject_reset_when_off;
     let Some(system) = inner.system_mut(id) else {

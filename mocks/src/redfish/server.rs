@@ -19,7 +19,9 @@ use super::faults::Fault;
 use super::model::{MockPower, SystemSpec, SystemState};
 use super::profile::{Profile, ResetResponse};
 use super::service;
-use super::state::{Config, RequestRecord, ResetRecord, Shared, SystemInfo, UnknownSystem};
+use super::state::{
+    Config, RequestRecord, ResetRecord, Shared, SystemInfo, TimedRequest, TimedReset, UnknownSystem,
+};
 use crate::tls::{TlsError, TlsMaterial, base_url, generate_material};
 
 /// Credentials used when [`MockRedfish::credentials`] is not called.
@@ -339,9 +341,19 @@ impl MockRedfishHandle {
         self.shared.resets()
     }
 
+    /// [`Self::reset_log`] with the moment each Reset was received.
+    pub fn timed_resets(&self) -> Vec<TimedReset> {
+        self.shared.timed_resets()
+    }
+
     /// Every `/redfish` request received, oldest first.
     pub fn request_log(&self) -> Vec<RequestRecord> {
         self.shared.requests()
+    }
+
+    /// [`Self::request_log`] with when each request arrived and was answered.
+    pub fn timed_request_log(&self) -> Vec<TimedRequest> {
+        self.shared.timed_requests()
     }
 
     /// Empties the reset and request logs.

@@ -40,6 +40,24 @@ pub struct ResetRecord {
     pub reset_type: String,
 }
 
+/// A [`ResetRecord`] with the moment the mock received it (tests measure the
+/// spacing of power commands with it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimedReset {
+    pub system: String,
+    pub reset_type: String,
+    pub at: Instant,
+}
+
+/// A [`RequestRecord`] with when it arrived and when it was answered (`None`: not
+/// answered, or not yet).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimedRequest {
+    pub record: RequestRecord,
+    pub received: Instant,
+    pub answered: Option<Instant>,
+}
+
 /// A system as the admin API and [`MockRedfishHandle::systems`](super::MockRedfishHandle::systems)
 /// show it: its real state, not what a faulty GET would report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,7 +94,9 @@ pub(crate) struct Inner {
     pub(crate) faults: FaultSet,
     pub(crate) sessions: SessionStore,
     pub(crate) resets: Vec<ResetRecord>,
-    requests: Vec<(u64, RequestRecord)>,
+    /// When each entry of `resets` was received.
+    pub(crate) reset_times: Vec<Instant>,
+    requests: Vec<(u64, RequestRecord, Instant, Option<Instant>)>,
     next_request: u64,
     pub(crate) tasks: TaskStore,
 }
@@ -174,17 +194,44 @@ impl Shared {
         self.lock().resets.clone()
     }
 
+    pub(crate) fn timed_resets(&self) -> Vec<TimedReset> {
+        let inner = self.lock();
+        inner
+            .resets
+            .iter()
+            .zip(&inner.reset_times)
+            .map(|(r, at)| TimedReset {
+                system: r.system.clone(),
+                reset_type: r.reset_type.clone(),
+                at: *at,
+            })
+            .collect()
+    }
+
     pub(crate) fn requests(&self) -> Vec<RequestRecord> {
         self.lock()
             .requests
             .iter()
-            .map(|(_, r)| r.clone())
+            .map(|(_, r, _, _)| r.clone())
+            .collect()
+    }
+
+    pub(crate) fn timed_requests(&self) -> Vec<TimedRequest> {
+        self.lock()
+            .requests
+            .iter()
+            .map(|(_, r, received, answered)| TimedRequest {
+                record: r.clone(),
+                received: *received,
+                answered: *answered,
+            })
             .collect()
     }
 
     pub(crate) fn clear_logs(&self) {
         let mut inner = self.lock();
         inner.resets.clear();
+        inner.reset_times.clear();
         inner.requests.clear();
     }
 
@@ -209,6 +256,8 @@ impl Shared {
                 auth,
                 status: None,
             },
+            Instant::now(),
+            None,
         ));
         key
     }
@@ -216,8 +265,11 @@ impl Shared {
     /// Records the status a logged request was answered with.
     pub(crate) fn finish_request(&self, key: u64, status: u16) {
         let mut inner = self.lock();
-        if let Some((_, record)) = inner.requests.iter_mut().rev().find(|(k, _)| *k == key) {
+        if let Some((_, record, _, answered)) =
+            inner.requests.iter_mut().rev().find(|(k, ..)| *k == key)
+        {
             record.status = Some(status);
+            *answered = Some(Instant::now());
         }
     }
 }

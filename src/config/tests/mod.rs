@@ -6,7 +6,9 @@
 mod agent_file;
 mod checks;
 mod errors;
+mod policy;
 mod resolution;
+mod secret_refs;
 mod secrets;
 mod warnings;
 

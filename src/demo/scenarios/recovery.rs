@@ -28,6 +28,9 @@ pub async fn run(ctx: &Ctx<'_>, out: &mut Outcome, carry: &mut Carry) -> Result<
         format!("{victim} was fenced: its machine is Off and it carries the out-of-service taint,"),
         "so no pod may run there. Its power comes back.".to_string(),
     ]);
+    // Released on the Lease fast path, the Node never turned NotReady: it is "Ready
+    // again" as soon as its kubelet runs.
+    let still_ready = world.node_ready(&victim);
     let mark = world.reset_mark();
     let t0 = SystemTime::now();
     ctx.story.begin(t0);
@@ -38,7 +41,9 @@ pub async fn run(ctx: &Ctx<'_>, out: &mut Outcome, carry: &mut Carry) -> Result<
 
     let ready = ctx
         .wait_step("Ready node", Duration::from_secs(120), t0, |s| {
-            s.node == victim && s.is_sim(SimEventKind::NodeReady)
+            s.node == victim
+                && (s.is_sim(SimEventKind::NodeReady)
+                    || (still_ready && s.is_sim(SimEventKind::KubeletStarted)))
         })
         .await?;
     let removed = ctx

@@ -6,13 +6,17 @@
 //! the system advertises, with a ResetType chosen from what it allows ([`reset`]).
 //! A 202 reply is followed through its task monitor. Nothing here claims a command
 //! worked: [`crate::power::confirm`] reads the state back.
+//!
+//! The machine's identity (for [`crate::identity`]) is the ComputerSystem's `UUID`,
+//! remembered from every GET of the system (so power readings keep it fresh) and kept
+//! with the discovered system: whatever re-discovers the system forgets it.
 
 pub mod model;
 pub mod reply;
 pub mod reset;
 pub mod transport;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
@@ -26,6 +30,7 @@ use self::reply::Reply;
 use self::reset::Advertised;
 use self::transport::Transport;
 use crate::config::RedfishTarget;
+use crate::identity::MachineIdentity;
 use crate::power::{PowerAction, PowerDriver, PowerError, PowerReading, PowerState};
 
 /// Pause between task-monitor polls when the BMC gives no Retry-After.
@@ -35,7 +40,39 @@ const TASK_POLL: Duration = Duration::from_millis(500);
 pub struct RedfishDriver {
     transport: Transport,
     system_id: Option<String>,
-    system_uri: OnceCell<String>,
+    system: OnceCell<Discovered>,
+}
+
+/// The system discovery found, and what the latest GET of it said about its identity.
+/// Identity lives here so that a new discovery starts without a stale one.
+#[derive(Debug)]
+struct Discovered {
+    uri: String,
+    /// `None` until the system was read once; then its `UUID` (`None`: absent, null
+    /// or empty; non-strings as their JSON text, which the identity check rejects).
+    uuid: Mutex<Option<Option<String>>>,
+}
+
+impl Discovered {
+    fn new(uri: String) -> Self {
+        Self {
+            uri,
+            uuid: Mutex::new(None),
+        }
+    }
+
+    fn remember_uuid(&self, raw: Option<&Value>) {
+        let uuid = match raw {
+            Some(Value::String(s)) => Some(s.trim().to_string()).filter(|s| !s.is_empty()),
+            Some(Value::Null) | None => None,
+            Some(other) => Some(other.to_string()),
+        };
+        *self.uuid.lock().unwrap_or_else(|e| e.into_inner()) = Some(uuid);
+    }
+
+    fn known_uuid(&self) -> Option<Option<String>> {
+        self.uuid.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
 }
 
 impl RedfishDriver {
@@ -52,16 +89,20 @@ impl RedfishDriver {
                 limiter,
             ),
             system_id: target.system_id.clone(),
-            system_uri: OnceCell::new(),
+            system: OnceCell::new(),
         }
+    }
+
+    /// The ComputerSystem, discovered once.
+    async fn discovered(&self, deadline: Instant) -> Result<&Discovered, PowerError> {
+        self.system
+            .get_or_try_init(|| async { self.discover_system(deadline).await.map(Discovered::new) })
+            .await
     }
 
     /// The ComputerSystem's URI, discovered once.
     async fn system_uri(&self, deadline: Instant) -> Result<&str, PowerError> {
-        self.system_uri
-            .get_or_try_init(|| self.discover_system(deadline))
-            .await
-            .map(String::as_str)
+        Ok(self.discovered(deadline).await?.uri.as_str())
     }
 
     async fn discover_system(&self, deadline: Instant) -> Result<String, PowerError> {
@@ -80,14 +121,23 @@ impl RedfishDriver {
         pick_system(&members, self.system_id.as_deref()).map(str::to_string)
     }
 
+    /// GETs the ComputerSystem, remembering its UUID.
     async fn system(&self, deadline: Instant) -> Result<ComputerSystem, PowerError> {
-        let uri = self.system_uri(deadline).await?;
-        self.transport.get_json(uri, deadline).await
+        let discovered = self.discovered(deadline).await?;
+        let system: ComputerSystem = self.transport.get_json(&discovered.uri, deadline).await?;
+        discovered.remember_uuid(system.uuid.as_ref());
+        Ok(system)
     }
 
-    /// The system's SMBIOS UUID as the BMC reports it, if any.
+    /// The system's SMBIOS UUID as the BMC reported it in the latest GET of the system
+    /// (`None`: absent, null or empty). Network I/O only when the system has not been
+    /// read yet (no power reading so far): then discovery and one GET.
     pub async fn system_uuid(&self) -> Result<Option<String>, PowerError> {
-        Ok(self.system(self.transport.deadline()).await?.uuid)
+        if let Some(known) = self.system.get().and_then(Discovered::known_uuid) {
+            return Ok(known);
+        }
+        self.system(self.transport.deadline()).await?;
+        Ok(self.system.get().and_then(Discovered::known_uuid).flatten())
     }
 
     /// Sends the Reset for `action`; for a reboot without ForceRestart/PowerCycle, sends
@@ -247,6 +297,13 @@ impl PowerDriver for RedfishDriver {
         self.reset(PowerAction::Reboot).await
     }
 
+    async fn machine_identity(&self) -> Result<MachineIdentity, PowerError> {
+        Ok(match self.system_uuid().await? {
+            Some(uuid) => MachineIdentity::Uuid(uuid),
+            None => MachineIdentity::Unavailable("the BMC's ComputerSystem has no UUID".into()),
+        })
+    }
+
     async fn close(&self) {
         self.transport.close().await;
     }
@@ -368,6 +425,33 @@ mod tests {
             assert_eq!(got, want, "{raw:?}");
             assert_eq!(got.is_off(), want == PowerState::Off);
         }
+    }
+
+    #[test]
+    fn odd_uuid_values_never_spoil_a_reading_and_are_remembered_as_sent() {
+        let system: ComputerSystem = serde_json::from_value(serde_json::json!({
+            "PowerState": "Off", "UUID": 123
+        }))
+        .expect("a numeric UUID does not fail the ComputerSystem");
+        assert_eq!(
+            map_power_state(system.power_state.as_ref()),
+            PowerState::Off
+        );
+        let d = Discovered::new("/redfish/v1/Systems/1".into());
+        assert_eq!(d.known_uuid(), None, "not read yet");
+        d.remember_uuid(system.uuid.as_ref());
+        assert_eq!(d.known_uuid(), Some(Some("123".into())));
+        for empty in [None, Some(Value::Null), Some(Value::String("  ".into()))] {
+            d.remember_uuid(empty.as_ref());
+            assert_eq!(d.known_uuid(), Some(None), "{empty:?}");
+        }
+        d.remember_uuid(Some(&Value::String(
+            " 4C4C4544-0031-3510-8052-B2C04F503131 ".into(),
+        )));
+        assert_eq!(
+            d.known_uuid(),
+            Some(Some("4C4C4544-0031-3510-8052-B2C04F503131".into()))
+        );
     }
 
     #[test]

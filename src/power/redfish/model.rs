@@ -45,8 +45,9 @@ pub struct ComputerSystem {
     /// Kept raw: absent, null or a vendor string must stay distinguishable.
     #[serde(rename = "PowerState")]
     pub power_state: Option<Value>,
+    /// Kept raw: a null or non-string UUID must not spoil a power reading.
     #[serde(rename = "UUID")]
-    pub uuid: Option<String>,
+    pub uuid: Option<Value>,
     #[serde(rename = "Actions")]
     pub actions: Option<SystemActions>,
 }

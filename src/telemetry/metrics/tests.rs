@@ -68,6 +68,7 @@ fn every_family_is_declared_with_its_type_and_unit() {
     m.power_command("redfish", "off", "ok");
     m.notice("Released", false);
     m.set_bmc_failing("worker-1", "redfish", false);
+    m.set_bmc_identity("worker-1", "match");
     let text = m.encode();
     assert!(text.ends_with("# EOF\n"), "{text}");
     let types = types(&m);
@@ -84,6 +85,7 @@ fn every_family_is_declared_with_its_type_and_unit() {
         ("nodefence_is_leader", "gauge"),
         ("nodefence_paused", "gauge"),
         ("nodefence_bmc_monitor_failures", "gauge"),
+        ("nodefence_bmc_identity", "gauge"),
         ("nodefence_build", "info"),
     ];
     for (name, ty) in expected {
@@ -352,6 +354,49 @@ fn bmc_failures_keep_one_series_per_node() {
     assert_eq!(
         value(&m, g, &[("node", "worker-2"), ("driver", "redfish")]),
         Some(0.0)
+    );
+}
+
+#[test]
+fn bmc_identity_is_one_on_the_current_result_and_zero_on_the_others() {
+    let m = Metrics::new();
+    let g = "nodefence_bmc_identity";
+    assert!(series(&m, g).is_empty(), "no node, no series");
+    let of = |m: &Metrics, node: &str| -> Vec<(String, f64)> {
+        ["match", "mismatch", "unknown"]
+            .into_iter()
+            .map(|r| {
+                (
+                    r.to_string(),
+                    value(m, g, &[("node", node), ("result", r)]).unwrap_or(-1.0),
+                )
+            })
+            .collect()
+    };
+    m.set_bmc_identity("worker-1", "mismatch");
+    m.set_bmc_identity("worker-2", "match");
+    assert_eq!(
+        of(&m, "worker-1"),
+        [
+            ("match".to_string(), 0.0),
+            ("mismatch".to_string(), 1.0),
+            ("unknown".to_string(), 0.0)
+        ]
+    );
+    assert_eq!(of(&m, "worker-2")[0], ("match".to_string(), 1.0));
+    m.set_bmc_identity("worker-1", "match");
+    assert_eq!(of(&m, "worker-1")[1], ("mismatch".to_string(), 0.0));
+    assert_eq!(of(&m, "worker-1")[0], ("match".to_string(), 1.0));
+    // A value outside the set is recorded as unknown, never as a new series.
+    m.set_bmc_identity("worker-1", "Match");
+    assert_eq!(of(&m, "worker-1")[2], ("unknown".to_string(), 1.0));
+    assert_eq!(series(&m, g).len(), 6);
+    m.forget_bmc("worker-1");
+    assert_eq!(series(&m, g).len(), 3);
+    assert!(
+        series(&m, g)
+            .iter()
+            .all(|(l, _)| l.contains(&("node".to_string(), "worker-2".to_string())))
     );
 }
 

@@ -1,0 +1,206 @@
+//! Release records: per-node progress that must outlive a leader and the Node object.
+//!
+//! The out-of-service taint nodefence added is recorded on the Node itself (an
+//! annotation), which is enough to resume a released node. Two things are not: a
+//! power-on still to be done (`power_on_after_fence`), and anything at all about a
+//! node released by deleting its Node object. Those live in one ConfigMap,
+//! `nodefence-state`, in nodefence's namespace: one data key per node, a small JSON
+//! value. A new leader reads it before it watches Nodes and resumes each record.
+//!
+//! Each write is a merge patch of one key (creating the ConfigMap when missing), so
+//! records of different nodes never clobber each other. A record lost to a crash
+//! between the release and its write only means a missed power-on (the machine stays
+//! off): never a repeated release or power-off.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::leader::Leadership;
+use crate::engine::{ReleaseMode, ReleaseRecord};
+
+/// Name of the ConfigMap.
+pub const STATE_CONFIGMAP: &str = "nodefence-state";
+
+/// Why a record could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("this replica is not the leader; record not written")]
+    NotLeader,
+    #[error("Kubernetes API: {0}")]
+    Api(#[from] kube::Error),
+}
+
+/// The stored form (stable field names: other tools may read it).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Stored {
+    released_at: String,
+    release: String,
+    power_on_pending: bool,
+}
+
+impl Stored {
+    fn from_record(r: &ReleaseRecord) -> Self {
+        Self {
+            released_at: humantime::format_rfc3339_seconds(r.released_at).to_string(),
+            release: match r.mode {
+                ReleaseMode::OutOfServiceTaint => "out-of-service-taint",
+                ReleaseMode::DeleteNode => "delete-node",
+            }
+            .into(),
+            power_on_pending: r.power_on_pending,
+        }
+    }
+
+    fn into_record(self) -> Option<ReleaseRecord> {
+        let released_at: SystemTime = humantime::parse_rfc3339(&self.released_at).ok()?;
+        let mode = match self.release.as_str() {
+            "out-of-service-taint" => ReleaseMode::OutOfServiceTaint,
+            "delete-node" => ReleaseMode::DeleteNode,
+            _ => return None,
+        };
+        Some(ReleaseRecord {
+            released_at,
+            mode,
+            power_on_pending: self.power_on_pending,
+        })
+    }
+}
+
+/// Reads and writes the records of one cluster.
+#[derive(Clone)]
+pub struct RecordStore {
+    api: Api<ConfigMap>,
+    leadership: Leadership,
+}
+
+impl RecordStore {
+    pub fn new(client: Client, namespace: &str, leadership: Leadership) -> Self {
+        Self {
+            api: Api::namespaced(client, namespace),
+            leadership,
+        }
+    }
+
+    /// Every readable record. An unreadable entry is skipped with a warning: it can
+    /// only ask for a power-on, and skipping it leaves the machine off (the safe side).
+    pub async fn load(&self) -> Result<BTreeMap<String, ReleaseRecord>, RecordError> {
+        let mut out = BTreeMap::new();
+        let Some(cm) = self.api.get_opt(STATE_CONFIGMAP).await? else {
+            return Ok(out);
+        };
+        for (node, value) in cm.data.unwrap_or_default() {
+            match serde_json::from_str::<Stored>(&value)
+                .ok()
+                .and_then(Stored::into_record)
+            {
+                Some(record) => {
+                    out.insert(node, record);
+                }
+                None => tracing::warn!(
+                    node,
+                    configmap = STATE_CONFIGMAP,
+                    "unreadable release record ignored; remove the key if it is stale"
+                ),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Stores (`Some`) or removes (`None`) the record of `node`.
+    pub async fn put(&self, node: &str, record: Option<&ReleaseRecord>) -> Result<(), RecordError> {
+        if !self.leadership.is_leader() {
+            return Err(RecordError::NotLeader);
+        }
+        let value = match record {
+            Some(r) => serde_json::Value::String(
+                serde_json::to_string(&Stored::from_record(r)).unwrap_or_default(),
+            ),
+            None => serde_json::Value::Null,
+        };
+        let patch = json!({ "data": { node: value } });
+        match self
+            .api
+            .patch(
+                STATE_CONFIGMAP,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                let Some(r) = record else {
+                    return Ok(());
+                };
+                let cm = ConfigMap {
+                    metadata: ObjectMeta {
+                        name: Some(STATE_CONFIGMAP.into()),
+                        labels: Some(BTreeMap::from([(
+                            "app.kubernetes.io/name".into(),
+                            "nodefence".into(),
+                        )])),
+                        ..Default::default()
+                    },
+                    data: Some(BTreeMap::from([(
+                        node.to_string(),
+                        serde_json::to_string(&Stored::from_record(r)).unwrap_or_default(),
+                    )])),
+                    ..Default::default()
+                };
+                match self.api.create(&PostParams::default(), &cm).await {
+                    Ok(_) => Ok(()),
+                    // Created meanwhile by another write: merge into it.
+                    Err(kube::Error::Api(e)) if e.code == 409 => {
+                        self.api
+                            .patch(
+                                STATE_CONFIGMAP,
+                                &PatchParams::default(),
+                                &Patch::Merge(&patch),
+                            )
+                            .await?;
+                        Ok(())
+                    }
+                    Err(e) => Err(e.into()),
+                }
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn records_round_trip_at_second_precision() {
+        let r = ReleaseRecord {
+            released_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+            mode: ReleaseMode::DeleteNode,
+            power_on_pending: true,
+        };
+        let text = serde_json::to_string(&Stored::from_record(&r)).unwrap();
+        assert!(text.contains("\"release\":\"delete-node\""), "{text}");
+        let back: Stored = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.into_record(), Some(r));
+    }
+
+    #[test]
+    fn unknown_modes_and_bad_times_are_unreadable() {
+        for bad in [
+            r#"{"releasedAt":"2026-01-01T00:00:00Z","release":"reboot","powerOnPending":true}"#,
+            r#"{"releasedAt":"yesterday","release":"delete-node","powerOnPending":true}"#,
+        ] {
+            let s: Stored = serde_json::from_str(bad).unwrap();
+            assert_eq!(s.into_record(), None, "{bad}");
+        }
+    }
+}

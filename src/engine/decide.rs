@@ -1,0 +1,272 @@
+//! The decisions inside one node's procedure: whether its power source is trusted,
+//! whether its machine is proven Off and may be released, whether it must be powered
+//! off (and whether the gates allow it), when to power it back on, and when to read
+//! its power next. Called from [`super::node::NodeState::evaluate`].
+
+use std::time::{Duration, SystemTime};
+
+use super::action::{Action, Notice, OffProof, Reason, ReleasePlan};
+use super::facts::{Health, NodeFacts};
+use super::node::{Block, Gates, Incident, PowerOffStatus, PowerOnStatus, Queries, Released};
+use super::policy::{ForceDeletePods, OnPoweredOn, Policy};
+use crate::identity::{self, IdentityCheck, MachineIdentity};
+use crate::power::PowerState;
+
+/// Reboot-style remediation: power the machine back on once Kubernetes has let go of
+/// it (pods gone, no VolumeAttachment names the node) or `release_timeout` passed.
+/// Only reached from `Released`, so the Off proof and the release came first.
+pub(super) fn decide_power_on(
+    rel: &mut Released,
+    name: &str,
+    policy: &Policy,
+    gates: Gates,
+    now: SystemTime,
+    out: &mut Vec<Action>,
+) {
+    if gates.paused {
+        return;
+    }
+    let timed_out = now.duration_since(rel.at).unwrap_or_default() >= policy.release_timeout;
+    if rel.drained || timed_out {
+        rel.power_on = PowerOnStatus::InFlight;
+        out.push(Notice::normal(
+            name,
+            Reason::PoweringOn,
+            if rel.drained {
+                "release done: the node's pods are gone and its volumes detached; powering the machine back on".to_string()
+            } else {
+                format!(
+                    "release done {} ago and Kubernetes has not let go of every pod or volume; powering the machine back on (release_timeout)",
+                    humantime::format_duration(policy.release_timeout)
+                )
+            },
+        ));
+        out.push(Action::PowerOn {
+            node: name.to_string(),
+        });
+        return;
+    }
+    let q = &mut rel.drain_checks;
+    if !q.in_flight && q.next_at.is_none_or(|t| t <= now) {
+        q.in_flight = true;
+        q.next_at = None;
+        out.push(Action::CheckDrained {
+            node: name.to_string(),
+        });
+    }
+}
+
+pub(super) fn set_block(inc: &mut Incident, block: Block, name: &str, out: &mut Vec<Action>) {
+    if inc.block.as_ref() != Some(&block) {
+        if let Block::Identity(check) = &block {
+            let reason = if check.is_mismatch() {
+                Reason::IdentityMismatch
+            } else {
+                Reason::IdentityUnproven
+            };
+            out.push(Notice::warning(name, reason, block.describe()));
+        } else if block.is_warning() {
+            out.push(Notice::warning(name, Reason::Blocked, block.describe()));
+        } else if matches!(block, Block::OnUntil(_)) {
+            out.push(Notice::warning(
+                name,
+                Reason::MachineStillOn,
+                block.describe(),
+            ));
+        }
+        inc.block = Some(block);
+    }
+}
+
+pub(super) fn schedule_query(q: &mut Queries, _name: &str, now: SystemTime, out: &mut Vec<Action>) {
+    if q.in_flight {
+        return;
+    }
+    if q.next_at.is_none_or(|t| t <= now) {
+        q.in_flight = true;
+        q.next_at = None;
+        out.push(Action::QueryPower {
+            node: _name.to_string(),
+        });
+    }
+}
+
+/// Whether the power source is proven to control this node's own machine: `None`
+/// when it may be trusted, or the block that stops every release and power-off.
+/// A mismatch always blocks; an unknown identity blocks under `require_identity`.
+pub(super) fn identity_gate(
+    facts: &NodeFacts,
+    machine: Option<&MachineIdentity>,
+    policy: &Policy,
+) -> Option<Block> {
+    let check = match machine {
+        Some(m) => identity::check(&facts.identity, m),
+        None => IdentityCheck::Unknown("the machine's identity has not been read yet".into()),
+    };
+    match check {
+        IdentityCheck::Match(_) => None,
+        IdentityCheck::Mismatch { .. } => Some(Block::Identity(check)),
+        IdentityCheck::Unknown(_) if policy.require_identity => Some(Block::Identity(check)),
+        IdentityCheck::Unknown(_) => None,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn decide_incident(
+    inc: &mut Incident,
+    name: &str,
+    health: Health,
+    (identity, machine): (Option<Block>, Option<&MachineIdentity>),
+    policy: &Policy,
+    gates: Gates,
+    now: SystemTime,
+    out: &mut Vec<Action>,
+) {
+    if inc.releasing {
+        return;
+    }
+    let proven = inc.off_readings.len() >= policy.confirm_readings.max(1) as usize
+        && inc.off_readings.iter().all(|t| *t > inc.since);
+    if let Some(block) = identity {
+        // Only once something would be done: an identity not read yet is no news.
+        if proven || inc.last_state.is_some() {
+            set_block(inc, block, name, out);
+        }
+        return;
+    }
+    if matches!(inc.block, Some(Block::Identity(_))) {
+        inc.block = None;
+    }
+    if proven {
+        if gates.paused {
+            set_block(inc, Block::Paused, name, out);
+            return;
+        }
+        let due = match health {
+            Health::NotReady {
+                not_ready_since, ..
+            } => {
+                now.duration_since(not_ready_since).unwrap_or_default() >= policy.release_off_after
+            }
+            Health::LeaseStale { .. } => policy.lease_stale_after.is_some(),
+            Health::Healthy => false,
+        };
+        if !due {
+            return;
+        }
+        inc.releasing = true;
+        inc.block = None;
+        let mode = match policy.release {
+            super::policy::ReleaseMode::OutOfServiceTaint => "adding the out-of-service taint",
+            super::policy::ReleaseMode::DeleteNode => "deleting the Node object",
+        };
+        out.push(Notice::normal(name, Reason::ConfirmedOff, format!(
+            "the machine is confirmed Off ({} consecutive readings since its last sign of life); {mode}",
+            inc.off_readings.len()
+        )));
+        let force_delete_pods = match policy.force_delete_pods {
+            ForceDeletePods::Never => false,
+            ForceDeletePods::Always => true,
+            // PodGC deletes the pods of a tainted node only once it is NotReady.
+            ForceDeletePods::FastPath => matches!(health, Health::LeaseStale { .. }),
+        };
+        out.push(Action::Release {
+            node: name.to_string(),
+            plan: ReleasePlan {
+                mode: policy.release,
+                delete_volume_attachments: policy.delete_volume_attachments,
+                force_delete_pods,
+            },
+            proof: OffProof {
+                last_sign_of_life: inc.since,
+                readings: inc.off_readings.clone(),
+                machine: machine.cloned(),
+                require_identity: policy.require_identity,
+            },
+        });
+        return;
+    }
+    let Some((read_at, state)) = inc.last_state.clone() else {
+        return;
+    };
+    if read_at <= inc.since || inc.last_error.as_ref().is_some_and(|(t, _)| *t > read_at) {
+        return;
+    }
+    match state {
+        PowerState::Off => {}
+        PowerState::On | PowerState::Paused => {
+            consider_power_off(inc, name, health, policy, gates, now, out)
+        }
+        other => set_block(inc, Block::Undetermined(other), name, out),
+    }
+}
+
+fn consider_power_off(
+    inc: &mut Incident,
+    name: &str,
+    health: Health,
+    policy: &Policy,
+    gates: Gates,
+    now: SystemTime,
+    out: &mut Vec<Action>,
+) {
+    let Health::NotReady {
+        not_ready_since, ..
+    } = health
+    else {
+        set_block(inc, Block::OnButOnlyLeaseStale, name, out);
+        return;
+    };
+    let at = not_ready_since + policy.unhealthy_after;
+    if now < at {
+        set_block(inc, Block::OnUntil(at), name, out);
+        return;
+    }
+    if policy.on_powered_on == OnPoweredOn::Wait {
+        set_block(inc, Block::OnAndPolicyWaits, name, out);
+        return;
+    }
+    if gates.paused {
+        set_block(inc, Block::Paused, name, out);
+        return;
+    }
+    if gates.storm {
+        set_block(inc, Block::Storm, name, out);
+        return;
+    }
+    let attempt = match inc.power_off {
+        PowerOffStatus::InFlight { .. } => return,
+        PowerOffStatus::NotSent => 1,
+        PowerOffStatus::Sent { at, attempt } | PowerOffStatus::Failed { at, attempt } => {
+            if now.duration_since(at).unwrap_or_default() < policy.power_off_retry_after {
+                return;
+            }
+            if attempt >= policy.max_power_off_attempts {
+                set_block(inc, Block::PowerOffAttemptsExhausted(attempt), name, out);
+                return;
+            }
+            attempt + 1
+        }
+    };
+    if !gates.power_off_slot {
+        set_block(inc, Block::RateLimited, name, out);
+        return;
+    }
+    inc.power_off = PowerOffStatus::InFlight { attempt };
+    inc.block = None;
+    out.push(Notice::warning(name, Reason::PoweringOff, format!(
+        "the machine is still On and the node has been NotReady since {}: forcing power off (attempt {attempt})",
+        humantime::format_rfc3339_seconds(not_ready_since)
+    )));
+    out.push(Action::PowerOff {
+        node: name.to_string(),
+        attempt,
+    });
+}
+
+/// Delay before the next power query after `failures` consecutive failures.
+pub(crate) fn backoff(policy: &Policy, failures: u32) -> Duration {
+    let base = policy.confirm_interval.max(Duration::from_millis(100));
+    let factor = 1u32 << failures.min(16);
+    (base * factor).min(policy.max_query_backoff)
+}

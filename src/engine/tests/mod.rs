@@ -1,0 +1,329 @@
+//! The engine driven by a scripted BMC and an injected clock. Each test asserts what
+//! was (not) done; `random::random_fault_schedules_never_release_without_proof`
+//! drives thousands of random schedules and checks the one rule on every release.
+//!
+//! The harness is here; tests by theme: [`procedure`] (detection to release and the
+//! gates), [`recovery`] (after the release: power-on, records, recovery),
+//! [`random`] (randomized fault schedules).
+
+mod identity;
+mod procedure;
+mod random;
+mod recovery;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::{Duration, SystemTime};
+
+use super::*;
+use crate::identity::MachineIdentity;
+use crate::power::{PowerError, PowerReading, PowerState};
+
+pub(super) fn t0() -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000)
+}
+
+/// What the scripted BMC answers for one node.
+#[derive(Debug, Clone)]
+enum Bmc {
+    State(PowerState),
+    Error,
+    /// Answers from the script, then repeats the last entry.
+    Script(VecDeque<Result<PowerState, ()>>),
+    /// Accepts ForceOff but stays On.
+    Liar,
+}
+
+struct Harness {
+    engine: Engine,
+    now: SystemTime,
+    bmc: BTreeMap<String, Bmc>,
+    facts: BTreeMap<String, NodeFacts>,
+    log: Vec<Action>,
+    /// Hold PowerOff answers (to test concurrency limits).
+    hold_power_off: bool,
+    held: Vec<String>,
+    /// Every reading handed to the engine, per node: (time, state).
+    readings: BTreeMap<String, Vec<(SystemTime, Option<PowerState>)>>,
+    power_off_times: Vec<SystemTime>,
+    release_times: BTreeMap<String, SystemTime>,
+    power_on_times: Vec<SystemTime>,
+    /// Kubelets that renew their Lease while their node is Ready.
+    alive: BTreeSet<String>,
+    last_renewal: SystemTime,
+    /// Nodes whose pods are gone and volumes detached (answers to CheckDrained).
+    drained: BTreeSet<String>,
+    /// The release records the engine asked to keep.
+    records: BTreeMap<String, ReleaseRecord>,
+    /// Each release's plan, per node.
+    plans: BTreeMap<String, ReleasePlan>,
+    /// What each node's power source says its machine is (default: the node's own).
+    machines: BTreeMap<String, MachineIdentity>,
+}
+
+/// A distinct, well-formed SMBIOS UUID per node name.
+pub(super) fn uuid_of(name: &str) -> String {
+    let n = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    format!(
+        "{:08x}-{:04x}-4{:03x}-8000-{:012x}",
+        n >> 32,
+        n & 0xffff,
+        (n >> 16) & 0xfff,
+        n & 0xffff_ffff_ffff
+    )
+}
+
+impl Harness {
+    fn new(policy: Policy) -> Self {
+        Self {
+            engine: Engine::new(policy),
+            now: t0(),
+            bmc: BTreeMap::new(),
+            facts: BTreeMap::new(),
+            log: Vec::new(),
+            hold_power_off: false,
+            held: Vec::new(),
+            readings: BTreeMap::new(),
+            power_off_times: Vec::new(),
+            release_times: BTreeMap::new(),
+            power_on_times: Vec::new(),
+            alive: BTreeSet::new(),
+            last_renewal: t0(),
+            drained: BTreeSet::new(),
+            records: BTreeMap::new(),
+            plans: BTreeMap::new(),
+            machines: BTreeMap::new(),
+        }
+    }
+
+    fn add(&mut self, name: &str, bmc: Bmc) {
+        self.bmc.insert(name.into(), bmc);
+        self.alive.insert(name.into());
+        self.machines
+            .insert(name.into(), MachineIdentity::Uuid(uuid_of(name)));
+        let mut f = NodeFacts::ready(name, self.now);
+        f.identity.system_uuid = Some(uuid_of(name));
+        self.facts.insert(name.into(), f.clone());
+        let a = self.engine.observe(f, self.now);
+        self.run(a);
+    }
+
+    fn set_facts(&mut self, name: &str, change: impl FnOnce(&mut NodeFacts)) {
+        let f = self.facts.get_mut(name).expect("known node");
+        change(f);
+        let f = f.clone();
+        let a = self.engine.observe(f, self.now);
+        self.run(a);
+    }
+
+    /// The kubelet died at `now`: Lease stops; NotReady from `now + grace`.
+    fn lose_power(&mut self, name: &str) {
+        self.alive.remove(name);
+        self.bmc.insert(name.into(), Bmc::State(PowerState::Off));
+    }
+
+    /// The kubelet stops (hung, or cut off) while the machine stays on.
+    fn hang_kubelet(&mut self, name: &str) {
+        self.alive.remove(name);
+    }
+
+    fn not_ready(&mut self, name: &str) {
+        let now = self.now;
+        self.set_facts(name, |f| f.readiness = Readiness::NotReady { since: now });
+    }
+
+    fn ready(&mut self, name: &str) {
+        self.alive.insert(name.into());
+        let now = self.now;
+        self.set_facts(name, |f| {
+            f.readiness = Readiness::Ready;
+            f.lease_renewed = Some(now);
+        });
+    }
+
+    /// Live kubelets of Ready nodes renew their Lease.
+    fn renew_leases(&mut self) {
+        let now = self.now;
+        self.last_renewal = now;
+        let names: Vec<String> = self
+            .facts
+            .iter()
+            .filter(|(n, f)| f.readiness == Readiness::Ready && self.alive.contains(*n))
+            .map(|(n, _)| n.clone())
+            .collect();
+        for n in names {
+            self.set_facts(&n, |f| f.lease_renewed = Some(now));
+        }
+    }
+
+    fn advance(&mut self, d: Duration) {
+        let end = self.now + d;
+        while self.now < end {
+            self.now = (self.now + Duration::from_millis(250)).min(end);
+            if self
+                .now
+                .duration_since(self.last_renewal)
+                .unwrap_or_default()
+                >= secs(1)
+            {
+                self.renew_leases();
+            }
+            let a = self.engine.tick(self.now);
+            self.run(a);
+        }
+    }
+
+    fn read(&mut self, node: &str) -> Result<PowerState, ()> {
+        match self.bmc.get_mut(node) {
+            Some(Bmc::State(s)) => Ok(s.clone()),
+            Some(Bmc::Error) | None => Err(()),
+            Some(Bmc::Liar) => Ok(PowerState::On),
+            Some(Bmc::Script(q)) => {
+                if q.len() > 1 {
+                    q.pop_front().unwrap_or(Err(()))
+                } else {
+                    q.front().cloned().unwrap_or(Err(()))
+                }
+            }
+        }
+    }
+
+    fn run(&mut self, actions: Vec<Action>) {
+        let mut queue: VecDeque<Action> = actions.into();
+        while let Some(a) = queue.pop_front() {
+            self.log.push(a.clone());
+            let now = self.now;
+            let next = match &a {
+                Action::QueryPower { node } => {
+                    let mut identified = match self.machines.get(node) {
+                        Some(m) => self.engine.machine_identified(node, m.clone(), now),
+                        None => Vec::new(),
+                    };
+                    let r = self.read(node);
+                    self.readings
+                        .entry(node.clone())
+                        .or_default()
+                        .push((now, r.clone().ok()));
+                    let result = r
+                        .map(|state| PowerReading {
+                            state,
+                            at: now,
+                            latency: Duration::ZERO,
+                        })
+                        .map_err(|()| PowerError::unreachable("connection refused"));
+                    identified.extend(self.engine.power_read(node, result, now));
+                    identified
+                }
+                Action::PowerOff { node, .. } => {
+                    self.power_off_times.push(now);
+                    if self.hold_power_off {
+                        self.held.push(node.clone());
+                        Vec::new()
+                    } else {
+                        // A real machine turns off; liars, scripts and dead BMCs go on as they were.
+                        if matches!(self.bmc.get(node), Some(Bmc::State(_))) {
+                            self.bmc.insert(node.clone(), Bmc::State(PowerState::Off));
+                        }
+                        self.engine.power_off_done(node, Ok(()), now)
+                    }
+                }
+                Action::PowerOn { node } => {
+                    self.power_on_times.push(now);
+                    self.bmc.insert(node.clone(), Bmc::State(PowerState::On));
+                    self.engine.power_on_done(node, Ok(()), now)
+                }
+                Action::Release { node, proof, plan } => {
+                    self.check_release(node, proof);
+                    self.plans.insert(node.clone(), *plan);
+                    self.release_times.entry(node.clone()).or_insert(now);
+                    if let Some(f) = self.facts.get_mut(node) {
+                        f.our_taint = true;
+                    }
+                    self.engine.release_done(node, Ok(()), now)
+                }
+                Action::RemoveTaint { node } => {
+                    if let Some(f) = self.facts.get_mut(node) {
+                        f.our_taint = false;
+                    }
+                    self.engine.taint_removed(node, Ok(()), now)
+                }
+                Action::CheckDrained { node } => {
+                    let drained = self.drained.contains(node);
+                    self.engine.drain_checked(node, Ok(drained), now)
+                }
+                Action::Record { node, record } => {
+                    match record {
+                        Some(r) => self.records.insert(node.clone(), r.clone()),
+                        None => self.records.remove(node),
+                    };
+                    Vec::new()
+                }
+                Action::Notify(_) => Vec::new(),
+            };
+            queue.extend(next);
+        }
+    }
+
+    /// The one rule, checked against what the harness really answered.
+    fn check_release(&self, node: &str, proof: &OffProof) {
+        let policy = self.engine.policy_for(node);
+        let n = policy.confirm_readings as usize;
+        let facts = &self.facts[node];
+        let health = facts.health(self.now, policy.lease_stale_after);
+        let since = health
+            .since()
+            .unwrap_or_else(|| panic!("{node} released while healthy: {facts:?}"));
+        assert!(
+            proof.last_sign_of_life >= since,
+            "proof older than the last sign of life"
+        );
+        let identity = match &proof.machine {
+            Some(m) => crate::identity::check(&facts.identity, m),
+            None => crate::identity::IdentityCheck::Unknown("none".into()),
+        };
+        assert!(
+            identity.is_match() || (!proof.require_identity && !identity.is_mismatch()),
+            "{node}: released on a power source not proven to be its own: {identity:?}"
+        );
+        let given = &self.readings[node];
+        assert!(given.len() >= n, "released with fewer than {n} readings");
+        for (at, state) in &given[given.len() - n..] {
+            assert_eq!(
+                state.as_ref(),
+                Some(&PowerState::Off),
+                "{node}: a non-Off among the last {n} readings"
+            );
+            assert!(
+                *at > since,
+                "{node}: an Off reading older than the last sign of life"
+            );
+        }
+    }
+
+    fn count(&self, pred: impl Fn(&Action) -> bool) -> usize {
+        self.log.iter().filter(|a| pred(a)).count()
+    }
+
+    fn released(&self, node: &str) -> bool {
+        self.count(|a| matches!(a, Action::Release { node: n, .. } if n == node)) > 0
+    }
+
+    fn power_offs(&self, node: &str) -> usize {
+        self.count(|a| matches!(a, Action::PowerOff { node: n, .. } if n == node))
+    }
+
+    fn reasons(&self, node: &str) -> Vec<Reason> {
+        self.log
+            .iter()
+            .filter_map(|a| match a {
+                Action::Notify(n) if n.node.as_deref() == Some(node) => Some(n.reason),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+pub(super) fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}

@@ -1,0 +1,396 @@
+//! From an unhealthy node to a release, and every gate on the way.
+
+use super::*;
+
+#[test]
+fn power_loss_is_released_from_the_stale_lease_before_not_ready() {
+    let mut h = Harness::new(Policy::default());
+    h.add("w1", Bmc::State(PowerState::On));
+    h.add("w2", Bmc::State(PowerState::On));
+    let lost = h.now;
+    h.lose_power("w1");
+    h.advance(secs(50)); // Kubernetes would mark it NotReady only now
+    let released = h
+        .release_times
+        .get("w1")
+        .copied()
+        .expect("released on the fast path");
+    let took = released.duration_since(lost).unwrap_or_default();
+    // Lease stale after 25 s, then three readings one second apart.
+    assert!(
+        took >= secs(25) && took <= secs(30),
+        "released {took:?} after the power loss"
+    );
+    assert_eq!(
+        h.power_offs("w1"),
+        0,
+        "no power command for a machine already off"
+    );
+    assert!(!h.released("w2"));
+}
+
+#[test]
+fn without_the_fast_path_release_follows_not_ready_within_the_confirmation() {
+    let policy = Policy {
+        lease_stale_after: None,
+        ..Policy::default()
+    };
+    let mut h = Harness::new(policy);
+    h.add("w1", Bmc::State(PowerState::On));
+    h.lose_power("w1");
+    h.advance(secs(50));
+    assert!(!h.released("w1"), "not before Kubernetes says NotReady");
+    h.not_ready("w1");
+    let start = h.now;
+    h.advance(secs(5));
+    assert!(h.released("w1"));
+    assert!(h.now.duration_since(start).unwrap_or_default() <= secs(5));
+    assert!(h.reasons("w1").contains(&Reason::ConfirmedOff));
+}
+
+#[test]
+fn a_machine_still_on_is_powered_off_after_unhealthy_after_then_released() {
+    let mut h = Harness::new(Policy::default());
+    h.add("w1", Bmc::State(PowerState::On));
+    h.add("w2", Bmc::State(PowerState::On));
+    h.add("w3", Bmc::State(PowerState::On));
+    h.hang_kubelet("w1");
+    h.not_ready("w1");
+    h.advance(secs(59));
+    assert_eq!(h.power_offs("w1"), 0, "not before unhealthy_after");
+    assert!(!h.released("w1"));
+    assert!(h.reasons("w1").contains(&Reason::MachineStillOn));
+    h.advance(secs(10));
+    assert_eq!(h.power_offs("w1"), 1);
+    assert!(h.released("w1"));
+}
+
+#[test]
+fn lease_staleness_alone_never_powers_off() {
+    let mut h = Harness::new(Policy::default());
+    h.add("w1", Bmc::State(PowerState::On));
+    h.add("w2", Bmc::State(PowerState::On));
+    // Kubelet stops renewing but the node is not yet NotReady; BMC says On.
+    h.hang_kubelet("w1");
+    h.advance(secs(300));
+    assert_eq!(h.power_offs("w1"), 0);
+    assert!(!h.released("w1"));
+}
+
+#[test]
+fn an_unreachable_bmc_releases_nothing_and_backs_off() {
+    let mut h = Harness::new(Policy::default());
+    h.add("w1", Bmc::Error);
+    h.not_ready("w1");
+    h.advance(secs(600));
+    assert!(!h.released("w1"));
+    assert_eq!(h.power_offs("w1"), 0);
+    let queries = h.count(|a| matches!(a, Action::QueryPower { .. }));
+    assert!(
+        queries < 30,
+        "bounded backoff: {queries} queries in 10 minutes"
+    );
+    assert!(queries > 5, "but it keeps trying: {queries}");
+    let warnings = h
+        .reasons("w1")
+        .iter()
+        .filter(|r| **r == Reason::PowerQueryFailed)
+        .count();
+    assert_eq!(warnings, 1, "one warning, not one per retry");
+}
+
+#[test]
+fn a_lying_or_flapping_bmc_is_never_released() {
+    let mut h = Harness::new(Policy::default());
+    let flap: VecDeque<Result<PowerState, ()>> = (0..400)
+        .map(|i| {
+            Ok(if i % 3 == 2 {
+                PowerState::On
+            } else {
+                PowerState::Off
+            })
+        })
+        .collect();
+    h.add("flap", Bmc::Script(flap));
+    h.add("liar", Bmc::Liar);
+    for n in ["h1", "h2", "h3"] {
+        h.add(n, Bmc::State(PowerState::On));
+    }
+    h.hang_kubelet("flap");
+    h.hang_kubelet("liar");
+    h.not_ready("flap");
+    h.not_ready("liar");
+    h.advance(secs(400));
+    assert!(!h.released("flap"));
+    assert!(!h.released("liar"));
+    assert!(
+        h.reasons("flap")
+            .contains(&Reason::ContradictingPowerReadings)
+    );
+    assert_eq!(
+        h.power_offs("liar"),
+        3,
+        "max_power_off_attempts, then a person"
+    );
+    assert!(h.reasons("liar").contains(&Reason::Blocked));
+}
+
+#[test]
+fn transitional_and_unknown_states_release_nothing() {
+    for state in [
+        PowerState::PoweringOff,
+        PowerState::PoweringOn,
+        PowerState::Unknown("Standby".into()),
+    ] {
+        let mut h = Harness::new(Policy::default());
+        h.add("w1", Bmc::State(state.clone()));
+        h.not_ready("w1");
+        h.advance(secs(300));
+        assert!(!h.released("w1"), "{state}");
+        assert_eq!(h.power_offs("w1"), 0, "{state}");
+    }
+}
+
+#[test]
+fn a_node_that_recovers_before_the_release_aborts_it() {
+    let mut h = Harness::new(Policy {
+        confirm_readings: 3,
+        confirm_interval: secs(5),
+        ..Policy::default()
+    });
+    h.add("w1", Bmc::State(PowerState::Off));
+    h.hang_kubelet("w1");
+    h.not_ready("w1");
+    h.advance(secs(6));
+    assert!(!h.released("w1"));
+    h.bmc.insert("w1".into(), Bmc::State(PowerState::On));
+    h.ready("w1");
+    for _ in 0..60 {
+        h.renew_leases();
+        h.advance(secs(1));
+    }
+    assert!(!h.released("w1"), "Ready again: nothing is released");
+    assert!(h.reasons("w1").contains(&Reason::RecoveredBeforeRelease));
+}
+
+#[test]
+fn off_readings_older_than_a_newer_sign_of_life_do_not_count() {
+    let mut h = Harness::new(Policy {
+        confirm_interval: secs(5),
+        ..Policy::default()
+    });
+    h.add("w1", Bmc::State(PowerState::Off));
+    h.hang_kubelet("w1");
+    h.not_ready("w1");
+    h.advance(secs(6)); // two Off readings so far
+    // The kubelet renews its Lease (it was alive after all), still NotReady.
+    let now = h.now;
+    h.set_facts("w1", |f| f.lease_renewed = Some(now));
+    h.advance(secs(6));
+    assert!(!h.released("w1"), "needs three readings after the renewal");
+    h.advance(secs(10));
+    assert!(h.released("w1"));
+}
+
+#[test]
+fn storm_protection_stops_power_offs_but_not_releases_of_off_machines() {
+    let mut h = Harness::new(Policy::default());
+    for i in 0..10 {
+        h.add(&format!("w{i}"), Bmc::State(PowerState::On));
+    }
+    h.add("dead", Bmc::State(PowerState::Off));
+    h.hang_kubelet("dead");
+    for i in 0..5 {
+        h.hang_kubelet(&format!("w{i}"));
+        h.not_ready(&format!("w{i}"));
+    }
+    h.not_ready("dead");
+    h.advance(secs(120));
+    let power_offs = h.count(|a| matches!(a, Action::PowerOff { .. }));
+    assert_eq!(power_offs, 0, "6 of 11 unhealthy > 40%: no power-off");
+    assert!(h.released("dead"), "an Off machine is still released");
+    assert!(h.engine.storm_active());
+    assert!(
+        h.log
+            .iter()
+            .any(|a| matches!(a, Action::Notify(n) if n.reason == Reason::StormProtection))
+    );
+}
+
+#[test]
+fn power_offs_respect_concurrency_and_spacing() {
+    let mut h = Harness::new(Policy {
+        max_unhealthy: MaxUnhealthy::Count(100),
+        max_concurrent_fences: 2,
+        min_power_off_interval: secs(10),
+        ..Policy::default()
+    });
+    for i in 0..4 {
+        h.add(&format!("w{i}"), Bmc::State(PowerState::On));
+        h.hang_kubelet(&format!("w{i}"));
+    }
+    for i in 0..4 {
+        h.not_ready(&format!("w{i}"));
+    }
+    h.hold_power_off = true;
+    h.advance(secs(120));
+    assert_eq!(
+        h.count(|a| matches!(a, Action::PowerOff { .. })),
+        2,
+        "two in flight at most"
+    );
+    let t = &h.power_off_times;
+    assert!(
+        t[1].duration_since(t[0]).unwrap_or_default() >= secs(10),
+        "spaced by min_power_off_interval"
+    );
+    // Answering the held commands frees the slots for the other two.
+    h.hold_power_off = false;
+    for node in std::mem::take(&mut h.held) {
+        let a = h.engine.power_off_done(&node, Ok(()), h.now);
+        h.bmc.insert(node, Bmc::State(PowerState::Off));
+        h.run(a);
+    }
+    h.advance(secs(60));
+    assert_eq!(h.count(|a| matches!(a, Action::PowerOff { .. })), 4);
+}
+
+#[test]
+fn pause_stops_every_mutation_and_resume_continues() {
+    let mut h = Harness::new(Policy::default());
+    h.add("w1", Bmc::State(PowerState::Off));
+    h.add("w2", Bmc::State(PowerState::On));
+    for n in ["h1", "h2", "h3"] {
+        h.add(n, Bmc::State(PowerState::On));
+    }
+    for n in ["w1", "w2"] {
+        h.hang_kubelet(n);
+    }
+    let a = h.engine.set_paused(true, h.now);
+    h.run(a);
+    h.not_ready("w1");
+    h.not_ready("w2");
+    h.advance(secs(300));
+    assert!(
+        !h.log.iter().any(Action::mutates),
+        "paused: nothing mutating"
+    );
+    let a = h.engine.set_paused(false, h.now);
+    h.run(a);
+    for _ in 0..90 {
+        h.renew_leases();
+        h.advance(secs(1));
+    }
+    assert!(h.released("w1"));
+    assert!(
+        h.released("w2"),
+        "powered off after unhealthy_after, then released"
+    );
+}
+
+#[test]
+fn excluded_nodes_are_never_touched() {
+    let mut h = Harness::new(Policy::default());
+    h.add("cp", Bmc::State(PowerState::Off));
+    h.add("out", Bmc::State(PowerState::Off));
+    h.add("unknown", Bmc::State(PowerState::Off));
+    h.set_facts("cp", |f| f.control_plane = true);
+    h.set_facts("out", |f| f.opted_out = true);
+    h.set_facts("unknown", |f| f.in_inventory = false);
+    for n in ["cp", "out", "unknown"] {
+        h.not_ready(n);
+    }
+    h.advance(secs(300));
+    assert!(!h.log.iter().any(|a| a.mutates()));
+    assert!(!h.log.iter().any(|a| matches!(a, Action::QueryPower { .. })));
+    assert_eq!(h.reasons("unknown"), vec![Reason::NodeIgnored], "said once");
+}
+
+#[test]
+fn a_recovered_node_gets_its_taint_removed_after_recovered_after() {
+    let mut h = Harness::new(Policy::default());
+    h.add("w1", Bmc::State(PowerState::On));
+    h.lose_power("w1");
+    h.advance(secs(30));
+    h.not_ready("w1");
+    h.advance(secs(5));
+    assert!(h.released("w1"));
+    h.bmc.insert("w1".into(), Bmc::State(PowerState::On));
+    h.ready("w1");
+    h.advance(secs(10));
+    assert_eq!(
+        h.count(|a| matches!(a, Action::RemoveTaint { .. })),
+        0,
+        "not before recovered_after"
+    );
+    for _ in 0..30 {
+        h.renew_leases();
+        h.advance(secs(1));
+    }
+    assert_eq!(h.count(|a| matches!(a, Action::RemoveTaint { .. })), 1);
+    assert!(matches!(
+        h.engine.node("w1").map(|n| &n.phase),
+        Some(Phase::Healthy)
+    ));
+}
+
+#[test]
+fn pods_are_force_deleted_only_where_podgc_would_not() {
+    // Fast path (node still Ready in the API): nodefence deletes the pods itself.
+    let mut h = Harness::new(Policy::default());
+    h.add("w1", Bmc::State(PowerState::On));
+    h.add("w2", Bmc::State(PowerState::On));
+    h.lose_power("w1");
+    h.advance(secs(35));
+    assert!(h.plans["w1"].force_delete_pods, "fast path");
+    // Without the fast path the release follows NotReady: PodGC does it.
+    let mut h = Harness::new(Policy {
+        lease_stale_after: None,
+        ..Policy::default()
+    });
+    h.add("w1", Bmc::State(PowerState::On));
+    h.add("w2", Bmc::State(PowerState::On));
+    h.lose_power("w1");
+    h.advance(secs(40));
+    h.not_ready("w1");
+    h.advance(secs(5));
+    assert!(!h.plans["w1"].force_delete_pods, "NotReady: PodGC's job");
+    for (setting, expected) in [
+        (ForceDeletePods::Always, true),
+        (ForceDeletePods::Never, false),
+    ] {
+        let mut h = Harness::new(Policy {
+            force_delete_pods: setting,
+            ..Policy::default()
+        });
+        h.add("w1", Bmc::State(PowerState::On));
+        h.add("w2", Bmc::State(PowerState::On));
+        h.lose_power("w1");
+        h.advance(secs(35));
+        assert_eq!(h.plans["w1"].force_delete_pods, expected, "{setting:?}");
+    }
+}
+
+#[test]
+fn a_node_policy_overrides_the_cluster_policy() {
+    let wait = Policy {
+        on_powered_on: OnPoweredOn::Wait,
+        ..Policy::default()
+    };
+    let mut h = Harness::new(Policy::default());
+    h.engine = Engine::new(Policy::default())
+        .with_node_policies(BTreeMap::from([("gpu1".to_string(), wait)]));
+    for n in ["w1", "gpu1", "w2", "w3", "w4"] {
+        h.add(n, Bmc::State(PowerState::On));
+    }
+    h.hang_kubelet("w1");
+    h.hang_kubelet("gpu1");
+    h.advance(secs(40));
+    h.not_ready("w1");
+    h.not_ready("gpu1");
+    h.advance(secs(90));
+    assert_eq!(h.power_offs("w1"), 1, "cluster policy: power off");
+    assert_eq!(h.power_offs("gpu1"), 0, "its own policy: wait");
+    assert!(h.released("w1"));
+    assert!(!h.released("gpu1"));
+}

@@ -1,0 +1,67 @@
+//! Randomized fault schedules through the real engine, checking the one rule on every release.
+
+use std::collections::VecDeque;
+
+use super::*;
+
+/// A tiny deterministic PRNG so the schedules are reproducible without a dependency.
+struct XorShift(u64);
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+#[test]
+fn random_fault_schedules_never_release_without_proof() {
+    let states = [
+        Ok(PowerState::Off),
+        Ok(PowerState::On),
+        Ok(PowerState::PoweringOff),
+        Ok(PowerState::Unknown(String::new())),
+        Err(()),
+    ];
+    let mut releases = 0;
+    for seed in 1..=300u64 {
+        let mut rng = XorShift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut h = Harness::new(Policy {
+            confirm_interval: Duration::from_millis(500 + rng.below(2000)),
+            max_unhealthy: MaxUnhealthy::Count(3),
+            ..Policy::default()
+        });
+        let nodes = ["a", "b", "c", "d"];
+        for n in nodes {
+            let script: VecDeque<_> = (0..200)
+                .map(|_| states[rng.below(5) as usize].clone())
+                .collect();
+            h.add(n, Bmc::Script(script));
+        }
+        for _ in 0..120 {
+            let n = nodes[rng.below(4) as usize];
+            match rng.below(6) {
+                0 => h.not_ready(n),
+                1 => h.ready(n),
+                2 => {
+                    let now = h.now;
+                    h.set_facts(n, |f| f.lease_renewed = Some(now));
+                }
+                3 => {
+                    let script: VecDeque<_> = (0..50)
+                        .map(|_| states[rng.below(5) as usize].clone())
+                        .collect();
+                    h.bmc.insert(n.into(), Bmc::Script(script));
+                }
+                _ => {}
+            }
+            h.advance(Duration::from_millis(250 * (1 + rng.below(40))));
+        }
+        releases += h.count(|a| matches!(a, Action::Release { .. }));
+    }
+    assert!(releases > 0, "the schedules must exercise releases at all");
+}

@@ -1,0 +1,177 @@
+//! After the release: resuming, reboot-style power-on, release records, recovery.
+
+use super::*;
+
+#[test]
+fn a_node_released_by_an_earlier_leader_resumes_without_repeating_anything() {
+    let mut h = Harness::new(Policy::default());
+    h.add("w2", Bmc::State(PowerState::On));
+    h.add("w3", Bmc::State(PowerState::On));
+    // A new leader first sees w1 NotReady, with the taint nodefence recorded adding.
+    let now = h.now;
+    let mut facts = NodeFacts::ready("w1", now - secs(120));
+    facts.readiness = Readiness::NotReady {
+        since: now - secs(60),
+    };
+    facts.our_taint = true;
+    h.bmc.insert("w1".into(), Bmc::State(PowerState::Off));
+    h.facts.insert("w1".into(), facts.clone());
+    let a = h.engine.observe(facts, now);
+    h.run(a);
+    h.advance(secs(120));
+    assert!(!h.released("w1"), "released already: not again");
+    assert_eq!(h.power_offs("w1"), 0);
+    assert!(matches!(
+        h.engine.node("w1").map(|n| &n.phase),
+        Some(Phase::Released(_))
+    ));
+    // When it recovers, the recorded taint is removed.
+    h.bmc.insert("w1".into(), Bmc::State(PowerState::On));
+    h.ready("w1");
+    h.advance(secs(40));
+    assert_eq!(
+        h.count(|a| matches!(a, Action::RemoveTaint { node } if node == "w1")),
+        1
+    );
+}
+
+#[test]
+fn power_on_after_fence_waits_for_the_release_timeout() {
+    let mut h = Harness::new(Policy {
+        power_on_after_fence: true,
+        release_timeout: secs(120),
+        ..Policy::default()
+    });
+    h.add("w1", Bmc::State(PowerState::On));
+    h.add("w2", Bmc::State(PowerState::On));
+    h.lose_power("w1");
+    h.advance(secs(40));
+    let released = h.release_times.get("w1").copied().expect("released");
+    h.advance(secs(60));
+    assert_eq!(
+        h.count(|a| matches!(a, Action::PowerOn { .. })),
+        0,
+        "not before release_timeout"
+    );
+    h.advance(secs(90));
+    assert_eq!(h.power_on_times.len(), 1);
+    let waited = h.power_on_times[0]
+        .duration_since(released)
+        .unwrap_or_default();
+    assert!(
+        waited >= secs(120) && waited < secs(122),
+        "powered on {waited:?} after the release"
+    );
+}
+
+fn reboot_policy() -> Policy {
+    Policy {
+        power_on_after_fence: true,
+        release_timeout: secs(300),
+        ..Policy::default()
+    }
+}
+
+#[test]
+fn power_on_after_fence_waits_until_pods_and_volumes_are_gone() {
+    let mut h = Harness::new(reboot_policy());
+    h.add("w1", Bmc::State(PowerState::On));
+    h.add("w2", Bmc::State(PowerState::On));
+    h.lose_power("w1");
+    h.advance(secs(40));
+    let released = h.release_times.get("w1").copied().expect("released");
+    let record = h.records.get("w1").expect("a pending power-on is recorded");
+    assert!(record.power_on_pending);
+    h.advance(secs(30));
+    assert!(h.power_on_times.is_empty(), "pods and volumes still there");
+    assert!(
+        h.count(|a| matches!(a, Action::CheckDrained { node } if node == "w1")) >= 2,
+        "drain is re-checked while waiting"
+    );
+    h.drained.insert("w1".into());
+    h.advance(secs(10));
+    assert_eq!(h.power_on_times.len(), 1, "powered on once drained");
+    let waited = h.power_on_times[0]
+        .duration_since(released)
+        .unwrap_or_default();
+    assert!(
+        waited < secs(300),
+        "not held to release_timeout: {waited:?}"
+    );
+    assert!(h.records.is_empty(), "record cleared after the power-on");
+    h.advance(secs(60));
+    assert_eq!(h.power_on_times.len(), 1, "never twice");
+}
+
+#[test]
+fn a_deleted_node_keeps_its_pending_power_on_and_is_forgotten_after_it() {
+    let mut h = Harness::new(Policy {
+        release: ReleaseMode::DeleteNode,
+        ..reboot_policy()
+    });
+    h.add("w1", Bmc::State(PowerState::On));
+    h.add("w2", Bmc::State(PowerState::On));
+    h.add("w3", Bmc::State(PowerState::On));
+    h.lose_power("w1");
+    h.advance(secs(40));
+    assert!(h.released("w1"));
+    // The executor deleted the Node: the watch reports it gone.
+    h.facts.remove("w1");
+    let now = h.now;
+    let a = h.engine.node_deleted("w1", now);
+    h.run(a);
+    assert!(h.engine.node("w1").is_some_and(|n| n.node_gone()));
+    assert!(!h.engine.storm_active());
+    h.drained.insert("w1".into());
+    h.advance(secs(10));
+    assert_eq!(h.power_on_times.len(), 1);
+    assert!(
+        h.engine.node("w1").is_none(),
+        "re-registers as a fresh node"
+    );
+    assert!(h.records.is_empty());
+    assert_eq!(h.power_offs("w1"), 0);
+}
+
+#[test]
+fn a_recorded_release_resumes_its_power_on_without_the_node() {
+    let mut h = Harness::new(reboot_policy());
+    h.add("w2", Bmc::State(PowerState::On));
+    let record = ReleaseRecord {
+        released_at: h.now - secs(20),
+        mode: ReleaseMode::DeleteNode,
+        power_on_pending: true,
+    };
+    h.bmc.insert("w1".into(), Bmc::State(PowerState::Off));
+    let now = h.now;
+    let a = h.engine.resume("w1", &record, now);
+    h.run(a);
+    h.advance(secs(5));
+    assert!(h.power_on_times.is_empty(), "waits for the drain");
+    h.drained.insert("w1".into());
+    h.advance(secs(10));
+    assert_eq!(h.power_on_times.len(), 1);
+    assert!(!h.released("w1"), "nothing released again");
+    assert_eq!(h.power_offs("w1"), 0, "nothing powered off again");
+}
+
+#[test]
+fn a_paused_cluster_does_not_power_released_machines_on() {
+    let mut h = Harness::new(reboot_policy());
+    h.add("w1", Bmc::State(PowerState::On));
+    h.add("w2", Bmc::State(PowerState::On));
+    h.lose_power("w1");
+    h.advance(secs(40));
+    assert!(h.released("w1"));
+    let now = h.now;
+    let a = h.engine.set_paused(true, now);
+    h.run(a);
+    h.drained.insert("w1".into());
+    h.advance(secs(400));
+    assert!(h.power_on_times.is_empty());
+    let now = h.now;
+    let a = h.engine.set_paused(false, now);
+    h.run(a);
+    h.advance(secs(1));
+    assert_eq!(h.power_on_times.len(), 1);
+}

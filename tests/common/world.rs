@@ -1,0 +1,759 @@
+//! The end-to-end world: fake-kube with its simulated control plane, a mock Redfish
+//! BMC whose systems are the nodes' machines (linked to their kubelets), and the real
+//! daemon (`nodefence::daemon::run`), in process, as one or more replicas.
+//!
+//! Each replica runs on its own tokio runtime on its own thread, with its own
+//! Kubernetes client: [`World::crash_replica`] drops that runtime, which ends every
+//! task of the replica at once (leader election, watches, power commands in flight)
+//! without releasing its Lease, like a killed process; [`World::stop_replica`] is a
+//! graceful shutdown (SIGTERM), which releases the Lease.
+//!
+//! The simulation runs `speed` times faster than real time (10x by default); the
+//! daemon's policy timings are real time, scaled by hand to match (see
+//! [`WorldBuilder::new`]); [`World::scaled`] converts a stock duration.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nodefence::cluster::leader::LeaderTimings;
+use nodefence::daemon::{self, DaemonOptions};
+use nodefence::engine::Policy;
+use nodefence_mocks::kube::resources::{EVENTS_V1, LEASES, NODES, PODS};
+use nodefence_mocks::kube::sim::{NodeSpec, SimConfig, SimHandle, Simulation, WorkloadSpec};
+use nodefence_mocks::kube::store::Store;
+use nodefence_mocks::kube::{FakeKube, FakeKubeHandle};
+use nodefence_mocks::machines::{self, Machine};
+use nodefence_mocks::redfish::{MockPower, MockRedfish, MockRedfishHandle, Profile, SystemSpec};
+use serde_json::Value;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::{PASSWORD, USER};
+
+/// Namespace and name of the daemon's leader-election Lease.
+pub const LEADER_LEASE_NAMESPACE: &str = "kube-system";
+pub const LEADER_LEASE_NAME: &str = "nodefence";
+/// The taint a release adds.
+pub const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
+
+/// One machine: a Kubernetes node and its BMC system.
+#[derive(Debug, Clone)]
+pub struct NodeSetup {
+    /// Kubernetes node name (`worker-N` by default).
+    pub name: String,
+    /// The BMC system id (`BladeN` by default).
+    pub system_id: String,
+    /// The machine's power at start. A machine that starts Off has a silent kubelet.
+    pub power: MockPower,
+    /// The SMBIOS UUID of the machine: the Node's `systemUUID` and the BMC system's
+    /// `UUID`, so the identity cross-check matches (`None`: random on both sides, and
+    /// different).
+    pub uuid: Option<String>,
+    /// The BMC system's UUID when it must differ from [`Self::uuid`] (a miswired
+    /// inventory entry).
+    pub bmc_uuid: Option<String>,
+    /// Listed in the inventory (nodefence never touches a node that is not).
+    pub in_inventory: bool,
+    /// Extra TOML lines for this node's inventory entry (e.g. `system_uuid = "..."`).
+    pub inventory_lines: Vec<String>,
+}
+
+impl NodeSetup {
+    /// `worker-{i}` on system `Blade{i}`, powered on, in the inventory, with a UUID
+    /// of its own that the Node and the BMC both report.
+    pub fn worker(i: usize) -> Self {
+        Self {
+            name: format!("worker-{i}"),
+            system_id: format!("Blade{i}"),
+            power: MockPower::On,
+            uuid: Some(format!("4c4c4544-0000-4000-8000-{i:012x}")),
+            bmc_uuid: None,
+            in_inventory: true,
+            inventory_lines: Vec::new(),
+        }
+    }
+}
+
+type PolicyTweak = Box<dyn Fn(&mut Policy) + Send>;
+
+/// How to build a [`World`]. Start from [`WorldBuilder::new`] (or [`world`]).
+pub struct WorldBuilder {
+    pub nodes: Vec<NodeSetup>,
+    pub workloads: Vec<WorkloadSpec>,
+    /// Simulation speed (the simulated control plane runs this many times faster).
+    pub speed: f64,
+    pub dry_run: bool,
+    /// How long a BMC power transition takes.
+    pub transition_delay: Duration,
+    pub leader_timings: LeaderTimings,
+    /// Identities of the replicas started with the world (in this order).
+    pub replicas: Vec<String>,
+    /// `[policy]` in `nodefence.toml`: key → TOML value (`"6s"` with its quotes).
+    pub policy_keys: BTreeMap<String, String>,
+    /// Appended to `nodefence.toml` after its `[policy]` section (start a new
+    /// `[section]`).
+    pub agent_toml: String,
+    policy: Vec<PolicyTweak>,
+}
+
+impl Default for WorldBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl WorldBuilder {
+    /// Three workers (`worker-1..3` on `Blade1..3`, On), a one-replica stateful
+    /// workload `default/db`, 10x speed, one replica `test-replica`, and policy timings
+    /// scaled like the simulation ([`scaled_timings`]); leader Lease 3 s / renew
+    /// deadline 2 s / retry 200 ms.
+    pub fn new() -> Self {
+        Self {
+            nodes: (1..=3).map(NodeSetup::worker).collect(),
+            workloads: vec![WorkloadSpec::new("default", "db")],
+            speed: 10.0,
+            dry_run: false,
+            transition_delay: Duration::from_millis(200),
+            leader_timings: LeaderTimings {
+                lease_duration: Duration::from_secs(3),
+                renew_deadline: Duration::from_secs(2),
+                retry_period: Duration::from_millis(200),
+            },
+            replicas: vec!["test-replica".into()],
+            policy_keys: BTreeMap::new(),
+            agent_toml: String::new(),
+            policy: Vec::new(),
+        }
+    }
+
+    /// `n` workers `worker-1..n` on `Blade1..n`, all On (replaces the nodes).
+    pub fn workers(mut self, n: usize) -> Self {
+        self.nodes = (1..=n).map(NodeSetup::worker).collect();
+        self
+    }
+
+    /// Changes one node's set-up.
+    ///
+    /// # Panics
+    /// If there is no such node.
+    pub fn node(mut self, name: &str, change: impl FnOnce(&mut NodeSetup)) -> Self {
+        let node = self
+            .nodes
+            .iter_mut()
+            .find(|n| n.name == name)
+            .unwrap_or_else(|| panic!("no node {name} in the world"));
+        change(node);
+        self
+    }
+
+    /// Adds a node.
+    pub fn add_node(mut self, node: NodeSetup) -> Self {
+        self.nodes.push(node);
+        self
+    }
+
+    /// No workload at all.
+    pub fn no_workloads(mut self) -> Self {
+        self.workloads.clear();
+        self
+    }
+
+    pub fn workload(mut self, spec: WorkloadSpec) -> Self {
+        self.workloads.push(spec);
+        self
+    }
+
+    pub fn dry_run(mut self, on: bool) -> Self {
+        self.dry_run = on;
+        self
+    }
+
+    pub fn speed(mut self, speed: f64) -> Self {
+        self.speed = speed;
+        self
+    }
+
+    pub fn transition_delay(mut self, delay: Duration) -> Self {
+        self.transition_delay = delay;
+        self
+    }
+
+    pub fn leader_timings(mut self, timings: LeaderTimings) -> Self {
+        self.leader_timings = timings;
+        self
+    }
+
+    /// The replicas started with the world (none: start them with
+    /// [`World::start_replica`]).
+    pub fn replicas(mut self, identities: &[&str]) -> Self {
+        self.replicas = identities.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    /// Sets a `[policy]` key in `nodefence.toml` (`value` as TOML: `"\"10s\""`, `3`),
+    /// so group and node overrides in the inventory still resolve over it. The
+    /// [`scaled_timings`] keys are overwritten after loading: change those with
+    /// [`Self::policy`].
+    pub fn policy_key(mut self, key: &str, value: &str) -> Self {
+        self.policy_keys.insert(key.to_string(), value.to_string());
+        self
+    }
+
+    /// Changes the loaded policy: the cluster-wide one and every node's (tweaks run in
+    /// order, after the configuration is loaded, over any per-node override).
+    pub fn policy(mut self, tweak: impl Fn(&mut Policy) + Send + 'static) -> Self {
+        self.policy.push(Box::new(tweak));
+        self
+    }
+
+    pub fn agent_toml(mut self, toml: &str) -> Self {
+        self.agent_toml.push_str(toml);
+        self
+    }
+
+    pub async fn start(self) -> World {
+        nodefence::tls::install_crypto_provider();
+        let store = Store::default();
+        let kube = FakeKube::builder()
+            .store(store.clone())
+            .start()
+            .await
+            .unwrap();
+        let sim = Arc::new(Simulation::start(
+            store.clone(),
+            SimConfig {
+                speed: self.speed,
+                ..SimConfig::default()
+            },
+        ));
+        for n in &self.nodes {
+            let mut spec = NodeSpec::new(n.name.clone());
+            if let Some(uuid) = &n.uuid {
+                spec = spec.system_uuid(uuid.clone());
+            }
+            sim.add_node(spec);
+        }
+        for w in &self.workloads {
+            sim.add_stateful_workload(w.clone());
+        }
+        let bmc = Arc::new(
+            MockRedfish::builder()
+                .profile(Profile::MultiSystem)
+                .systems(self.nodes.iter().map(|n| {
+                    let spec = SystemSpec::new(n.system_id.clone()).power(n.power);
+                    match n.bmc_uuid.as_ref().or(n.uuid.as_ref()) {
+                        Some(uuid) => spec.uuid(uuid.clone()),
+                        None => spec,
+                    }
+                }))
+                .credentials(USER, PASSWORD)
+                .transition_delay(self.transition_delay)
+                .start()
+                .await
+                .unwrap(),
+        );
+        let link = machines::link(
+            bmc.clone(),
+            sim.clone(),
+            self.nodes
+                .iter()
+                .map(|n| Machine::new(n.system_id.clone(), n.name.clone()))
+                .collect(),
+            Duration::from_millis(50),
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let mut agent_toml = String::from("[policy]\n");
+        for (k, v) in &self.policy_keys {
+            agent_toml.push_str(&format!("{k} = {v}\n"));
+        }
+        agent_toml.push_str(&self.agent_toml);
+        let mut config =
+            nodefence::config::load(&write_config(dir.path(), &bmc, &self.nodes, &agent_toml))
+                .unwrap();
+        // The scaled timings are below what the configuration accepts: set after loading.
+        let tweaks = std::iter::once(&scaled_timings as &(dyn Fn(&mut Policy) + Send))
+            .chain(self.policy.iter().map(|t| t.as_ref()));
+        for tweak in tweaks {
+            tweak(&mut config.agent.policy);
+            for node in config.inventory.nodes.values_mut() {
+                tweak(&mut node.policy);
+            }
+        }
+        let client = client_for(&kube.kubeconfig_yaml()).await;
+        let options = DaemonOptions {
+            dry_run: self.dry_run,
+            listen: "127.0.0.1:0".parse().unwrap(),
+            lease_namespace: LEADER_LEASE_NAMESPACE.into(),
+            lease_name: LEADER_LEASE_NAME.into(),
+            identity: "test-replica".into(),
+            leader_timings: self.leader_timings,
+        };
+        let mut world = World {
+            kube,
+            sim,
+            bmc,
+            link,
+            replicas: Vec::new(),
+            client,
+            config,
+            options,
+            nodes: self.nodes,
+            speed: self.speed,
+            _dir: dir,
+        };
+        for identity in &self.replicas {
+            world.start_replica(identity);
+        }
+        world
+    }
+}
+
+/// The policy timings of every world, at 10x like the simulation (set after loading:
+/// the configuration refuses them, rightly, for a real cluster): `unhealthy_after`
+/// 6 s, `lease_stale_after` 2.5 s, `recovered_after` 2 s, `power_off_retry_after` 6 s,
+/// `on_poll_interval` 500 ms, no `min_power_off_interval`. Applied to the cluster-wide
+/// policy and every node's, before [`WorldBuilder::policy`] tweaks.
+pub fn scaled_timings(policy: &mut Policy) {
+    policy.lease_stale_after = Some(Duration::from_millis(2500));
+    policy.unhealthy_after = Duration::from_secs(6);
+    policy.recovered_after = Duration::from_secs(2);
+    policy.min_power_off_interval = Duration::ZERO;
+    policy.power_off_retry_after = Duration::from_secs(6);
+    policy.on_poll_interval = Duration::from_millis(500);
+}
+
+/// The default world ([`WorldBuilder::new`]), with or without dry-run, started.
+pub async fn world(dry_run: bool) -> World {
+    WorldBuilder::new().dry_run(dry_run).start().await
+}
+
+/// A kube client for the fake API server; build it on the runtime that uses it.
+pub async fn client_for(kubeconfig_yaml: &str) -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(kubeconfig_yaml).unwrap();
+    kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+/// Writes the password file, `nodefence.toml` and `inventory.toml`; returns the
+/// path of `nodefence.toml`.
+pub fn write_config(
+    dir: &Path,
+    bmc: &MockRedfishHandle,
+    nodes: &[NodeSetup],
+    agent_toml: &str,
+) -> PathBuf {
+    std::fs::write(dir.join("bmc-password"), PASSWORD).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(
+            dir.join("bmc-password"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+    }
+    std::fs::write(
+        dir.join("nodefence.toml"),
+        format!(
+            "inventory = \"inventory.toml\"\n[power]\nconfirm_readings = 3\nconfirm_interval = \"100ms\"\nconfirm_timeout = \"10s\"\n{agent_toml}"
+        ),
+    )
+    .unwrap();
+    let mut inv = format!(
+        "[defaults]\ndriver = \"redfish\"\nendpoint = \"{}\"\nusername = \"{USER}\"\npassword_file = \"bmc-password\"\n\
+         connect_timeout = \"1s\"\nrequest_timeout = \"1s\"\noperation_timeout = \"3s\"\nretries = 1\n",
+        bmc.base_url()
+    );
+    for n in nodes.iter().filter(|n| n.in_inventory) {
+        inv.push_str(&format!(
+            "[nodes.{}]\nsystem_id = \"{}\"\n",
+            n.name, n.system_id
+        ));
+        for line in &n.inventory_lines {
+            inv.push_str(line);
+            inv.push('\n');
+        }
+    }
+    std::fs::write(dir.join("inventory.toml"), inv).unwrap();
+    dir.join("nodefence.toml")
+}
+
+/// One running daemon replica, on its own runtime and thread.
+pub struct Replica {
+    pub identity: String,
+    /// Resolves the daemon's shutdown future (graceful stop).
+    stop: Option<oneshot::Sender<()>>,
+    /// Ends the replica's runtime at once (crash). Dropping it does the same.
+    kill: Option<oneshot::Sender<()>>,
+    /// The daemon's result; `None` when it was killed.
+    done: Option<oneshot::Receiver<Option<anyhow::Result<()>>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Replica {
+    fn start(
+        identity: &str,
+        config: nodefence::config::Config,
+        kubeconfig_yaml: String,
+        mut options: DaemonOptions,
+    ) -> Self {
+        options.identity = identity.to_string();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let (kill, killed) = oneshot::channel::<()>();
+        let (done_tx, done) = oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name(format!("replica-{identity}"))
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                let outcome = runtime.block_on(async move {
+                    let client = client_for(&kubeconfig_yaml).await;
+                    let run = daemon::run(config, client, options, async {
+                        let _ = stopped.await;
+                    });
+                    tokio::select! {
+                        result = run => Some(result),
+                        _ = killed => None,
+                    }
+                });
+                // Every task of this replica (election, watches, commands) ends here.
+                runtime.shutdown_timeout(Duration::from_secs(1));
+                let _ = done_tx.send(outcome);
+            })
+            .unwrap();
+        Self {
+            identity: identity.to_string(),
+            stop: Some(stop),
+            kill: Some(kill),
+            done: Some(done),
+            thread: Some(thread),
+        }
+    }
+
+    fn running(&self) -> bool {
+        self.done.is_some()
+    }
+
+    async fn wait(&mut self) -> Option<anyhow::Result<()>> {
+        let done = self.done.take()?;
+        let outcome = tokio::time::timeout(Duration::from_secs(30), done)
+            .await
+            .unwrap_or_else(|_| panic!("replica {} did not stop within 30s", self.identity))
+            .unwrap_or_else(|_| panic!("replica {} panicked", self.identity));
+        if let Some(thread) = self.thread.take() {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+        outcome
+    }
+
+    /// Graceful: the daemon's shutdown future resolves; it releases its Lease.
+    async fn stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(outcome) = self.wait().await {
+            outcome.unwrap_or_else(|e| panic!("replica {} failed: {e:#}", self.identity));
+        }
+    }
+
+    /// Abrupt: the runtime is dropped mid-flight; nothing is released.
+    async fn crash(&mut self) {
+        if let Some(kill) = self.kill.take() {
+            let _ = kill.send(());
+        }
+        // Keep `stop` until the runtime is gone: dropping it would start a graceful stop.
+        let outcome = self.wait().await;
+        assert!(
+            outcome.is_none(),
+            "replica {} ended before the crash",
+            self.identity
+        );
+        self.stop.take();
+    }
+}
+
+/// The cluster, the BMC and the daemon replicas.
+pub struct World {
+    pub kube: FakeKubeHandle,
+    pub sim: Arc<SimHandle>,
+    pub bmc: Arc<MockRedfishHandle>,
+    link: tokio::task::JoinHandle<()>,
+    replicas: Vec<Replica>,
+    /// A client for the test itself (the replicas have their own).
+    pub client: kube::Client,
+    pub config: nodefence::config::Config,
+    /// The options every replica starts with (its identity replaced).
+    pub options: DaemonOptions,
+    pub nodes: Vec<NodeSetup>,
+    /// Simulation speed.
+    pub speed: f64,
+    /// Holds the config files (`nodefence.toml`, `inventory.toml`, the password).
+    pub _dir: tempfile::TempDir,
+}
+
+impl World {
+    pub fn store(&self) -> Store {
+        self.kube.store()
+    }
+
+    /// A stock (real-cluster) duration at this world's speed.
+    pub fn scaled(&self, d: Duration) -> Duration {
+        d.div_f64(self.speed)
+    }
+
+    /// The BMC system id of `node`'s machine.
+    ///
+    /// # Panics
+    /// For a node not in the world.
+    pub fn system_of(&self, node: &str) -> String {
+        self.nodes
+            .iter()
+            .find(|n| n.name == node)
+            .map(|n| n.system_id.clone())
+            .unwrap_or_else(|| panic!("no node {node} in the world"))
+    }
+
+    /// Network cut: the kubelet falls silent, the machine stays On.
+    pub fn cut_network(&self, node: &str) {
+        self.sim.set_kubelet(node, false);
+    }
+
+    /// Power loss: the machine goes Off (and its kubelet with it).
+    pub fn pull_plug(&self, node: &str) {
+        self.bmc.set_power(&self.system_of(node), MockPower::Off);
+    }
+
+    pub fn power_of(&self, node: &str) -> Option<MockPower> {
+        self.bmc.power(&self.system_of(node))
+    }
+
+    /// `(system, ResetType)` of every Reset sent for `node`'s machine.
+    pub fn resets_of(&self, node: &str) -> Vec<String> {
+        let system = self.system_of(node);
+        self.bmc
+            .reset_log()
+            .into_iter()
+            .filter(|(s, _)| *s == system)
+            .map(|(_, t)| t)
+            .collect()
+    }
+
+    pub fn node(&self, name: &str) -> Option<Value> {
+        self.store().get(NODES, None, name).ok()
+    }
+
+    pub fn pod(&self, name: &str) -> Option<Value> {
+        self.store().get(PODS, Some("default"), name).ok()
+    }
+
+    /// The out-of-service taints on `node` (0 or 1, unless something is wrong).
+    pub fn out_of_service_taints(&self, node: &str) -> usize {
+        self.node(node)
+            .and_then(|n| n.pointer("/spec/taints").and_then(Value::as_array).cloned())
+            .map_or(0, |t| {
+                t.iter().filter(|t| t["key"] == OUT_OF_SERVICE).count()
+            })
+    }
+
+    pub fn has_out_of_service_taint(&self, node: &str) -> bool {
+        self.out_of_service_taints(node) > 0
+    }
+
+    /// Every `events.k8s.io/v1` Event in the cluster.
+    pub fn events(&self) -> Vec<Value> {
+        self.store().list(EVENTS_V1, None).0
+    }
+
+    /// The Events regarding `node`.
+    pub fn events_on(&self, node: &str) -> Vec<Value> {
+        self.events()
+            .into_iter()
+            .filter(|e| e.pointer("/regarding/name").and_then(Value::as_str) == Some(node))
+            .collect()
+    }
+
+    /// Every Event with `reason` (whatever it regards).
+    pub fn events_with_reason(&self, reason: &str) -> Vec<Value> {
+        self.events()
+            .into_iter()
+            .filter(|e| e["reason"] == reason)
+            .collect()
+    }
+
+    pub fn event_reasons(&self, node: &str) -> Vec<String> {
+        self.events_on(node)
+            .iter()
+            .filter_map(|e| e["reason"].as_str().map(str::to_string))
+            .collect()
+    }
+
+    /// Waits (bounded) for an Event with `reason` on `node`: Events are published
+    /// asynchronously, a moment after the change they describe.
+    pub async fn expect_event(&self, node: &str, reason: &str) {
+        eventually(
+            &format!("Event {reason} on {node}"),
+            Duration::from_secs(10),
+            || async { self.event_reasons(node).iter().any(|r| r == reason) },
+        )
+        .await;
+    }
+
+    /// Waits (bounded, 10 s) for at least one Event with `reason` for which `matches`
+    /// holds (whatever it regards); returns all such Events.
+    pub async fn expect_event_where(
+        &self,
+        reason: &str,
+        matches: impl Fn(&Value) -> bool,
+    ) -> Vec<Value> {
+        let found = || -> Vec<Value> {
+            self.events_with_reason(reason)
+                .into_iter()
+                .filter(|e| matches(e))
+                .collect()
+        };
+        eventually(
+            &format!("an Event {reason} (matching)"),
+            Duration::from_secs(10),
+            || async { !found().is_empty() },
+        )
+        .await;
+        found()
+    }
+
+    /// The node a pod runs on, once it is Running (and not being deleted).
+    pub fn running_on(&self, pod: &str) -> Option<String> {
+        let pod = self.pod(pod)?;
+        if pod.pointer("/status/phase") != Some(&Value::from("Running"))
+            || pod.pointer("/metadata/deletionTimestamp").is_some()
+        {
+            return None;
+        }
+        pod.pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    }
+
+    /// The node db-0 runs on, once it is Running.
+    pub fn db_node(&self) -> Option<String> {
+        self.running_on("db-0")
+    }
+
+    /// The holder of the daemon's leader Lease, as stored.
+    pub fn leader(&self) -> Option<String> {
+        self.store()
+            .get(LEASES, Some(LEADER_LEASE_NAMESPACE), LEADER_LEASE_NAME)
+            .ok()?
+            .pointer("/spec/holderIdentity")
+            .and_then(Value::as_str)
+            .filter(|h| !h.is_empty())
+            .map(str::to_string)
+    }
+
+    /// Identities of the replicas running now.
+    pub fn running_replicas(&self) -> Vec<String> {
+        self.replicas
+            .iter()
+            .filter(|r| r.running())
+            .map(|r| r.identity.clone())
+            .collect()
+    }
+
+    /// Starts a replica with `identity` (its own runtime, thread and client).
+    pub fn start_replica(&mut self, identity: &str) {
+        assert!(
+            !self.running_replicas().iter().any(|r| r == identity),
+            "replica {identity} already runs"
+        );
+        self.replicas.push(Replica::start(
+            identity,
+            self.config.clone(),
+            self.kube.kubeconfig_yaml(),
+            self.options.clone(),
+        ));
+    }
+
+    fn replica_mut(&mut self, identity: &str) -> &mut Replica {
+        self.replicas
+            .iter_mut()
+            .find(|r| r.identity == identity && r.running())
+            .unwrap_or_else(|| panic!("no running replica {identity}"))
+    }
+
+    /// Graceful shutdown of one replica (its shutdown future resolves; it releases
+    /// the Lease); panics if the daemon returned an error.
+    pub async fn stop_replica(&mut self, identity: &str) {
+        self.replica_mut(identity).stop().await;
+    }
+
+    /// Kills one replica abruptly: every task ends at once, the Lease is not released.
+    pub async fn crash_replica(&mut self, identity: &str) {
+        self.replica_mut(identity).crash().await;
+    }
+
+    /// Stops every replica and starts a new one with another identity (a restart, or
+    /// a new leader after a crash of the old one).
+    pub async fn restart_daemon(&mut self, identity: &str) {
+        for r in &mut self.replicas {
+            r.stop().await;
+        }
+        self.start_replica(identity);
+    }
+
+    /// Stops every replica gracefully and the machine link.
+    pub async fn stop(mut self) {
+        for r in &mut self.replicas {
+            r.stop().await;
+        }
+        self.link.abort();
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        // A failed test: end the replicas (dropping `kill` ends their runtimes).
+        for r in &mut self.replicas {
+            r.kill.take();
+        }
+        self.link.abort();
+    }
+}
+
+/// Polls `check` every 100 ms until it holds; panics after `within`.
+pub async fn eventually<F: Future<Output = bool>>(
+    what: &str,
+    within: Duration,
+    check: impl FnMut() -> F,
+) {
+    eventually_every(what, within, Duration::from_millis(100), check).await;
+}
+
+/// [`eventually`] with another polling period.
+pub async fn eventually_every<F: Future<Output = bool>>(
+    what: &str,
+    within: Duration,
+    period: Duration,
+    mut check: impl FnMut() -> F,
+) {
+    let end = Instant::now() + within;
+    while Instant::now() < end {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(period).await;
+    }
+    panic!("timed out after {within:?} waiting for: {what}");
+}
+
+/// `worker-N` → `BladeN` (the default naming).
+pub fn blade(node: &str) -> String {
+    node.replace("worker-", "Blade")
+}

@@ -1,0 +1,357 @@
+//! The BMC identity cross-check end to end: the Redfish driver's `machine_identity()`
+//! against the mock BMC over HTTP (present, absent, byte-swapped; cached after a
+//! reading), `identity::check` on what it returns, and `nodefence status --cluster`
+//! (the real binary, the mock BMC and fake-kube) showing and failing on a mismatch.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nodefence::config::{
+    Credential, NodeTarget, PowerSource, RedfishAuth, RedfishTarget, SecretSource, Timeouts,
+    TlsSettings,
+};
+use nodefence::identity::{Equivalence, IdentityCheck, MachineIdentity, NodeIdentity, check};
+use nodefence::power::PowerDriver;
+use nodefence::power::registry::DriverFactory;
+use nodefence_mocks::kube::FakeKube;
+use nodefence_mocks::kube::resources::NODES;
+use nodefence_mocks::redfish::{MockRedfish, MockRedfishHandle, Profile, SystemSpec};
+use serde_json::{Value, json};
+
+const PASSWORD: &str = "identity-Pw-7";
+const U1: &str = "4C4C4544-0031-3510-8052-B2C04F503131";
+/// U1 with its first three fields byte-swapped (SMBIOS little-endian fields).
+const U1_SWAPPED: &str = "44454c4c-3100-1035-8052-b2c04f503131";
+const U2: &str = "4c4c4544-0032-3510-8052-b2c04f503132";
+const OTHER: &str = "4c4c4544-0099-3510-8052-b2c04f503199";
+
+/// One BMC serving Blade1 (U1), Blade2 (U1 byte-swapped), Blade3 (empty UUID) and
+/// Blade4 (U2).
+async fn chassis() -> MockRedfishHandle {
+    MockRedfish::builder()
+        .profile(Profile::MultiSystem)
+        .system(SystemSpec::new("Blade1").uuid(U1))
+        .system(SystemSpec::new("Blade2").uuid(U1_SWAPPED))
+        .system(SystemSpec::new("Blade3").uuid(""))
+        .system(SystemSpec::new("Blade4").uuid(U2))
+        .credentials("fence", PASSWORD)
+        .start()
+        .await
+        .expect("mock starts")
+}
+
+fn driver(mock: &MockRedfishHandle, system: &str) -> Arc<dyn PowerDriver> {
+    nodefence::tls::install_crypto_provider();
+    DriverFactory::new(4)
+        .driver(&NodeTarget {
+            name: "worker-1".into(),
+            group: None,
+            power: PowerSource::Redfish(RedfishTarget {
+                endpoint: mock.base_url().parse().unwrap(),
+                system_id: Some(system.into()),
+                credential: Credential {
+                    username: "fence".into(),
+                    password: PASSWORD.to_string().into(),
+                    source: SecretSource::Inline,
+                },
+                auth: RedfishAuth::Auto,
+                tls: TlsSettings::default(),
+                timeouts: Timeouts {
+                    operation: Duration::from_secs(4),
+                    retries: 0,
+                    ..Timeouts::default()
+                },
+            }),
+            policy: Default::default(),
+        })
+        .unwrap()
+}
+
+fn node(uuid: &str) -> NodeIdentity {
+    NodeIdentity {
+        system_uuid: Some(uuid.into()),
+        provider_id: None,
+    }
+}
+
+/// GETs of a ComputerSystem the mock answered.
+fn system_gets(mock: &MockRedfishHandle) -> usize {
+    mock.request_log()
+        .iter()
+        .filter(|r| r.method == "GET" && r.path.starts_with("/redfish/v1/Systems/Blade"))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redfish_reports_the_computer_system_uuid_as_served() {
+    let mock = chassis().await;
+    let d = driver(&mock, "Blade1");
+    // First call without any reading: discovery and one GET.
+    let got = d.machine_identity().await.unwrap();
+    assert_eq!(got, MachineIdentity::Uuid(U1.into()));
+    assert!(system_gets(&mock) >= 1);
+    assert_eq!(
+        check(&node(&U1.to_lowercase()), &got),
+        IdentityCheck::Match(Equivalence::Exact)
+    );
+    assert_eq!(
+        check(&node(OTHER), &got),
+        IdentityCheck::Mismatch {
+            node: OTHER.into(),
+            machine: U1.into()
+        }
+    );
+    d.close().await;
+    mock.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_byte_swapped_uuid_is_the_same_machine() {
+    let mock = chassis().await;
+    let got = driver(&mock, "Blade2").machine_identity().await.unwrap();
+    assert_eq!(got, MachineIdentity::Uuid(U1_SWAPPED.into()));
+    assert_eq!(
+        check(&node(U1), &got),
+        IdentityCheck::Match(Equivalence::FieldsSwapped)
+    );
+    // ...but not another machine's UUID swapped.
+    assert!(check(&node(U2), &got).is_mismatch());
+    mock.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_absent_uuid_is_unavailable_and_proves_nothing() {
+    let mock = chassis().await;
+    let got = driver(&mock, "Blade3").machine_identity().await.unwrap();
+    assert_eq!(
+        got,
+        MachineIdentity::Unavailable("the BMC's ComputerSystem has no UUID".into())
+    );
+    let result = check(&node(U1), &got);
+    assert_eq!(
+        result,
+        IdentityCheck::Unknown("the BMC's ComputerSystem has no UUID".into())
+    );
+    assert_eq!(result.label(), "unknown");
+    assert!(!result.is_match());
+    mock.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_identity_comes_from_the_last_reading_without_another_request() {
+    let mock = chassis().await;
+    let d = driver(&mock, "Blade4");
+    d.status().await.unwrap();
+    let after_reading = mock.request_log().len();
+    for _ in 0..3 {
+        assert_eq!(
+            d.machine_identity().await.unwrap(),
+            MachineIdentity::Uuid(U2.into())
+        );
+    }
+    assert_eq!(
+        mock.request_log().len(),
+        after_reading,
+        "machine_identity() after a reading sends nothing"
+    );
+    mock.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_bmc_is_an_error_not_an_identity() {
+    let mock = chassis().await;
+    let d = driver(&mock, "Blade1");
+    mock.inject(nodefence_mocks::redfish::Fault::RejectCredentials);
+    let err = d.machine_identity().await.expect_err("the BMC refuses us");
+    assert_eq!(err.kind, nodefence::power::PowerErrorKind::Auth);
+    assert!(!err.to_string().contains(PASSWORD), "{err}");
+    mock.shutdown().await;
+}
+
+// ---------------------------------------------------------------- nodefence status
+
+fn write_config(dir: &Path, mock: &MockRedfishHandle) -> PathBuf {
+    std::fs::write(dir.join("bmc-password"), format!("{PASSWORD}\n")).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(
+            dir.join("bmc-password"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+    }
+    std::fs::write(
+        dir.join("nodefence.toml"),
+        "inventory = \"inventory.toml\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("inventory.toml"),
+        format!(
+            "[defaults]\ndriver = \"redfish\"\nendpoint = \"{}\"\nusername = \"fence\"\n\
+             password_file = \"bmc-password\"\noperation_timeout = \"4s\"\nretries = 0\n\n\
+             [nodes.worker-1]\nsystem_id = \"Blade1\"\n[nodes.worker-2]\nsystem_id = \"Blade2\"\n\
+             [nodes.worker-3]\nsystem_id = \"Blade3\"\n[nodes.worker-4]\nsystem_id = \"Blade4\"\n",
+            mock.base_url()
+        ),
+    )
+    .unwrap();
+    dir.join("nodefence.toml")
+}
+
+fn node_object(name: &str, uuid: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name},
+        "status": {"nodeInfo": {
+            "systemUUID": uuid, "machineID": "", "bootID": "", "kernelVersion": "",
+            "osImage": "", "containerRuntimeVersion": "", "kubeletVersion": "v1.33.0",
+            "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"
+        }}
+    })
+}
+
+async fn nodefence(config: &Path, args: &[&str]) -> Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_nodefence"))
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .expect("nodefence runs")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_with_cluster_access_shows_identity_and_fails_on_a_mismatch() {
+    let mock = chassis().await;
+    let kube = FakeKube::builder().start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &mock);
+    let kubeconfig = dir.path().join("kubeconfig");
+    kube.write_kubeconfig(&kubeconfig).unwrap();
+    let kubeconfig = kubeconfig.to_string_lossy().to_string();
+    // worker-4's Node is another machine than the one its inventory entry points at.
+    for (name, uuid) in [
+        ("worker-1", U1),
+        ("worker-2", U1),
+        ("worker-3", U1),
+        ("worker-4", OTHER),
+    ] {
+        kube.store()
+            .create(NODES, None, node_object(name, uuid))
+            .unwrap();
+    }
+
+    // Without cluster access: the machine identity, no IDENTITY column, exit 0.
+    let out = nodefence(&config, &["status"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let table = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(table.lines().next().unwrap().contains("MACHINE"), "{table}");
+    assert!(!table.contains("IDENTITY"), "{table}");
+    assert!(table.contains(U1), "{table}");
+
+    // With it: JSON carries each result, a mismatch is exit 1.
+    let out = nodefence(
+        &config,
+        &[
+            "status",
+            "--cluster",
+            "--kubeconfig",
+            &kubeconfig,
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let result = |node: &str| -> (String, String) {
+        let row = rows
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["node"] == node)
+            .unwrap();
+        (
+            row["identity"]["result"]
+                .as_str()
+                .unwrap_or("?")
+                .to_string(),
+            row["identity"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+        )
+    };
+    assert_eq!(result("worker-1").0, "match");
+    assert_eq!(result("worker-2").0, "match", "byte-swapped UUID");
+    assert_eq!(result("worker-3").0, "unknown");
+    let (r4, message) = result("worker-4");
+    assert_eq!(r4, "mismatch");
+    assert!(message.contains(OTHER) && message.contains(U2), "{message}");
+    assert_eq!(rows[0]["machine"]["kind"], "uuid");
+    assert_eq!(rows[0]["machine"]["value"], U1);
+    assert_eq!(rows[2]["machine"]["kind"], "unavailable");
+
+    // The table: an IDENTITY column and the explanation under it.
+    let out = nodefence(&config, &["status", "--kubeconfig", &kubeconfig]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let table = String::from_utf8_lossy(&out.stdout).to_string();
+    let line = |node: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(node) && l.contains("redfish"))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(
+        table.lines().next().unwrap().contains("IDENTITY"),
+        "{table}"
+    );
+    assert!(line("worker-1").contains(" match"), "{table}");
+    assert!(line("worker-4").contains(" mismatch"), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("worker-4: identity mismatch") && l.contains(OTHER)),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("worker-3: identity not verified")),
+        "{table}"
+    );
+    assert!(!text(&out).contains(PASSWORD));
+
+    // Only the matching nodes: exit 0.
+    let out = nodefence(
+        &config,
+        &[
+            "status",
+            "worker-1",
+            "worker-2",
+            "--cluster",
+            "--kubeconfig",
+            &kubeconfig,
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(mock.reset_log().is_empty(), "status never sends a command");
+    kube.shutdown().await;
+    mock.shutdown().await;
+}
