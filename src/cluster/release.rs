@@ -236,24 +236,31 @@ impl Releaser {
         proof: &OffProof,
         plan: &ReleasePlan,
     ) -> Result<ReleaseOutcome, ReleaseError> {
-        let released = match plan.mode {
+        let tainted = match plan.mode {
             ReleaseMode::OutOfServiceTaint => self.taint(node, uid, proof).await?,
-            ReleaseMode::DeleteNode => {
-                self.delete(node, uid, proof, plan.delete_volume_attachments)
-                    .await?
-            }
+            ReleaseMode::DeleteNode => self.delete(node, uid, proof, false).await?,
         };
-        let pods_deleted = if plan.force_delete_pods {
+        // Pods before attachments: while a pod still wants its volume on this node,
+        // the attach/detach controller may re-create a VolumeAttachment deleted under
+        // it. The pods of a deleted Node are orphans that can run nowhere: deleting
+        // its attachments implies deleting them first.
+        let force_pods = plan.force_delete_pods
+            || (plan.mode == ReleaseMode::DeleteNode && plan.delete_volume_attachments);
+        let pods_deleted = if force_pods {
             self.force_delete_pods(node).await?
         } else {
             0
         };
-        let volume_attachments_deleted = match &released {
-            Released::Deleted { volume_attachments } => *volume_attachments,
-            Released::Tainted if plan.delete_volume_attachments => {
-                self.delete_attachments(node).await?
-            }
-            Released::Tainted => 0,
+        let volume_attachments_deleted = if plan.delete_volume_attachments {
+            self.delete_attachments(node).await?
+        } else {
+            0
+        };
+        let released = match tainted {
+            Released::Tainted => Released::Tainted,
+            Released::Deleted { .. } => Released::Deleted {
+                volume_attachments: volume_attachments_deleted,
+            },
         };
         Ok(ReleaseOutcome {
             released,

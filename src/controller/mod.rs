@@ -86,6 +86,8 @@ struct Observed {
     pause: Option<PauseState>,
     /// A Node changed since the identities were last sent to the BMC monitor.
     identities_stale: bool,
+    /// The last reference of each deleted Node (until it registers again).
+    deleted_refs: BTreeMap<String, k8s_openapi::api::core::v1::ObjectReference>,
 }
 
 impl Controller {
@@ -209,7 +211,13 @@ impl Controller {
             }
             for action in actions {
                 let node = action.node().and_then(|n| seen.nodes.get(n));
-                let node_ref = node.map(|n| n.object_ref(&()));
+                // A Node deleted by a delete-node release still gets its Events
+                // (released, powering on) on the object it was.
+                let node_ref = node.map(|n| n.object_ref(&())).or_else(|| {
+                    action
+                        .node()
+                        .and_then(|n| seen.deleted_refs.get(n).cloned())
+                });
                 let uid = node.and_then(|n| n.uid());
                 executor.dispatch(action, node_ref, uid.map(|u| u.to_string()));
             }
@@ -263,13 +271,19 @@ impl Controller {
                 if !self.inventory.contains(&name) && logged.insert(name.clone()) {
                     tracing::info!(node = %name, "node is not in the inventory: nodefence will never touch it");
                 }
+                seen.deleted_refs.remove(&name);
                 seen.nodes.insert(name.clone(), node);
                 if let Some(f) = self.facts(seen, &name) {
                     out.extend(engine.observe(f, now));
                 }
             }
             WatchEvent::Delete(node) => {
+                let reference = node.object_ref(&());
                 if let Some(name) = node.metadata.name {
+                    if self.inventory.contains(&name) {
+                        // Bounded by the inventory.
+                        seen.deleted_refs.insert(name.clone(), reference);
+                    }
                     seen.nodes.remove(&name);
                     out.extend(engine.node_deleted(&name, now));
                 }

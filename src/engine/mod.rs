@@ -107,9 +107,7 @@ impl Engine {
         match self.nodes.get_mut(&name) {
             Some(state) => {
                 state.facts = facts;
-                if let Phase::Released(rel) = &mut state.phase {
-                    rel.node_gone = false;
-                }
+                state.gone = false;
             }
             None => {
                 self.nodes.insert(name.clone(), NodeState::new(facts, now));
@@ -121,19 +119,26 @@ impl Engine {
     /// A Node object was deleted. In delete-node mode that is our own release: the
     /// node re-registers as a fresh healthy node when its machine comes back.
     ///
-    /// A released node whose machine still has to be powered back on is kept (without
-    /// its Node) until that is done.
+    /// Kept (without its Node) while its procedure is not over: a release in flight
+    /// (a delete-node release deletes the Node before it reports back), or a
+    /// released node whose machine still has to be powered back on.
     pub fn node_deleted(&mut self, name: &str, now: SystemTime) -> Vec<Action> {
         let mut out = Vec::new();
-        if let Some(state) = self.nodes.get_mut(name)
-            && let Phase::Released(rel) = &mut state.phase
-            && matches!(
-                rel.power_on,
-                PowerOnStatus::Pending | PowerOnStatus::InFlight
-            )
-        {
-            rel.node_gone = true;
-            return self.reevaluate(Some(name), now);
+        if let Some(state) = self.nodes.get_mut(name) {
+            let keep = match &state.phase {
+                Phase::Incident(inc) => inc.releasing,
+                Phase::Released(rel) => {
+                    matches!(
+                        rel.power_on,
+                        PowerOnStatus::Pending | PowerOnStatus::InFlight
+                    )
+                }
+                Phase::Healthy => false,
+            };
+            if keep {
+                state.gone = true;
+                return self.reevaluate(Some(name), now);
+            }
         }
         if let Some(state) = self.nodes.remove(name)
             && let Phase::Incident(inc) = &state.phase
@@ -158,11 +163,10 @@ impl Engine {
         } else {
             PowerOnStatus::NotWanted
         };
-        let mut rel = Released::new(record.released_at, power_on);
+        let rel = Released::new(record.released_at, power_on);
         match self.nodes.get_mut(name) {
             Some(state) => state.phase = Phase::Released(rel),
             None => {
-                rel.node_gone = true;
                 let mut facts = NodeFacts::ready(name, now);
                 facts.readiness = Readiness::NotReady {
                     since: record.released_at,
@@ -170,6 +174,7 @@ impl Engine {
                 facts.lease_renewed = None;
                 let mut state = NodeState::new(facts, now);
                 state.phase = Phase::Released(rel);
+                state.gone = true;
                 self.nodes.insert(name.to_string(), state);
             }
         }
@@ -365,7 +370,7 @@ impl Engine {
                 record: None,
             });
             // A deleted Node re-registers as a fresh node once its machine is back.
-            forget = rel.node_gone;
+            forget = state.gone;
         }
         if forget {
             self.nodes.remove(name);
@@ -389,10 +394,14 @@ impl Engine {
             PowerOnStatus::NotWanted
         };
         let policy = self.node_policies.get(name).unwrap_or(&self.policy);
+        let mut forget = false;
         if let Some(state) = self.nodes.get_mut(name)
             && let Phase::Incident(inc) = &mut state.phase
             && inc.releasing
         {
+            // Its Node is gone already (deleted by this release): nothing is left to
+            // do for it unless its machine is to be powered back on.
+            forget = state.gone && !(result.is_ok() && power_on == PowerOnStatus::Pending);
             match result {
                 Ok(()) => {
                     out.push(Notice::normal(name, Reason::Released, match policy.release {
@@ -423,6 +432,9 @@ impl Engine {
                     ));
                 }
             }
+        }
+        if forget {
+            self.nodes.remove(name);
         }
         out.extend(self.reevaluate(Some(name), now));
         out

@@ -153,8 +153,6 @@ pub struct Released {
     pub drained: bool,
     /// Drain checks (`Action::CheckDrained`) scheduling.
     pub drain_checks: Queries,
-    /// The Node object is gone (delete-node release); kept until the power-on is done.
-    pub node_gone: bool,
 }
 
 impl Released {
@@ -166,7 +164,6 @@ impl Released {
             power_on,
             drained: false,
             drain_checks: Queries::default(),
-            node_gone: false,
         }
     }
 }
@@ -194,6 +191,9 @@ pub struct NodeState {
     pub queries: Queries,
     /// The machine its power source says it controls (read with the power state).
     pub machine: Option<MachineIdentity>,
+    /// The Node object is gone, but the procedure is not over: a release in flight
+    /// (delete-node deletes it before it reports back) or a pending power-on.
+    pub gone: bool,
     /// An excluded unhealthy node was announced once.
     excluded_noted: Option<Exclusion>,
 }
@@ -213,6 +213,7 @@ impl NodeState {
             phase,
             queries: Queries::default(),
             machine: None,
+            gone: false,
             excluded_noted: None,
         }
     }
@@ -221,9 +222,10 @@ impl NodeState {
         &self.facts.name
     }
 
-    /// Released by deleting its Node object, which has not re-registered yet.
+    /// Its Node object is gone (a delete-node release, or resumed from a record) and
+    /// has not re-registered yet.
     pub fn node_gone(&self) -> bool {
-        matches!(&self.phase, Phase::Released(rel) if rel.node_gone)
+        self.gone
     }
 
     pub fn exclusion(&self, policy: &Policy) -> Option<Exclusion> {

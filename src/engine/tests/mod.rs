@@ -237,10 +237,17 @@ impl Harness {
                     self.check_release(node, proof);
                     self.plans.insert(node.clone(), *plan);
                     self.release_times.entry(node.clone()).or_insert(now);
-                    if let Some(f) = self.facts.get_mut(node) {
+                    let mut next = Vec::new();
+                    if plan.mode == ReleaseMode::DeleteNode {
+                        // As in the daemon: the Node watch reports the deletion before
+                        // the executor reports the release done.
+                        self.facts.remove(node);
+                        next.extend(self.engine.node_deleted(node, now));
+                    } else if let Some(f) = self.facts.get_mut(node) {
                         f.our_taint = true;
                     }
-                    self.engine.release_done(node, Ok(()), now)
+                    next.extend(self.engine.release_done(node, Ok(()), now));
+                    next
                 }
                 Action::RemoveTaint { node } => {
                     if let Some(f) = self.facts.get_mut(node) {

@@ -115,12 +115,20 @@ fn a_deleted_node_keeps_its_pending_power_on_and_is_forgotten_after_it() {
     h.lose_power("w1");
     h.advance(secs(40));
     assert!(h.released("w1"));
-    // The executor deleted the Node: the watch reports it gone.
-    h.facts.remove("w1");
-    let now = h.now;
-    let a = h.engine.node_deleted("w1", now);
-    h.run(a);
+    // The harness reported the Node deleted before the release was done, as the
+    // daemon's watch does.
     assert!(h.engine.node("w1").is_some_and(|n| n.node_gone()));
+    assert!(
+        matches!(
+            h.engine.node("w1").map(|n| &n.phase),
+            Some(Phase::Released(_))
+        ),
+        "the release completed although its Node was gone first"
+    );
+    assert!(
+        h.records.contains_key("w1"),
+        "the pending power-on is recorded"
+    );
     assert!(!h.engine.storm_active());
     h.drained.insert("w1".into());
     h.advance(secs(10));
@@ -174,4 +182,27 @@ fn a_paused_cluster_does_not_power_released_machines_on() {
     h.run(a);
     h.advance(secs(1));
     assert_eq!(h.power_on_times.len(), 1);
+}
+
+#[test]
+fn a_deleted_node_without_a_power_on_is_forgotten_once_released() {
+    let mut h = Harness::new(Policy {
+        release: ReleaseMode::DeleteNode,
+        ..Policy::default()
+    });
+    for n in ["w1", "w2", "w3"] {
+        h.add(n, Bmc::State(PowerState::On));
+    }
+    h.lose_power("w1");
+    h.advance(secs(40));
+    assert!(h.released("w1"));
+    assert!(
+        h.engine.node("w1").is_none(),
+        "re-registers as a fresh node"
+    );
+    assert!(h.records.is_empty());
+    assert!(
+        h.reasons("w1").contains(&Reason::Released),
+        "the release is still announced"
+    );
 }

@@ -1,19 +1,7 @@
-//! The end-to-end world: fake-kube with its simulated control plane, a mock Redfish
-//! BMC whose systems are the nodes' machines (linked to their kubelets), and the real
-//! daemon (`nodefence::daemon::run`), in process, as one or more replicas.
-//!
-//! Each replica runs on its own tokio runtime on its own thread, with its own
-//! Kubernetes client: [`World::crash_replica`] drops that runtime, which ends every
-//! task of the replica at once (leader election, watches, power commands in flight)
-//! without releasing its Lease, like a killed process; [`World::stop_replica`] is a
-//! graceful shutdown (SIGTERM), which releases the Lease.
-//!
-//! The simulation runs `speed` times faster than real time (10x by default); the
-//! daemon's policy timings are real time, scaled by hand to match (see
-//! [`WorldBuilder::new`]); [`World::scaled`] converts a stock duration.
+//! Building a [`World`]: its machines, its policy, its files, its replicas.
 
+use super::*;
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,23 +9,14 @@ use std::time::Duration;
 use nodefence::cluster::leader::LeaderTimings;
 use nodefence::daemon::{self, DaemonOptions};
 use nodefence::engine::Policy;
-use nodefence_mocks::kube::resources::{EVENTS_V1, LEASES, NODES, PODS};
-use nodefence_mocks::kube::sim::{NodeSpec, SimConfig, SimHandle, Simulation, WorkloadSpec};
+use nodefence_mocks::kube::FakeKube;
+use nodefence_mocks::kube::sim::{NodeSpec, SimConfig, Simulation, WorkloadSpec};
 use nodefence_mocks::kube::store::Store;
-use nodefence_mocks::kube::{FakeKube, FakeKubeHandle};
 use nodefence_mocks::machines::{self, Machine};
 use nodefence_mocks::redfish::{MockPower, MockRedfish, MockRedfishHandle, Profile, SystemSpec};
-use serde_json::Value;
 use tokio::sync::oneshot;
-use tokio::time::Instant;
 
-use super::{PASSWORD, USER};
-
-/// Namespace and name of the daemon's leader-election Lease.
-pub const LEADER_LEASE_NAMESPACE: &str = "kube-system";
-pub const LEADER_LEASE_NAME: &str = "nodefence";
-/// The taint a release adds.
-pub const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
+use super::super::{PASSWORD, USER};
 
 /// One machine: a Kubernetes node and its BMC system.
 #[derive(Debug, Clone)]
@@ -389,16 +368,16 @@ pub fn write_config(
 pub struct Replica {
     pub identity: String,
     /// Resolves the daemon's shutdown future (graceful stop).
-    stop: Option<oneshot::Sender<()>>,
+    pub(super) stop: Option<oneshot::Sender<()>>,
     /// Ends the replica's runtime at once (crash). Dropping it does the same.
-    kill: Option<oneshot::Sender<()>>,
+    pub(super) kill: Option<oneshot::Sender<()>>,
     /// The daemon's result; `None` when it was killed.
-    done: Option<oneshot::Receiver<Option<anyhow::Result<()>>>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    pub(super) done: Option<oneshot::Receiver<Option<anyhow::Result<()>>>>,
+    pub(super) thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Replica {
-    fn start(
+    pub(super) fn start(
         identity: &str,
         config: nodefence::config::Config,
         kubeconfig_yaml: String,
@@ -439,11 +418,11 @@ impl Replica {
         }
     }
 
-    fn running(&self) -> bool {
+    pub(super) fn running(&self) -> bool {
         self.done.is_some()
     }
 
-    async fn wait(&mut self) -> Option<anyhow::Result<()>> {
+    pub(super) async fn wait(&mut self) -> Option<anyhow::Result<()>> {
         let done = self.done.take()?;
         let outcome = tokio::time::timeout(Duration::from_secs(30), done)
             .await
@@ -456,7 +435,7 @@ impl Replica {
     }
 
     /// Graceful: the daemon's shutdown future resolves; it releases its Lease.
-    async fn stop(&mut self) {
+    pub(super) async fn stop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -466,7 +445,7 @@ impl Replica {
     }
 
     /// Abrupt: the runtime is dropped mid-flight; nothing is released.
-    async fn crash(&mut self) {
+    pub(super) async fn crash(&mut self) {
         if let Some(kill) = self.kill.take() {
             let _ = kill.send(());
         }
@@ -479,281 +458,4 @@ impl Replica {
         );
         self.stop.take();
     }
-}
-
-/// The cluster, the BMC and the daemon replicas.
-pub struct World {
-    pub kube: FakeKubeHandle,
-    pub sim: Arc<SimHandle>,
-    pub bmc: Arc<MockRedfishHandle>,
-    link: tokio::task::JoinHandle<()>,
-    replicas: Vec<Replica>,
-    /// A client for the test itself (the replicas have their own).
-    pub client: kube::Client,
-    pub config: nodefence::config::Config,
-    /// The options every replica starts with (its identity replaced).
-    pub options: DaemonOptions,
-    pub nodes: Vec<NodeSetup>,
-    /// Simulation speed.
-    pub speed: f64,
-    /// Holds the config files (`nodefence.toml`, `inventory.toml`, the password).
-    pub _dir: tempfile::TempDir,
-}
-
-impl World {
-    pub fn store(&self) -> Store {
-        self.kube.store()
-    }
-
-    /// A stock (real-cluster) duration at this world's speed.
-    pub fn scaled(&self, d: Duration) -> Duration {
-        d.div_f64(self.speed)
-    }
-
-    /// The BMC system id of `node`'s machine.
-    ///
-    /// # Panics
-    /// For a node not in the world.
-    pub fn system_of(&self, node: &str) -> String {
-        self.nodes
-            .iter()
-            .find(|n| n.name == node)
-            .map(|n| n.system_id.clone())
-            .unwrap_or_else(|| panic!("no node {node} in the world"))
-    }
-
-    /// Network cut: the kubelet falls silent, the machine stays On.
-    pub fn cut_network(&self, node: &str) {
-        self.sim.set_kubelet(node, false);
-    }
-
-    /// Power loss: the machine goes Off (and its kubelet with it).
-    pub fn pull_plug(&self, node: &str) {
-        self.bmc.set_power(&self.system_of(node), MockPower::Off);
-    }
-
-    pub fn power_of(&self, node: &str) -> Option<MockPower> {
-        self.bmc.power(&self.system_of(node))
-    }
-
-    /// `(system, ResetType)` of every Reset sent for `node`'s machine.
-    pub fn resets_of(&self, node: &str) -> Vec<String> {
-        let system = self.system_of(node);
-        self.bmc
-            .reset_log()
-            .into_iter()
-            .filter(|(s, _)| *s == system)
-            .map(|(_, t)| t)
-            .collect()
-    }
-
-    pub fn node(&self, name: &str) -> Option<Value> {
-        self.store().get(NODES, None, name).ok()
-    }
-
-    pub fn pod(&self, name: &str) -> Option<Value> {
-        self.store().get(PODS, Some("default"), name).ok()
-    }
-
-    /// The out-of-service taints on `node` (0 or 1, unless something is wrong).
-    pub fn out_of_service_taints(&self, node: &str) -> usize {
-        self.node(node)
-            .and_then(|n| n.pointer("/spec/taints").and_then(Value::as_array).cloned())
-            .map_or(0, |t| {
-                t.iter().filter(|t| t["key"] == OUT_OF_SERVICE).count()
-            })
-    }
-
-    pub fn has_out_of_service_taint(&self, node: &str) -> bool {
-        self.out_of_service_taints(node) > 0
-    }
-
-    /// Every `events.k8s.io/v1` Event in the cluster.
-    pub fn events(&self) -> Vec<Value> {
-        self.store().list(EVENTS_V1, None).0
-    }
-
-    /// The Events regarding `node`.
-    pub fn events_on(&self, node: &str) -> Vec<Value> {
-        self.events()
-            .into_iter()
-            .filter(|e| e.pointer("/regarding/name").and_then(Value::as_str) == Some(node))
-            .collect()
-    }
-
-    /// Every Event with `reason` (whatever it regards).
-    pub fn events_with_reason(&self, reason: &str) -> Vec<Value> {
-        self.events()
-            .into_iter()
-            .filter(|e| e["reason"] == reason)
-            .collect()
-    }
-
-    pub fn event_reasons(&self, node: &str) -> Vec<String> {
-        self.events_on(node)
-            .iter()
-            .filter_map(|e| e["reason"].as_str().map(str::to_string))
-            .collect()
-    }
-
-    /// Waits (bounded) for an Event with `reason` on `node`: Events are published
-    /// asynchronously, a moment after the change they describe.
-    pub async fn expect_event(&self, node: &str, reason: &str) {
-        eventually(
-            &format!("Event {reason} on {node}"),
-            Duration::from_secs(10),
-            || async { self.event_reasons(node).iter().any(|r| r == reason) },
-        )
-        .await;
-    }
-
-    /// Waits (bounded, 10 s) for at least one Event with `reason` for which `matches`
-    /// holds (whatever it regards); returns all such Events.
-    pub async fn expect_event_where(
-        &self,
-        reason: &str,
-        matches: impl Fn(&Value) -> bool,
-    ) -> Vec<Value> {
-        let found = || -> Vec<Value> {
-            self.events_with_reason(reason)
-                .into_iter()
-                .filter(|e| matches(e))
-                .collect()
-        };
-        eventually(
-            &format!("an Event {reason} (matching)"),
-            Duration::from_secs(10),
-            || async { !found().is_empty() },
-        )
-        .await;
-        found()
-    }
-
-    /// The node a pod runs on, once it is Running (and not being deleted).
-    pub fn running_on(&self, pod: &str) -> Option<String> {
-        let pod = self.pod(pod)?;
-        if pod.pointer("/status/phase") != Some(&Value::from("Running"))
-            || pod.pointer("/metadata/deletionTimestamp").is_some()
-        {
-            return None;
-        }
-        pod.pointer("/spec/nodeName")
-            .and_then(Value::as_str)
-            .map(str::to_string)
-    }
-
-    /// The node db-0 runs on, once it is Running.
-    pub fn db_node(&self) -> Option<String> {
-        self.running_on("db-0")
-    }
-
-    /// The holder of the daemon's leader Lease, as stored.
-    pub fn leader(&self) -> Option<String> {
-        self.store()
-            .get(LEASES, Some(LEADER_LEASE_NAMESPACE), LEADER_LEASE_NAME)
-            .ok()?
-            .pointer("/spec/holderIdentity")
-            .and_then(Value::as_str)
-            .filter(|h| !h.is_empty())
-            .map(str::to_string)
-    }
-
-    /// Identities of the replicas running now.
-    pub fn running_replicas(&self) -> Vec<String> {
-        self.replicas
-            .iter()
-            .filter(|r| r.running())
-            .map(|r| r.identity.clone())
-            .collect()
-    }
-
-    /// Starts a replica with `identity` (its own runtime, thread and client).
-    pub fn start_replica(&mut self, identity: &str) {
-        assert!(
-            !self.running_replicas().iter().any(|r| r == identity),
-            "replica {identity} already runs"
-        );
-        self.replicas.push(Replica::start(
-            identity,
-            self.config.clone(),
-            self.kube.kubeconfig_yaml(),
-            self.options.clone(),
-        ));
-    }
-
-    fn replica_mut(&mut self, identity: &str) -> &mut Replica {
-        self.replicas
-            .iter_mut()
-            .find(|r| r.identity == identity && r.running())
-            .unwrap_or_else(|| panic!("no running replica {identity}"))
-    }
-
-    /// Graceful shutdown of one replica (its shutdown future resolves; it releases
-    /// the Lease); panics if the daemon returned an error.
-    pub async fn stop_replica(&mut self, identity: &str) {
-        self.replica_mut(identity).stop().await;
-    }
-
-    /// Kills one replica abruptly: every task ends at once, the Lease is not released.
-    pub async fn crash_replica(&mut self, identity: &str) {
-        self.replica_mut(identity).crash().await;
-    }
-
-    /// Stops every replica and starts a new one with another identity (a restart, or
-    /// a new leader after a crash of the old one).
-    pub async fn restart_daemon(&mut self, identity: &str) {
-        for r in &mut self.replicas {
-            r.stop().await;
-        }
-        self.start_replica(identity);
-    }
-
-    /// Stops every replica gracefully and the machine link.
-    pub async fn stop(mut self) {
-        for r in &mut self.replicas {
-            r.stop().await;
-        }
-        self.link.abort();
-    }
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        // A failed test: end the replicas (dropping `kill` ends their runtimes).
-        for r in &mut self.replicas {
-            r.kill.take();
-        }
-        self.link.abort();
-    }
-}
-
-/// Polls `check` every 100 ms until it holds; panics after `within`.
-pub async fn eventually<F: Future<Output = bool>>(
-    what: &str,
-    within: Duration,
-    check: impl FnMut() -> F,
-) {
-    eventually_every(what, within, Duration::from_millis(100), check).await;
-}
-
-/// [`eventually`] with another polling period.
-pub async fn eventually_every<F: Future<Output = bool>>(
-    what: &str,
-    within: Duration,
-    period: Duration,
-    mut check: impl FnMut() -> F,
-) {
-    let end = Instant::now() + within;
-    while Instant::now() < end {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(period).await;
-    }
-    panic!("timed out after {within:?} waiting for: {what}");
-}
-
-/// `worker-N` → `BladeN` (the default naming).
-pub fn blade(node: &str) -> String {
-    node.replace("worker-", "Blade")
 }
