@@ -306,29 +306,18 @@ pub struct Rakp3 {
 impl Rakp3 {
     /// Encodes the payload.
     pub fn encode(&self, suite: CipherSuite) -> Result<Vec<u8>> {
-        let want = if self.status == STATUS_OK {
-            suite.rakp_auth_len()
-        } else {
-            0
-        };
-        check_len("RAKP 3 auth code", self.auth_code.len(), want)?;
-        let mut out = Vec::with_capacity(8 + want);
-        status_header(&mut out, self.tag, self.status, self.bmc_session_id);
-        out.extend_from_slice(&self.auth_code);
-        Ok(out)
+        encode_status_and_code(
+            "RAKP 3 auth code",
+            (self.tag, self.status, self.bmc_session_id),
+            &self.auth_code,
+            suite.rakp_auth_len(),
+        )
     }
 
     /// Decodes the payload for the negotiated `suite`.
     pub fn decode(bytes: &[u8], suite: CipherSuite) -> Result<Self> {
-        let mut r = Reader::new(bytes, "RAKP 3");
-        let (tag, status, bmc_session_id) = decode_status_header(&mut r)?;
-        let auth_code = if status == STATUS_OK {
-            let c = r.take(suite.rakp_auth_len())?.to_vec();
-            r.finish()?;
-            c
-        } else {
-            Vec::new()
-        };
+        let (tag, status, bmc_session_id, auth_code) =
+            decode_status_and_code(bytes, "RAKP 3", suite.rakp_auth_len())?;
         Ok(Self {
             tag,
             status,
@@ -354,29 +343,18 @@ pub struct Rakp4 {
 impl Rakp4 {
     /// Encodes the payload.
     pub fn encode(&self, suite: CipherSuite) -> Result<Vec<u8>> {
-        let want = if self.status == STATUS_OK {
-            suite.rakp4_icv_len()
-        } else {
-            0
-        };
-        check_len("RAKP 4 integrity check value", self.icv.len(), want)?;
-        let mut out = Vec::with_capacity(8 + want);
-        status_header(&mut out, self.tag, self.status, self.console_session_id);
-        out.extend_from_slice(&self.icv);
-        Ok(out)
+        encode_status_and_code(
+            "RAKP 4 integrity check value",
+            (self.tag, self.status, self.console_session_id),
+            &self.icv,
+            suite.rakp4_icv_len(),
+        )
     }
 
     /// Decodes the payload for the negotiated `suite`.
     pub fn decode(bytes: &[u8], suite: CipherSuite) -> Result<Self> {
-        let mut r = Reader::new(bytes, "RAKP 4");
-        let (tag, status, console_session_id) = decode_status_header(&mut r)?;
-        let icv = if status == STATUS_OK {
-            let c = r.take(suite.rakp4_icv_len())?.to_vec();
-            r.finish()?;
-            c
-        } else {
-            Vec::new()
-        };
+        let (tag, status, console_session_id, icv) =
+            decode_status_and_code(bytes, "RAKP 4", suite.rakp4_icv_len())?;
         Ok(Self {
             tag,
             status,
@@ -384,4 +362,38 @@ impl Rakp4 {
             icv,
         })
     }
+}
+
+/// RAKP 3 and 4: tag, status, a session id, then (only when the status is OK) a code
+/// of the suite's length.
+fn encode_status_and_code(
+    what: &'static str,
+    (tag, status, session_id): (u8, u8, u32),
+    code: &[u8],
+    len: usize,
+) -> Result<Vec<u8>> {
+    let want = if status == STATUS_OK { len } else { 0 };
+    check_len(what, code.len(), want)?;
+    let mut out = Vec::with_capacity(8 + want);
+    status_header(&mut out, tag, status, session_id);
+    out.extend_from_slice(code);
+    Ok(out)
+}
+
+/// The decoding counterpart of [`encode_status_and_code`].
+fn decode_status_and_code(
+    bytes: &[u8],
+    what: &'static str,
+    len: usize,
+) -> Result<(u8, u8, u32, Vec<u8>)> {
+    let mut r = Reader::new(bytes, what);
+    let (tag, status, session_id) = decode_status_header(&mut r)?;
+    let code = if status == STATUS_OK {
+        let c = r.take(len)?.to_vec();
+        r.finish()?;
+        c
+    } else {
+        Vec::new()
+    };
+    Ok((tag, status, session_id, code))
 }
