@@ -77,4 +77,12 @@ pub enum Error {
         expected: u32,
         got: u32,
     },
+    /// A session packet's sequence number is a replay or outside the window.
+    #[error(
+        "session sequence number {got} refused (replay or outside the window; highest seen {highest})"
+    )]
+    OutOfSequence { got: u32, highest: u32 },
+    /// A session packet names a session id that is not ours.
+    #[error("packet for session 0x{got:08x}, ours is 0x{expected:08x}")]
+    WrongSession { expected: u32, got: u32 },
 }

@@ -10,14 +10,18 @@
 //! * [`crypto`] — cipher suites 3 and 17: RAKP auth codes, SIK/K1/K2, integrity.
 //! * [`cipher`] — AES-CBC-128 confidentiality with the IPMI pad.
 //! * [`session`] — sealing/opening authenticated and encrypted session packets.
+//! * [`seq`] — session sequence numbers and the inbound sliding window.
+//! * [`command`] — the IPMI commands nodefence uses, typed.
 #![forbid(unsafe_code)]
 
 pub mod cipher;
+pub mod command;
 pub mod crypto;
 mod error;
 pub mod message;
 pub mod rakp;
 pub mod rmcp;
+pub mod seq;
 pub mod session;
 mod wire;
 

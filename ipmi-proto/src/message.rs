@@ -12,8 +12,6 @@ pub const CONSOLE_ADDR: u8 = 0x81;
 pub const NETFN_APP: u8 = 0x06;
 /// Network function "Chassis".
 pub const NETFN_CHASSIS: u8 = 0x00;
-/// App command Get Channel Authentication Capabilities.
-pub const CMD_GET_CHANNEL_AUTH_CAPABILITIES: u8 = 0x38;
 
 /// One IPMI message. For a request `dst` is the responder (rsAddr/rsLUN) and `src` the
 /// requester (rqAddr/rqLUN); for a response they are swapped, exactly as on the wire.
@@ -137,15 +135,4 @@ impl IpmiMessage {
             data: data.to_vec(),
         })
     }
-}
-
-/// Get Channel Authentication Capabilities request for the current channel, asking for
-/// IPMI v2.0 extended data, at `privilege` (e.g. 4 = ADMINISTRATOR).
-pub fn get_channel_auth_capabilities(seq: u8, privilege: u8) -> IpmiMessage {
-    IpmiMessage::request(
-        NETFN_APP,
-        CMD_GET_CHANNEL_AUTH_CAPABILITIES,
-        seq,
-        vec![0x8E, privilege],
-    )
 }

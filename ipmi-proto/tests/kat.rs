@@ -3,8 +3,9 @@
 //! regenerate the constants below.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use nodefence_ipmi_proto::command::{self, Privilege};
 use nodefence_ipmi_proto::crypto::{CipherSuite, Credentials, RakpContext};
-use nodefence_ipmi_proto::message::{self, IpmiMessage};
+use nodefence_ipmi_proto::message::IpmiMessage;
 use nodefence_ipmi_proto::rmcp::{self, Packet, PayloadType};
 use nodefence_ipmi_proto::{cipher, session};
 
@@ -165,7 +166,7 @@ fn kat_suite17_with_kg() {
 /// sends first (well-known wire capture).
 #[test]
 fn kat_get_channel_auth_capabilities_v15() {
-    let msg = message::get_channel_auth_capabilities(0, 4)
+    let msg = command::get_channel_auth_capabilities(0, Privilege::Administrator)
         .encode()
         .unwrap();
     assert_eq!(msg, hex("2018c88100388e04b5"));
@@ -187,7 +188,10 @@ fn kat_get_channel_auth_capabilities_v15() {
     };
     assert_eq!((session_seq, session_id), (0, 0));
     let decoded = IpmiMessage::decode(message).unwrap();
-    assert_eq!(decoded, message::get_channel_auth_capabilities(0, 4));
+    assert_eq!(
+        decoded,
+        command::get_channel_auth_capabilities(0, Privilege::Administrator)
+    );
     let resp = decoded.response(0, &[0x01, 0x80]);
     let bytes = resp.encode().unwrap();
     assert_eq!(bytes, hex("811c6320003800018027"));

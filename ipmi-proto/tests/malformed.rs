@@ -2,6 +2,7 @@
 //! length limits are enforced with specific errors.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use nodefence_ipmi_proto::command::{self, Privilege};
 use nodefence_ipmi_proto::crypto::{
     Algorithms, CipherSuite, Credentials, RakpContext, SessionKeys,
 };
@@ -54,7 +55,7 @@ fn decode_any(suite: CipherSuite, keys: &SessionKeys, d: &[u8]) -> Result<()> {
 fn valid_packets(suite: CipherSuite, keys: &SessionKeys) -> Vec<Vec<u8>> {
     let algs = suite.algorithms();
     let plain = |t, b: Vec<u8>| rmcp::encode_v2_plain(&V2Header::pre_session(t), &b).unwrap();
-    let msg = message::get_channel_auth_capabilities(3, 4)
+    let msg = command::get_channel_auth_capabilities(3, Privilege::Administrator)
         .encode()
         .unwrap();
     vec![
@@ -284,7 +285,7 @@ fn length_limits_are_enforced() {
 
 #[test]
 fn message_checksums_and_fields() {
-    let good = message::get_channel_auth_capabilities(1, 4)
+    let good = command::get_channel_auth_capabilities(1, Privilege::Administrator)
         .encode()
         .unwrap();
     for i in 0..good.len() {

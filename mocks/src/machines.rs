@@ -30,6 +30,9 @@ impl Machine {
     }
 }
 
+/// Whether a machine draws power right now (`None`: the BMC does not know it).
+pub type PowerProbe = Arc<dyn Fn() -> Option<bool> + Send + Sync>;
+
 /// Keeps each machine's kubelet running while its BMC system draws power, checking
 /// every `period`. A kubelet stopped by hand while the power is on (a network cut)
 /// stays stopped until the power goes off and on again. Abort the returned task
@@ -40,14 +43,32 @@ pub fn link(
     machines: Vec<Machine>,
     period: Duration,
 ) -> JoinHandle<()> {
+    let probes = machines
+        .into_iter()
+        .map(|m| {
+            let bmc = bmc.clone();
+            let probe: PowerProbe =
+                Arc::new(move || bmc.power(&m.system_id).map(|p| p != MockPower::Off));
+            (m.node, probe)
+        })
+        .collect();
+    link_probes(sim, probes, period)
+}
+
+/// [`link`] for any BMC: each node's kubelet runs while its probe says powered.
+pub fn link_probes(
+    sim: Arc<SimHandle>,
+    machines: Vec<(String, PowerProbe)>,
+    period: Duration,
+) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut last: Vec<Option<bool>> = vec![None; machines.len()];
         loop {
-            for (m, seen) in machines.iter().zip(last.iter_mut()) {
-                let powered = bmc.power(&m.system_id).is_some_and(|p| p != MockPower::Off);
+            for ((node, probe), seen) in machines.iter().zip(last.iter_mut()) {
+                let powered = probe().unwrap_or(false);
                 if *seen != Some(powered) {
                     // Only edges: a network cut (kubelet stopped, power on) is left alone.
-                    sim.set_kubelet(&m.node, powered);
+                    sim.set_kubelet(node, powered);
                     *seen = Some(powered);
                 }
             }

@@ -75,19 +75,29 @@ pub(crate) struct PasswordFile {
 
 /// Reads a password file: one line, one trailing newline (LF or CRLF) dropped.
 pub(crate) fn read_password(path: &FilePath) -> Result<PasswordFile, FileProblem> {
-    let shown = path.display.display();
-    let mut file = open(
-        "password_file",
+    read_secret_line(
         path,
+        "password_file",
+        "the BMC password",
         "create it with the BMC password on one line, or use password_env",
-        MAX_PASSWORD_FILE,
-    )?;
+    )
+}
+
+/// Reads a one-line secret file (`key` names the setting, `what` the secret).
+pub(crate) fn read_secret_line(
+    path: &FilePath,
+    key: &str,
+    what: &str,
+    missing_help: &str,
+) -> Result<PasswordFile, FileProblem> {
+    let shown = path.display.display();
+    let mut file = open(key, path, missing_help, MAX_PASSWORD_FILE)?;
     let mut text = String::new();
     if let Err(e) = file.read_to_string(&mut text) {
         let message = if e.kind() == io::ErrorKind::InvalidData {
-            format!("password_file {shown} is not UTF-8 text")
+            format!("{key} {shown} is not UTF-8 text")
         } else {
-            format!("password_file {shown} cannot be read: {e}")
+            format!("{key} {shown} cannot be read: {e}")
         };
         return Err(problem(message, ""));
     }
@@ -97,14 +107,14 @@ pub(crate) fn read_password(path: &FilePath) -> Result<PasswordFile, FileProblem
         .unwrap_or(&text);
     if password.is_empty() {
         return Err(problem(
-            format!("password_file {shown} is empty"),
-            "write the BMC password into it, on one line",
+            format!("{key} {shown} is empty"),
+            &format!("write {what} into it, on one line"),
         ));
     }
     if password.contains(['\n', '\r']) {
         return Err(problem(
-            format!("password_file {shown} has more than one line"),
-            "put only the password in it, on one line (one trailing newline is fine)",
+            format!("{key} {shown} has more than one line"),
+            &format!("put only {what} in it, on one line (one trailing newline is fine)"),
         ));
     }
     Ok(PasswordFile {

@@ -17,12 +17,12 @@ use toml::de::DeTable;
 use super::diagnostic::{Diagnostics, Source, Span, Subject};
 use super::endpoint::{check_address_template, check_endpoint_template};
 use super::fields::{Entry, Problem, Val, unknown_key};
-use super::model::RedfishAuth;
+use super::model::{IpmiPrivilege, RedfishAuth};
 use super::paths::{BaseDir, FilePath};
 use super::policy::{self, PolicyDraft, Scope};
 use super::values::{
-    auth, check_env_name, cipher_suite, driver, instance_id, narrow, options, region, secret_key,
-    secret_name, system_id,
+    auth, check_env_name, cipher_suite, driver, instance_id, ipmi_privilege, narrow, options,
+    region, secret_key, secret_name, system_id,
 };
 
 /// A power driver, as named by `driver = "..."`.
@@ -64,6 +64,9 @@ const FIELDS: &[(&str, &[Driver])] = &[
     ("address", &[Driver::Ipmi]),
     ("port", &[Driver::Ipmi]),
     ("cipher_suite", &[Driver::Ipmi]),
+    ("privilege", &[Driver::Ipmi]),
+    ("kg_file", &[Driver::Ipmi]),
+    ("kg_env", &[Driver::Ipmi]),
     ("instance_id", &[Driver::Aws]),
     ("region", &[Driver::Aws]),
     ("agent", &[Driver::Exec]),
@@ -121,6 +124,13 @@ impl PasswordRef {
     }
 }
 
+/// Where a non-password secret (the IPMI BMC key) comes from, as written.
+#[derive(Debug, Clone)]
+pub(crate) enum KeyRef {
+    File(FilePath),
+    Env(String),
+}
+
 /// A Kubernetes Secret as written: `"<namespace>/<name>"` or a bare `"<name>"`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SecretName {
@@ -142,6 +152,9 @@ pub(crate) struct Layer {
     pub address: Option<Val<String>>,
     pub port: Option<Val<u16>>,
     pub cipher_suite: Option<Val<u8>>,
+    pub privilege: Option<Val<IpmiPrivilege>>,
+    /// `kg_file` / `kg_env`: where the IPMI BMC key comes from (one setting).
+    pub kg: Option<Val<KeyRef>>,
     pub instance_id: Option<Val<String>>,
     pub region: Option<Val<String>>,
     pub agent: Option<Val<FilePath>>,
@@ -185,6 +198,8 @@ impl Layer {
             address: None,
             port: None,
             cipher_suite: None,
+            privilege: None,
+            kg: None,
             instance_id: None,
             region: None,
             agent: None,
@@ -293,6 +308,8 @@ impl Layer {
             }
             "port" => self.port = Some(narrow(e.integer(1, 65535, 623)?)),
             "cipher_suite" => self.cipher_suite = Some(cipher_suite(e)?),
+            "privilege" => self.privilege = Some(ipmi_privilege(e)?),
+            "kg_file" | "kg_env" => self.kg(e, base)?,
             "instance_id" => self.instance_id = Some(instance_id(e)?),
             "region" => self.region = Some(region(e)?),
             "agent" => {
@@ -396,6 +413,26 @@ impl Layer {
 }
 
 impl Layer {
+    /// `kg_file` and `kg_env` are one setting: one per level.
+    fn kg(&mut self, e: &Entry<'_, '_>, base: &BaseDir) -> Result<(), Problem> {
+        let v = e.non_empty_string()?;
+        let value = if e.name == "kg_file" {
+            v.with(KeyRef::File(base.join(&v.value)))
+        } else {
+            check_env_name(&v)?;
+            v.with(KeyRef::Env(v.value.clone()))
+        };
+        if self.kg.is_some() {
+            return Err(Problem::new(
+                &e.key,
+                "`kg_file` and `kg_env` are both set; they are one setting",
+                Some("give the BMC key one way per level".into()),
+            ));
+        }
+        self.kg = Some(value);
+        Ok(())
+    }
+
     /// `policy = { ... }` / `[groups.<name>.policy]` / `[nodes.<name>.policy]`.
     fn policy(&mut self, e: &Entry<'_, '_>, more: &mut Vec<Problem>) -> Result<(), Problem> {
         let scope = match self.subject {

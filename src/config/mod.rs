@@ -38,6 +38,7 @@ mod diagnostic;
 mod document;
 mod endpoint;
 mod fields;
+mod ipmi_key;
 mod files;
 mod inventory;
 mod layer;

@@ -167,15 +167,62 @@ pub struct RedfishTarget {
     pub timeouts: Timeouts,
 }
 
-/// An IPMI-over-LAN BMC (validated now, driven once the IPMI driver exists).
+/// An IPMI v2.0 (RMCP+) BMC.
 #[derive(Debug, Clone)]
 pub struct IpmiTarget {
     /// Host name or IP address of the BMC.
     pub address: String,
     pub port: u16,
     pub credential: Credential,
+    /// The cipher suite to use (3 or 17). `None`: 17, then 3 if the BMC refuses 17.
     pub cipher_suite: Option<u8>,
+    /// The session privilege to ask for (power control needs OPERATOR or above).
+    pub privilege: IpmiPrivilege,
+    /// The BMC key K_g (at most 20 bytes), when the BMC has one set.
+    pub kg: Option<IpmiKey>,
     pub timeouts: Timeouts,
+}
+
+/// The IPMI session privilege level nodefence asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IpmiPrivilege {
+    /// OPERATOR: enough for Chassis Control; the least a fencing user needs.
+    Operator,
+    /// ADMINISTRATOR (the default, as ipmitool's).
+    #[default]
+    Administrator,
+}
+
+impl IpmiPrivilege {
+    /// The name used in the inventory and by ipmitool.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IpmiPrivilege::Operator => "operator",
+            IpmiPrivilege::Administrator => "administrator",
+        }
+    }
+}
+
+/// An IPMI BMC key (K_g): raw key bytes, never shown.
+#[derive(Clone)]
+pub struct IpmiKey(secrecy::SecretSlice<u8>);
+
+impl IpmiKey {
+    pub fn new(bytes: Vec<u8>) -> Self {
+        Self(bytes.into())
+    }
+
+    /// The key bytes (at most 20; checked by the loader).
+    pub fn expose(&self) -> &[u8] {
+        use secrecy::ExposeSecret;
+        self.0.expose_secret()
+    }
+}
+
+impl fmt::Debug for IpmiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("IpmiKey(<redacted>)")
+    }
 }
 
 /// An AWS EC2 instance (validated now, driven once the AWS driver exists).

@@ -12,7 +12,8 @@ use super::endpoint::{check_address, parse_endpoint, substitute};
 use super::files;
 use super::layer::Driver;
 use super::model::{
-    AwsTarget, ExecTarget, IpmiTarget, PowerSource, RedfishTarget, Timeouts, TlsSettings,
+    AwsTarget, ExecTarget, IpmiPrivilege, IpmiTarget, PowerSource, RedfishTarget, Timeouts,
+    TlsSettings,
 };
 use super::resolve::{Chain, Ctx, Picked, from_where, note_insecure, rank};
 
@@ -166,11 +167,16 @@ pub(crate) fn ipmi(
         }
     };
     let credential = credential(ctx, chain, Driver::Ipmi, true);
+    let kg = super::ipmi_key::ipmi_key(ctx, chain);
     Some(PowerSource::Ipmi(IpmiTarget {
         address: address?,
         port: chain.pick(|l| &l.port).map_or(IPMI_PORT, |p| p.val.value),
         credential: credential.ok()??,
         cipher_suite: chain.pick(|l| &l.cipher_suite).map(|p| p.val.value),
+        privilege: chain
+            .pick(|l| &l.privilege)
+            .map_or(IpmiPrivilege::default(), |p| p.val.value),
+        kg: kg.ok()?,
         timeouts,
     }))
 }

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use super::endpoint::check_placeholders;
 use super::fields::{Entry, Problem, Val, closest};
 use super::layer::{Driver, SecretName};
-use super::model::RedfishAuth;
+use super::model::{IpmiPrivilege, RedfishAuth};
 
 /// IPMI v2.0 cipher suites nodefence accepts (both HMAC-SHA1 + AES-CBC-128 or better).
 pub(crate) const CIPHER_SUITES: [u8; 2] = [3, 17];
@@ -66,6 +66,25 @@ pub(crate) fn cipher_suite(e: &Entry<'_, '_>) -> Result<Val<u8>, Problem> {
         ));
     }
     Ok(narrow(v))
+}
+
+pub(crate) fn ipmi_privilege(e: &Entry<'_, '_>) -> Result<Val<IpmiPrivilege>, Problem> {
+    let v = e.string()?;
+    let level = match v.value.to_ascii_lowercase().as_str() {
+        "operator" => IpmiPrivilege::Operator,
+        "administrator" | "admin" => IpmiPrivilege::Administrator,
+        _ => {
+            return Err(Problem::new(
+                &v.span,
+                format!("`privilege` must be \"operator\" or \"administrator\", not {:?}", v.value),
+                Some(
+                    "power control needs OPERATOR; \"administrator\" is the default, as in ipmitool"
+                        .into(),
+                ),
+            ));
+        }
+    };
+    Ok(v.with(level))
 }
 
 pub(crate) fn system_id(e: &Entry<'_, '_>) -> Result<Val<String>, Problem> {

@@ -4,7 +4,7 @@ use secrecy::ExposeSecret;
 
 use super::*;
 use crate::config::model::{
-    AgentConfig, Credential, Inventory, IpmiTarget, NodeTarget, PowerSettings, RedfishAuth,
+    AgentConfig, Credential, Inventory, IpmiPrivilege, IpmiTarget, NodeTarget, PowerSettings, RedfishAuth,
     RedfishTarget, SecuritySettings, Timeouts, TlsSettings,
 };
 use crate::engine::Policy;
@@ -55,6 +55,8 @@ fn ipmi(name: &str, credential: Credential) -> NodeTarget {
             port: 623,
             credential,
             cipher_suite: None,
+            privilege: IpmiPrivilege::default(),
+            kg: None,
             timeouts: Timeouts::default(),
         }),
         policy: Policy::default(),

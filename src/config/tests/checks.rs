@@ -2,6 +2,7 @@
 //! timeouts, and two nodes on one machine.
 
 use super::*;
+use crate::config::{IpmiPrivilege, PowerSource};
 
 #[test]
 fn ipmi_cipher_suites_and_limits() {
@@ -28,6 +29,82 @@ fn ipmi_cipher_suites_and_limits() {
         Some("a"),
         5,
         "LONG_PW",
+    );
+}
+
+#[test]
+fn ipmi_privilege_and_bmc_key() {
+    let f = Fixture::new().env("KG_HEX", "0x0102030405060708090a0b0c0d0e0f1011121314");
+    f.secret("secrets/kg", "text-key\n");
+    let config = f.ok(&lines(&[
+        "[defaults]",
+        "driver = \"ipmi\"",
+        "username = \"fence\"",
+        "password_file = \"secrets/bmc-password\"",
+        "[nodes.a]",
+        "address = \"10.0.0.1\"",
+        "[nodes.b]",
+        "address = \"10.0.0.2\"",
+        "privilege = \"OPERATOR\"",
+        "kg_env = \"KG_HEX\"",
+        "[nodes.c]",
+        "address = \"10.0.0.3\"",
+        "kg_file = \"secrets/kg\"",
+    ]));
+    let ipmi = |n: &str| match &config.inventory.nodes[n].power {
+        PowerSource::Ipmi(t) => t.clone(),
+        other => panic!("{other:?}"),
+    };
+    let (a, b, c) = (ipmi("a"), ipmi("b"), ipmi("c"));
+    assert_eq!(a.privilege, IpmiPrivilege::Administrator);
+    assert!(a.kg.is_none() && a.cipher_suite.is_none());
+    assert_eq!(b.privilege, IpmiPrivilege::Operator);
+    assert_eq!(
+        b.kg.as_ref().unwrap().expose(),
+        (1..=20).collect::<Vec<u8>>()
+    );
+    assert_eq!(c.kg.as_ref().unwrap().expose(), b"text-key");
+    assert!(!format!("{:?}", config.inventory).contains("text-key"));
+
+    let f = Fixture::new().env("KG_LONG", "0123456789abcdefghijk");
+    let errs = f.errors(&lines(&[
+        "[nodes.a]",
+        "driver = \"ipmi\"",
+        "address = \"10.0.0.1\"",
+        "username = \"u\"",
+        "password_file = \"secrets/bmc-password\"",
+        "privilege = \"user\"", // 6
+        "kg_env = \"KG_LONG\"", // 7
+        "kg_file = \"k\"",      // 8
+        "[nodes.b]",
+        "driver = \"redfish\"",
+        "endpoint = \"https://b\"",
+        "username = \"u\"",
+        "password_file = \"secrets/bmc-password\"",
+        "kg_env = \"KG_LONG\"", // 14
+    ]));
+    assert_at(
+        find(&errs, "\"operator\" or \"administrator\""),
+        Some("a"),
+        6,
+        "privilege",
+    );
+    assert_at(find(&errs, "they are one setting"), Some("a"), 8, "kg_file");
+    assert!(
+        errs.iter()
+            .all(|e| !e.to_string().contains("0123456789abcdefghijk"))
+    );
+    assert_at(
+        find(&errs, "the BMC key is 21 bytes"),
+        Some("a"),
+        7,
+        "KG_LONG",
+    );
+    assert_at(
+        find(&errs, "does not apply to driver \"redfish\""),
+        Some("b"),
+        14,
+        "kg_env",
     );
 }
 
