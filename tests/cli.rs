@@ -247,7 +247,7 @@ async fn validate_accepts_the_walkthrough_config_and_rejects_a_broken_one() {
     let out = nodefence(&walkthrough, &["validate"]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("3 nodes"),
+        String::from_utf8_lossy(&out.stdout).contains("4 nodes"),
         "{}",
         text(&out)
     );

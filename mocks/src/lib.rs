@@ -7,8 +7,10 @@
 //! tested end to end without hardware.
 //!
 //! - [`redfish`]: a Redfish BMC (OpenBMC, iDRAC, iLO, multi-system, minimal shapes).
+//! - [`ipmi`]: an IPMI v2.0 (RMCP+) BMC on UDP (cipher suites 3 and 17, K_g, faults).
 //! - [`tls`]: throwaway CA + leaf certificates for HTTPS mocks.
 
+pub mod ipmi;
 pub mod kube;
 pub mod machines;
 pub mod redfish;

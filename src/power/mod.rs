@@ -10,6 +10,7 @@
 //! state back until it has N consecutive matching readings.
 
 pub mod confirm;
+pub mod ipmi;
 pub mod redfish;
 pub mod registry;
 

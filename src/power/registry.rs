@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
+use super::ipmi::IpmiDriver;
 use super::redfish::RedfishDriver;
 use super::{PowerDriver, PowerError};
 use crate::config::{NodeTarget, PowerSource, TlsSettings};
@@ -67,8 +68,14 @@ impl DriverFactory {
                     self.limiter.clone(),
                 )))
             }
+            PowerSource::Ipmi(target) => {
+                let driver = IpmiDriver::new(target, self.limiter.clone()).map_err(|e| {
+                    PowerError::new(e.kind, format!("node {}: {}", node.name, e.message))
+                })?;
+                Ok(Arc::new(driver))
+            }
             other => Err(PowerError::unsupported(format!(
-                "node {}: driver {:?} is validated but not built yet in this version of nodefence; use driver = \"redfish\" for now",
+                "node {}: driver {:?} is validated but not built yet in this version of nodefence; use driver = \"redfish\" or \"ipmi\" for now",
                 node.name,
                 other.driver_name()
             ))),

@@ -4,8 +4,8 @@ use secrecy::ExposeSecret;
 
 use super::*;
 use crate::config::model::{
-    AgentConfig, Credential, Inventory, IpmiPrivilege, IpmiTarget, NodeTarget, PowerSettings, RedfishAuth,
-    RedfishTarget, SecuritySettings, Timeouts, TlsSettings,
+    AgentConfig, Credential, Inventory, IpmiPrivilege, IpmiTarget, NodeTarget, PowerSettings,
+    RedfishAuth, RedfishTarget, SecuritySettings, Timeouts, TlsSettings,
 };
 use crate::engine::Policy;
 use crate::power::confirm::ConfirmPolicy;

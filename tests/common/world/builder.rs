@@ -9,10 +9,11 @@ use std::time::Duration;
 use nodefence::cluster::leader::LeaderTimings;
 use nodefence::daemon::{self, DaemonOptions};
 use nodefence::engine::Policy;
+use nodefence_mocks::ipmi::{MockIpmi, MockIpmiHandle, Power, Privilege};
 use nodefence_mocks::kube::FakeKube;
 use nodefence_mocks::kube::sim::{NodeSpec, SimConfig, Simulation, WorkloadSpec};
 use nodefence_mocks::kube::store::Store;
-use nodefence_mocks::machines::{self, Machine};
+use nodefence_mocks::machines;
 use nodefence_mocks::redfish::{MockPower, MockRedfish, MockRedfishHandle, Profile, SystemSpec};
 use tokio::sync::oneshot;
 
@@ -38,6 +39,10 @@ pub struct NodeSetup {
     pub in_inventory: bool,
     /// Extra TOML lines for this node's inventory entry (e.g. `system_uuid = "..."`).
     pub inventory_lines: Vec<String>,
+    /// The machine has its own IPMI BMC (a mock IPMI BMC on its own UDP port, GUID =
+    /// the UUID's bytes reversed, as SMBIOS sends it) instead of a system on the shared
+    /// Redfish BMC; the inventory entry says `driver = "ipmi"`.
+    pub ipmi: bool,
 }
 
 impl NodeSetup {
@@ -52,6 +57,7 @@ impl NodeSetup {
             bmc_uuid: None,
             in_inventory: true,
             inventory_lines: Vec::new(),
+            ipmi: false,
         }
     }
 }
@@ -234,24 +240,63 @@ impl WorldBuilder {
                 .await
                 .unwrap(),
         );
-        let link = machines::link(
-            bmc.clone(),
-            sim.clone(),
-            self.nodes
-                .iter()
-                .map(|n| Machine::new(n.system_id.clone(), n.name.clone()))
-                .collect(),
-            Duration::from_millis(50),
-        );
+        let mut ipmi = BTreeMap::new();
+        for n in self.nodes.iter().filter(|n| n.ipmi) {
+            let mut guid = n
+                .bmc_uuid
+                .as_ref()
+                .or(n.uuid.as_ref())
+                .map_or([0x5A; 16], |u| {
+                    *uuid::Uuid::parse_str(u).unwrap().as_bytes()
+                });
+            guid.reverse();
+            let handle = MockIpmi::builder()
+                .name(n.name.clone())
+                .user(USER, PASSWORD, Privilege::Administrator)
+                .guid(guid)
+                .power(if n.power == MockPower::Off {
+                    Power::Off
+                } else {
+                    Power::On
+                })
+                .transition_delay(self.transition_delay)
+                .start()
+                .await
+                .unwrap();
+            ipmi.insert(n.name.clone(), Arc::new(handle));
+        }
+        let probes = self
+            .nodes
+            .iter()
+            .map(|n| {
+                let probe: machines::PowerProbe = match ipmi.get(&n.name) {
+                    Some(handle) => {
+                        let handle: Arc<MockIpmiHandle> = Arc::clone(handle);
+                        Arc::new(move || Some(handle.power().is_on()))
+                    }
+                    None => {
+                        let (bmc, system) = (bmc.clone(), n.system_id.clone());
+                        Arc::new(move || bmc.power(&system).map(|p| p != MockPower::Off))
+                    }
+                };
+                (n.name.clone(), probe)
+            })
+            .collect();
+        let link = machines::link_probes(sim.clone(), probes, Duration::from_millis(50));
         let dir = tempfile::tempdir().unwrap();
         let mut agent_toml = String::from("[policy]\n");
         for (k, v) in &self.policy_keys {
             agent_toml.push_str(&format!("{k} = {v}\n"));
         }
         agent_toml.push_str(&self.agent_toml);
-        let mut config =
-            nodefence::config::load(&write_config(dir.path(), &bmc, &self.nodes, &agent_toml))
-                .unwrap();
+        let mut config = nodefence::config::load(&write_config(
+            dir.path(),
+            &bmc,
+            &ipmi,
+            &self.nodes,
+            &agent_toml,
+        ))
+        .unwrap();
         // The scaled timings are below what the configuration accepts: set after loading.
         let tweaks = std::iter::once(&scaled_timings as &(dyn Fn(&mut Policy) + Send))
             .chain(self.policy.iter().map(|t| t.as_ref()));
@@ -274,6 +319,7 @@ impl WorldBuilder {
             kube,
             sim,
             bmc,
+            ipmi,
             link,
             replicas: Vec::new(),
             client,
@@ -325,6 +371,7 @@ pub async fn client_for(kubeconfig_yaml: &str) -> kube::Client {
 pub fn write_config(
     dir: &Path,
     bmc: &MockRedfishHandle,
+    ipmi: &BTreeMap<String, Arc<MockIpmiHandle>>,
     nodes: &[NodeSetup],
     agent_toml: &str,
 ) -> PathBuf {
@@ -351,10 +398,17 @@ pub fn write_config(
         bmc.base_url()
     );
     for n in nodes.iter().filter(|n| n.in_inventory) {
-        inv.push_str(&format!(
-            "[nodes.{}]\nsystem_id = \"{}\"\n",
-            n.name, n.system_id
-        ));
+        match ipmi.get(&n.name) {
+            Some(handle) => inv.push_str(&format!(
+                "[nodes.{}]\ndriver = \"ipmi\"\naddress = \"127.0.0.1\"\nport = {}\n",
+                n.name,
+                handle.port()
+            )),
+            None => inv.push_str(&format!(
+                "[nodes.{}]\nsystem_id = \"{}\"\n",
+                n.name, n.system_id
+            )),
+        }
         for line in &n.inventory_lines {
             inv.push_str(line);
             inv.push('\n');

@@ -1,5 +1,6 @@
 //! The end-to-end world: fake-kube with its simulated control plane, a mock Redfish
-//! BMC whose systems are the nodes' machines (linked to their kubelets), and the real
+//! BMC whose systems are the nodes' machines (linked to their kubelets; a node set up
+//! with [`NodeSetup::ipmi`] has a mock IPMI BMC of its own instead), and the real
 //! daemon (`nodefence::daemon::run`), in process, as one or more replicas.
 //!
 //! Each replica runs on its own tokio runtime on its own thread, with its own
@@ -12,11 +13,13 @@
 //! daemon's policy timings are real time, scaled by hand to match (see
 //! [`WorldBuilder::new`]); [`World::scaled`] converts a stock duration.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use nodefence::daemon::DaemonOptions;
+use nodefence_mocks::ipmi::{MockIpmiHandle, Power as IpmiPower, control_name};
 use nodefence_mocks::kube::FakeKubeHandle;
 use nodefence_mocks::kube::resources::{EVENTS_V1, LEASES, NODES, PODS};
 use nodefence_mocks::kube::sim::SimHandle;
@@ -40,6 +43,8 @@ pub struct World {
     pub kube: FakeKubeHandle,
     pub sim: Arc<SimHandle>,
     pub bmc: Arc<MockRedfishHandle>,
+    /// The IPMI BMCs of the nodes set up with [`NodeSetup::ipmi`], by node name.
+    pub ipmi: BTreeMap<String, Arc<MockIpmiHandle>>,
     link: tokio::task::JoinHandle<()>,
     replicas: Vec<Replica>,
     /// A client for the test itself (the replicas have their own).
@@ -83,15 +88,30 @@ impl World {
 
     /// Power loss: the machine goes Off (and its kubelet with it).
     pub fn pull_plug(&self, node: &str) {
-        self.bmc.set_power(&self.system_of(node), MockPower::Off);
+        match self.ipmi.get(node) {
+            Some(bmc) => bmc.set_power(IpmiPower::Off),
+            None => self.bmc.set_power(&self.system_of(node), MockPower::Off),
+        }
     }
 
     pub fn power_of(&self, node: &str) -> Option<MockPower> {
-        self.bmc.power(&self.system_of(node))
+        match self.ipmi.get(node) {
+            Some(bmc) if bmc.power().is_on() => Some(MockPower::On),
+            Some(_) => Some(MockPower::Off),
+            None => self.bmc.power(&self.system_of(node)),
+        }
     }
 
-    /// `(system, ResetType)` of every Reset sent for `node`'s machine.
+    /// Every power command executed for `node`'s machine: the Redfish ResetType, or
+    /// the IPMI Chassis Control operation as the mock names it.
     pub fn resets_of(&self, node: &str) -> Vec<String> {
+        if let Some(bmc) = self.ipmi.get(node) {
+            return bmc
+                .control_log()
+                .into_iter()
+                .map(|r| control_name(r.op).to_string())
+                .collect();
+        }
         let system = self.system_of(node);
         self.bmc
             .reset_log()
