@@ -13,8 +13,8 @@
 //! - **Requests** (`session`, `transport`): one at a time per BMC. A reply counts only
 //!   if it is authentic, for our session, in the sequence window and echoes the
 //!   request; everything else is discarded. Idempotent requests (status, power down,
-//!   power up, GUID, set-up messages) are resent every `max(250 ms, request_timeout /
-//!   (retries + 1))` until `request_timeout`; power cycle and hard reset are sent
+//!   power up, GUID, set-up messages) are resent every `request_timeout / (retries +
+//!   1)`, kept between 250 ms and 1 s, until `request_timeout`; power cycle and hard reset are sent
 //!   once. `operation_timeout` bounds everything, session set-up included.
 //! - **Session reuse**: the session is kept between calls and replaced after
 //!   [`IDLE_LIMIT`] without use (BMCs drop idle sessions after about a minute). When
@@ -65,9 +65,14 @@ pub const MIN_RETRANSMIT: Duration = Duration::from_millis(250);
 /// Budget of the best-effort Close Session in [`PowerDriver::close`].
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// How often a request is resent: `max(250 ms, request / (retries + 1))`.
+/// The longest pause between two sends of the same request (ipmitool's lanplus
+/// default): one lost datagram must not cost seconds.
+pub const MAX_RETRANSMIT: Duration = Duration::from_secs(1);
+
+/// How often a request is resent: `request / (retries + 1)`, kept between 250 ms and
+/// 1 s.
 pub fn retransmit_interval(timeouts: &Timeouts) -> Duration {
-    (timeouts.request / timeouts.retries.saturating_add(1)).max(MIN_RETRANSMIT)
+    (timeouts.request / timeouts.retries.saturating_add(1)).clamp(MIN_RETRANSMIT, MAX_RETRANSMIT)
 }
 
 /// The 16 Get System GUID bytes, in wire order, as a lowercase 8-4-4-4-12 UUID.
@@ -84,7 +89,17 @@ struct State {
 }
 
 /// One BMC spoken to over IPMI v2.0 / RMCP+.
+///
+/// Every call runs in a task of its own, so a caller that gives up (a confirmation
+/// deadline drops the reading in flight) never cuts a session set-up or an exchange
+/// in half: the call finishes within `operation_timeout`, and the session ends up
+/// either kept or closed, never left open on the BMC.
 pub struct IpmiDriver {
+    inner: Arc<Inner>,
+}
+
+/// The driver's state, shared with the tasks that run its calls.
+struct Inner {
     endpoint: String,
     username: String,
     creds: Credentials,
@@ -98,7 +113,18 @@ pub struct IpmiDriver {
 
 impl std::fmt::Debug for IpmiDriver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let inner = &self.inner;
         f.debug_struct("IpmiDriver")
+            .field("endpoint", &inner.endpoint)
+            .field("username", &inner.username)
+            .field("privilege", &inner.privilege)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inner")
             .field("endpoint", &self.endpoint)
             .field("username", &self.username)
             .field("privilege", &self.privilege)
@@ -111,6 +137,47 @@ impl IpmiDriver {
     /// Fails (kind Config) when the credentials exceed IPMI's limits or the cipher
     /// suite is not 3 or 17.
     pub fn new(target: &IpmiTarget, limiter: Arc<Semaphore>) -> Result<Self, PowerError> {
+        Ok(Self {
+            inner: Arc::new(Inner::new(target, limiter)?),
+        })
+    }
+
+    /// The cipher suite of the current session, if one is open.
+    pub async fn session_cipher_suite(&self) -> Option<u8> {
+        self.inner.session_cipher_suite().await
+    }
+
+    /// Datagrams received and discarded (not the awaited reply) over the driver's life.
+    pub async fn discarded_datagrams(&self) -> u64 {
+        self.inner.discarded_datagrams().await
+    }
+
+    /// The Get System GUID bytes in wire order (cached for the session's lifetime).
+    pub async fn system_guid(&self) -> Result<[u8; 16], PowerError> {
+        self.run(|inner| async move { inner.system_guid().await })
+            .await
+    }
+
+    /// Runs `call` in a task of its own (see the type's doc).
+    async fn run<T, F, Fut>(&self, call: F) -> Result<T, PowerError>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<Inner>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, PowerError>> + Send + 'static,
+    {
+        let endpoint = self.inner.endpoint.clone();
+        tokio::spawn(call(self.inner.clone()))
+            .await
+            .unwrap_or_else(|e| {
+                Err(PowerError::protocol(format!(
+                    "BMC {endpoint}: internal: the IPMI call failed: {e}"
+                )))
+            })
+    }
+}
+
+impl Inner {
+    fn new(target: &IpmiTarget, limiter: Arc<Semaphore>) -> Result<Self, PowerError> {
         let kg = target.kg.as_ref().map(IpmiKey::expose);
         let creds = Credentials::new(
             target.credential.username.as_bytes(),
@@ -376,16 +443,7 @@ impl IpmiDriver {
     }
 }
 
-#[async_trait]
-impl PowerDriver for IpmiDriver {
-    fn driver_name(&self) -> &'static str {
-        "ipmi"
-    }
-
-    fn endpoint(&self) -> String {
-        self.endpoint.clone()
-    }
-
+impl Inner {
     async fn status(&self) -> Result<PowerReading, PowerError> {
         let started = Instant::now();
         let (cc, data) = self.call(Command::ChassisStatus).await?;
@@ -409,26 +467,6 @@ impl PowerDriver for IpmiDriver {
         })
     }
 
-    async fn power_off(&self) -> Result<(), PowerError> {
-        self.control(ChassisControl::PowerDown).await
-    }
-
-    async fn power_on(&self) -> Result<(), PowerError> {
-        self.control(ChassisControl::PowerUp).await
-    }
-
-    /// Power cycle, sent once (never resent). Fencing does not use it: it powers off,
-    /// confirms, powers on and confirms instead.
-    async fn reboot(&self) -> Result<(), PowerError> {
-        self.control(ChassisControl::PowerCycle).await
-    }
-
-    async fn machine_identity(&self) -> Result<MachineIdentity, PowerError> {
-        Ok(MachineIdentity::Uuid(format_guid(
-            self.system_guid().await?,
-        )))
-    }
-
     async fn close(&self) {
         let deadline = Instant::now() + self.timeouts.request.min(CLOSE_TIMEOUT);
         let Ok(mut state) = timeout_at(deadline, self.state.lock()).await else {
@@ -449,5 +487,48 @@ impl PowerDriver for IpmiDriver {
             }
         }
         state.transport.reset();
+    }
+}
+
+#[async_trait]
+impl PowerDriver for IpmiDriver {
+    fn driver_name(&self) -> &'static str {
+        "ipmi"
+    }
+
+    fn endpoint(&self) -> String {
+        self.inner.endpoint.clone()
+    }
+
+    async fn status(&self) -> Result<PowerReading, PowerError> {
+        self.run(|inner| async move { inner.status().await }).await
+    }
+
+    async fn power_off(&self) -> Result<(), PowerError> {
+        self.run(|inner| async move { inner.control(ChassisControl::PowerDown).await })
+            .await
+    }
+
+    async fn power_on(&self) -> Result<(), PowerError> {
+        self.run(|inner| async move { inner.control(ChassisControl::PowerUp).await })
+            .await
+    }
+
+    /// Power cycle, sent once (never resent). Fencing does not use it: it powers off,
+    /// confirms, powers on and confirms instead.
+    async fn reboot(&self) -> Result<(), PowerError> {
+        self.run(|inner| async move { inner.control(ChassisControl::PowerCycle).await })
+            .await
+    }
+
+    async fn machine_identity(&self) -> Result<MachineIdentity, PowerError> {
+        Ok(MachineIdentity::Uuid(format_guid(
+            self.system_guid().await?,
+        )))
+    }
+
+    async fn close(&self) {
+        let inner = self.inner.clone();
+        let _ = tokio::spawn(async move { inner.close().await }).await;
     }
 }

@@ -100,11 +100,17 @@ pub(crate) fn status_error(
             "{what}: the BMC does not know user {:?} (check the user name, and that the user is enabled for IPMI over LAN)",
             username
         )),
-        0x09..=0x0B => PowerError::auth(format!(
-            "{what}: user {:?} may not have {} privilege on this channel; grant it, or set privilege = \"operator\"",
-            username,
-            privilege.name()
-        )),
+        0x09..=0x0B => {
+            let fix = if privilege > Privilege::Operator {
+                "grant it, or set privilege = \"operator\" (enough to power off and on)"
+            } else {
+                "grant the user OPERATOR (or ADMINISTRATOR) for IPMI over LAN"
+            };
+            PowerError::auth(format!(
+                "{what}: user {username:?} may not have {} privilege on this channel; {fix}",
+                privilege.name()
+            ))
+        }
         0x0F => PowerError::auth(format!(
             "{what}: the BMC rejected our proof of the password (wrong password or K_g?)"
         )),

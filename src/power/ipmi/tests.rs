@@ -241,7 +241,7 @@ async fn an_idle_session_is_closed_and_replaced() {
     let (bmc, d) = start(Behaviour::default()).await;
     d.status().await.unwrap();
     {
-        let mut state = d.state.lock().await;
+        let mut state = d.inner.state.lock().await;
         let session = state.session.as_mut().unwrap();
         session.last_used = Instant::now()
             .checked_sub(IDLE_LIMIT + Duration::from_secs(1))
@@ -416,13 +416,15 @@ async fn chassis_control_completion_codes_are_judged() {
 }
 
 #[test]
-fn retransmit_interval_has_a_floor() {
+fn retransmit_interval_has_a_floor_and_a_ceiling() {
     let mut t = timeouts();
     assert_eq!(retransmit_interval(&t), Duration::from_millis(250));
+    t.request = Duration::from_secs(2);
+    assert_eq!(retransmit_interval(&t), Duration::from_millis(500));
     t.request = Duration::from_secs(10);
-    assert_eq!(retransmit_interval(&t), Duration::from_millis(2500));
+    assert_eq!(retransmit_interval(&t), Duration::from_secs(1));
     t.retries = 0;
-    assert_eq!(retransmit_interval(&t), Duration::from_secs(10));
+    assert_eq!(retransmit_interval(&t), Duration::from_secs(1));
 }
 
 #[test]
