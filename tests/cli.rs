@@ -3,10 +3,12 @@
 //! the BMC's state and on exit codes, not only on text.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod cli_common;
+
 use std::path::{Path, PathBuf};
-use std::process::Output;
 use std::time::Duration;
 
+use cli_common::{nodefence, text, write_agent_config, write_secret};
 use nodefence_mocks::redfish::{
     Fault, MockPower, MockRedfish, MockRedfishHandle, Profile, SystemSpec,
 };
@@ -29,21 +31,8 @@ async fn chassis() -> MockRedfishHandle {
 
 /// Writes nodefence.toml, inventory.toml and the password file for `mock`.
 fn write_config(dir: &Path, mock: &MockRedfishHandle) -> PathBuf {
-    std::fs::write(dir.join("bmc-password"), format!("{PASSWORD}\n")).unwrap();
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(
-            dir.join("bmc-password"),
-            std::fs::Permissions::from_mode(0o600),
-        )
-        .unwrap();
-    }
-    std::fs::write(
-        dir.join("nodefence.toml"),
-        "inventory = \"inventory.toml\"\n[power]\nconfirm_readings = 2\nconfirm_interval = \"50ms\"\nconfirm_timeout = \"5s\"\n",
-    )
-    .unwrap();
+    write_secret(&dir.join("bmc-password"), PASSWORD);
+    let config = write_agent_config(dir, 2, "50ms", "5s");
     std::fs::write(
         dir.join("inventory.toml"),
         format!(
@@ -54,7 +43,7 @@ fn write_config(dir: &Path, mock: &MockRedfishHandle) -> PathBuf {
         ),
     )
     .unwrap();
-    dir.join("nodefence.toml")
+    config
 }
 
 /// A chassis and a config that points at it.
@@ -63,25 +52,6 @@ async fn setup() -> (MockRedfishHandle, tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), &mock);
     (mock, dir, config)
-}
-
-async fn nodefence(config: &Path, args: &[&str]) -> Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_nodefence"))
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .expect("nodefence runs")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,11 +4,13 @@
 //! (the real binary, the mock BMC and fake-kube) showing and failing on a mismatch.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod cli_common;
+
 use std::path::{Path, PathBuf};
-use std::process::Output;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cli_common::{nodefence, text, write_secret};
 use nodefence::config::{
     Credential, NodeTarget, PowerSource, RedfishAuth, RedfishTarget, SecretSource, Timeouts,
     TlsSettings,
@@ -174,16 +176,7 @@ async fn an_unreachable_bmc_is_an_error_not_an_identity() {
 // ---------------------------------------------------------------- nodefence status
 
 fn write_config(dir: &Path, mock: &MockRedfishHandle) -> PathBuf {
-    std::fs::write(dir.join("bmc-password"), format!("{PASSWORD}\n")).unwrap();
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(
-            dir.join("bmc-password"),
-            std::fs::Permissions::from_mode(0o600),
-        )
-        .unwrap();
-    }
+    write_secret(&dir.join("bmc-password"), PASSWORD);
     std::fs::write(
         dir.join("nodefence.toml"),
         "inventory = \"inventory.toml\"\n",
@@ -213,25 +206,6 @@ fn node_object(name: &str, uuid: &str) -> Value {
             "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"
         }}
     })
-}
-
-async fn nodefence(config: &Path, args: &[&str]) -> Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_nodefence"))
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .expect("nodefence runs")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,13 +9,13 @@
 //! `ipmi_driver_faults.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod cli_common;
 mod ipmi_common;
 
-use std::path::Path;
-use std::process::{Output, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use cli_common::{nodefence_within, text};
 use ipmi_common::*;
 use nodefence::config::{IpmiPrivilege, PowerSource};
 use nodefence::power::confirm::execute;
@@ -424,27 +424,8 @@ async fn no_error_or_debug_output_contains_a_secret() {
     bmc.shutdown().await;
 }
 
-async fn nodefence(config: &Path, args: &[&str]) -> Output {
-    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodefence"))
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    tokio::time::timeout(Duration::from_secs(20), run)
-        .await
-        .expect("nodefence finishes within 20 s")
-        .expect("nodefence runs")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
+/// How long one `nodefence` run may take before the test fails.
+const CLI_LIMIT: Duration = Duration::from_secs(20);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_status_and_fence_off_with_suite_17_and_a_bmc_key() {
@@ -452,7 +433,7 @@ async fn cli_status_and_fence_off_with_suite_17_and_a_bmc_key() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), bmc.port(), Some(KG), "");
 
-    let out = nodefence(&config, &["status", "-o", "json"]).await;
+    let out = nodefence_within(&config, &["status", "-o", "json"], CLI_LIMIT).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(rows[0]["node"], "db-1");
@@ -468,9 +449,10 @@ async fn cli_status_and_fence_off_with_suite_17_and_a_bmc_key() {
     assert!(bmc.control_log().is_empty(), "status sends no command");
     assert_eq!(bmc.active_sessions(), 0, "the CLI closes its session");
 
-    let out = nodefence(
+    let out = nodefence_within(
         &config,
         &["fence", "db-1", "--action", "off", "--yes", "-o", "json"],
+        CLI_LIMIT,
     )
     .await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
@@ -487,7 +469,7 @@ async fn cli_status_and_fence_off_with_suite_17_and_a_bmc_key() {
     assert_eq!(bmc.power(), Power::Off);
     assert_no_secret(&text(&out), &[PASSWORD, KG]);
 
-    let out = nodefence(&config, &["status", "-o", "json"]).await;
+    let out = nodefence_within(&config, &["status", "-o", "json"], CLI_LIMIT).await;
     let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(rows[0]["power"], "Off", "{}", text(&out));
     assert!(session_suites(&bmc).iter().all(|&s| s == 17));
@@ -495,7 +477,7 @@ async fn cli_status_and_fence_off_with_suite_17_and_a_bmc_key() {
 
     // Without the key: an auth error naming K_g, exit 1, no power reported.
     let config = write_config(dir.path(), bmc.port(), None, "");
-    let out = nodefence(&config, &["status", "-o", "json"]).await;
+    let out = nodefence_within(&config, &["status", "-o", "json"], CLI_LIMIT).await;
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(rows[0]["power"].is_null(), "{rows}");

@@ -16,8 +16,6 @@
 //! file, never a command line.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
-use std::process::{Output, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,13 +23,14 @@ use nodefence::config::{Credential, IpmiKey, IpmiPrivilege, IpmiTarget, SecretSo
 use nodefence::identity::{self, Equivalence, IdentityCheck, MachineIdentity, NodeIdentity};
 use nodefence::power::ipmi::IpmiDriver;
 use nodefence::power::{PowerDriver, PowerErrorKind, PowerState};
-use tokio::process::Command;
 use tokio::sync::Semaphore;
 
+use self::cli_common::{nodefence, text};
 use self::peers::{
     GUID, PASSWORD, USER, ipmi_sim, ipmi_sim_with, pyghmi, wait_for_line, write_config,
 };
 
+mod cli_common;
 mod peers;
 
 fn timeouts() -> Timeouts {
@@ -137,25 +136,6 @@ async fn pyghmi_refuses_a_wrong_password_as_an_auth_error() {
     assert!(!err.to_string().contains(wrong), "{err}");
     assert!(!err.to_string().contains(PASSWORD), "{err}");
     assert!(bmc.power_changes().is_empty());
-}
-
-async fn nodefence(config: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_nodefence"))
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .expect("nodefence runs")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

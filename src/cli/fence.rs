@@ -87,6 +87,26 @@ pub async fn run(config_path: &Path, args: &FenceArgs) -> u8 {
             return exit::FAILED;
         }
     };
+    if target.power.needs_node_identity() {
+        // The machine is named by the Node (its providerID): read it first.
+        match super::cluster_args::node_identities(&args.cluster).await {
+            Ok(nodes) => match nodes.get(&args.node) {
+                Some(identity) => driver.node_identity(identity),
+                None => {
+                    eprintln!(
+                        "error: node {} is not in the cluster, and its inventory entry names \
+                         no instance (instance_id or instance_tag)",
+                        args.node
+                    );
+                    return exit::FAILED;
+                }
+            },
+            Err(e) => {
+                eprintln!("error: {e}");
+                return exit::FAILED;
+            }
+        }
+    }
     let action = PowerAction::from(args.action);
     if !args.yes {
         if let Err(code) = ask(&args.node, action, &driver.endpoint()) {

@@ -117,22 +117,31 @@ pub async fn run(config_path: &Path, args: &StatusArgs) -> u8 {
         Err(code) => return code,
     };
     let factory = DriverFactory::new(config.agent.power.max_concurrent_requests);
-    let mut rows = query_all(
-        &factory,
-        &targets,
-        config.agent.power.max_concurrent_requests,
-    )
-    .await;
-    let mut failed = rows.iter().any(|r| r.error.is_some());
-    if args.identity.wanted(&args.cluster) {
-        let nodes = match super::cluster_args::node_identities(&args.cluster).await {
+    let cross_check_wanted = args.identity.wanted(&args.cluster);
+    // The Nodes are read first when a driver finds its machine through them.
+    let needed = targets.iter().any(|t| t.power.needs_node_identity());
+    let mut failed = false;
+    let nodes = if cross_check_wanted || needed {
+        match super::cluster_args::node_identities(&args.cluster).await {
             Ok(n) => Some(n),
             Err(e) => {
                 eprintln!("error: {e}");
                 failed = true;
                 None
             }
-        };
+        }
+    } else {
+        None
+    };
+    let mut rows = query_all(
+        &factory,
+        &targets,
+        config.agent.power.max_concurrent_requests,
+        nodes.as_ref(),
+    )
+    .await;
+    failed |= rows.iter().any(|r| r.error.is_some());
+    if cross_check_wanted {
         for row in &mut rows {
             let check = cross_check(&row.node, row.machine_identity.as_ref(), nodes.as_ref());
             failed |= check.is_mismatch();
@@ -189,13 +198,16 @@ pub(super) fn select_nodes<'a>(
     Ok(selected)
 }
 
+/// One reading per target (at most `concurrency` at once). `nodes` is what the
+/// cluster says about each Node, for drivers that find their machine through it.
 pub(super) async fn query_all(
     factory: &DriverFactory,
     targets: &[&NodeTarget],
     concurrency: usize,
+    nodes: Option<&BTreeMap<String, NodeIdentity>>,
 ) -> Vec<StatusRow> {
     let mut rows: Vec<StatusRow> =
-        futures::stream::iter(targets.iter().map(|t| query_one(factory, t)))
+        futures::stream::iter(targets.iter().map(|t| query_one(factory, t, nodes)))
             .buffer_unordered(concurrency.max(1))
             .collect()
             .await;
@@ -203,7 +215,11 @@ pub(super) async fn query_all(
     rows
 }
 
-async fn query_one(factory: &DriverFactory, target: &NodeTarget) -> StatusRow {
+async fn query_one(
+    factory: &DriverFactory,
+    target: &NodeTarget,
+    nodes: Option<&BTreeMap<String, NodeIdentity>>,
+) -> StatusRow {
     let driver: Arc<dyn PowerDriver> = match factory.driver(target) {
         Ok(d) => d,
         Err(e) => {
@@ -223,6 +239,9 @@ async fn query_one(factory: &DriverFactory, target: &NodeTarget) -> StatusRow {
             };
         }
     };
+    if let Some(identity) = nodes.and_then(|n| n.get(&target.name)) {
+        driver.node_identity(identity);
+    }
     let result = driver.status().await;
     // After a reading this is answered from it (Redfish), without another request.
     let machine = match &result {

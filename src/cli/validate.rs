@@ -129,7 +129,7 @@ async fn identity_report(
     let concurrency = config.agent.power.max_concurrent_requests;
     let factory = DriverFactory::new(concurrency);
     let targets: Vec<_> = config.inventory.nodes.values().collect();
-    let rows = super::status::query_all(&factory, &targets, concurrency).await;
+    let rows = super::status::query_all(&factory, &targets, concurrency, Some(nodes)).await;
     let mut report = IdentityReport::default();
     for row in rows {
         if let Some(e) = &row.error {

@@ -21,8 +21,8 @@ use super::model::{IpmiPrivilege, RedfishAuth};
 use super::paths::{BaseDir, FilePath};
 use super::policy::{self, PolicyDraft, Scope};
 use super::values::{
-    auth, check_env_name, cipher_suite, driver, instance_id, ipmi_privilege, narrow, options,
-    region, secret_key, secret_name, system_id,
+    auth, check_env_name, cipher_suite, driver, instance_id, instance_tag, ipmi_privilege, narrow,
+    options, region, secret_key, secret_name, system_id,
 };
 
 /// A power driver, as named by `driver = "..."`.
@@ -68,6 +68,7 @@ const FIELDS: &[(&str, &[Driver])] = &[
     ("kg_file", &[Driver::Ipmi]),
     ("kg_env", &[Driver::Ipmi]),
     ("instance_id", &[Driver::Aws]),
+    ("instance_tag", &[Driver::Aws]),
     ("region", &[Driver::Aws]),
     ("agent", &[Driver::Exec]),
     ("options", &[Driver::Exec]),
@@ -156,6 +157,7 @@ pub(crate) struct Layer {
     /// `kg_file` / `kg_env`: where the IPMI BMC key comes from (one setting).
     pub kg: Option<Val<KeyRef>>,
     pub instance_id: Option<Val<String>>,
+    pub instance_tag: Option<Val<(String, String)>>,
     pub region: Option<Val<String>>,
     pub agent: Option<Val<FilePath>>,
     pub options: Option<Val<BTreeMap<String, Val<String>>>>,
@@ -201,6 +203,7 @@ impl Layer {
             privilege: None,
             kg: None,
             instance_id: None,
+            instance_tag: None,
             region: None,
             agent: None,
             options: None,
@@ -311,6 +314,7 @@ impl Layer {
             "privilege" => self.privilege = Some(ipmi_privilege(e)?),
             "kg_file" | "kg_env" => self.kg(e, base)?,
             "instance_id" => self.instance_id = Some(instance_id(e)?),
+            "instance_tag" => self.instance_tag = Some(instance_tag(e)?),
             "region" => self.region = Some(region(e)?),
             "agent" => {
                 let v = e.non_empty_string()?;

@@ -131,6 +131,12 @@ impl PowerSource {
         }
     }
 
+    /// Whether the machine can only be found through the Node (an EC2 instance with
+    /// neither `instance_id` nor `instance_tag`: its providerID names it).
+    pub fn needs_node_identity(&self) -> bool {
+        matches!(self, PowerSource::Aws(t) if t.instance_id.is_none() && t.instance_tag.is_none())
+    }
+
     pub fn driver_name(&self) -> &'static str {
         match self {
             PowerSource::Redfish(_) => "redfish",
@@ -225,16 +231,19 @@ impl fmt::Debug for IpmiKey {
     }
 }
 
-/// An AWS EC2 instance (validated now, driven once the AWS driver exists).
+/// An AWS EC2 instance. Which one: `instance_id`, else the instance carrying
+/// `instance_tag`, else the Node's `spec.providerID` (`aws:///<zone>/<id>`).
 #[derive(Debug, Clone)]
 pub struct AwsTarget {
     pub instance_id: Option<String>,
+    /// Look the instance up by this tag (key, value), `{node}` already substituted.
+    pub instance_tag: Option<(String, String)>,
     pub region: Option<String>,
     pub endpoint: Option<Url>,
     pub timeouts: Timeouts,
 }
 
-/// An external ClusterLabs-style fence agent (validated now, driven later).
+/// An external ClusterLabs-style fence agent, run with its options on standard input.
 #[derive(Debug, Clone)]
 pub struct ExecTarget {
     pub agent: PathBuf,

@@ -193,6 +193,9 @@ pub(crate) fn aws(
     };
     Some(PowerSource::Aws(AwsTarget {
         instance_id: chain.pick(|l| &l.instance_id).map(|p| p.val.value.clone()),
+        instance_tag: chain
+            .pick(|l| &l.instance_tag)
+            .map(|p| (p.val.value.0.clone(), substitute(&p.val.value.1, name))),
         region: chain.pick(|l| &l.region).map(|p| p.val.value.clone()),
         endpoint,
         timeouts,

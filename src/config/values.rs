@@ -113,6 +113,38 @@ pub(crate) fn instance_id(e: &Entry<'_, '_>) -> Result<Val<String>, Problem> {
     Ok(v)
 }
 
+/// `instance_tag = { key = "Name", value = "{node}" }`: the EC2 tag to find the
+/// instance by.
+pub(crate) fn instance_tag(e: &Entry<'_, '_>) -> Result<Val<(String, String)>, Problem> {
+    let table = e.table()?;
+    let (mut key, mut value) = (None, None);
+    for field in Entry::all(table) {
+        match field.name {
+            "key" => key = Some(field.non_empty_string()?),
+            "value" => {
+                let v = field.string()?;
+                check_placeholders("instance_tag", &v.value, &v.span)?;
+                value = Some(v);
+            }
+            other => {
+                return Err(Problem::new(
+                    &field.key,
+                    format!("unknown key `{other}` in `instance_tag`"),
+                    Some("instance_tag = { key = \"Name\", value = \"{node}\" }".into()),
+                ));
+            }
+        }
+    }
+    match (key, value) {
+        (Some(k), Some(v)) => Ok(Val::new((k.value, v.value), e.key.clone(), e.value.span())),
+        _ => Err(Problem::new(
+            &e.key,
+            "`instance_tag` needs both `key` and `value`",
+            Some("instance_tag = { key = \"Name\", value = \"{node}\" }".into()),
+        )),
+    }
+}
+
 pub(crate) fn region(e: &Entry<'_, '_>) -> Result<Val<String>, Problem> {
     let v = e.non_empty_string()?;
     let ok = v.value.contains('-')

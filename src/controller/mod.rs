@@ -232,6 +232,15 @@ impl Controller {
                         .map(|(name, node)| (name.clone(), NodeIdentity::from_node(node)))
                         .collect();
                     let changed = *known != now;
+                    if changed {
+                        // Drivers that find their machine through the Node (a cloud
+                        // instance named by its providerID) learn it here.
+                        for (name, identity) in &now {
+                            if let Some(Ok(driver)) = executor.drivers.get(name) {
+                                driver.node_identity(identity);
+                            }
+                        }
+                    }
                     *known = now;
                     changed
                 });

@@ -9,7 +9,9 @@
 //! A power command's reply is never the proof that it worked: [`confirm`] reads the
 //! state back until it has N consecutive matching readings.
 
+pub mod aws;
 pub mod confirm;
+pub mod exec;
 pub mod ipmi;
 pub mod redfish;
 pub mod registry;
@@ -185,6 +187,11 @@ pub trait PowerDriver: Send + Sync {
             self.driver_name()
         )))
     }
+    /// What the cluster says about the node this driver serves (its Node's
+    /// `systemUUID` and `spec.providerID`), whenever that is known or changes. Drivers
+    /// that find their machine through the Node (a cloud instance named by the
+    /// providerID) take it from here; the others ignore it.
+    fn node_identity(&self, _node: &crate::identity::NodeIdentity) {}
     /// Releases server-side resources (a Redfish session). Best effort.
     async fn close(&self) {}
 }

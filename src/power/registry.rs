@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
+use super::aws::AwsDriver;
+use super::exec::ExecDriver;
 use super::ipmi::IpmiDriver;
 use super::redfish::RedfishDriver;
 use super::{PowerDriver, PowerError};
@@ -74,11 +76,24 @@ impl DriverFactory {
                 })?;
                 Ok(Arc::new(driver))
             }
-            other => Err(PowerError::unsupported(format!(
-                "node {}: driver {:?} is validated but not built yet in this version of nodefence; use driver = \"redfish\" or \"ipmi\" for now",
-                node.name,
-                other.driver_name()
-            ))),
+            PowerSource::Exec(target) => {
+                let driver = ExecDriver::new(target, self.limiter.clone()).map_err(|e| {
+                    PowerError::new(e.kind, format!("node {}: {}", node.name, e.message))
+                })?;
+                Ok(Arc::new(driver))
+            }
+            PowerSource::Aws(target) => {
+                // AWS endpoints have public certificates: the default TLS profile.
+                let client = self.client(&ClientProfile {
+                    tls: TlsSettings::default(),
+                    connect_timeout: target.timeouts.connect,
+                })?;
+                Ok(Arc::new(AwsDriver::new(
+                    target,
+                    client,
+                    self.limiter.clone(),
+                )))
+            }
         }
     }
 

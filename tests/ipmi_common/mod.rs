@@ -18,6 +18,8 @@ use nodefence::power::registry::DriverFactory;
 use nodefence::power::{PowerDriver, PowerError};
 use nodefence_mocks::ipmi::{ChassisControl, MockIpmi, MockIpmiHandle, Privilege, RequestRecord};
 
+use crate::cli_common::{write_agent_config, write_secret};
+
 pub const USER: &str = "fencer";
 /// At most 20 bytes (IPMI's limit).
 pub const PASSWORD: &str = "Pw-9f3kQz-77xy";
@@ -177,34 +179,19 @@ pub fn assert_no_secret(text: &str, secrets: &[&str]) {
     }
 }
 
-/// Writes a 0600 file holding `content` on one line.
-fn secret_file(path: &Path, content: &str) {
-    std::fs::write(path, format!("{content}\n")).unwrap();
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    }
-}
-
 /// Writes `nodefence.toml`, `inventory.toml` (one node, `db-1`, driver ipmi, aimed at
 /// `port` with the short deadlines), `bmc-password` and, with `kg`, `bmc-kg` (text or
 /// `0x` hex, referenced by `kg_file`). `extra` is appended to the node's table.
 /// Returns the path of `nodefence.toml`.
 pub fn write_config(dir: &Path, port: u16, kg: Option<&str>, extra: &str) -> PathBuf {
-    secret_file(&dir.join("bmc-password"), PASSWORD);
+    write_secret(&dir.join("bmc-password"), PASSWORD);
     let mut node = String::from("[nodes.db-1]\n");
     if let Some(kg) = kg {
-        secret_file(&dir.join("bmc-kg"), kg);
+        write_secret(&dir.join("bmc-kg"), kg);
         node.push_str("kg_file = \"bmc-kg\"\n");
     }
     node.push_str(extra);
-    std::fs::write(
-        dir.join("nodefence.toml"),
-        "inventory = \"inventory.toml\"\n[power]\nconfirm_readings = 2\n\
-         confirm_interval = \"50ms\"\nconfirm_timeout = \"3s\"\n",
-    )
-    .unwrap();
+    let config = write_agent_config(dir, 2, "50ms", "3s");
     std::fs::write(
         dir.join("inventory.toml"),
         format!(
@@ -215,5 +202,5 @@ pub fn write_config(dir: &Path, port: u16, kg: Option<&str>, extra: &str) -> Pat
         ),
     )
     .unwrap();
-    dir.join("nodefence.toml")
+    config
 }

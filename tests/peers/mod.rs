@@ -12,6 +12,8 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+use crate::cli_common::{write_agent_config, write_secret};
+
 pub const USER: &str = "fence";
 pub const PASSWORD: &str = "peer-Pass-42";
 /// A GUID with no symmetry, so every byte order is told apart.
@@ -149,21 +151,8 @@ pub async fn wait_for_line(bmc: &Pyghmi, line: &str) {
 
 /// Writes nodefence.toml, an inventory with one ipmi node `db-1` and its password file.
 pub fn write_config(dir: &Path, port: u16) -> PathBuf {
-    std::fs::write(dir.join("bmc-password"), format!("{PASSWORD}\n")).unwrap();
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(
-            dir.join("bmc-password"),
-            std::fs::Permissions::from_mode(0o600),
-        )
-        .unwrap();
-    }
-    std::fs::write(
-        dir.join("nodefence.toml"),
-        "inventory = \"inventory.toml\"\n[power]\nconfirm_readings = 2\nconfirm_interval = \"50ms\"\nconfirm_timeout = \"10s\"\n",
-    )
-    .unwrap();
+    write_secret(&dir.join("bmc-password"), PASSWORD);
+    let config = write_agent_config(dir, 2, "50ms", "10s");
     std::fs::write(
         dir.join("inventory.toml"),
         format!(
@@ -173,7 +162,7 @@ pub fn write_config(dir: &Path, port: u16) -> PathBuf {
         ),
     )
     .unwrap();
-    dir.join("nodefence.toml")
+    config
 }
 
 // ---------------------------------------------------------------------------------

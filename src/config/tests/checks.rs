@@ -109,6 +109,41 @@ fn ipmi_privilege_and_bmc_key() {
 }
 
 #[test]
+fn aws_instance_tag() {
+    let f = Fixture::new();
+    let config = f.ok(&lines(&[
+        "[groups.ec2]",
+        "driver = \"aws\"",
+        "region = \"eu-central-1\"",
+        "instance_tag = { key = \"kubernetes.io/node\", value = \"{node}\" }",
+        "[nodes.db-1]",
+        "group = \"ec2\"",
+    ]));
+    match &config.inventory.nodes["db-1"].power {
+        PowerSource::Aws(t) => assert_eq!(
+            t.instance_tag,
+            Some(("kubernetes.io/node".to_string(), "db-1".to_string()))
+        ),
+        other => panic!("{other:?}"),
+    }
+    let errs = f.errors(&lines(&[
+        "[nodes.a]",
+        "driver = \"aws\"",
+        "instance_tag = { key = \"Name\" }", // 3
+        "[nodes.b]",
+        "driver = \"aws\"",
+        "instance_tag = { key = \"Name\", value = \"x\", vaule = \"y\" }", // 6
+    ]));
+    assert_at(
+        find(&errs, "needs both `key` and `value`"),
+        Some("a"),
+        3,
+        "instance_tag",
+    );
+    assert_at(find(&errs, "unknown key `vaule`"), Some("b"), 6, "vaule");
+}
+
+#[test]
 fn endpoint_errors() {
     let errs = Fixture::new().errors(&doc(&[
         node("a", &[])
