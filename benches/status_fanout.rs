@@ -60,6 +60,7 @@ async fn main() {
         .map(|i| {
             factory
                 .driver(&NodeTarget {
+                    fallback: Vec::new(),
                     name: format!("worker-{i}"),
                     group: None,
                     power: PowerSource::Redfish(RedfishTarget {

@@ -90,7 +90,8 @@ pub async fn run(
         },
     ));
 
-    let factory = DriverFactory::new(config.agent.power.max_concurrent_requests);
+    let factory = DriverFactory::new(config.agent.power.max_concurrent_requests)
+        .with_confirm(config.agent.power.confirm);
     let drivers: BTreeMap<_, _> = config
         .inventory
         .nodes

@@ -11,12 +11,11 @@
 
 mod cli_common;
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cli_common::{nodefence, text, write_agent_config, write_secret};
+use cli_common::{fence_agent as agent, nodefence, text, write_agent_config, write_secret};
 use nodefence::config::{Credential, ExecTarget, NodeTarget, PowerSource, SecretSource, Timeouts};
 use nodefence::power::confirm::{ConfirmPolicy, confirm_state, execute};
 use nodefence::power::registry::DriverFactory;
@@ -26,24 +25,6 @@ use nodefence_mocks::redfish::{Fault, MockPower, MockRedfish, MockRedfishHandle,
 
 const USER: &str = "fencer";
 const PASSWORD: &str = "pa ss=w0rd$1";
-
-/// The installed agent `name`, or `None` after printing why the test is skipped.
-fn agent(name: &str) -> Option<PathBuf> {
-    let found = ["/usr/sbin", "/sbin", "/usr/local/sbin"]
-        .iter()
-        .map(|dir| Path::new(dir).join(name))
-        .find(|p| p.is_file());
-    if found.is_none() {
-        let required = std::env::var("NODEFENCE_REQUIRE_PEERS").is_ok_and(|v| v == "1");
-        assert!(!required, "{name} missing but NODEFENCE_REQUIRE_PEERS=1");
-        // Past libtest's capture, so the skip is visible in every run.
-        let _ = writeln!(
-            std::io::stderr(),
-            "skipped: {name} not installed (apt-get install fence-agents)"
-        );
-    }
-    found
-}
 
 fn target(agent: &Path, options: &[(&str, String)], password: &str, op: Duration) -> ExecTarget {
     ExecTarget {
@@ -68,6 +49,7 @@ fn target(agent: &Path, options: &[(&str, String)], password: &str, op: Duration
 fn driver(target: ExecTarget) -> Arc<dyn PowerDriver> {
     DriverFactory::new(4)
         .driver(&NodeTarget {
+            fallback: Vec::new(),
             name: "edge-1".into(),
             group: None,
             power: PowerSource::Exec(target),

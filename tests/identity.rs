@@ -49,6 +49,7 @@ fn driver(mock: &MockRedfishHandle, system: &str) -> Arc<dyn PowerDriver> {
     nodefence::tls::install_crypto_provider();
     DriverFactory::new(4)
         .driver(&NodeTarget {
+            fallback: Vec::new(),
             name: "worker-1".into(),
             group: None,
             power: PowerSource::Redfish(RedfishTarget {

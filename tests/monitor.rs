@@ -33,6 +33,7 @@ async fn failures_and_recoveries_are_reported_once_each() {
     let mut drivers = NodeDrivers::new();
     for i in 1..=2 {
         let node = NodeTarget {
+            fallback: Vec::new(),
             name: format!("worker-{i}"),
             group: None,
             power: PowerSource::Redfish(RedfishTarget {
@@ -186,6 +187,7 @@ mod identity {
 
     fn node_target(bmc: &nodefence_mocks::redfish::MockRedfishHandle, i: usize) -> NodeTarget {
         NodeTarget {
+            fallback: Vec::new(),
             name: format!("worker-{i}"),
             group: None,
             power: PowerSource::Redfish(RedfishTarget {

@@ -79,7 +79,8 @@ pub async fn run(config_path: &Path, args: &FenceArgs) -> u8 {
         Ok(t) => t[0],
         Err(code) => return code,
     };
-    let factory = DriverFactory::new(config.agent.power.max_concurrent_requests);
+    let factory = DriverFactory::new(config.agent.power.max_concurrent_requests)
+        .with_confirm(config.agent.power.confirm);
     let driver = match factory.driver(target) {
         Ok(d) => d,
         Err(e) => {
@@ -87,7 +88,7 @@ pub async fn run(config_path: &Path, args: &FenceArgs) -> u8 {
             return exit::FAILED;
         }
     };
-    if target.power.needs_node_identity() {
+    if target.needs_node_identity() {
         // The machine is named by the Node (its providerID): read it first.
         match super::cluster_args::node_identities(&args.cluster).await {
             Ok(nodes) => match nodes.get(&args.node) {

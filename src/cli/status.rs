@@ -116,10 +116,11 @@ pub async fn run(config_path: &Path, args: &StatusArgs) -> u8 {
         Ok(t) => t,
         Err(code) => return code,
     };
-    let factory = DriverFactory::new(config.agent.power.max_concurrent_requests);
+    let factory = DriverFactory::new(config.agent.power.max_concurrent_requests)
+        .with_confirm(config.agent.power.confirm);
     let cross_check_wanted = args.identity.wanted(&args.cluster);
     // The Nodes are read first when a driver finds its machine through them.
-    let needed = targets.iter().any(|t| t.power.needs_node_identity());
+    let needed = targets.iter().any(|t| t.needs_node_identity());
     let mut failed = false;
     let nodes = if cross_check_wanted || needed {
         match super::cluster_args::node_identities(&args.cluster).await {

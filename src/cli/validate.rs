@@ -127,7 +127,7 @@ async fn identity_report(
     nodes: &BTreeMap<String, NodeIdentity>,
 ) -> IdentityReport {
     let concurrency = config.agent.power.max_concurrent_requests;
-    let factory = DriverFactory::new(concurrency);
+    let factory = DriverFactory::new(concurrency).with_confirm(config.agent.power.confirm);
     let targets: Vec<_> = config.inventory.nodes.values().collect();
     let rows = super::status::query_all(&factory, &targets, concurrency, Some(nodes)).await;
     let mut report = IdentityReport::default();

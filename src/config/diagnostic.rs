@@ -156,6 +156,8 @@ pub(crate) enum Subject {
     Group(String),
     /// `[nodes.<name>]`: goes into [`ConfigError::node`].
     Node(String),
+    /// Entry `n` (1-based) of the `fallback` array of a node or a group.
+    Fallback(Box<Subject>, usize),
 }
 
 impl Subject {
@@ -165,6 +167,7 @@ impl Subject {
             Subject::Defaults => (None, format!("[defaults]: {message}")),
             Subject::Group(g) => (None, format!("group \"{g}\": {message}")),
             Subject::Node(n) => (Some(n.clone()), message),
+            Subject::Fallback(owner, n) => owner.split(format!("fallback {n}: {message}")),
         }
     }
 }

@@ -41,6 +41,7 @@ pub(crate) fn load(
     base: &BaseDir,
     security: &SecuritySettings,
     policy: &ClusterPolicy,
+    confirm: crate::power::confirm::ConfirmPolicy,
     env: &dyn Fn(&str) -> Option<String>,
     diags: &mut Diagnostics,
 ) -> Option<Inventory> {
@@ -66,7 +67,7 @@ pub(crate) fn load(
         }
     }
 
-    let mut ctx = Ctx::new(src, env, security, policy, diags);
+    let mut ctx = Ctx::new(src, env, security, policy, confirm, diags);
     for layer in levels.groups.values().chain([&levels.defaults]) {
         if let Some(driver) = &layer.driver {
             resolve::check_applicable(&mut ctx, layer, driver.value, None);

@@ -178,6 +178,9 @@ pub(crate) struct Layer {
     pub policy: Option<Val<PolicyDraft>>,
     /// Only on nodes.
     pub group: Option<Val<String>>,
+    /// `fallback`: further power methods, in order (nodes and groups only; see
+    /// [`super::fallback`]).
+    pub fallback: Option<Val<Vec<Layer>>>,
     /// Every known key written at this level with a valid value, with its key span.
     pub keys: Vec<(&'static str, Span)>,
     /// Known keys written at this level whose value was reported as invalid: a
@@ -219,6 +222,7 @@ impl Layer {
             retries: None,
             policy: None,
             group: None,
+            fallback: None,
             keys: Vec::new(),
             invalid: Vec::new(),
             stray_table: false,
@@ -237,6 +241,10 @@ impl Layer {
         let mut layer = Self::empty(subject, span);
         let mut problems = Vec::new();
         for entry in Entry::all(table) {
+            if super::fallback::handles(&layer.subject, entry.name) {
+                super::fallback::read(&mut layer, &entry, base, src, diags, &mut problems);
+                continue;
+            }
             if let Err(p) = layer.read(&entry, base, &mut problems) {
                 problems.push(p);
             }
@@ -252,6 +260,7 @@ impl Layer {
         match self.subject {
             Subject::Node(_) => "in a node",
             Subject::Group(_) => "in a group",
+            Subject::Fallback(..) => "in a fallback entry",
             _ => "in [defaults]",
         }
     }

@@ -37,6 +37,7 @@ mod credentials;
 mod diagnostic;
 mod document;
 mod endpoint;
+mod fallback;
 mod fields;
 mod files;
 mod inventory;
@@ -115,6 +116,7 @@ pub fn load_with_env(
                 &inv_base,
                 &draft.security,
                 &draft.policy,
+                draft.power.confirm,
                 env,
                 &mut diags,
             )

@@ -80,6 +80,9 @@ pub struct NodeTarget {
     /// The group it inherited from, if any (for display).
     pub group: Option<String>,
     pub power: PowerSource,
+    /// Further power methods, tried in order after `power` (the `fallback` key: a
+    /// fencing topology, as Pacemaker's fencing levels). Empty: `power` alone.
+    pub fallback: Vec<PowerSource>,
     /// This node's fencing policy, fully resolved: its own `policy`, its group's,
     /// `[policy]`, then the defaults (key by key). Cluster-wide keys (storm
     /// protection, rate limits, the release mechanism) are always `[policy]`'s.
@@ -92,12 +95,30 @@ impl NodeTarget {
         self.power.credential()
     }
 
-    /// The Kubernetes Secret this node's credential still waits for, if any.
+    /// The node's power methods in order: `power`, then each `fallback` entry.
+    pub fn sources(&self) -> impl Iterator<Item = &PowerSource> {
+        std::iter::once(&self.power).chain(&self.fallback)
+    }
+
+    /// The Kubernetes Secret this node's credentials (its own or a fallback's) still
+    /// wait for, if any: the first one.
     pub fn pending_secret(&self) -> Option<&SecretRef> {
-        match &self.credential()?.source {
-            SecretSource::SecretPending(r) => Some(r),
-            _ => None,
-        }
+        self.pending_secrets().next()
+    }
+
+    /// Whether one of the node's power methods finds its machine only through the
+    /// Node (see [`PowerSource::needs_node_identity`]).
+    pub fn needs_node_identity(&self) -> bool {
+        self.sources().any(PowerSource::needs_node_identity)
+    }
+
+    /// Every Kubernetes Secret this node's credentials still wait for, in order.
+    pub fn pending_secrets(&self) -> impl Iterator<Item = &SecretRef> {
+        self.sources()
+            .filter_map(|s| match &s.credential()?.source {
+                SecretSource::SecretPending(r) => Some(r),
+                _ => None,
+            })
     }
 }
 
@@ -135,6 +156,16 @@ impl PowerSource {
     /// neither `instance_id` nor `instance_tag`: its providerID names it).
     pub fn needs_node_identity(&self) -> bool {
         matches!(self, PowerSource::Aws(t) if t.instance_id.is_none() && t.instance_tag.is_none())
+    }
+
+    /// The deadlines for talking to this source.
+    pub fn timeouts(&self) -> &Timeouts {
+        match self {
+            PowerSource::Redfish(t) => &t.timeouts,
+            PowerSource::Ipmi(t) => &t.timeouts,
+            PowerSource::Aws(t) => &t.timeouts,
+            PowerSource::Exec(t) => &t.timeouts,
+        }
     }
 
     pub fn driver_name(&self) -> &'static str {

@@ -24,9 +24,10 @@ use secrecy::SecretString;
 use super::diagnostic::{Diagnostics, Source, Span, Subject};
 use super::fields::{Problem, Val};
 use super::layer::{Driver, Layer, drivers_of};
-use super::model::{NodeTarget, SecuritySettings, Timeouts};
+use super::model::{NodeTarget, PowerSource, SecuritySettings, Timeouts};
 use super::policy::ClusterPolicy;
 use super::targets;
+use crate::power::confirm::ConfirmPolicy;
 
 /// The levels one node inherits from, most specific first.
 pub(crate) struct Chain<'a> {
@@ -76,6 +77,8 @@ pub(crate) struct Ctx<'a> {
     pub security: &'a SecuritySettings,
     /// `[policy]`, which group and node policies override.
     pub policy: &'a ClusterPolicy,
+    /// `[power]` confirmation, which a fencing topology's timeouts must fit in.
+    pub confirm: ConfirmPolicy,
     pub diags: &'a mut Diagnostics,
     /// Passwords by the span of their definition: each is read (and reported) once.
     pub secrets: HashMap<usize, Option<SecretString>>,
@@ -93,6 +96,7 @@ impl<'a> Ctx<'a> {
         env: &'a dyn Fn(&str) -> Option<String>,
         security: &'a SecuritySettings,
         policy: &'a ClusterPolicy,
+        confirm: ConfirmPolicy,
         diags: &'a mut Diagnostics,
     ) -> Self {
         Self {
@@ -100,6 +104,7 @@ impl<'a> Ctx<'a> {
             env,
             security,
             policy,
+            confirm,
             diags,
             secrets: HashMap::new(),
             files: HashMap::new(),
@@ -135,7 +140,7 @@ impl<'a> Ctx<'a> {
 /// How specific a level is: node 2, group 1, defaults 0.
 pub(crate) fn rank(layer: &Layer) -> u8 {
     match layer.subject {
-        Subject::Node(_) => 2,
+        Subject::Node(_) | Subject::Fallback(..) => 2,
         Subject::Group(_) => 1,
         _ => 0,
     }
@@ -150,6 +155,7 @@ pub(crate) fn from_where(layer: &Layer, here: &Layer) -> String {
         Subject::Group(g) => format!(", from group \"{g}\""),
         Subject::Defaults => ", from [defaults]".into(),
         Subject::Node(n) => format!(", from node \"{n}\""),
+        Subject::Fallback(_, n) => format!(", from fallback {n}"),
         Subject::File => String::new(),
     }
 }
@@ -188,19 +194,66 @@ pub(crate) fn check_applicable(
 
 /// Resolves one node. Every problem is reported; None if there was any.
 pub(crate) fn node(ctx: &mut Ctx<'_>, name: &str, chain: &Chain<'_>) -> Option<NodeTarget> {
+    let before = ctx.diags.error_count();
+    let primary = power_source(ctx, name, chain);
+    let fallback = super::fallback::resolve(ctx, name, chain);
+    let (power, driver) = primary?;
+    let fallback = fallback?;
+    if ctx.diags.error_count() > before {
+        return None;
+    }
+    super::fallback::check_timeouts(ctx, chain, &power, &fallback);
+    let policy = ctx.policy.for_node(
+        chain.node.policy.as_ref().map(|p| &p.value),
+        chain
+            .group
+            .and_then(|g| g.policy.as_ref())
+            .map(|p| &p.value),
+        driver,
+    );
+    if policy.require_identity && driver == Driver::Exec {
+        ctx.warn(
+            chain.node,
+            &chain.node.span,
+            "require_identity is true, but driver \"exec\" cannot report which machine it \
+             controls: this node's machine will never be powered off or its volumes released \
+             automatically (set require_identity = false in the node's or its group's policy)",
+        );
+    }
+    Some(NodeTarget {
+        name: name.to_string(),
+        group: chain.group.and_then(|g| match &g.subject {
+            Subject::Group(n) => Some(n.clone()),
+            _ => None,
+        }),
+        power,
+        fallback,
+        policy,
+    })
+}
+
+/// Resolves the power source of `chain` (a node's own settings, or one fallback
+/// entry alone) and its driver. Every problem is reported; None if there was any.
+pub(crate) fn power_source(
+    ctx: &mut Ctx<'_>,
+    name: &str,
+    chain: &Chain<'_>,
+) -> Option<(PowerSource, Driver)> {
     let Some(driver) = chain.pick(|l| &l.driver) else {
         if chain.invalid(&["driver"]) {
             return None;
         }
+        let help = if matches!(chain.node.subject, Subject::Fallback(..)) {
+            "every fallback entry names its own driver, e.g. { driver = \"exec\", agent = ... }"
+        } else {
+            "set driver = \"redfish\" (or \"ipmi\", \"aws\", \"exec\") on the node, its group \
+             or in [defaults]"
+        };
         ctx.error(
             chain.node,
             &chain.node.span,
             "no `driver` is set",
-            Some(
-                "set driver = \"redfish\" (or \"ipmi\", \"aws\", \"exec\") on the node, its group \
-                 or in [defaults]"
-                    .into(),
-            ),
+            Some(help.into()),
         );
         return None;
     };
@@ -217,32 +270,7 @@ pub(crate) fn node(ctx: &mut Ctx<'_>, name: &str, chain: &Chain<'_>) -> Option<N
     if ctx.diags.error_count() > before {
         return None;
     }
-    let policy = ctx.policy.for_node(
-        chain.node.policy.as_ref().map(|p| &p.value),
-        chain
-            .group
-            .and_then(|g| g.policy.as_ref())
-            .map(|p| &p.value),
-        driver.val.value,
-    );
-    if policy.require_identity && driver.val.value == Driver::Exec {
-        ctx.warn(
-            chain.node,
-            &chain.node.span,
-            "require_identity is true, but driver \"exec\" cannot report which machine it \
-             controls: this node's machine will never be powered off or its volumes released \
-             automatically (set require_identity = false in the node's or its group's policy)",
-        );
-    }
-    Some(NodeTarget {
-        name: name.to_string(),
-        group: chain.group.and_then(|g| match &g.subject {
-            Subject::Group(n) => Some(n.clone()),
-            _ => None,
-        }),
-        power: power?,
-        policy,
-    })
+    Some((power?, driver.val.value))
 }
 
 /// Effective timeouts. Only explicitly written values can conflict: an unset one

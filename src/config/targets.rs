@@ -24,13 +24,16 @@ fn missing(ctx: &mut Ctx<'_>, chain: &Chain<'_>, driver: Driver, field: &str, ex
     if chain.invalid(&[field]) {
         return;
     }
+    let place = if matches!(chain.node.subject, super::diagnostic::Subject::Fallback(..)) {
+        "in this fallback entry"
+    } else {
+        "on the node, its group or in [defaults]"
+    };
     ctx.error(
         chain.node,
         &chain.node.span,
         format!("driver \"{}\" needs `{field}`", driver.name()),
-        Some(format!(
-            "set it on the node, its group or in [defaults], e.g. {field} = {example}"
-        )),
+        Some(format!("set it {place}, e.g. {field} = {example}")),
     );
 }
 

@@ -15,6 +15,7 @@ pub mod exec;
 pub mod ipmi;
 pub mod redfish;
 pub mod registry;
+pub mod topology;
 
 use std::fmt;
 use std::time::{Duration, SystemTime};

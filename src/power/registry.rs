@@ -14,9 +14,11 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 
 use super::aws::AwsDriver;
+use super::confirm::ConfirmPolicy;
 use super::exec::ExecDriver;
 use super::ipmi::IpmiDriver;
 use super::redfish::RedfishDriver;
+use super::topology::TopologyDriver;
 use super::{PowerDriver, PowerError};
 use crate::config::{NodeTarget, PowerSource, TlsSettings};
 
@@ -34,6 +36,8 @@ struct ClientProfile {
 pub struct DriverFactory {
     limiter: Arc<Semaphore>,
     clients: Mutex<HashMap<ClientProfile, reqwest::Client>>,
+    /// How a fencing topology's levels prove their power off.
+    confirm: ConfirmPolicy,
 }
 
 impl DriverFactory {
@@ -42,7 +46,15 @@ impl DriverFactory {
         Self {
             limiter: Arc::new(Semaphore::new(max_concurrent_requests.max(1))),
             clients: Mutex::new(HashMap::new()),
+            confirm: ConfirmPolicy::default(),
         }
+    }
+
+    /// How each level of a fencing topology (a node with `fallback`) proves its power
+    /// off before the next level is tried: `[power.confirm]` of `nodefence.toml`.
+    pub fn with_confirm(mut self, confirm: ConfirmPolicy) -> Self {
+        self.confirm = confirm;
+        self
     }
 
     /// A driver for `node`, or an error that names what is missing. A credential
@@ -58,7 +70,35 @@ impl DriverFactory {
                 node.name
             )));
         }
-        match &node.power {
+        if node.fallback.is_empty() {
+            return self.source_driver(&node.name, &node.power);
+        }
+        let levels = node
+            .sources()
+            .enumerate()
+            .map(|(i, source)| {
+                self.source_driver(&node.name, source).map_err(|e| {
+                    let which = if i == 0 {
+                        "primary method".to_string()
+                    } else {
+                        format!("fallback {i}")
+                    };
+                    PowerError::new(e.kind, format!("{which}: {}", e.message))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        TopologyDriver::new(levels, self.confirm)
+            .map(|t| Arc::new(t) as Arc<dyn PowerDriver>)
+            .ok_or_else(|| PowerError::config(format!("node {}: no power method", node.name)))
+    }
+
+    /// The driver of one power method of node `name` (its own or a fallback entry).
+    fn source_driver(
+        &self,
+        name: &str,
+        source: &PowerSource,
+    ) -> Result<Arc<dyn PowerDriver>, PowerError> {
+        match source {
             PowerSource::Redfish(target) => {
                 let client = self.client(&ClientProfile {
                     tls: target.tls.clone(),
@@ -71,15 +111,13 @@ impl DriverFactory {
                 )))
             }
             PowerSource::Ipmi(target) => {
-                let driver = IpmiDriver::new(target, self.limiter.clone()).map_err(|e| {
-                    PowerError::new(e.kind, format!("node {}: {}", node.name, e.message))
-                })?;
+                let driver = IpmiDriver::new(target, self.limiter.clone())
+                    .map_err(|e| PowerError::new(e.kind, format!("node {name}: {}", e.message)))?;
                 Ok(Arc::new(driver))
             }
             PowerSource::Exec(target) => {
-                let driver = ExecDriver::new(target, self.limiter.clone()).map_err(|e| {
-                    PowerError::new(e.kind, format!("node {}: {}", node.name, e.message))
-                })?;
+                let driver = ExecDriver::new(target, self.limiter.clone())
+                    .map_err(|e| PowerError::new(e.kind, format!("node {name}: {}", e.message)))?;
                 Ok(Arc::new(driver))
             }
             PowerSource::Aws(target) => {

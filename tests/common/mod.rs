@@ -77,6 +77,7 @@ pub fn driver(target: &RedfishTarget) -> Arc<dyn PowerDriver> {
     let factory = DriverFactory::new(8);
     factory
         .driver(&NodeTarget {
+            fallback: Vec::new(),
             name: "worker-1".into(),
             group: None,
             power: PowerSource::Redfish(target.clone()),

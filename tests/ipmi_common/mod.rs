@@ -94,6 +94,7 @@ pub fn with_user(mut t: IpmiTarget, user: &str, password: &str) -> IpmiTarget {
 
 pub fn node(t: &IpmiTarget) -> NodeTarget {
     NodeTarget {
+        fallback: Vec::new(),
         name: "db-1".into(),
         group: None,
         power: PowerSource::Ipmi(t.clone()),

@@ -31,7 +31,7 @@ use kube::{Api, Client};
 use secrecy::SecretString;
 
 use super::credentials::{IPMI_MAX_PASSWORD, IPMI_MAX_USERNAME};
-use super::model::{Config, PowerSource, SecretRef, SecretSource};
+use super::model::{Config, NodeTarget, PowerSource, SecretRef, SecretSource};
 
 /// At most this many Secrets are read at once.
 const CONCURRENT_READS: usize = 8;
@@ -170,7 +170,7 @@ pub async fn resolve_secrets(
         .inventory
         .nodes
         .values()
-        .filter_map(|t| t.pending_secret())
+        .flat_map(|t| t.pending_secrets())
         .map(|r| (namespace_of(r, namespace), r.name.clone()))
         .collect();
     if wanted.is_empty() {
@@ -296,9 +296,22 @@ fn fill(
     default_ns: &str,
 ) -> Result<(), SecretResolveError> {
     let mut problems = Problems::default();
-    for (node, target) in &mut config.inventory.nodes {
-        let ipmi = matches!(target.power, PowerSource::Ipmi(_));
-        let Some(credential) = target.power.credential_mut() else {
+    // Every power method of every node: its own, then its fallback entries.
+    let sources = config
+        .inventory
+        .nodes
+        .iter_mut()
+        .flat_map(|(node, target)| {
+            let NodeTarget {
+                power, fallback, ..
+            } = target;
+            std::iter::once(power)
+                .chain(fallback.iter_mut())
+                .map(move |source| (node, source))
+        });
+    for (node, source) in sources {
+        let ipmi = matches!(source, PowerSource::Ipmi(_));
+        let Some(credential) = source.credential_mut() else {
             continue;
         };
         let SecretSource::SecretPending(r) = &credential.source else {

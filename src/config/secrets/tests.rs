@@ -32,6 +32,7 @@ fn pending(name: &str, key: &str, username_key: Option<&str>) -> Credential {
 
 fn redfish(name: &str, credential: Credential) -> NodeTarget {
     NodeTarget {
+        fallback: Vec::new(),
         name: name.into(),
         group: None,
         power: PowerSource::Redfish(RedfishTarget {
@@ -48,6 +49,7 @@ fn redfish(name: &str, credential: Credential) -> NodeTarget {
 
 fn ipmi(name: &str, credential: Credential) -> NodeTarget {
     NodeTarget {
+        fallback: Vec::new(),
         name: name.into(),
         group: None,
         power: PowerSource::Ipmi(IpmiTarget {
@@ -265,4 +267,38 @@ fn many_nodes_are_summarised() {
         p.to_string(),
         "inv.toml:1:1: nodes \"w-1\", \"w-2\", \"w-3\", \"w-4\", \"w-5\" and 3 more: m\n  help: h"
     );
+}
+
+#[test]
+fn fallback_credentials_are_filled_too() {
+    let mut node = redfish("a", pending("bmc", "password", None));
+    let ipmi_level = ipmi("unused", pending("pdu", "password", None)).power;
+    node.fallback.push(ipmi_level);
+    let mut c = config(vec![node]);
+    let wanted: Vec<_> = c.inventory.nodes["a"]
+        .pending_secrets()
+        .map(|r| r.name.clone())
+        .collect();
+    assert_eq!(wanted, ["bmc", "pdu"]);
+    // The IPMI length limit applies to an ipmi fallback level.
+    let long = "x".repeat(IPMI_MAX_PASSWORD + 1);
+    let f = fetched(vec![
+        ("bmc", Ok(data(&[("password", PW.as_bytes())]))),
+        ("pdu", Ok(data(&[("password", long.as_bytes())]))),
+    ]);
+    let err = fill(&mut c, &f, "nodefence").unwrap_err();
+    assert!(err.to_string().contains("longer than IPMI"), "{err}");
+    let node = &c.inventory.nodes["a"];
+    assert!(!node.credential().unwrap().is_pending(), "primary filled");
+    assert_eq!(node.pending_secret().map(|r| r.name.as_str()), Some("pdu"));
+
+    let f = fetched(vec![
+        ("bmc", Ok(data(&[("password", PW.as_bytes())]))),
+        ("pdu", Ok(data(&[("password", b"pdu-pw")]))),
+    ]);
+    fill(&mut c, &f, "nodefence").unwrap();
+    let node = &c.inventory.nodes["a"];
+    assert!(node.pending_secret().is_none());
+    let pdu = node.fallback[0].credential().unwrap();
+    assert_eq!(pdu.password.expose_secret(), "pdu-pw");
 }

@@ -6,6 +6,7 @@
 mod agent_file;
 mod checks;
 mod errors;
+mod fallback;
 mod policy;
 mod resolution;
 mod secret_refs;

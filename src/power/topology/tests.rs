@@ -1,0 +1,244 @@
+//! The topology driver against small fake levels, on paused time.
+
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use super::*;
+use crate::power::PowerAction;
+use crate::power::confirm::{ConfirmPolicy, execute};
+
+/// A level with scripted answers: `status` answers `state`; a successful
+/// `power_off` changes the state to `after_off` (if any).
+struct Fake {
+    name: &'static str,
+    state: Mutex<Result<PowerState, PowerError>>,
+    off: Result<(), PowerError>,
+    after_off: Option<PowerState>,
+    identity: Result<MachineIdentity, PowerError>,
+    commands: Mutex<Vec<PowerAction>>,
+}
+
+impl Fake {
+    fn new(name: &'static str, state: Result<PowerState, PowerError>) -> Self {
+        Self {
+            name,
+            state: Mutex::new(state),
+            off: Ok(()),
+            after_off: Some(PowerState::Off),
+            identity: Ok(MachineIdentity::Unavailable("fake".into())),
+            commands: Mutex::new(Vec::new()),
+        }
+    }
+    /// Accepts power off but the machine stays as it is (a lying BMC).
+    fn ignoring_off(mut self) -> Self {
+        self.after_off = None;
+        self
+    }
+    fn failing_off(mut self, e: PowerError) -> Self {
+        self.off = Err(e);
+        self
+    }
+    fn with_identity(mut self, id: Result<MachineIdentity, PowerError>) -> Self {
+        self.identity = id;
+        self
+    }
+    fn commands(&self) -> Vec<PowerAction> {
+        self.commands.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+}
+
+#[async_trait]
+impl PowerDriver for Fake {
+    fn driver_name(&self) -> &'static str {
+        self.name
+    }
+    fn endpoint(&self) -> String {
+        format!("{}-host", self.name)
+    }
+    async fn status(&self) -> Result<PowerReading, PowerError> {
+        let state = self
+            .state
+            .lock()
+            .map_err(|_| PowerError::protocol("poisoned"))?
+            .clone()?;
+        Ok(PowerReading {
+            state,
+            at: SystemTime::now(),
+            latency: Duration::from_millis(1),
+        })
+    }
+    async fn power_off(&self) -> Result<(), PowerError> {
+        if let Ok(mut c) = self.commands.lock() {
+            c.push(PowerAction::Off);
+        }
+        self.off.clone()?;
+        if let (Some(next), Ok(mut state)) = (&self.after_off, self.state.lock()) {
+            *state = Ok(next.clone());
+        }
+        Ok(())
+    }
+    async fn power_on(&self) -> Result<(), PowerError> {
+        if let Ok(mut c) = self.commands.lock() {
+            c.push(PowerAction::On);
+        }
+        Ok(())
+    }
+    async fn reboot(&self) -> Result<(), PowerError> {
+        Err(PowerError::unsupported("fake"))
+    }
+    async fn machine_identity(&self) -> Result<MachineIdentity, PowerError> {
+        self.identity.clone()
+    }
+}
+
+fn policy() -> ConfirmPolicy {
+    ConfirmPolicy {
+        readings: 2,
+        interval: Duration::from_secs(1),
+        timeout: Duration::from_secs(10),
+    }
+}
+
+fn topology(levels: &[&Arc<Fake>]) -> TopologyDriver {
+    let levels = levels
+        .iter()
+        .map(|l| Arc::clone(l) as Arc<dyn PowerDriver>)
+        .collect();
+    TopologyDriver::new(levels, policy()).expect("levels")
+}
+
+#[test]
+fn empty_topology_is_refused_and_names_read_from_levels() {
+    assert!(TopologyDriver::new(Vec::new(), policy()).is_none());
+    let a = Arc::new(Fake::new("redfish", Ok(PowerState::On)));
+    let b = Arc::new(Fake::new("exec", Ok(PowerState::On)));
+    let t = topology(&[&a, &b]);
+    assert_eq!(t.driver_name(), "redfish");
+    assert_eq!(t.endpoint(), "redfish redfish-host → exec exec-host");
+}
+
+#[tokio::test(start_paused = true)]
+async fn status_comes_from_the_first_certain_level() {
+    let a = Arc::new(Fake::new("a", Ok(PowerState::Unknown("?".into()))));
+    let b = Arc::new(Fake::new("b", Err(PowerError::unreachable("down"))));
+    let c = Arc::new(Fake::new("c", Ok(PowerState::Off)));
+    let d = Arc::new(Fake::new("d", Ok(PowerState::On)));
+    let t = topology(&[&a, &b, &c, &d]);
+    assert_eq!(t.status().await.expect("status").state, PowerState::Off);
+
+    // Only an uncertain answer: it is returned as is, never made into Off.
+    let t = topology(&[&b, &a]);
+    let state = t.status().await.expect("status").state;
+    assert_eq!(state, PowerState::Unknown("?".into()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn status_errors_skip_to_the_next_level_and_all_errors_are_named() {
+    let a = Arc::new(Fake::new("a", Err(PowerError::auth("bad password"))));
+    let b = Arc::new(Fake::new("b", Ok(PowerState::On)));
+    assert_eq!(
+        topology(&[&a, &b]).status().await.expect("ok").state,
+        PowerState::On
+    );
+
+    let c = Arc::new(Fake::new("c", Err(PowerError::unreachable("timed out"))));
+    let err = topology(&[&a, &c])
+        .status()
+        .await
+        .expect_err("no level answers");
+    assert_eq!(err.kind, PowerErrorKind::Auth);
+    assert!(
+        err.message
+            .contains("level 1 (a a-host): auth: bad password"),
+        "{err}"
+    );
+    assert!(
+        err.message
+            .contains("level 2 (c c-host): unreachable: timed out"),
+        "{err}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn unconfirmed_off_moves_to_the_next_level() {
+    // Level 1 accepts the command but keeps reporting On; level 2 really cuts power.
+    let a = Arc::new(Fake::new("bmc", Ok(PowerState::On)).ignoring_off());
+    let b = Arc::new(Fake::new("pdu", Ok(PowerState::On)));
+    let t = topology(&[&a, &b]);
+    t.power_off().await.expect("level 2 confirms off");
+    assert_eq!(a.commands(), vec![PowerAction::Off]);
+    assert_eq!(b.commands(), vec![PowerAction::Off]);
+
+    // Through the confirm loop: level 1 still answers On with certainty, so that is
+    // the topology's status: a level that says On keeps the machine "on" for the
+    // caller. Never a false Off.
+    let outcome = execute(&t, PowerAction::Off, &policy()).await;
+    assert!(
+        outcome.is_err(),
+        "a contradicting level 1 must not be confirmed off"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn confirm_loop_with_a_dead_primary_is_confirmed_by_the_fallback() {
+    let a = Arc::new(
+        Fake::new("bmc", Err(PowerError::unreachable("hung")))
+            .failing_off(PowerError::unreachable("hung")),
+    );
+    let b = Arc::new(Fake::new("pdu", Ok(PowerState::On)));
+    let t = topology(&[&a, &b]);
+    let outcome = execute(&t, PowerAction::Off, &policy())
+        .await
+        .expect("confirmed off through level 2");
+    assert_eq!(outcome.off.map(|c| c.state), Some(PowerState::Off));
+    assert_eq!(b.commands(), vec![PowerAction::Off]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn off_failing_everywhere_names_each_level() {
+    let a = Arc::new(Fake::new("bmc", Ok(PowerState::On)).failing_off(PowerError::auth("denied")));
+    let b = Arc::new(Fake::new("pdu", Ok(PowerState::On)).ignoring_off());
+    let err = topology(&[&a, &b])
+        .power_off()
+        .await
+        .expect_err("nothing confirms");
+    assert!(
+        err.message.contains("level 1 (bmc bmc-host): auth: denied"),
+        "{err}"
+    );
+    assert!(err.message.contains("level 2 (pdu pdu-host)"), "{err}");
+    assert!(err.message.contains("could not confirm Off"), "{err}");
+    assert_eq!(b.commands(), vec![PowerAction::Off]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn power_on_uses_the_first_level_that_accepts_and_reboot_is_refused() {
+    let a = Arc::new(Fake::new("bmc", Ok(PowerState::Off)));
+    let b = Arc::new(Fake::new("pdu", Ok(PowerState::Off)));
+    let t = topology(&[&a, &b]);
+    t.power_on().await.expect("on");
+    assert_eq!(a.commands(), vec![PowerAction::On]);
+    assert!(b.commands().is_empty());
+    let err = t.reboot().await.expect_err("unsupported");
+    assert_eq!(err.kind, PowerErrorKind::Unsupported);
+}
+
+#[tokio::test(start_paused = true)]
+async fn identity_comes_from_the_first_level_that_can_tell() {
+    let pdu = Arc::new(Fake::new("exec", Ok(PowerState::On)));
+    let bmc = Arc::new(
+        Fake::new("ipmi", Ok(PowerState::On))
+            .with_identity(Ok(MachineIdentity::Uuid("4c4c4544-0042".into()))),
+    );
+    let t = topology(&[&pdu, &bmc]);
+    assert_eq!(
+        t.machine_identity().await.expect("identity"),
+        MachineIdentity::Uuid("4c4c4544-0042".into())
+    );
+    // Nobody can tell: the first level's answer.
+    let t = topology(&[&pdu, &pdu]);
+    assert!(matches!(
+        t.machine_identity().await,
+        Ok(MachineIdentity::Unavailable(_))
+    ));
+}

@@ -1,0 +1,178 @@
+//! Fencing topology end to end: a node whose primary method is the mock Redfish BMC
+//! and whose `fallback` is the real `fence_ipmilan` agent (Debian `fence-agents`,
+//! through `driver = "exec"`) against the mock IPMI BMC. The inventory is loaded
+//! from files and the driver built by the registry, as nodefence does. The rule
+//! under test: a hung primary does not stop fencing (the fallback powers the machine
+//! off and Off is confirmed), and a healthy primary does the job alone.
+//!
+//! Without `fence_ipmilan` the tests print a "skipped" line, unless
+//! `NODEFENCE_REQUIRE_PEERS=1` (CI), which makes its absence a failure.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod cli_common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use cli_common::{fence_agent as agent, nodefence, text, write_agent_config, write_secret};
+use nodefence::power::PowerAction;
+use nodefence::power::PowerState;
+use nodefence::power::confirm::execute;
+use nodefence::power::registry::DriverFactory;
+use nodefence_mocks::ipmi::{ChassisControl, MockIpmi, MockIpmiHandle, Power};
+use nodefence_mocks::redfish::{Fault, MockPower, MockRedfish, MockRedfishHandle};
+
+const USER: &str = "fencer";
+const PASSWORD: &str = "rf-pw-5b1c";
+const IPMI_USER: &str = "admin";
+const IPMI_PASSWORD: &str = "password";
+
+/// Both peers, and a config directory whose inventory has node `db-1`: Redfish
+/// first (short timeouts, so a hung BMC is given up quickly), then fence_ipmilan.
+struct Setup {
+    dir: tempfile::TempDir,
+    config: PathBuf,
+    bmc: MockRedfishHandle,
+    ipmi: MockIpmiHandle,
+}
+
+async fn setup(agent: &Path) -> Setup {
+    nodefence::tls::install_crypto_provider();
+    let bmc = MockRedfish::builder()
+        .credentials(USER, PASSWORD)
+        .transition_delay(Duration::from_millis(100))
+        .start()
+        .await
+        .unwrap();
+    let ipmi = MockIpmi::builder().start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_agent_config(dir.path(), 2, "100ms", "30s");
+    write_secret(&dir.path().join("bmc-password"), PASSWORD);
+    write_secret(&dir.path().join("ipmi-password"), IPMI_PASSWORD);
+    let inventory = format!(
+        "[nodes.db-1]\n\
+         driver = \"redfish\"\n\
+         endpoint = \"http://127.0.0.1:{rf}\"\n\
+         username = \"{USER}\"\n\
+         password_file = \"bmc-password\"\n\
+         connect_timeout = \"1s\"\n\
+         request_timeout = \"1s\"\n\
+         operation_timeout = \"1s\"\n\
+         retries = 0\n\
+         fallback = [\n\
+         \x20 {{ driver = \"exec\", agent = \"{agent}\", options = {{ ip = \"127.0.0.1\", \
+         ipport = \"{port}\", lanplus = \"1\", cipher = \"17\", privlvl = \"operator\" }}, \
+         username = \"{IPMI_USER}\", password_file = \"ipmi-password\", \
+         operation_timeout = \"30s\" }},\n\
+         ]\n",
+        rf = bmc.addr().port(),
+        agent = agent.display(),
+        port = ipmi.port(),
+    );
+    std::fs::write(dir.path().join("inventory.toml"), inventory).unwrap();
+    Setup {
+        dir,
+        config,
+        bmc,
+        ipmi,
+    }
+}
+
+fn ipmi_ops(ipmi: &MockIpmiHandle) -> Vec<ChassisControl> {
+    ipmi.control_log().iter().map(|c| c.op).collect()
+}
+
+fn resets(bmc: &MockRedfishHandle) -> Vec<String> {
+    bmc.reset_log().into_iter().map(|(_, t)| t).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_bmc_is_fenced_through_the_pdu_level() {
+    let Some(agent) = agent("fence_ipmilan") else {
+        return;
+    };
+    let s = setup(&agent).await;
+    let config = nodefence::config::load(&s.config).unwrap();
+    let node = &config.inventory.nodes["db-1"];
+    assert_eq!(node.fallback.len(), 1);
+    let policy = config.agent.power.confirm;
+    let driver = DriverFactory::new(4)
+        .with_confirm(policy)
+        .driver(node)
+        .unwrap();
+    assert_eq!(driver.driver_name(), "redfish");
+    assert!(
+        driver.endpoint().contains(" → exec "),
+        "{}",
+        driver.endpoint()
+    );
+
+    s.bmc.inject(Fault::Hang);
+    // Status: level 1 times out, level 2 answers.
+    assert_eq!(driver.status().await.unwrap().state, PowerState::On);
+    let out = execute(driver.as_ref(), PowerAction::Off, &policy)
+        .await
+        .unwrap();
+    assert_eq!(out.commands_sent, vec![PowerAction::Off]);
+    assert_eq!(out.off.map(|c| c.state), Some(PowerState::Off));
+    assert_eq!(ipmi_ops(&s.ipmi), [ChassisControl::PowerDown]);
+    assert_eq!(s.ipmi.power(), Power::Off);
+    assert!(resets(&s.bmc).is_empty(), "the hung BMC took no command");
+    driver.close().await;
+    s.bmc.shutdown().await;
+    s.ipmi.shutdown().await;
+    drop(s.dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healthy_bmc_does_the_job_and_the_pdu_is_untouched() {
+    let Some(agent) = agent("fence_ipmilan") else {
+        return;
+    };
+    let s = setup(&agent).await;
+    let config = nodefence::config::load(&s.config).unwrap();
+    let policy = config.agent.power.confirm;
+    let driver = DriverFactory::new(4)
+        .with_confirm(policy)
+        .driver(&config.inventory.nodes["db-1"])
+        .unwrap();
+    let out = execute(driver.as_ref(), PowerAction::Off, &policy)
+        .await
+        .unwrap();
+    assert_eq!(out.off.map(|c| c.state), Some(PowerState::Off));
+    assert_eq!(resets(&s.bmc), ["ForceOff"]);
+    assert_eq!(s.bmc.power("system"), Some(MockPower::Off));
+    assert!(ipmi_ops(&s.ipmi).is_empty(), "level 2 sent no command");
+    assert_eq!(s.ipmi.power(), Power::On);
+    driver.close().await;
+    s.bmc.shutdown().await;
+    s.ipmi.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_status_and_fence_use_the_topology() {
+    let Some(agent) = agent("fence_ipmilan") else {
+        return;
+    };
+    let s = setup(&agent).await;
+    s.bmc.inject(Fault::Hang);
+
+    let out = nodefence(&s.config, &["status", "db-1", "-o", "json"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rows[0]["power"], "On", "{}", text(&out));
+    assert_eq!(rows[0]["driver"], "redfish");
+
+    let out = nodefence(&s.config, &["fence", "db-1", "--action", "off", "--yes"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("db-1: confirmed Off"), "{}", text(&out));
+    assert!(!text(&out).contains(PASSWORD));
+    assert_eq!(ipmi_ops(&s.ipmi), [ChassisControl::PowerDown]);
+    assert_eq!(s.ipmi.power(), Power::Off);
+
+    let out = nodefence(&s.config, &["status", "db-1", "-o", "json"]).await;
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rows[0]["power"], "Off", "{}", text(&out));
+    s.bmc.shutdown().await;
+    s.ipmi.shutdown().await;
+}
