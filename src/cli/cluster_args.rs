@@ -108,23 +108,23 @@ impl IdentityArgs {
     }
 }
 
-/// What the cluster says about every Node (one LIST), for the identity cross-check.
+/// What the cluster says about every Node (one LIST), for the identity cross-check and
+/// for drivers that find their machine through the Node.
 /// Err is a sentence for the operator.
 pub(super) async fn node_identities(
     access: &ClusterArgs,
 ) -> Result<BTreeMap<String, NodeIdentity>, String> {
     let client = access.client().await.map_err(|e| {
         format!(
-            "cannot configure the Kubernetes client for the identity cross-check: {e:#} \
-             (pass --kubeconfig, or leave out --cluster)"
+            "cannot configure the Kubernetes client to read the cluster's Nodes (for the \
+             identity cross-check, or for a machine named by its Node's providerID): {e:#} \
+             (pass --kubeconfig)"
         )
     })?;
     let nodes = kube::Api::<Node>::all(client)
         .list(&ListParams::default())
         .await
-        .map_err(|e| {
-            format!("cannot list the cluster's Nodes for the identity cross-check: {e}")
-        })?;
+        .map_err(|e| format!("cannot list the cluster's Nodes: {e}"))?;
     Ok(nodes
         .items
         .iter()

@@ -46,7 +46,7 @@ fn endpoint(ctx: &mut Ctx<'_>, name: &str, picked: Picked<'_, String>) -> Option
                 ctx.warn(
                     picked.layer,
                     &picked.val.span,
-                    "`endpoint` uses http://: BMC credentials and power commands cross the \
+                    "`endpoint` uses http://: credentials and power commands cross the \
                      network unencrypted; use https://",
                 );
             }
