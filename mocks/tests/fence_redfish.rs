@@ -8,7 +8,8 @@
 //! its absence a failure (CI).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::Write as _;
+mod peer;
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -19,32 +20,13 @@ use nodefence_mocks::redfish::{
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
-const PACKAGE: &str = "fence-agents";
-
-fn find_agent() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/sbin", "/usr/local/sbin"].map(PathBuf::from))
-        .map(|dir| dir.join("fence_redfish"))
-        .find(|p| p.is_file())
-}
-
 /// The agent, or `None` after printing why the test is skipped.
 fn agent() -> Option<PathBuf> {
-    if let Some(found) = find_agent() {
-        return Some(found);
-    }
-    let required = std::env::var("NODEFENCE_REQUIRE_PEERS").is_ok_and(|v| v == "1");
-    assert!(
-        !required,
-        "fence_redfish is not installed but NODEFENCE_REQUIRE_PEERS=1 (apt-get install {PACKAGE})"
-    );
-    // Written past libtest's capture so the skip is visible in every run.
-    let _ = writeln!(
-        std::io::stderr(),
-        "skipped: fence_redfish not installed (apt-get install {PACKAGE})"
-    );
-    None
+    peer::find(
+        "fence_redfish",
+        &["/usr/sbin", "/sbin", "/usr/local/sbin"],
+        "fence-agents",
+    )
 }
 
 /// What one agent run did.

@@ -12,7 +12,8 @@
 //! absence a failure (CI).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::Write as _;
+mod peer;
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -22,32 +23,13 @@ use nodefence_mocks::ipmi::{
 };
 use tokio::process::Command;
 
-const PACKAGE: &str = "ipmitool";
-
-fn find_ipmitool() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/bin", "/usr/sbin", "/usr/local/bin"].map(PathBuf::from))
-        .map(|dir| dir.join("ipmitool"))
-        .find(|p| p.is_file())
-}
-
 /// ipmitool, or `None` after printing why the test is skipped.
 fn ipmitool() -> Option<PathBuf> {
-    if let Some(found) = find_ipmitool() {
-        return Some(found);
-    }
-    let required = std::env::var("NODEFENCE_REQUIRE_PEERS").is_ok_and(|v| v == "1");
-    assert!(
-        !required,
-        "ipmitool is not installed but NODEFENCE_REQUIRE_PEERS=1 (apt-get install {PACKAGE})"
-    );
-    // Written past libtest's capture so the skip is visible in every run.
-    let _ = writeln!(
-        std::io::stderr(),
-        "skipped: ipmitool not installed (apt-get install {PACKAGE})"
-    );
-    None
+    peer::find(
+        "ipmitool",
+        &["/usr/bin", "/usr/sbin", "/usr/local/bin"],
+        "ipmitool",
+    )
 }
 
 /// What one ipmitool run did.

@@ -157,6 +157,23 @@ impl PowerError {
     }
 }
 
+/// The causes below `e`, each as `: cause`, repeats left out: the detail a transport
+/// error's own text hides (DNS, refused connection, certificate). Never contains a
+/// URL's credentials: drivers put none in URLs.
+pub(crate) fn error_sources(e: &dyn std::error::Error) -> String {
+    let mut chain = String::new();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !chain.contains(&text) {
+            chain.push_str(": ");
+            chain.push_str(&text);
+        }
+        source = s.source();
+    }
+    chain
+}
+
 /// One machine's out-of-band power control.
 ///
 /// Commands (`power_off`, `power_on`, `reboot`) only *send* the request and wait for

@@ -359,16 +359,7 @@ pub fn judge(status: StatusCode, api: Option<ApiError>, what: &str) -> Failure {
 
 /// Describes a transport failure (URLs never carry credentials).
 fn send_error(e: &reqwest::Error, what: &str, timeouts: &Timeouts) -> PowerError {
-    let mut chain = String::new();
-    let mut source: Option<&dyn std::error::Error> = std::error::Error::source(e);
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !chain.contains(&text) {
-            chain.push_str(": ");
-            chain.push_str(&text);
-        }
-        source = s.source();
-    }
+    let chain = crate::power::error_sources(e);
     let head = if e.is_timeout() {
         format!(
             "{what} timed out (request_timeout {})",

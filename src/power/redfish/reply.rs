@@ -106,16 +106,7 @@ pub(super) fn send_error(
     path: &str,
     timeouts: &Timeouts,
 ) -> PowerError {
-    let mut chain = String::new();
-    let mut source: Option<&dyn std::error::Error> = std::error::Error::source(e);
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !chain.contains(&text) {
-            chain.push_str(": ");
-            chain.push_str(&text);
-        }
-        source = s.source();
-    }
+    let chain = crate::power::error_sources(e);
     let what = if e.is_timeout() {
         format!(
             "{method} {path} timed out (request_timeout {})",

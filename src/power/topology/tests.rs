@@ -242,3 +242,28 @@ async fn identity_comes_from_the_first_level_that_can_tell() {
         Ok(MachineIdentity::Unavailable(_))
     ));
 }
+
+/// A dead primary BMC and a PDU that reads Off: the Off is real, but nobody proves
+/// whose machine it is, so the identity check stays unknown (and `require_identity`,
+/// on by default for a BMC primary, blocks the release).
+#[tokio::test(start_paused = true)]
+async fn a_dead_primary_leaves_the_identity_unproven_even_when_a_fallback_reads_off() {
+    let bmc = Arc::new(
+        Fake::new("redfish", Err(PowerError::unreachable("down")))
+            .with_identity(Err(PowerError::unreachable("down"))),
+    );
+    let pdu = Arc::new(Fake::new("exec", Ok(PowerState::Off)));
+    let t = topology(&[&bmc, &pdu]);
+    assert_eq!(t.status().await.expect("status").state, PowerState::Off);
+    let identity = t.machine_identity().await;
+    assert!(identity.is_err(), "{identity:?}");
+    let node = crate::identity::NodeIdentity {
+        system_uuid: Some("4c4c4544-0042-3510-8052-b2c04f503131".into()),
+        provider_id: None,
+    };
+    let machine = identity.unwrap_or_else(|e| MachineIdentity::Unavailable(e.message));
+    assert!(matches!(
+        crate::identity::check(&node, &machine),
+        crate::identity::IdentityCheck::Unknown(_)
+    ));
+}
