@@ -27,7 +27,7 @@ use tokio::sync::Semaphore;
 
 use self::cli_common::{nodefence, text};
 use self::peers::{
-    GUID, PASSWORD, USER, ipmi_sim, ipmi_sim_with, pyghmi, wait_for_line, write_config,
+    GUID, PASSWORD, USER, ipmi_sim, ipmi_sim_with, pyghmi, wait_for, wait_for_line, write_config,
 };
 
 mod cli_common;
@@ -101,8 +101,13 @@ async fn pyghmi_reads_switches_and_identifies_the_machine() {
         identity::check(&node(GUID), &id),
         IdentityCheck::Match(Equivalence::FieldsSwapped)
     );
-    // The GUID is read once per session; one session served all of it.
+    // The GUID is read once per session; one session served all of it. pyghmi's
+    // log arrives through a pipe after its reply, so wait for a later request's line
+    // (it handles requests in order) before counting.
     d.machine_identity().await.unwrap();
+    let statuses = bmc.requests(0x00, 0x01);
+    assert_eq!(d.status().await.unwrap().state, PowerState::On);
+    wait_for(&bmc, |b| b.requests(0x00, 0x01) > statuses).await;
     assert_eq!(bmc.requests(0x06, 0x37), 1, "{:?}", bmc.lines());
     d.close().await;
 }
@@ -166,6 +171,7 @@ async fn cli_status_and_fence_off_through_pyghmi() {
         "{}",
         text(&out)
     );
+    wait_for_line(&bmc, "power off").await;
     assert_eq!(bmc.power_changes(), ["off"]);
     assert!(!text(&out).contains(PASSWORD));
 

@@ -140,13 +140,18 @@ pub async fn pyghmi(power: &str) -> Option<Pyghmi> {
 
 /// Waits (bounded) until pyghmi has printed `line`.
 pub async fn wait_for_line(bmc: &Pyghmi, line: &str) {
+    wait_for(bmc, |b| b.lines().iter().any(|l| l == line)).await;
+}
+
+/// Waits (bounded) until pyghmi's log satisfies `done`.
+pub async fn wait_for(bmc: &Pyghmi, done: impl Fn(&Pyghmi) -> bool) {
     for _ in 0..100 {
-        if bmc.lines().iter().any(|l| l == line) {
+        if done(bmc) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("pyghmi never printed {line:?}: {:?}", bmc.lines());
+    panic!("pyghmi's log never got there: {:?}", bmc.lines());
 }
 
 /// Writes nodefence.toml, an inventory with one ipmi node `db-1` and its password file.
