@@ -17,7 +17,7 @@ use nodefence_mocks::redfish::MockPower;
 fn ipmi_world() -> WorldBuilder {
     let mut b = WorldBuilder::new();
     for n in &mut b.nodes {
-        n.ipmi = true;
+        n.methods = vec![Method::Ipmi];
     }
     b
 }

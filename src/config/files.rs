@@ -1,4 +1,5 @@
-//! What the inventory names on disk: password files, CA bundles, fence agents.
+//! What the inventory names on disk: password files, CA bundles, fence agents, AWS
+//! credentials files.
 //!
 //! Each is checked when the config is loaded, not when a node first has to be
 //! fenced: a missing CA file discovered at 3 a.m. during an outage is a fencing
@@ -155,6 +156,52 @@ pub(crate) fn check_ca_file(path: &FilePath) -> Result<(), FileProblem> {
             format!("ca_file {shown} contains no PEM certificate"),
             "it must hold one or more \"-----BEGIN CERTIFICATE-----\" blocks (convert DER with \
              `openssl x509 -inform der -in ca.der -out ca.pem`)",
+        ))
+    }
+}
+
+/// A shared credentials file larger than this is surely the wrong file.
+const MAX_CREDENTIALS_FILE: u64 = 1024 * 1024;
+
+/// Checks that an AWS shared credentials file can be read and has the profile
+/// (`[name]`, `default` when none is named). Never shows the file's content.
+pub(crate) fn check_credentials_file(
+    path: &FilePath,
+    profile: Option<&str>,
+) -> Result<(), FileProblem> {
+    let shown = path.display.display();
+    let mut file = open(
+        "credentials_file",
+        path,
+        "point it at an AWS shared credentials file ([profile] sections with \
+         aws_access_key_id and aws_secret_access_key), e.g. a mounted Secret",
+        MAX_CREDENTIALS_FILE,
+    )?;
+    let mut text = String::new();
+    file.read_to_string(&mut text).map_err(|e| {
+        problem(
+            format!("credentials_file {shown} cannot be read as text: {e}"),
+            "",
+        )
+    })?;
+    let wanted = profile.unwrap_or("default");
+    let has = text.lines().any(|line| {
+        line.trim()
+            .strip_prefix('[')
+            .and_then(|l| l.strip_suffix(']'))
+            .is_some_and(|name| name.trim() == wanted)
+    });
+    if has {
+        Ok(())
+    } else {
+        Err(problem(
+            format!("credentials_file {shown} has no [{wanted}] profile"),
+            &match profile {
+                Some(_) => "correct `profile`, or add that section to the file".to_string(),
+                None => {
+                    "name the profile to use with `profile`, or add a [default] section".to_string()
+                }
+            },
         ))
     }
 }

@@ -70,6 +70,8 @@ const FIELDS: &[(&str, &[Driver])] = &[
     ("instance_id", &[Driver::Aws]),
     ("instance_tag", &[Driver::Aws]),
     ("region", &[Driver::Aws]),
+    ("profile", &[Driver::Aws]),
+    ("credentials_file", &[Driver::Aws]),
     ("agent", &[Driver::Exec]),
     ("options", &[Driver::Exec]),
     ("username", CREDENTIALED),
@@ -79,8 +81,8 @@ const FIELDS: &[(&str, &[Driver])] = &[
     ("password_secret", CREDENTIALED),
     ("password_secret_key", CREDENTIALED),
     ("username_secret_key", CREDENTIALED),
-    ("ca_file", &[Driver::Redfish]),
-    ("insecure", &[Driver::Redfish]),
+    ("ca_file", &[Driver::Redfish, Driver::Aws]),
+    ("insecure", &[Driver::Redfish, Driver::Aws]),
     ("connect_timeout", ALL),
     ("request_timeout", ALL),
     ("operation_timeout", ALL),
@@ -159,6 +161,8 @@ pub(crate) struct Layer {
     pub instance_id: Option<Val<String>>,
     pub instance_tag: Option<Val<(String, String)>>,
     pub region: Option<Val<String>>,
+    pub profile: Option<Val<String>>,
+    pub credentials_file: Option<Val<FilePath>>,
     pub agent: Option<Val<FilePath>>,
     pub options: Option<Val<BTreeMap<String, Val<String>>>>,
     pub username: Option<Val<String>>,
@@ -208,6 +212,8 @@ impl Layer {
             instance_id: None,
             instance_tag: None,
             region: None,
+            profile: None,
+            credentials_file: None,
             agent: None,
             options: None,
             username: None,
@@ -325,6 +331,11 @@ impl Layer {
             "instance_id" => self.instance_id = Some(instance_id(e)?),
             "instance_tag" => self.instance_tag = Some(instance_tag(e)?),
             "region" => self.region = Some(region(e)?),
+            "profile" => self.profile = Some(e.non_empty_string()?),
+            "credentials_file" => {
+                let v = e.non_empty_string()?;
+                self.credentials_file = Some(v.with(base.join(&v.value)));
+            }
             "agent" => {
                 let v = e.non_empty_string()?;
                 self.agent = Some(v.with(base.join(&v.value)));

@@ -271,6 +271,13 @@ pub struct AwsTarget {
     pub instance_tag: Option<(String, String)>,
     pub region: Option<String>,
     pub endpoint: Option<Url>,
+    /// TLS verification of `endpoint` (a private CA for an EC2-compatible cloud).
+    pub tls: TlsSettings,
+    /// The shared-file profile to take credentials from (only it: not the
+    /// environment, not instance metadata).
+    pub profile: Option<String>,
+    /// A shared credentials file read instead of `~/.aws/credentials`.
+    pub credentials_file: Option<PathBuf>,
     pub timeouts: Timeouts,
 }
 

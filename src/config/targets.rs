@@ -194,6 +194,33 @@ pub(crate) fn aws(
         Some(p) => Some(endpoint(ctx, name, p)?),
         None => None,
     };
+    let tls = tls(ctx, chain);
+    let profile = chain.pick(|l| &l.profile).map(|p| p.val.value.clone());
+    let credentials_file = match chain.pick(|l| &l.credentials_file) {
+        None => None,
+        Some(p) => {
+            // One check per written setting and profile (a group's file serves many nodes).
+            let id = {
+                use std::hash::{Hash, Hasher};
+                let mut h = std::hash::DefaultHasher::new();
+                (p.val.span.start, &profile).hash(&mut h);
+                // Keys of `ctx.files` are spans' starts: keep this one out of their range.
+                (h.finish() as usize) | (1 << (usize::BITS - 1))
+            };
+            let ok = match ctx.files.get(&id) {
+                Some(ok) => *ok,
+                None => {
+                    let result = files::check_credentials_file(&p.val.value, profile.as_deref());
+                    if let Err(e) = &result {
+                        ctx.error(p.layer, &p.val.span, e.message.clone(), e.help.clone());
+                    }
+                    ctx.files.insert(id, result.is_ok());
+                    result.is_ok()
+                }
+            };
+            Some(ok.then(|| p.val.value.abs.clone())?)
+        }
+    };
     Some(PowerSource::Aws(AwsTarget {
         instance_id: chain.pick(|l| &l.instance_id).map(|p| p.val.value.clone()),
         instance_tag: chain
@@ -201,6 +228,9 @@ pub(crate) fn aws(
             .map(|p| (p.val.value.0.clone(), substitute(&p.val.value.1, name))),
         region: chain.pick(|l| &l.region).map(|p| p.val.value.clone()),
         endpoint,
+        tls: tls?,
+        profile,
+        credentials_file,
         timeouts,
     }))
 }

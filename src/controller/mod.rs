@@ -111,22 +111,14 @@ impl Controller {
             completions: tx,
         };
         // The BMC monitor runs for this term only (the leader checks; standbys do not
-        // load the BMCs). Aborted when the term ends.
-        // The Nodes' identities (systemUUID, providerID), fed from the Node watch.
+        // load the BMCs). Aborted when the term ends. It starts once the Nodes are
+        // listed and their identities (systemUUID, providerID) sent: a driver that
+        // finds its machine through the Node (a cloud instance named by its
+        // providerID) cannot be checked before, and would fail its first check.
         let (identities_tx, identities) =
             tokio::sync::watch::channel(monitor::NodeIdentities::new());
-        let monitor = (!self.monitor_interval.is_zero()).then(|| {
-            let guard = tokio::spawn(monitor::run(
-                executor.drivers.clone(),
-                self.monitor_interval,
-                self.metrics.clone(),
-                executor.recorder.clone(),
-                self.monitor_concurrency,
-                identities,
-            ));
-            AbortOnDrop(guard)
-        });
-        let _monitor = monitor;
+        let mut monitor_pending = (!self.monitor_interval.is_zero()).then_some(identities);
+        let mut _monitor: Option<AbortOnDrop> = None;
         let mut engine =
             Engine::new(self.policy.clone()).with_node_policies(self.node_policies.clone());
         // Paused until the pause switch has been read: a new leader never acts in the
@@ -244,6 +236,18 @@ impl Controller {
                     *known = now;
                     changed
                 });
+            }
+            if seen.nodes_synced
+                && let Some(identities) = monitor_pending.take()
+            {
+                _monitor = Some(AbortOnDrop(tokio::spawn(monitor::run(
+                    executor.drivers.clone(),
+                    self.monitor_interval,
+                    self.metrics.clone(),
+                    executor.recorder.clone(),
+                    self.monitor_concurrency,
+                    identities,
+                ))));
             }
             self.publish(&engine);
         }

@@ -121,9 +121,9 @@ impl DriverFactory {
                 Ok(Arc::new(driver))
             }
             PowerSource::Aws(target) => {
-                // AWS endpoints have public certificates: the default TLS profile.
+                // AWS itself has public certificates; an `endpoint` override may not.
                 let client = self.client(&ClientProfile {
-                    tls: TlsSettings::default(),
+                    tls: target.tls.clone(),
                     connect_timeout: target.timeouts.connect,
                 })?;
                 Ok(Arc::new(AwsDriver::new(

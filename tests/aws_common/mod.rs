@@ -34,6 +34,9 @@ pub fn target(endpoint: &Url, region: Option<&str>) -> AwsTarget {
         instance_tag: None,
         region: region.map(str::to_string),
         endpoint: Some(endpoint.clone()),
+        tls: Default::default(),
+        profile: None,
+        credentials_file: None,
         timeouts: timeouts(),
     }
 }

@@ -4,6 +4,11 @@
 
 pub mod world;
 
+#[path = "../cli_common/mod.rs"]
+pub mod cli_common;
+#[path = "../peers/moto.rs"]
+pub mod moto;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;

@@ -7,6 +7,7 @@
 //! port the kernel picks (`-p 0`; the port is read from its banner), killed on drop.
 //! When moto is missing the test prints "skipped" and passes, unless
 //! `NODEFENCE_REQUIRE_PEERS=1` (CI).
+#![allow(dead_code)]
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -133,6 +134,16 @@ impl Moto {
         let mut args = vec!["terminate"];
         args.extend_from_slice(ids);
         self.ec2(region, &args).await;
+    }
+
+    /// Stops the instance (as its owner would, or a power loss).
+    pub async fn stop(&self, region: &str, id: &str) {
+        self.ec2(region, &["stop", id]).await;
+    }
+
+    /// Starts the instance.
+    pub async fn start(&self, region: &str, id: &str) {
+        self.ec2(region, &["start", id]).await;
     }
 
     /// The instance's state name as boto3 reads it.

@@ -3,6 +3,7 @@ independent client: the driver under test only reads what this creates).
 
     moto_ec2.py ENDPOINT REGION run KEY=VALUE [COUNT]   prints the new instance ids
     moto_ec2.py ENDPOINT REGION terminate ID...
+    moto_ec2.py ENDPOINT REGION stop|start ID...
     moto_ec2.py ENDPOINT REGION state ID                prints the instance's state name
 
 Fake credentials are passed explicitly; nothing is read from the environment.
@@ -37,6 +38,10 @@ def main() -> None:
             print(instance["InstanceId"])
     elif op == "terminate":
         ec2.terminate_instances(InstanceIds=args)
+    elif op == "stop":
+        ec2.stop_instances(InstanceIds=args)
+    elif op == "start":
+        ec2.start_instances(InstanceIds=args)
     elif op == "state":
         reply = ec2.describe_instances(InstanceIds=args)
         print(reply["Reservations"][0]["Instances"][0]["State"]["Name"])

@@ -251,3 +251,73 @@ fn agent_defaults_when_only_inventory_is_given() {
     assert!(!config.agent.security.allow_inline_passwords);
     assert!(config.warnings.is_empty(), "{:?}", config.warnings);
 }
+
+#[test]
+fn aws_profile_credentials_file_and_ca_file() {
+    let f = Fixture::new();
+    f.secret(
+        "aws/credentials",
+        "[default]\naws_access_key_id = AKIDDEFAULT\naws_secret_access_key = s1\n\
+         [fencer]\naws_access_key_id = AKIDFENCER\naws_secret_access_key = s2\n",
+    );
+    let config = f.ok(
+        "[groups.cloud]\ndriver = \"aws\"\nendpoint = \"https://ec2.private.example\"\n\
+         ca_file = \"ca.pem\"\ncredentials_file = \"aws/credentials\"\nprofile = \"fencer\"\n\
+         [nodes.a]\ngroup = \"cloud\"\n[nodes.b]\ndriver = \"aws\"\nprofile = \"other-account\"\n",
+    );
+    let PowerSource::Aws(a) = &config.inventory.nodes["a"].power else {
+        panic!()
+    };
+    assert_eq!(a.profile.as_deref(), Some("fencer"));
+    assert_eq!(
+        a.credentials_file.as_deref(),
+        Some(f.path("aws/credentials").as_path())
+    );
+    assert_eq!(a.tls.ca_file.as_deref(), Some(f.path("ca.pem").as_path()));
+    let PowerSource::Aws(b) = &config.inventory.nodes["b"].power else {
+        panic!()
+    };
+    // A profile alone is looked up in the default shared files, when credentials load.
+    assert_eq!(b.profile.as_deref(), Some("other-account"));
+    assert!(b.credentials_file.is_none() && b.tls.ca_file.is_none());
+}
+
+#[test]
+fn aws_credentials_file_problems_are_found_at_load() {
+    let f = Fixture::new();
+    f.secret(
+        "aws/credentials",
+        "[fencer]\naws_access_key_id = AKIDFENCER\naws_secret_access_key = TOPSECRETKEY\n",
+    );
+    let errors = f.errors(
+        "[nodes.a]\ndriver = \"aws\"\ncredentials_file = \"aws/missing\"\n\
+         [nodes.b]\ndriver = \"aws\"\ncredentials_file = \"aws/credentials\"\nprofile = \"nope\"\n\
+         [nodes.c]\ndriver = \"aws\"\ncredentials_file = \"aws/credentials\"\n\
+         [nodes.d]\ndriver = \"aws\"\ncredentials_file = \"aws/credentials\"\nprofile = \"fencer\"\n\
+         ca_file = \"ca.pem\"\ninsecure = true\n",
+    );
+    let text: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+    let all = text.join("\n");
+    assert!(!all.contains("TOPSECRETKEY"), "{all}");
+    assert!(
+        text.iter()
+            .any(|t| t.contains("node \"a\"") && t.contains("does not exist")),
+        "{all}"
+    );
+    assert!(
+        text.iter()
+            .any(|t| t.contains("node \"b\"") && t.contains("no [nope] profile")),
+        "{all}"
+    );
+    assert!(
+        text.iter()
+            .any(|t| t.contains("node \"c\"") && t.contains("no [default] profile")),
+        "{all}"
+    );
+    assert!(
+        text.iter()
+            .any(|t| t.contains("node \"d\"") && t.contains("contradict")),
+        "{all}"
+    );
+    assert_eq!(errors.len(), 4, "{all}");
+}

@@ -149,9 +149,36 @@ fn chain_failures_are_told_by_kind() {
         ),
     ];
     for (e, kind) in cases {
-        let got = credentials_error(&e);
+        let got = credentials_error(&e, &Default::default());
         assert_eq!(got.kind, kind, "{got}");
     }
-    let got = credentials_error(&CredentialsError::not_loaded("no env"));
+    let got = credentials_error(&CredentialsError::not_loaded("no env"), &Default::default());
     assert!(got.message.contains("AWS_ACCESS_KEY_ID"), "{got}");
+}
+
+#[tokio::test]
+async fn a_named_profile_of_a_credentials_file_is_used_alone() {
+    use super::credentials::{CredentialSource, ProfileChoice};
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("credentials");
+    std::fs::write(
+        &file,
+        "[default]\naws_access_key_id = AKIDDEFAULT\naws_secret_access_key = default-secret\n\
+         [fencing]\naws_access_key_id = AKIDFENCING\naws_secret_access_key = fencing-SECRET-x\n",
+    )
+    .unwrap();
+    let source = |profile: &str| {
+        CredentialSource::Chain(ProfileChoice {
+            profile: Some(profile.into()),
+            credentials_file: Some(file.clone()),
+        })
+    };
+    let creds = source("fencing").get("eu-west-1").await.unwrap();
+    assert_eq!(creds.access_key_id(), "AKIDFENCING");
+    assert_eq!(creds.secret_access_key(), "fencing-SECRET-x");
+    // The environment is not asked: a missing profile is an error naming it.
+    let err = source("absent").get("eu-west-1").await.unwrap_err();
+    assert_eq!(err.kind, PowerErrorKind::Config, "{err}");
+    assert!(err.message.contains("profile \"absent\""), "{err}");
+    assert!(!err.message.contains("SECRET"), "{err}");
 }

@@ -58,7 +58,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use self::api::Ec2;
-use self::credentials::CredentialSource;
+use self::credentials::{CredentialSource, ProfileChoice};
 use self::locate::ProviderId;
 use crate::config::AwsTarget;
 use crate::identity::{MachineIdentity, NodeIdentity};
@@ -109,7 +109,11 @@ impl AwsDriver {
     /// A driver that signs with the standard credential chain. `client` is a shared
     /// reqwest client; `limiter` bounds requests in flight across all sources.
     pub fn new(target: &AwsTarget, client: reqwest::Client, limiter: Arc<Semaphore>) -> Self {
-        Self::with_credentials(target, client, limiter, CredentialSource::Chain)
+        let choice = ProfileChoice {
+            profile: target.profile.clone(),
+            credentials_file: target.credentials_file.clone(),
+        };
+        Self::with_credentials(target, client, limiter, CredentialSource::Chain(choice))
     }
 
     /// A driver that signs with fixed keys (tests and tools; the process environment

@@ -9,7 +9,6 @@ use std::time::Duration;
 use nodefence::cluster::leader::LeaderTimings;
 use nodefence::daemon::{self, DaemonOptions};
 use nodefence::engine::Policy;
-use nodefence_mocks::ipmi::{MockIpmi, MockIpmiHandle, Power, Privilege};
 use nodefence_mocks::kube::FakeKube;
 use nodefence_mocks::kube::sim::{NodeSpec, SimConfig, Simulation, WorkloadSpec};
 use nodefence_mocks::kube::store::Store;
@@ -37,12 +36,14 @@ pub struct NodeSetup {
     pub bmc_uuid: Option<String>,
     /// Listed in the inventory (nodefence never touches a node that is not).
     pub in_inventory: bool,
-    /// Extra TOML lines for this node's inventory entry (e.g. `system_uuid = "..."`).
+    /// Extra TOML lines for this node's inventory entry (e.g. `system_uuid = "..."`;
+    /// `{instance:worker-2}` becomes that node's EC2 instance id).
     pub inventory_lines: Vec<String>,
-    /// The machine has its own IPMI BMC (a mock IPMI BMC on its own UDP port, GUID =
-    /// the UUID's bytes reversed, as SMBIOS sends it) instead of a system on the shared
-    /// Redfish BMC; the inventory entry says `driver = "ipmi"`.
-    pub ipmi: bool,
+    /// How nodefence reaches the machine: its fencing levels, primary first
+    /// (`[Redfish]` by default; see [`Method`]). A node with an IPMI method has its
+    /// own mock IPMI BMC (GUID = the UUID's bytes reversed, as SMBIOS sends it); one
+    /// with [`Method::Aws`] is an EC2 instance in the world's moto server.
+    pub methods: Vec<Method>,
 }
 
 impl NodeSetup {
@@ -57,7 +58,7 @@ impl NodeSetup {
             bmc_uuid: None,
             in_inventory: true,
             inventory_lines: Vec::new(),
-            ipmi: false,
+            methods: vec![Method::Redfish],
         }
     }
 }
@@ -199,8 +200,19 @@ impl WorldBuilder {
         self
     }
 
+    /// Starts the world; panics when a peer it needs (moto, `fence_ipmilan`) is
+    /// missing: use [`Self::try_start`] in tests that need one.
     pub async fn start(self) -> World {
+        self.try_start()
+            .await
+            .expect("the peers this world needs are installed")
+    }
+
+    /// Starts the world, or `None` (after a "skipped" line) when a peer its nodes'
+    /// methods need is missing (a failure under `NODEFENCE_REQUIRE_PEERS=1`).
+    pub async fn try_start(self) -> Option<World> {
         nodefence::tls::install_crypto_provider();
+        let hw = Arc::new(Hardware::start(&self.nodes, self.transition_delay).await?);
         let store = Store::default();
         let kube = FakeKube::builder()
             .store(store.clone())
@@ -218,6 +230,9 @@ impl WorldBuilder {
             let mut spec = NodeSpec::new(n.name.clone());
             if let Some(uuid) = &n.uuid {
                 spec = spec.system_uuid(uuid.clone());
+            }
+            if let Some(id) = hw.provider_id(&n.name) {
+                spec = spec.provider_id(id);
             }
             sim.add_node(spec);
         }
@@ -240,47 +255,10 @@ impl WorldBuilder {
                 .await
                 .unwrap(),
         );
-        let mut ipmi = BTreeMap::new();
-        for n in self.nodes.iter().filter(|n| n.ipmi) {
-            let mut guid = n
-                .bmc_uuid
-                .as_ref()
-                .or(n.uuid.as_ref())
-                .map_or([0x5A; 16], |u| {
-                    *uuid::Uuid::parse_str(u).unwrap().as_bytes()
-                });
-            guid.reverse();
-            let handle = MockIpmi::builder()
-                .name(n.name.clone())
-                .user(USER, PASSWORD, Privilege::Administrator)
-                .guid(guid)
-                .power(if n.power == MockPower::Off {
-                    Power::Off
-                } else {
-                    Power::On
-                })
-                .transition_delay(self.transition_delay)
-                .start()
-                .await
-                .unwrap();
-            ipmi.insert(n.name.clone(), Arc::new(handle));
-        }
         let probes = self
             .nodes
             .iter()
-            .map(|n| {
-                let probe: machines::PowerProbe = match ipmi.get(&n.name) {
-                    Some(handle) => {
-                        let handle: Arc<MockIpmiHandle> = Arc::clone(handle);
-                        Arc::new(move || Some(handle.power().is_on()))
-                    }
-                    None => {
-                        let (bmc, system) = (bmc.clone(), n.system_id.clone());
-                        Arc::new(move || bmc.power(&system).map(|p| p != MockPower::Off))
-                    }
-                };
-                (n.name.clone(), probe)
-            })
+            .map(|n| (n.name.clone(), hw.probe(&bmc, n)))
             .collect();
         let link = machines::link_probes(sim.clone(), probes, Duration::from_millis(50));
         let dir = tempfile::tempdir().unwrap();
@@ -289,10 +267,11 @@ impl WorldBuilder {
             agent_toml.push_str(&format!("{k} = {v}\n"));
         }
         agent_toml.push_str(&self.agent_toml);
+        hw.write_files(dir.path());
         let mut config = nodefence::config::load(&write_config(
             dir.path(),
             &bmc,
-            &ipmi,
+            &hw,
             &self.nodes,
             &agent_toml,
         ))
@@ -319,7 +298,8 @@ impl WorldBuilder {
             kube,
             sim,
             bmc,
-            ipmi,
+            ipmi: hw.ipmi.clone(),
+            hw,
             link,
             replicas: Vec::new(),
             client,
@@ -332,7 +312,7 @@ impl WorldBuilder {
         for identity in &self.replicas {
             world.start_replica(identity);
         }
-        world
+        Some(world)
     }
 }
 
@@ -371,7 +351,7 @@ pub async fn client_for(kubeconfig_yaml: &str) -> kube::Client {
 pub fn write_config(
     dir: &Path,
     bmc: &MockRedfishHandle,
-    ipmi: &BTreeMap<String, Arc<MockIpmiHandle>>,
+    hw: &Hardware,
     nodes: &[NodeSetup],
     agent_toml: &str,
 ) -> PathBuf {
@@ -398,19 +378,25 @@ pub fn write_config(
         bmc.base_url()
     );
     for n in nodes.iter().filter(|n| n.in_inventory) {
-        match ipmi.get(&n.name) {
-            Some(handle) => inv.push_str(&format!(
-                "[nodes.{}]\ndriver = \"ipmi\"\naddress = \"127.0.0.1\"\nport = {}\n",
-                n.name,
-                handle.port()
-            )),
-            None => inv.push_str(&format!(
+        if n.methods == [Method::Redfish] {
+            inv.push_str(&format!(
                 "[nodes.{}]\nsystem_id = \"{}\"\n",
                 n.name, n.system_id
-            )),
+            ));
+        } else {
+            inv.push_str(&format!(
+                "[nodes.{}]\n{}",
+                n.name,
+                hw.inventory_entry(bmc, n)
+            ));
         }
         for line in &n.inventory_lines {
-            inv.push_str(line);
+            // `{instance:worker-2}`: that node's EC2 instance id (known only now).
+            let mut line = line.clone();
+            for (node, id) in &hw.instances {
+                line = line.replace(&format!("{{instance:{node}}}"), id);
+            }
+            inv.push_str(&line);
             inv.push('\n');
         }
     }

@@ -29,8 +29,10 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 mod builder;
+mod hardware;
 
 pub use builder::*;
+pub use hardware::*;
 
 /// Namespace and name of the daemon's leader-election Lease.
 pub const LEADER_LEASE_NAMESPACE: &str = "kube-system";
@@ -43,8 +45,10 @@ pub struct World {
     pub kube: FakeKubeHandle,
     pub sim: Arc<SimHandle>,
     pub bmc: Arc<MockRedfishHandle>,
-    /// The IPMI BMCs of the nodes set up with [`NodeSetup::ipmi`], by node name.
+    /// The IPMI BMCs of the nodes with an IPMI [`Method`], by node name.
     pub ipmi: BTreeMap<String, Arc<MockIpmiHandle>>,
+    /// Every machine's hardware besides the shared Redfish BMC.
+    pub hw: Arc<Hardware>,
     link: tokio::task::JoinHandle<()>,
     replicas: Vec<Replica>,
     /// A client for the test itself (the replicas have their own).
@@ -87,38 +91,65 @@ impl World {
     }
 
     /// Power loss: the machine goes Off (and its kubelet with it).
+    ///
+    /// # Panics
+    /// For an EC2 node (stop its instance through [`World::moto`]).
     pub fn pull_plug(&self, node: &str) {
-        match self.ipmi.get(node) {
-            Some(bmc) => bmc.set_power(IpmiPower::Off),
-            None => self.bmc.set_power(&self.system_of(node), MockPower::Off),
-        }
-    }
-
-    pub fn power_of(&self, node: &str) -> Option<MockPower> {
-        match self.ipmi.get(node) {
-            Some(bmc) if bmc.power().is_on() => Some(MockPower::On),
-            Some(_) => Some(MockPower::Off),
-            None => self.bmc.power(&self.system_of(node)),
-        }
-    }
-
-    /// Every power command executed for `node`'s machine: the Redfish ResetType, or
-    /// the IPMI Chassis Control operation as the mock names it.
-    pub fn resets_of(&self, node: &str) -> Vec<String> {
+        let n = self.setup(node);
+        assert!(!n.has_aws(), "pull the plug of an EC2 node through moto");
         if let Some(bmc) = self.ipmi.get(node) {
-            return bmc
-                .control_log()
+            bmc.set_power(IpmiPower::Off);
+        }
+        if n.powered_by_redfish() {
+            self.bmc.set_power(&n.system_id, MockPower::Off);
+        }
+    }
+
+    /// The machine's power: On only when every power path its methods use is on.
+    pub fn power_of(&self, node: &str) -> Option<MockPower> {
+        let on = self.hw.powered(&self.bmc, self.setup(node))?;
+        Some(if on { MockPower::On } else { MockPower::Off })
+    }
+
+    /// Every power command executed for `node`'s machine: the IPMI Chassis Control
+    /// operations as the mock names them, then the Redfish ResetTypes (EC2 keeps no
+    /// such log: ask moto for the instance's state).
+    pub fn resets_of(&self, node: &str) -> Vec<String> {
+        let mut out: Vec<String> = self.ipmi.get(node).map_or_else(Vec::new, |bmc| {
+            bmc.control_log()
                 .into_iter()
                 .map(|r| control_name(r.op).to_string())
-                .collect();
-        }
+                .collect()
+        });
         let system = self.system_of(node);
-        self.bmc
-            .reset_log()
-            .into_iter()
-            .filter(|(s, _)| *s == system)
-            .map(|(_, t)| t)
-            .collect()
+        out.extend(
+            self.bmc
+                .reset_log()
+                .into_iter()
+                .filter(|(s, _)| *s == system)
+                .map(|(_, t)| t),
+        );
+        out
+    }
+
+    /// The world's moto server.
+    ///
+    /// # Panics
+    /// When no node is on EC2.
+    pub fn moto(&self) -> &crate::common::moto::Moto {
+        self.hw.moto.as_ref().expect("a node with Method::Aws")
+    }
+
+    /// The EC2 instance of `node`.
+    pub fn instance_of(&self, node: &str) -> String {
+        self.hw.instances[node].clone()
+    }
+
+    fn setup(&self, node: &str) -> &NodeSetup {
+        self.nodes
+            .iter()
+            .find(|n| n.name == node)
+            .unwrap_or_else(|| panic!("no node {node} in the world"))
     }
 
     pub fn node(&self, name: &str) -> Option<Value> {
@@ -288,6 +319,7 @@ impl World {
             r.stop().await;
         }
         self.link.abort();
+        self.hw.stop();
     }
 }
 
@@ -298,6 +330,7 @@ impl Drop for World {
             r.kill.take();
         }
         self.link.abort();
+        self.hw.stop();
     }
 }
 

@@ -106,6 +106,9 @@ impl Machine {
             "spec": {"podCIDR": cidr, "podCIDRs": [cidr]},
             "status": {},
         });
+        if let Some(id) = &self.spec.provider_id {
+            node["spec"]["providerID"] = json!(id);
+        }
         if self.spec.control_plane {
             node["spec"]["taints"] =
                 json!([{"key": taints::CONTROL_PLANE, "effect": taints::NO_SCHEDULE}]);

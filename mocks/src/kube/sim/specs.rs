@@ -22,6 +22,7 @@ pub struct NodeSpec {
     pub(crate) internal_ip: Option<String>,
     pub(crate) kubelet_version: String,
     pub(crate) zone: Option<String>,
+    pub(crate) provider_id: Option<String>,
 }
 
 impl NodeSpec {
@@ -35,6 +36,7 @@ impl NodeSpec {
             internal_ip: None,
             kubelet_version: DEFAULT_KUBELET_VERSION.to_string(),
             zone: None,
+            provider_id: None,
         }
     }
 
@@ -42,6 +44,12 @@ impl NodeSpec {
     /// when not given.
     pub fn system_uuid(mut self, uuid: impl Into<String>) -> Self {
         self.system_uuid = Some(uuid.into());
+        self
+    }
+
+    /// `spec.providerID` (`aws:///us-east-1a/i-0123...`), as a cloud provider sets it.
+    pub fn provider_id(mut self, id: impl Into<String>) -> Self {
+        self.provider_id = Some(id.into());
         self
     }
 

@@ -1,0 +1,145 @@
+//! `nodefence run` end to end with fence agents and fencing levels: the real daemon
+//! against fake-kube's simulated control plane, machines behind mock IPMI BMCs that
+//! nodefence reaches through Debian's real `fence_ipmilan` (`driver = "exec"`), or
+//! behind a hung Redfish BMC with a `fallback` level. The engine knows neither: the
+//! exec driver and the topology carry the whole story. What is under test:
+//! - a fence agent fences and the release follows only nodefence's own Off reading;
+//! - a hung primary does not stop fencing: the next level powers the machine off;
+//! - the next level's Off is not enough when no level proves which machine it is
+//!   (require_identity, on by default for a BMC primary): nothing is powered off or
+//!   released until the operator says the wiring is trusted.
+//!
+//! Without `fence_ipmilan` the tests print a "skipped" line, unless
+//! `NODEFENCE_REQUIRE_PEERS=1` (CI), which makes its absence a failure.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::world::*;
+use nodefence_mocks::redfish::MockPower;
+
+fn world_with(methods: &[Method]) -> WorldBuilder {
+    let mut b = WorldBuilder::new();
+    for n in &mut b.nodes {
+        n.methods = methods.to_vec();
+    }
+    b
+}
+
+async fn db_placed(w: &World) -> String {
+    eventually("db-0 Running", Duration::from_secs(30), || async {
+        w.db_node().is_some()
+    })
+    .await;
+    w.db_node().unwrap()
+}
+
+/// Waits for the out-of-service taint, then db-0 Running on another node.
+async fn released_and_moved(w: &World, victim: &str) {
+    eventually("out-of-service taint", Duration::from_secs(60), || async {
+        w.has_out_of_service_taint(victim)
+    })
+    .await;
+    eventually(
+        "db-0 Running elsewhere",
+        Duration::from_secs(60),
+        || async { w.db_node().is_some_and(|n| n != victim) },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_network_cut_behind_fence_ipmilan_is_powered_down_then_released() {
+    let Some(w) = world_with(&[Method::FenceIpmilan]).try_start().await else {
+        return;
+    };
+    let victim = db_placed(&w).await;
+    w.cut_network(&victim);
+    released_and_moved(&w, &victim).await;
+    // The agent sent one power down (ipmitool's "chassis power off") and nothing else.
+    assert_eq!(w.resets_of(&victim), ["power_down"]);
+    assert_eq!(w.power_of(&victim), Some(MockPower::Off));
+    w.expect_event(&victim, "PoweringOff").await;
+    w.expect_event(&victim, "Released").await;
+    for other in w.nodes.iter().filter(|n| n.name != victim) {
+        assert!(w.resets_of(&other.name).is_empty(), "{}", other.name);
+    }
+    w.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_redfish_bmc_is_bypassed_by_the_ipmi_level() {
+    let Some(w) = world_with(&[Method::HungRedfish, Method::Ipmi])
+        .try_start()
+        .await
+    else {
+        return;
+    };
+    let victim = db_placed(&w).await;
+    w.cut_network(&victim);
+    released_and_moved(&w, &victim).await;
+    // Level 2 powered the machine down; the identity came from its GUID (level 1
+    // never answered), so require_identity was satisfied by a real proof.
+    assert_eq!(w.resets_of(&victim), ["power_down"]);
+    assert_eq!(w.power_of(&victim), Some(MockPower::Off));
+    w.expect_event(&victim, "Released").await;
+    assert!(
+        !w.event_reasons(&victim)
+            .iter()
+            .any(|r| r.starts_with("Identity")),
+        "{:?}",
+        w.event_reasons(&victim)
+    );
+    w.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fallback_agent_that_cannot_prove_the_machine_releases_only_when_trusted() {
+    // Two nodes: a hung Redfish BMC, then fence_ipmilan (a PDU-like level that
+    // cannot say which machine it switches). worker-2's operator trusts the wiring.
+    // worker-3 stays healthy; two nodes down at once is within storm protection here.
+    let Some(w) = WorldBuilder::new()
+        .policy_key("max_unhealthy", "2")
+        .node("worker-1", |n| {
+            n.methods = vec![Method::HungRedfish, Method::FenceIpmilan];
+        })
+        .node("worker-2", |n| {
+            n.methods = vec![Method::HungRedfish, Method::FenceIpmilan];
+            n.inventory_lines = vec!["policy = { require_identity = false }".into()];
+        })
+        .no_workloads()
+        .try_start()
+        .await
+    else {
+        return;
+    };
+    w.cut_network("worker-1");
+    w.cut_network("worker-2");
+    eventually(
+        "the engine's IdentityUnproven block on worker-1",
+        Duration::from_secs(45),
+        || async {
+            w.events_on("worker-1").iter().any(|e| {
+                e["reason"] == "IdentityUnproven"
+                    && e["note"]
+                        .as_str()
+                        .is_some_and(|n| n.contains("nothing is released or powered off"))
+            })
+        },
+    )
+    .await;
+    eventually("worker-2 released", Duration::from_secs(60), || async {
+        w.has_out_of_service_taint("worker-2")
+    })
+    .await;
+    assert_eq!(w.resets_of("worker-2"), ["power_down"]);
+    assert_eq!(w.power_of("worker-2"), Some(MockPower::Off));
+    // worker-1 went unhealthy at the same moment: still on, untouched, not released.
+    tokio::time::sleep(w.scaled(Duration::from_secs(60))).await;
+    assert!(!w.has_out_of_service_taint("worker-1"));
+    assert!(w.resets_of("worker-1").is_empty());
+    assert_eq!(w.power_of("worker-1"), Some(MockPower::On));
+    w.stop().await;
+}
