@@ -10,6 +10,7 @@
 
 mod aws_common;
 #[path = "peers/moto.rs"]
+#[allow(dead_code)]
 mod moto;
 
 use aws_common::{

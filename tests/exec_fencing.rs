@@ -143,3 +143,57 @@ async fn a_fallback_agent_that_cannot_prove_the_machine_releases_only_when_trust
     assert_eq!(w.power_of("worker-1"), Some(MockPower::On));
     w.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_proven_before_it_hung_does_not_vouch_for_the_agent_level() {
+    // worker-1: Redfish (proves its machine), then fence_ipmilan. The others are on
+    // their own IPMI BMCs, so hanging the shared Redfish BMC only hits worker-1.
+    let Some(w) = WorldBuilder::new()
+        .node("worker-1", |n| {
+            n.methods = vec![Method::Redfish, Method::FenceIpmilan];
+        })
+        .node("worker-2", |n| n.methods = vec![Method::Ipmi])
+        .node("worker-3", |n| n.methods = vec![Method::Ipmi])
+        .no_workloads()
+        .try_start()
+        .await
+    else {
+        return;
+    };
+    // Let the Redfish level be read (and its machine proven) while it answers.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    w.bmc.inject(nodefence_mocks::redfish::Fault::Hang);
+    w.cut_network("worker-1");
+    // The power state now comes from the agent level, which cannot say which machine
+    // it switches: what the Redfish level proved earlier is no proof for it.
+    eventually(
+        "the engine's IdentityUnproven block on worker-1",
+        Duration::from_secs(45),
+        || async {
+            w.events_on("worker-1").iter().any(|e| {
+                e["reason"] == "IdentityUnproven"
+                    && e["note"]
+                        .as_str()
+                        .is_some_and(|n| n.contains("nothing is released or powered off"))
+            })
+        },
+    )
+    .await;
+    tokio::time::sleep(w.scaled(Duration::from_secs(60))).await;
+    assert!(!w.has_out_of_service_taint("worker-1"));
+    assert!(
+        w.resets_of("worker-1").is_empty(),
+        "{:?}",
+        w.resets_of("worker-1")
+    );
+    assert_eq!(w.power_of("worker-1"), Some(MockPower::On));
+    // The BMC answers again: its own proof and its own ForceOff, then the release.
+    w.bmc.clear_faults();
+    eventually("worker-1 released", Duration::from_secs(60), || async {
+        w.has_out_of_service_taint("worker-1")
+    })
+    .await;
+    assert_eq!(w.resets_of("worker-1"), ["ForceOff"]);
+    assert_eq!(w.power_of("worker-1"), Some(MockPower::Off));
+    w.stop().await;
+}

@@ -176,3 +176,119 @@ async fn cli_status_and_fence_use_the_topology() {
     s.bmc.shutdown().await;
     s.ipmi.shutdown().await;
 }
+
+/// `validate` and `explain` list every level of the topology in order (driver and
+/// endpoint or agent), never a password. Needs no fence agent: the fallback is a
+/// stand-in script that is never run (the BMC answers first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validate_and_explain_list_every_level_in_order() {
+    use nodefence_mocks::kube::FakeKube;
+    use nodefence_mocks::kube::resources::NODES;
+
+    nodefence::tls::install_crypto_provider();
+    let bmc = MockRedfish::builder()
+        .credentials(USER, PASSWORD)
+        .start()
+        .await
+        .unwrap();
+    let kube = FakeKube::builder().start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_agent_config(dir.path(), 2, "100ms", "30s");
+    write_secret(&dir.path().join("bmc-password"), PASSWORD);
+    write_secret(&dir.path().join("pdu-password"), "pdu-Secret-77");
+    let agent = dir.path().join("fence_stand_in");
+    std::fs::write(&agent, "#!/bin/sh\nexit 1\n").unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let inventory = format!(
+        "[nodes.db-1]\n\
+         driver = \"redfish\"\n\
+         endpoint = \"http://127.0.0.1:{rf}\"\n\
+         username = \"{USER}\"\n\
+         password_file = \"bmc-password\"\n\
+         operation_timeout = \"5s\"\n\
+         fallback = [\n\
+         \x20 {{ driver = \"exec\", agent = \"fence_stand_in\", options = {{ ip = \"pdu-1\", \
+         plug = \"7\", community = \"private-77\" }}, username = \"apc\", \
+         password_file = \"pdu-password\", operation_timeout = \"5s\" }},\n\
+         \x20 {{ driver = \"ipmi\", address = \"10.0.9.21\", port = 6230, username = \"admin\", \
+         password_file = \"pdu-password\" }},\n\
+         ]\n",
+        rf = bmc.addr().port(),
+    );
+    std::fs::write(dir.path().join("inventory.toml"), inventory).unwrap();
+    let rf_url = format!("http://127.0.0.1:{}", bmc.addr().port());
+    let pdu = format!("exec {} ip=pdu-1 plug=7", agent.display());
+
+    let out = nodefence(&config, &["validate"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        stdout.contains("1 nodes: 1 redfish; fallback methods: 1 exec, 1 ipmi;"),
+        "{stdout}"
+    );
+    let expected =
+        format!("node \"db-1\": 1. redfish {rf_url} → 2. {pdu} → 3. ipmi 10.0.9.21:6230\n");
+    assert!(stdout.contains(&expected), "{expected:?} not in:\n{stdout}");
+
+    kube.store()
+        .create(
+            NODES,
+            None,
+            serde_json::json!({
+                "apiVersion": "v1", "kind": "Node", "metadata": {"name": "db-1"},
+            }),
+        )
+        .unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    kube.write_kubeconfig(&kubeconfig).unwrap();
+    let kubeconfig = kubeconfig.display().to_string();
+    let out = nodefence(
+        &config,
+        &[
+            "explain",
+            "db-1",
+            "--namespace",
+            "nodefence",
+            "--kubeconfig",
+            &kubeconfig,
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let lines: Vec<&str> = stdout.lines().collect();
+    let at = |key: &str| -> usize {
+        lines
+            .iter()
+            .position(|l| l.starts_with(key))
+            .unwrap_or_else(|| panic!("no {key:?} line in:\n{stdout}"))
+    };
+    let (inv, l1, l2, l3) = (
+        at("Inventory:"),
+        at("Level 1:"),
+        at("Level 2:"),
+        at("Level 3:"),
+    );
+    assert!(inv < l1 && l1 < l2 && l2 < l3, "{stdout}");
+    assert!(
+        lines[inv].contains("3 power methods, tried in order"),
+        "{stdout}"
+    );
+    assert!(
+        lines[l1].ends_with(&format!("redfish {rf_url} (primary)")),
+        "{stdout}"
+    );
+    assert!(lines[l2].ends_with(&pdu), "{stdout}");
+    assert!(lines[l3].ends_with("ipmi 10.0.9.21:6230"), "{stdout}");
+    assert!(lines[at("Power now:")].contains("On (read in"), "{stdout}");
+    let all = text(&out);
+    for secret in [PASSWORD, "pdu-Secret-77", "private-77"] {
+        assert!(!all.contains(secret), "{secret} in:\n{all}");
+    }
+    bmc.shutdown().await;
+    kube.shutdown().await;
+}

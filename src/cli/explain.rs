@@ -4,6 +4,10 @@
 //!
 //! It reads only. The decision shown is the policy applied to what was just read; the
 //! running daemon may be further along (its Events, listed last, say where).
+//!
+//! A node with `fallback` methods (a fencing topology) has every level listed, in the
+//! order they are tried (`Level 1` is the primary), with its driver and endpoint or
+//! agent, never a secret.
 
 use std::path::Path;
 use std::time::{Duration, SystemTime};
@@ -74,10 +78,10 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
     let policy = target.map_or(&config.agent.policy, |t| &t.policy);
     let now = SystemTime::now();
     let mut identity = None;
-    let mut lines: Vec<(&str, String)> = Vec::new();
+    let mut lines: Vec<(String, String)> = Vec::new();
 
     lines.push((
-        "Node",
+        "Node".to_string(),
         format!(
             "{name} (uid {})",
             node.metadata.uid.as_deref().unwrap_or("?")
@@ -88,26 +92,24 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
     match target {
         None => {
             lines.push((
-                "Inventory",
+                "Inventory".to_string(),
                 "not in the inventory: nodefence never touches this node".into(),
             ));
             power_line = "-".to_string();
         }
         Some(t) => {
             let factory = DriverFactory::new(1);
-            match factory.driver(t) {
+            let driver = factory.driver(t);
+            lines.extend(inventory_lines(t, driver.as_ref().err()));
+            match driver {
                 Ok(driver) => {
-                    lines.push((
-                        "Inventory",
-                        format!("{} {}", driver.driver_name(), driver.endpoint()),
-                    ));
                     let check = match driver.machine_identity().await {
                         Ok(machine) => crate::identity::check(&facts.identity, &machine),
                         Err(e) => crate::identity::IdentityCheck::Unknown(format!(
                             "the machine's identity cannot be read: {e}"
                         )),
                     };
-                    lines.push(("Identity", check.describe()));
+                    lines.push(("Identity".to_string(), check.describe()));
                     identity = Some(check);
                     power_line = match driver.status().await {
                         Ok(r) => {
@@ -118,11 +120,7 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
                     };
                     driver.close().await;
                 }
-                Err(e) => {
-                    lines.push((
-                        "Inventory",
-                        format!("{} (no usable driver: {e})", t.power.driver_name()),
-                    ));
+                Err(_) => {
                     power_line = "-".to_string();
                 }
             }
@@ -130,11 +128,11 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
     }
     let exclusion = exclusion(&facts, policy);
     lines.push((
-        "Excluded",
+        "Excluded".to_string(),
         exclusion.map_or_else(|| "no".into(), |e| e.as_str().to_string()),
     ));
     lines.push((
-        "Ready",
+        "Ready".to_string(),
         match facts.readiness {
             crate::engine::Readiness::Ready => "True".into(),
             crate::engine::Readiness::NotReady { since } => {
@@ -143,7 +141,7 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
         },
     ));
     lines.push((
-        "Kubelet Lease",
+        "Kubelet Lease".to_string(),
         match facts.lease_renewed {
             Some(t) => {
                 let stale = policy
@@ -174,7 +172,7 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
         })
         .collect();
     lines.push((
-        "Taints",
+        "Taints".to_string(),
         if taints.is_empty() {
             "none".into()
         } else {
@@ -188,24 +186,24 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
         .and_then(|a| a.get(TAINTED_ANNOTATION))
     {
         lines.push((
-            "Released",
+            "Released".to_string(),
             format!("out-of-service taint added by nodefence at {added}"),
         ));
     }
     let paused = match pause::get(client.clone(), &args.cluster.namespace).await {
         Ok(p) => {
-            lines.push(("Pause", p.describe()));
+            lines.push(("Pause".to_string(), p.describe()));
             p.paused
         }
         Err(e) => {
-            lines.push(("Pause", format!("cannot be read: {e}")));
+            lines.push(("Pause".to_string(), format!("cannot be read: {e}")));
             false
         }
     };
-    lines.push(("Power now", power_line));
+    lines.push(("Power now".to_string(), power_line));
     let health = facts.health(now, policy.lease_stale_after);
     lines.push((
-        "Decision",
+        "Decision".to_string(),
         decide(
             &facts,
             health,
@@ -223,6 +221,37 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
     }
     print_events(client, name, now).await;
     exit::OK
+}
+
+/// The node's inventory entry: its power method (`Inventory`), or for a fencing
+/// topology a summary and one `Level n` line per method, in the order they are
+/// tried. `driver_error`: why no driver could be built from the entry, if so.
+fn inventory_lines(
+    t: &crate::config::NodeTarget,
+    driver_error: Option<&crate::power::PowerError>,
+) -> Vec<(String, String)> {
+    let unusable = driver_error
+        .map(|e| format!(" (no usable driver: {e})"))
+        .unwrap_or_default();
+    if t.fallback.is_empty() {
+        let method = super::validate::describe_source(&t.power);
+        return vec![("Inventory".into(), format!("{method}{unusable}"))];
+    }
+    let mut lines = vec![(
+        "Inventory".to_string(),
+        format!(
+            "fencing topology: {} power methods, tried in order until one confirms Off{unusable}",
+            t.fallback.len() + 1
+        ),
+    )];
+    for (i, source) in t.sources().enumerate() {
+        let role = if i == 0 { " (primary)" } else { "" };
+        lines.push((
+            format!("Level {}", i + 1),
+            format!("{}{role}", super::validate::describe_source(source)),
+        ));
+    }
+    lines
 }
 
 fn exclusion(facts: &crate::engine::NodeFacts, policy: &Policy) -> Option<Exclusion> {
@@ -333,6 +362,79 @@ async fn print_events(client: kube::Client, node: &str, now: SystemTime) {
             e.type_.as_deref().unwrap_or(""),
             e.reason.as_deref().unwrap_or(""),
             e.note.as_deref().unwrap_or("")
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{
+        Credential, ExecTarget, NodeTarget, PowerSource, RedfishAuth, RedfishTarget, SecretSource,
+        Timeouts, TlsSettings,
+    };
+
+    fn credential(user: &str, password: &str) -> Credential {
+        Credential {
+            username: user.into(),
+            password: password.to_string().into(),
+            source: SecretSource::Inline,
+        }
+    }
+
+    fn node(fallback: Vec<PowerSource>) -> NodeTarget {
+        NodeTarget {
+            name: "db-1".into(),
+            group: None,
+            power: PowerSource::Redfish(RedfishTarget {
+                endpoint: "https://db-1-bmc".parse().unwrap(),
+                system_id: Some("1".into()),
+                credential: credential("fence", "rf-Secret-1"),
+                auth: RedfishAuth::Auto,
+                tls: TlsSettings::default(),
+                timeouts: Timeouts::default(),
+            }),
+            fallback,
+            policy: Default::default(),
+        }
+    }
+
+    #[test]
+    fn every_level_of_a_topology_is_listed_in_order_without_secrets() {
+        let pdu = PowerSource::Exec(ExecTarget {
+            agent: "/usr/sbin/fence_apc".into(),
+            options: [("ip", "pdu-1"), ("plug", "7"), ("community", "c-Secret-2")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            credential: Some(credential("apc", "pdu-Secret-3")),
+            timeouts: Timeouts::default(),
+        });
+        let lines = inventory_lines(&node(vec![pdu]), None);
+        let expected = [
+            (
+                "Inventory",
+                "fencing topology: 2 power methods, tried in order until one confirms Off",
+            ),
+            ("Level 1", "redfish https://db-1-bmc (system 1) (primary)"),
+            ("Level 2", "exec /usr/sbin/fence_apc ip=pdu-1 plug=7"),
+        ];
+        let got: Vec<(&str, &str)> = lines
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(got, expected);
+        assert!(!format!("{lines:?}").contains("Secret"), "{lines:?}");
+
+        // One method: the Inventory line alone, as before; a driver that cannot be
+        // built says why on it.
+        let err = crate::power::PowerError::config("no password yet");
+        let lines = inventory_lines(&node(Vec::new()), Some(&err));
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert_eq!(lines[0].0, "Inventory");
+        assert_eq!(
+            lines[0].1,
+            "redfish https://db-1-bmc (system 1) (no usable driver: config: no password yet)"
         );
     }
 }

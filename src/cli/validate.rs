@@ -6,13 +6,18 @@
 //! inventory points the node at another machine: exit 3); a node that cannot be
 //! verified (no systemUUID, a placeholder UUID, an unreachable BMC, a node missing
 //! from the cluster) is a warning. A cluster that cannot be read is exit 1.
+//!
+//! A valid configuration is summed up in one line (nodes per primary driver, and the
+//! fallback methods per driver), followed by one line per node with a fencing
+//! topology listing every level in order: driver and endpoint or agent, never a
+//! secret ([`describe_source`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::cluster_args::{ClusterArgs, IdentityArgs};
 use super::exit;
-use crate::config::Config;
+use crate::config::{Config, NodeTarget, PowerSource};
 use crate::identity::{IdentityCheck, NodeIdentity};
 use crate::power::registry::DriverFactory;
 
@@ -66,25 +71,14 @@ pub async fn run_with(config_path: &Path, args: &ValidateArgs) -> u8 {
     }
 }
 
-/// Loads the configuration, printing its warnings and the OK line, or every problem.
+/// Loads the configuration, printing its warnings and the OK report, or every problem.
 fn load_and_report(config_path: &Path) -> Result<Config, u8> {
     match crate::config::load(config_path) {
         Ok(config) => {
             for warning in &config.warnings {
                 eprintln!("warning: {warning}");
             }
-            let mut drivers = BTreeMap::<&str, usize>::new();
-            for node in config.inventory.nodes.values() {
-                *drivers.entry(node.power.driver_name()).or_default() += 1;
-            }
-            let summary: Vec<String> = drivers.iter().map(|(d, n)| format!("{n} {d}")).collect();
-            println!(
-                "{}: OK ({} nodes: {}; inventory {})",
-                config_path.display(),
-                config.inventory.nodes.len(),
-                summary.join(", "),
-                config.inventory_path.display()
-            );
+            print!("{}", ok_report(config_path, &config));
             Ok(config)
         }
         Err(errors) => {
@@ -95,6 +89,101 @@ fn load_and_report(config_path: &Path) -> Result<Config, u8> {
                 errors.0.len()
             );
             Err(exit::CONFIG)
+        }
+    }
+}
+
+/// The OK line (nodes per primary driver, fallback methods per driver), then one
+/// line per node with a fencing topology: its levels, in order.
+fn ok_report(config_path: &Path, config: &Config) -> String {
+    let count = |drivers: BTreeMap<&str, usize>| -> String {
+        drivers
+            .iter()
+            .map(|(d, n)| format!("{n} {d}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut primary = BTreeMap::<&str, usize>::new();
+    let mut fallback = BTreeMap::<&str, usize>::new();
+    for node in config.inventory.nodes.values() {
+        *primary.entry(node.power.driver_name()).or_default() += 1;
+        for source in &node.fallback {
+            *fallback.entry(source.driver_name()).or_default() += 1;
+        }
+    }
+    let fallbacks = if fallback.is_empty() {
+        String::new()
+    } else {
+        format!("; fallback methods: {}", count(fallback))
+    };
+    let mut out = format!(
+        "{}: OK ({} nodes: {}{fallbacks}; inventory {})\n",
+        config_path.display(),
+        config.inventory.nodes.len(),
+        count(primary),
+        config.inventory_path.display()
+    );
+    for node in config.inventory.nodes.values() {
+        if !node.fallback.is_empty() {
+            out.push_str(&format!(
+                "  node \"{}\": {}\n",
+                node.name,
+                levels(node).join(" → ")
+            ));
+        }
+    }
+    out
+}
+
+/// A node's power methods in the order they are tried, numbered from 1 (the
+/// primary): `1. redfish https://db-1-bmc (system 1)`, `2. exec ...`.
+pub(super) fn levels(node: &NodeTarget) -> Vec<String> {
+    node.sources()
+        .enumerate()
+        .map(|(i, source)| format!("{}. {}", i + 1, describe_source(source)))
+        .collect()
+}
+
+/// One power method for humans: its driver and where it points (endpoint, address,
+/// instance, or the agent and the options that select its device and outlet). Never
+/// a credential: passwords, user names and the other agent options are left out.
+pub(super) fn describe_source(source: &PowerSource) -> String {
+    match source {
+        PowerSource::Redfish(t) => {
+            let base = t.endpoint.as_str().trim_end_matches('/');
+            match &t.system_id {
+                Some(id) => format!("redfish {base} (system {id})"),
+                None => format!("redfish {base}"),
+            }
+        }
+        PowerSource::Ipmi(t) => format!("ipmi {}:{}", t.address, t.port),
+        PowerSource::Aws(t) => {
+            let mut out = "aws".to_string();
+            if let Some(url) = &t.endpoint {
+                out.push_str(&format!(" {}", url.as_str().trim_end_matches('/')));
+            }
+            if let Some(region) = &t.region {
+                out.push_str(&format!(" {region}"));
+            }
+            match (&t.instance_id, &t.instance_tag) {
+                (Some(id), _) => out.push_str(&format!(" (instance {id})")),
+                (None, Some((k, v))) => out.push_str(&format!(" (tag {k}={v})")),
+                (None, None) => out.push_str(" (instance from the Node's providerID)"),
+            }
+            out
+        }
+        PowerSource::Exec(t) => {
+            let mut out = format!("exec {}", t.agent.display());
+            for wanted in ["ip", "ipaddr", "ipport", "plug", "port"] {
+                let found = t
+                    .options
+                    .iter()
+                    .find(|(k, _)| k.to_ascii_lowercase().replace('_', "-") == wanted);
+                if let Some((key, value)) = found {
+                    out.push_str(&format!(" {key}={value}"));
+                }
+            }
+            out
         }
     }
 }
@@ -225,6 +314,54 @@ mod tests {
                 "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"
             }}
         })
+    }
+
+    #[test]
+    fn the_ok_report_lists_every_level_of_a_topology_without_secrets() {
+        let dir = tempfile::tempdir().unwrap();
+        let agent = dir.path().join("fence_test");
+        std::fs::write(&agent, "#!/bin/sh\n").unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        std::fs::write(
+            dir.path().join("nodefence.toml"),
+            "inventory = \"inventory.toml\"\n[security]\nallow_inline_passwords = true\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("inventory.toml"),
+            "[defaults]\ndriver = \"redfish\"\nusername = \"fence\"\npassword = \"rf-Secret-1\"\n\
+             [nodes.db-1]\nendpoint = \"https://db-1-bmc\"\nsystem_id = \"1\"\n\
+             fallback = [\n\
+             { driver = \"exec\", agent = \"fence_test\", options = { ip = \"pdu-1\", plug = \"7\", \
+             community = \"pdu-community\" }, username = \"apc\", password = \"pdu-Secret-2\" },\n\
+             { driver = \"ipmi\", address = \"10.0.9.21\", username = \"admin\", password = \"ipmi-Secret-3\" },\n\
+             { driver = \"aws\", region = \"eu-west-1\", instance_id = \"i-0123456789abcdef0\" },\n\
+             ]\n\
+             [nodes.db-2]\nendpoint = \"https://db-2-bmc\"\n",
+        )
+        .unwrap();
+        let path = dir.path().join("nodefence.toml");
+        let config = crate::config::load(&path).unwrap();
+        let report = ok_report(&path, &config);
+        let lines: Vec<&str> = report.lines().collect();
+        assert_eq!(lines.len(), 2, "{report}");
+        assert!(
+            lines[0].contains("OK (2 nodes: 2 redfish; fallback methods: 1 aws, 1 exec, 1 ipmi;"),
+            "{report}"
+        );
+        let expected = format!(
+            "  node \"db-1\": 1. redfish https://db-1-bmc (system 1) → 2. exec {} ip=pdu-1 plug=7 → \
+             3. ipmi 10.0.9.21:623 → 4. aws eu-west-1 (instance i-0123456789abcdef0)",
+            agent.display()
+        );
+        assert_eq!(lines[1], expected, "{report}");
+        for secret in ["Secret", "pdu-community", "apc", "admin"] {
+            assert!(!report.contains(secret), "{secret} in {report}");
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,7 +11,7 @@ use toml::de::{DeTable, DeValue};
 use super::diagnostic::{Diagnostics, Source, Span, Subject};
 use super::fields::{Entry, closest, unknown_key};
 use super::layer::Layer;
-use super::machines::{self, Machine, Placed};
+use super::machines::{self, Machine};
 use super::model::{Inventory, SecuritySettings};
 use super::node_name;
 use super::paths::BaseDir;
@@ -98,13 +98,7 @@ pub(crate) fn load(
         if let Some(target) = resolve::node(&mut ctx, name, &chain) {
             nodes.insert(name.clone(), target);
         }
-        if let Some(machine) = Machine::of(&chain, name) {
-            placed.push(Placed {
-                name: name.clone(),
-                span: layer.span.clone(),
-                machine,
-            });
-        }
+        placed.extend(Machine::of_levels(&chain, name, &layer.span));
     }
     warn_insecure(&mut ctx, &levels);
     warn_unused_groups(&mut ctx, &levels);

@@ -6,18 +6,43 @@
 //! resolve to and any collision is an error naming both nodes.
 //!
 //! Same machine means: the same Redfish endpoint host and port with the same
-//! `system_id` (or both without one), the same IPMI address and port, or the same EC2
-//! instance id. Weaker coincidences (one BMC, one node with a `system_id` and one
-//! without; a Redfish and an IPMI node on the same host) may be legitimate, e.g.
-//! emulators serving many VMs, so they are warnings.
+//! `system_id` (or both without one), the same IPMI address and port, the same EC2
+//! instance id or `instance_tag`, or the same fence agent (by file name) with the same
+//! options that select the device and outlet: `ip` (or `ipaddr`), `ipport`, `plug` (or
+//! `port`), `switch`, `systems_uri`, `uuid`, `domain`. An agent whose options name
+//! neither an `ip` nor a `plug` cannot be compared. Weaker coincidences (one BMC, one
+//! node with a `system_id` and one without; a Redfish and an IPMI node on the same
+//! host) may be legitimate, e.g. emulators serving many VMs, so they are warnings.
+//!
+//! Every power method counts: a node's own settings and each of its `fallback`
+//! entries (a fencing topology). Two nodes whose fallbacks reach the same PDU outlet
+//! are the same disaster as two nodes on one BMC: fencing one switches the other's
+//! machine off, and the Off it confirms is the wrong machine's. A node whose fallback
+//! reaches the same machine as its own primary (or another of its fallbacks) is only
+//! warned about: nothing is mis-wired, but that level adds no independent path.
 
 use std::collections::BTreeMap;
 
 use super::diagnostic::{Diagnostics, Source, Span, Subject};
 use super::endpoint::{check_address, parse_endpoint, substitute};
-use super::layer::Driver;
+use super::layer::{Driver, Layer};
 use super::resolve::Chain;
 use super::targets::IPMI_PORT;
+
+/// Fence agent options that select the device and the outlet (or machine) it
+/// switches, compared with `_` as `-` and in lower case, each with the name it is
+/// compared under (fencing.py's aliases: `ipaddr` is `ip`, `port` is `plug`).
+const EXEC_SELECTORS: &[(&str, &str)] = &[
+    ("ip", "ip"),
+    ("ipaddr", "ip"),
+    ("ipport", "ipport"),
+    ("plug", "plug"),
+    ("port", "plug"),
+    ("switch", "switch"),
+    ("systems-uri", "systems-uri"),
+    ("uuid", "uuid"),
+    ("domain", "domain"),
+];
 
 /// What identifies one machine.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -32,6 +57,14 @@ pub(crate) enum Machine {
         port: u16,
     },
     Aws(String),
+    /// An EC2 instance found by a tag: key, value (`{node}` substituted).
+    AwsTag(String, String),
+    /// A fence agent (its file name) and the options that select its target, by
+    /// their compared name (see [`EXEC_SELECTORS`]).
+    Exec {
+        agent: String,
+        selectors: BTreeMap<&'static str, String>,
+    },
 }
 
 impl Machine {
@@ -60,11 +93,93 @@ impl Machine {
                     port: chain.pick(|l| &l.port).map_or(IPMI_PORT, |p| p.val.value),
                 })
             }
-            Driver::Aws => chain
-                .pick(|l| &l.instance_id)
-                .map(|p| Machine::Aws(p.val.value.clone())),
-            Driver::Exec => None,
+            Driver::Aws => match chain.pick(|l| &l.instance_id) {
+                Some(id) => Some(Machine::Aws(id.val.value.clone())),
+                None => chain.pick(|l| &l.instance_tag).map(|p| {
+                    let (key, value) = &p.val.value;
+                    Machine::AwsTag(key.clone(), substitute(value, node))
+                }),
+            },
+            Driver::Exec => {
+                let agent = chain.pick(|l| &l.agent)?;
+                let agent = agent
+                    .val
+                    .value
+                    .abs
+                    .file_name()?
+                    .to_string_lossy()
+                    .into_owned();
+                // Options merge key by key, as the target's: defaults, group, node.
+                let mut selectors = BTreeMap::new();
+                let levels: Vec<&Layer> = chain.levels().collect();
+                for layer in levels.into_iter().rev() {
+                    let Some(options) = &layer.options else {
+                        continue;
+                    };
+                    for (key, value) in &options.value {
+                        let key = key.to_ascii_lowercase().replace('_', "-");
+                        if let Some((_, name)) = EXEC_SELECTORS.iter().find(|(k, _)| *k == key) {
+                            let mut value = substitute(&value.value, node);
+                            if *name == "ip" {
+                                value = bmc_host(&value);
+                            }
+                            selectors.insert(*name, value);
+                        }
+                    }
+                }
+                (selectors.contains_key("ip") || selectors.contains_key("plug"))
+                    .then_some(Machine::Exec { agent, selectors })
+            }
         }
+    }
+
+    /// Every power method of node `name`, in order: its own settings (level 0), then
+    /// each `fallback` entry (level n), the node's or else its group's. An entry is
+    /// read alone, as it is resolved (it inherits nothing).
+    pub fn of_levels(chain: &Chain<'_>, name: &str, node_span: &Span) -> Vec<Placed> {
+        let mut placed: Vec<Placed> = Self::of(chain, name)
+            .map(|machine| Placed {
+                name: name.to_string(),
+                level: 0,
+                span: node_span.clone(),
+                written_in: None,
+                machine,
+            })
+            .into_iter()
+            .collect();
+        let written = [Some(chain.node), chain.group]
+            .into_iter()
+            .flatten()
+            .find(|l| l.fallback.is_some());
+        let Some(owner) = written else {
+            return placed;
+        };
+        let group = match &owner.subject {
+            Subject::Group(g) => Some(g.clone()),
+            _ => None,
+        };
+        let nothing = Layer::empty(Subject::Defaults, 0..0);
+        let entries = owner.fallback.as_ref().map_or(&[][..], |f| &f.value[..]);
+        for (i, entry) in entries.iter().enumerate() {
+            if entry.stray_table {
+                continue;
+            }
+            let entry_chain = Chain {
+                node: entry,
+                group: None,
+                defaults: &nothing,
+            };
+            if let Some(machine) = Self::of(&entry_chain, name) {
+                placed.push(Placed {
+                    name: name.to_string(),
+                    level: i + 1,
+                    span: entry.span.clone(),
+                    written_in: group.clone(),
+                    machine,
+                });
+            }
+        }
+        placed
     }
 
     fn describe(&self) -> String {
@@ -85,6 +200,12 @@ impl Machine {
             }
             Machine::Ipmi { host, port } => format!("IPMI BMC {host}:{port}"),
             Machine::Aws(id) => format!("EC2 instance {id}"),
+            Machine::AwsTag(key, value) => format!("the EC2 instance tagged {key}={value}"),
+            Machine::Exec { agent, selectors } => {
+                let options: Vec<String> =
+                    selectors.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                format!("fence agent {agent} with {}", options.join(" "))
+            }
         }
     }
 }
@@ -97,37 +218,105 @@ fn bmc_host(address: &str) -> String {
         .to_ascii_lowercase()
 }
 
-/// A node, where it is written, and its machine.
+/// One power method of a node, where it is written, and its machine.
 pub(crate) struct Placed {
+    /// The node.
     pub name: String,
+    /// 0: the node's own settings; n: its fallback n.
+    pub level: usize,
+    /// The node's table (level 0) or the fallback entry.
     pub span: Span,
+    /// The group a fallback entry is written in, when the node inherits it.
+    pub written_in: Option<String>,
     pub machine: Machine,
 }
 
-/// Reports nodes that resolve to the same machine (errors) or share a BMC (warnings).
+impl Placed {
+    /// What messages about this method are reported for: the node, or its fallback.
+    fn subject(&self) -> Subject {
+        let node = Subject::Node(self.name.clone());
+        match self.level {
+            0 => node,
+            n => Subject::Fallback(Box::new(node), n),
+        }
+    }
+
+    /// " (line 7)", or " (from group \"rack\", line 3)" for an inherited fallback.
+    fn place(&self, src: &Source) -> String {
+        let line = src.line_of(self.span.start);
+        match (self.level, &self.written_in) {
+            (1.., Some(g)) => format!(" (from group \"{g}\", line {line})"),
+            _ => format!(" (line {line})"),
+        }
+    }
+
+    /// "" for a node's own settings, "'s fallback n" for a fallback: what follows
+    /// `node "x"` in a message.
+    fn theirs(&self) -> String {
+        match self.level {
+            0 => String::new(),
+            n => format!("'s fallback {n}"),
+        }
+    }
+
+    /// "primary method" or "fallback n".
+    fn which(&self) -> String {
+        match self.level {
+            0 => "primary method".into(),
+            n => format!("fallback {n}"),
+        }
+    }
+}
+
+/// Reports nodes that resolve to the same machine (errors), a node that reaches one
+/// machine through two of its own methods (a warning) and nodes that share a BMC
+/// (warnings). `nodes` holds every power method of every node, in file order.
 pub(crate) fn check(src: &Source, nodes: &[Placed], diags: &mut Diagnostics) {
     let mut seen: BTreeMap<&Machine, &Placed> = BTreeMap::new();
     let mut hosts: BTreeMap<String, Vec<(&Placed, &Machine)>> = BTreeMap::new();
     for placed in nodes {
         let (name, machine) = (&placed.name, &placed.machine);
         if let Some(first) = seen.get(machine) {
-            let first_line = src.line_of(first.span.start);
+            if first.name == *name {
+                diags.warn(
+                    src,
+                    Some(&placed.span),
+                    &placed.subject(),
+                    format!(
+                        "reaches the same machine as this node's {}{}: {}; it adds no \
+                         independent way to power the machine off (point it at another \
+                         device, e.g. the machine's PDU outlet, or remove it)",
+                        first.which(),
+                        first.place(src),
+                        machine.describe()
+                    ),
+                );
+                continue;
+            }
+            let help = if placed.level == 0 && first.level == 0 {
+                "each node must point at its own machine, or fencing one powers off the \
+                 other. Check both entries; if they inherit the endpoint or address from a \
+                 group, it needs {node}; nodes behind one multi-system BMC need distinct \
+                 system_id values"
+            } else {
+                "each power method, fallbacks included, must reach its own node's machine: \
+                 fencing one node through this one would switch the other's machine off and \
+                 confirm Off for the wrong machine, while the node itself keeps running. Check \
+                 both entries; a fallback written in a group needs {node} in what selects the \
+                 machine (plug = \"{node}\", an address), or set `fallback` on each node"
+            };
             diags.error(
                 src,
                 Some(&placed.span),
-                &Subject::Node(name.clone()),
+                &placed.subject(),
                 format!(
-                    "resolves to the same machine as node \"{}\" (line {first_line}): {}",
+                    "resolves to the same machine as node \"{}\"{}{}: {}",
                     first.name,
+                    first.theirs(),
+                    first.place(src),
                     machine.describe()
                 ),
-                Some(
-                    "each node must point at its own machine, or fencing one powers off the \
-                     other. Check both entries; if they inherit the endpoint or address from a \
-                     group, it needs {node}; nodes behind one multi-system BMC need distinct \
-                     system_id values"
-                        .into(),
-                ),
+                Some(help.into()),
             );
             continue;
         }
@@ -139,7 +328,7 @@ pub(crate) fn check(src: &Source, nodes: &[Placed], diags: &mut Diagnostics) {
                     .or_default()
                     .push((placed, machine));
             }
-            Machine::Aws(_) => {}
+            Machine::Aws(_) | Machine::AwsTag(..) | Machine::Exec { .. } => {}
         }
     }
     for users in hosts.values() {
@@ -147,42 +336,56 @@ pub(crate) fn check(src: &Source, nodes: &[Placed], diags: &mut Diagnostics) {
     }
 }
 
+/// Why two methods of different nodes on one BMC host may reach one machine, if
+/// they may.
+fn shared_why(a: &Machine, b: &Machine) -> Option<&'static str> {
+    match (a, b) {
+        (
+            Machine::Redfish {
+                port: p1,
+                system_id: s1,
+                ..
+            },
+            Machine::Redfish {
+                port: p2,
+                system_id: s2,
+                ..
+            },
+        ) if p1 == p2 && (s1.is_none() || s2.is_none()) => Some(
+            "one of them has no system_id, so it may control the other's system; set \
+             system_id on both",
+        ),
+        (Machine::Redfish { .. }, Machine::Ipmi { .. })
+        | (Machine::Ipmi { .. }, Machine::Redfish { .. }) => Some(
+            "one through Redfish and one through IPMI; unless this host serves several \
+             machines (an emulator), they are the same machine",
+        ),
+        _ => None,
+    }
+}
+
+/// One warning per method on a BMC host that an earlier method of another node may
+/// share. Methods of the same node are not compared (a Redfish primary and an IPMI
+/// fallback on one BMC reach the node's own machine twice).
 fn shared_bmc_warnings(src: &Source, users: &[(&Placed, &Machine)], diags: &mut Diagnostics) {
-    let Some(((first, first_m), rest)) = users.split_first() else {
-        return;
-    };
-    for (placed, machine) in rest {
-        let why = match (first_m, machine) {
-            (
-                Machine::Redfish {
-                    port: p1,
-                    system_id: s1,
-                    ..
-                },
-                Machine::Redfish {
-                    port: p2,
-                    system_id: s2,
-                    ..
-                },
-            ) if p1 == p2 && (s1.is_none() || s2.is_none()) => {
-                "one of them has no system_id, so it may control the other's system; set \
-                 system_id on both"
-            }
-            (Machine::Redfish { .. }, Machine::Ipmi { .. })
-            | (Machine::Ipmi { .. }, Machine::Redfish { .. }) => {
-                "one through Redfish and one through IPMI; unless this host serves several \
-                 machines (an emulator), they are the same machine"
-            }
-            _ => continue,
+    for (i, (placed, machine)) in users.iter().enumerate() {
+        let earlier = users[..i].iter().find_map(|(first, first_m)| {
+            (first.name != placed.name)
+                .then(|| shared_why(first_m, machine).map(|why| (first, why)))
+                .flatten()
+        });
+        let Some((first, why)) = earlier else {
+            continue;
         };
         diags.warn(
             src,
             Some(&placed.span),
-            &Subject::Node(placed.name.clone()),
+            &placed.subject(),
             format!(
-                "uses the same BMC host as node \"{}\" (line {}): {why}",
+                "uses the same BMC host as node \"{}\"{}{}: {why}",
                 first.name,
-                src.line_of(first.span.start)
+                first.theirs(),
+                first.place(src)
             ),
         );
     }

@@ -120,11 +120,12 @@ impl Executor {
                     let started = std::time::Instant::now();
                     let result = match this.driver(&node) {
                         Ok(d) => {
-                            // Identity first (cached by drivers after the first read), so
-                            // the engine judges each reading with it.
-                            // A failed read changes nothing: the engine keeps what it
+                            // The identity of the machine whose reading this is, sent
+                            // first so the engine judges the reading with it. A failed
+                            // identity read changes nothing: the engine keeps what it
                             // knew (never read: unproven).
-                            match d.machine_identity().await {
+                            let (identity, reading) = d.read_with_identity().await;
+                            match identity {
                                 Ok(machine) => this.send(Completion::Identity {
                                     node: node.clone(),
                                     machine,
@@ -133,7 +134,7 @@ impl Executor {
                                     tracing::debug!(node, error = %e, "machine identity not read")
                                 }
                             }
-                            d.status().await
+                            reading
                         }
                         Err(e) => Err(e),
                     };

@@ -7,6 +7,20 @@
 //! raises a Normal Event (`BmcCheckRecovered`). Only transitions produce Events. The
 //! check is read-only; requests share the drivers' concurrency bound with fencing.
 //!
+//! # Fencing topologies
+//!
+//! A node with `fallback` methods ([`crate::power::topology`]) has every level checked
+//! on its own, as Pacemaker monitors each fence device: a dead fallback, or a dead
+//! primary behind a working fallback, is found before it is needed. Each level is
+//! read once per pass (concurrently), and the node's own outcome is derived from those
+//! readings exactly as the topology's `status` would answer
+//! ([`topology::overall`](crate::power::topology::overall)), so `BmcCheckFailed` still
+//! means that no level can read the node. Per level:
+//! `nodefence_power_level_failures{node,level,driver}` (level "1" is the primary) and,
+//! on transitions only, a Warning `PowerLevelFailed` (the level, its driver and
+//! endpoint, the error) or a Normal `PowerLevelRecovered`. Nodes with a single method
+//! have no level series and no level Events.
+//!
 //! # Identity cross-check
 //!
 //! For every node whose power reading succeeded and whose identity the cluster has
@@ -43,13 +57,17 @@ use crate::telemetry::Metrics;
 /// Node name → what the cluster says about the node's machine.
 pub type NodeIdentities = BTreeMap<String, NodeIdentity>;
 
-/// The identity cross-check results the monitor remembers between passes.
+/// The identity cross-check results the monitor remembers between passes, and the
+/// failing levels of fencing topologies (so their Events are raised on transitions).
 #[derive(Debug, Clone, Default)]
 pub struct IdentityState {
     /// node → latest result.
     results: BTreeMap<String, IdentityCheck>,
     /// node → the cluster's identity that result was computed against.
     against: BTreeMap<String, NodeIdentity>,
+    /// node → level number (1 = primary) → error text, for the levels of topology
+    /// nodes whose last check failed.
+    levels: BTreeMap<String, BTreeMap<usize, String>>,
 }
 
 impl IdentityState {
@@ -61,6 +79,14 @@ impl IdentityState {
     /// Every node's latest cross-check.
     pub fn results(&self) -> &BTreeMap<String, IdentityCheck> {
         &self.results
+    }
+
+    /// The levels (1 = primary) of topology node `node` whose last check failed.
+    pub fn failing_levels(&self, node: &str) -> Vec<usize> {
+        self.levels
+            .get(node)
+            .map(|l| l.keys().copied().collect())
+            .unwrap_or_default()
     }
 }
 
@@ -89,10 +115,14 @@ pub async fn check_all(
             driver,
             power,
             machine,
+            levels,
         } = outcome;
         if let Some(result) = power {
             failed += usize::from(result.is_err());
             power_transition(&node, driver, result, failing, metrics, recorder).await;
+        }
+        if !levels.is_empty() {
+            level_transitions(&node, &levels, identity, metrics, recorder).await;
         }
         if let Some(machine) = machine {
             judge_identity(&node, driver, machine, &known, identity, metrics, recorder).await;
@@ -159,6 +189,17 @@ struct Outcome {
     power: Option<Result<(), String>>,
     /// The machine's identity; `None` when it was not asked (power check failed).
     machine: Option<Result<MachineIdentity, PowerError>>,
+    /// Each level's check, in order, for a node with more than one power method
+    /// (empty otherwise, and when the power check was not made).
+    levels: Vec<LevelOutcome>,
+}
+
+/// The check of one level of a fencing topology.
+struct LevelOutcome {
+    driver: &'static str,
+    /// Where the level is, for humans (never a credential).
+    endpoint: String,
+    result: Result<(), String>,
 }
 
 /// Runs the checks concurrently (at most `concurrency` at once).
@@ -192,12 +233,16 @@ async fn check_one((node, driver): Entry, what: Probe) -> Outcome {
                 driver: "none",
                 power: (what == Probe::PowerAndIdentity).then(|| Err(e.to_string())),
                 machine: None,
+                levels: Vec::new(),
             };
         }
     };
-    let power = match what {
-        Probe::PowerAndIdentity => Some(d.status().await.map(|_| ()).map_err(|e| e.to_string())),
-        Probe::IdentityOnly => None,
+    let (power, levels) = match what {
+        Probe::PowerAndIdentity => {
+            let (power, levels) = read_power(d.as_ref()).await;
+            (Some(power), levels)
+        }
+        Probe::IdentityOnly => (None, Vec::new()),
     };
     let machine = match &power {
         Some(Err(_)) => None,
@@ -208,6 +253,116 @@ async fn check_one((node, driver): Entry, what: Probe) -> Outcome {
         driver: d.driver_name(),
         power,
         machine,
+        levels,
+    }
+}
+
+/// Reads the node's power state. A fencing topology has each level read once
+/// (concurrently), and its overall answer derived from those readings as its
+/// `status` would (no level is read twice).
+async fn read_power(d: &dyn PowerDriver) -> (Result<(), String>, Vec<LevelOutcome>) {
+    let levels = d.levels();
+    if levels.len() < 2 {
+        return (
+            d.status().await.map(|_| ()).map_err(|e| e.to_string()),
+            Vec::new(),
+        );
+    }
+    let readings = futures::future::join_all(levels.iter().map(|l| l.status())).await;
+    let outcomes = levels
+        .iter()
+        .zip(&readings)
+        .map(|(level, reading)| LevelOutcome {
+            driver: level.driver_name(),
+            endpoint: level.endpoint(),
+            result: reading.as_ref().map(|_| ()).map_err(|e| e.to_string()),
+        })
+        .collect();
+    let power = crate::power::topology::overall(levels, readings)
+        .map(|_| ())
+        .map_err(|e| e.to_string());
+    (power, outcomes)
+}
+
+/// Records each level of a topology node (the gauge, every pass) and reports the
+/// levels that started or stopped failing (Events, on transitions only).
+async fn level_transitions(
+    node: &str,
+    levels: &[LevelOutcome],
+    state: &mut IdentityState,
+    metrics: &Metrics,
+    recorder: Option<&Recorder>,
+) {
+    let gauge: Vec<(&str, bool)> = levels
+        .iter()
+        .map(|l| (l.driver, l.result.is_err()))
+        .collect();
+    metrics.set_power_levels(node, &gauge);
+    let working: Vec<String> = levels
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.result.is_ok())
+        .map(|(i, _)| (i + 1).to_string())
+        .collect();
+    let failing = state.levels.entry(node.to_string()).or_default();
+    // Levels beyond the node's current count (a shorter topology) are forgotten.
+    failing.retain(|n, _| *n <= levels.len());
+    for (i, level) in levels.iter().enumerate() {
+        let n = i + 1;
+        let (driver, endpoint) = (level.driver, &level.endpoint);
+        match (&level.result, failing.contains_key(&n)) {
+            (Err(e), false) => {
+                let consequence = if working.is_empty() {
+                    "no level of this node can read its power state now, so it could not be \
+                     fenced"
+                        .to_string()
+                } else {
+                    format!(
+                        "the node can still be fenced through level{} {}; fix this one before \
+                         it is needed",
+                        if working.len() > 1 { "s" } else { "" },
+                        working.join(", ")
+                    )
+                };
+                tracing::warn!(node, level = n, driver, endpoint = %endpoint, error = %e, "power method level failed its check");
+                publish_as(
+                    recorder,
+                    node,
+                    EventType::Warning,
+                    "PowerLevelFailed",
+                    format!(
+                        "level {n} of this node's fencing topology ({driver} {endpoint}) failed \
+                         its periodic check: {e}; {consequence}"
+                    ),
+                    &level_action(n),
+                )
+                .await;
+                failing.insert(n, e.clone());
+            }
+            (Err(e), true) => {
+                failing.insert(n, e.clone());
+            }
+            (Ok(()), true) => {
+                tracing::info!(node, level = n, driver, endpoint = %endpoint, "power method level passes its check again");
+                publish_as(
+                    recorder,
+                    node,
+                    EventType::Normal,
+                    "PowerLevelRecovered",
+                    format!(
+                        "level {n} of this node's fencing topology ({driver} {endpoint}) answers \
+                         again"
+                    ),
+                    &level_action(n),
+                )
+                .await;
+                failing.remove(&n);
+            }
+            (Ok(()), false) => {}
+        }
+    }
+    if failing.is_empty() {
+        state.levels.remove(node);
     }
 }
 
@@ -337,6 +492,24 @@ async fn publish(
     reason: &str,
     note: String,
 ) {
+    publish_as(recorder, node, type_, reason, note, "MonitorBmc").await;
+}
+
+/// The Event `action` of a level's check. One per level: the recorder folds Events
+/// with the same node, type, reason and action into one series (the note is not
+/// part of that key), which would hide a second failing level behind the first.
+fn level_action(n: usize) -> String {
+    format!("MonitorPowerLevel{n}")
+}
+
+async fn publish_as(
+    recorder: Option<&Recorder>,
+    node: &str,
+    type_: EventType,
+    reason: &str,
+    note: String,
+    action: &str,
+) {
     let Some(recorder) = recorder else { return };
     let reference = ObjectReference {
         api_version: Some("v1".into()),
@@ -348,7 +521,7 @@ async fn publish(
         type_,
         reason: reason.into(),
         note: Some(note),
-        action: "MonitorBmc".into(),
+        action: action.into(),
         secondary: None,
     };
     if let Err(e) = recorder.publish(&event, &reference).await {

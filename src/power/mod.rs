@@ -210,6 +210,28 @@ pub trait PowerDriver: Send + Sync {
     /// that find their machine through the Node (a cloud instance named by the
     /// providerID) take it from here; the others ignore it.
     fn node_identity(&self, _node: &crate::identity::NodeIdentity) {}
+    /// The power state together with the identity of the machine *whose reading it
+    /// is*, for decisions that release volumes: an Off only counts for the machine its
+    /// reader can prove. One method: its identity (asked first: drivers cache it),
+    /// then its status. A fencing topology answers with the identity of the level
+    /// whose reading decided ([`topology::TopologyDriver`]): a fallback that cannot
+    /// tell which machine it switches is not vouched for by a primary that could.
+    async fn read_with_identity(
+        &self,
+    ) -> (
+        Result<MachineIdentity, PowerError>,
+        Result<PowerReading, PowerError>,
+    ) {
+        let identity = self.machine_identity().await;
+        (identity, self.status().await)
+    }
     /// Releases server-side resources (a Redfish session). Best effort.
     async fn close(&self) {}
+    /// The separate power methods behind this driver, in order, when it is a fencing
+    /// topology ([`topology::TopologyDriver`]); empty for a single method. Lets the
+    /// BMC monitor check every level on its own, so a dead fallback (or a dead primary
+    /// behind a working fallback) is found before it is needed.
+    fn levels(&self) -> &[std::sync::Arc<dyn PowerDriver>] {
+        &[]
+    }
 }

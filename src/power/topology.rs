@@ -13,6 +13,10 @@
 //! - `power_on`: the first level whose command is accepted; `reboot` is refused (the
 //!   confirm loop reboots as off, confirm, on, confirm).
 //!
+//! [`overall`] is the same status decision taken from readings already made: the BMC
+//! monitor reads every level once per pass (through [`PowerDriver::levels`]) to check
+//! each on its own, and derives the node's answer from those readings.
+//!
 //! `driver_name` is the first level's: tables, logs and metric labels keep showing
 //! the node's primary driver (the same name the inventory shows for it), and the
 //! label set stays small; `endpoint` names every level.
@@ -39,9 +43,41 @@ impl TopologyDriver {
         (!levels.is_empty()).then_some(Self { levels, confirm })
     }
 
-    /// The levels, in order.
-    pub fn levels(&self) -> &[Arc<dyn PowerDriver>] {
-        &self.levels
+    /// Reads the levels in order until one answers with certainty (that one last);
+    /// warns when a fallback answered because earlier levels failed.
+    async fn read_levels(&self) -> Vec<Result<PowerReading, PowerError>> {
+        let mut readings = Vec::with_capacity(self.levels.len());
+        for level in &self.levels {
+            let reading = level.status().await;
+            let certain = is_certain(&reading);
+            readings.push(reading);
+            if certain {
+                break;
+            }
+        }
+        if readings.len() > 1 && readings.last().is_some_and(is_certain) {
+            let failed: Vec<String> = readings
+                .iter()
+                .zip(&self.levels)
+                .enumerate()
+                .filter_map(|(i, (r, l))| {
+                    r.as_ref()
+                        .err()
+                        .map(|e| format!("{}: {e}", Self::label(i, l.as_ref())))
+                })
+                .collect();
+            if !failed.is_empty() {
+                // The answer is good, but an earlier method is broken: say so, or a
+                // dead primary would only show when it is needed.
+                let i = readings.len() - 1;
+                tracing::warn!(
+                    level = %Self::label(i, self.levels[i].as_ref()),
+                    failed = %failed.join("; "),
+                    "power state read from a fallback level; earlier levels failed"
+                );
+            }
+        }
+        readings
     }
 
     fn label(i: usize, level: &dyn PowerDriver) -> String {
@@ -68,8 +104,45 @@ fn combined(what: &str, failures: Vec<(String, PowerError)>) -> PowerError {
     PowerError::new(kind, message)
 }
 
+/// True for an answer that decides a topology's status: `On` or `Off`.
+fn is_certain(reading: &Result<PowerReading, PowerError>) -> bool {
+    matches!(reading, Ok(r) if matches!(r.state, PowerState::On | PowerState::Off))
+}
+
+/// A topology's power state from its levels' readings, in level order: exactly what
+/// [`TopologyDriver::status`] answers. The first certain reading (`On`, `Off`)
+/// decides; else the first uncertain one; else an error naming every level's failure.
+/// `readings` may stop after the first certain one (as `status` reads them) or hold
+/// every level's (as the BMC monitor reads them, each once): the answer is the same.
+pub fn overall(
+    levels: &[Arc<dyn PowerDriver>],
+    readings: Vec<Result<PowerReading, PowerError>>,
+) -> Result<PowerReading, PowerError> {
+    let mut uncertain: Option<PowerReading> = None;
+    let mut failures = Vec::new();
+    for (i, (reading, level)) in readings.into_iter().zip(levels).enumerate() {
+        match reading {
+            Ok(r) if matches!(r.state, PowerState::On | PowerState::Off) => return Ok(r),
+            Ok(r) => {
+                if uncertain.is_none() {
+                    uncertain = Some(r);
+                }
+            }
+            Err(e) => failures.push((TopologyDriver::label(i, level.as_ref()), e)),
+        }
+    }
+    match uncertain {
+        Some(reading) => Ok(reading),
+        None => Err(combined("status failed", failures)),
+    }
+}
+
 #[async_trait]
 impl PowerDriver for TopologyDriver {
+    fn levels(&self) -> &[Arc<dyn PowerDriver>] {
+        &self.levels
+    }
+
     fn driver_name(&self) -> &'static str {
         self.levels.first().map_or("topology", |l| l.driver_name())
     }
@@ -83,39 +156,35 @@ impl PowerDriver for TopologyDriver {
     }
 
     async fn status(&self) -> Result<PowerReading, PowerError> {
-        let mut uncertain: Option<PowerReading> = None;
-        let mut failures = Vec::new();
-        for (i, level) in self.levels.iter().enumerate() {
-            match level.status().await {
-                Ok(reading) if matches!(reading.state, PowerState::On | PowerState::Off) => {
-                    if !failures.is_empty() {
-                        // The answer is good, but an earlier method is broken: say so,
-                        // or a dead primary would only show when it is needed.
-                        let failed = failures
-                            .iter()
-                            .map(|(l, e)| format!("{l}: {e}"))
-                            .collect::<Vec<_>>()
-                            .join("; ");
-                        tracing::warn!(
-                            level = %Self::label(i, level.as_ref()),
-                            failed = %failed,
-                            "power state read from a fallback level; earlier levels failed"
-                        );
+        overall(&self.levels, self.read_levels().await)
+    }
+
+    async fn read_with_identity(
+        &self,
+    ) -> (
+        Result<MachineIdentity, PowerError>,
+        Result<PowerReading, PowerError>,
+    ) {
+        let readings = self.read_levels().await;
+        let deciding = readings.len().saturating_sub(1);
+        let identity = match readings.last() {
+            Some(r) if is_certain(r) => {
+                let level = &self.levels[deciding];
+                match level.machine_identity().await {
+                    Ok(MachineIdentity::Unavailable(why)) if deciding > 0 => {
+                        Ok(MachineIdentity::Unavailable(format!(
+                            "{} read the power state and cannot prove which machine it \
+                             controls ({why}); what another level proved does not vouch for it",
+                            Self::label(deciding, level.as_ref())
+                        )))
                     }
-                    return Ok(reading);
+                    answer => answer,
                 }
-                Ok(reading) => {
-                    if uncertain.is_none() {
-                        uncertain = Some(reading);
-                    }
-                }
-                Err(e) => failures.push((Self::label(i, level.as_ref()), e)),
             }
-        }
-        match uncertain {
-            Some(reading) => Ok(reading),
-            None => Err(combined("status failed", failures)),
-        }
+            // No certain reading: nothing can count as Off; the usual identity.
+            _ => self.machine_identity().await,
+        };
+        (identity, overall(&self.levels, readings))
     }
 
     async fn power_off(&self) -> Result<(), PowerError> {

@@ -10,8 +10,9 @@
 //!   (`redfish`, `PowerQueryFailed`), and at most [`MAX_DRIVERS`] / [`MAX_REASONS`]
 //!   distinct values; anything else is `unknown`;
 //! - node names appear only in `nodefence_bmc_monitor_failures` (one series per
-//!   inventory node) and `nodefence_bmc_identity` (three per inventory node);
-//!   [`Metrics::forget_bmc`] drops a node that left the inventory.
+//!   inventory node), `nodefence_bmc_identity` (three per inventory node) and
+//!   `nodefence_power_level_failures` (one per power method of the nodes that have
+//!   more than one); [`Metrics::forget_bmc`] drops a node that left the inventory.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
@@ -101,6 +102,13 @@ struct NoticeLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BmcLabels {
     node: String,
+    driver: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LevelLabels {
+    node: String,
+    level: String,
     driver: String,
 }
 
@@ -246,6 +254,9 @@ pub struct Metrics {
     /// node → driver of its `nodefence_bmc_monitor_failures` series.
     bmc_drivers: Mutex<HashMap<String, String>>,
     bmc_identity: Family<IdentityLabels, Gauge>,
+    power_levels: Family<LevelLabels, Gauge>,
+    /// node → the label sets of its `nodefence_power_level_failures` series.
+    level_series: Mutex<HashMap<String, Vec<LevelLabels>>>,
     drivers: OpenLabel,
     reasons: OpenLabel,
     rejections: Rejections,
@@ -362,6 +373,13 @@ impl Metrics {
             bmc_identity.clone(),
         );
 
+        let power_levels = Family::<LevelLabels, Gauge>::default();
+        registry.register(
+            "power_level_failures",
+            "1 while this power method (level 1 = the primary, 2... = its fallbacks) of a node with several failed its last background check",
+            power_levels.clone(),
+        );
+
         registry.register(
             "build",
             "nodefence build information",
@@ -386,6 +404,8 @@ impl Metrics {
             bmc_failing,
             bmc_drivers: Mutex::new(HashMap::new()),
             bmc_identity,
+            power_levels,
+            level_series: Mutex::new(HashMap::new()),
             drivers: OpenLabel::new("driver", MAX_DRIVERS, valid_driver),
             reasons: OpenLabel::new("reason", MAX_REASONS, valid_reason),
             rejections: Rejections::default(),
@@ -537,9 +557,39 @@ impl Metrics {
             .set(flag(failing));
     }
 
-    /// Drops `node`'s `nodefence_bmc_monitor_failures` and `nodefence_bmc_identity`
-    /// series (the node left the inventory or the cluster).
+    /// `nodefence_power_level_failures{node, level, driver}` 0/1 for every level of a
+    /// node with several power methods: `levels[i]` is level `i + 1`'s (driver,
+    /// failing). The node's series are exactly these afterwards (a level that is gone,
+    /// or whose driver changed, loses its old series); an empty slice drops them all.
+    pub fn set_power_levels(&self, node: &str, levels: &[(&str, bool)]) {
+        let labels: Vec<LevelLabels> = levels
+            .iter()
+            .enumerate()
+            .map(|(i, (driver, _))| LevelLabels {
+                node: node.to_string(),
+                level: (i + 1).to_string(),
+                driver: self.open(&self.drivers, driver),
+            })
+            .collect();
+        let mut series = lock(&self.level_series);
+        for old in series.remove(node).unwrap_or_default() {
+            if !labels.contains(&old) {
+                self.power_levels.remove(&old);
+            }
+        }
+        for (l, (_, failing)) in labels.iter().zip(levels) {
+            self.power_levels.get_or_create(l).set(flag(*failing));
+        }
+        if !labels.is_empty() {
+            series.insert(node.to_string(), labels);
+        }
+    }
+
+    /// Drops `node`'s `nodefence_bmc_monitor_failures`, `nodefence_bmc_identity` and
+    /// `nodefence_power_level_failures` series (the node left the inventory or the
+    /// cluster).
     pub fn forget_bmc(&self, node: &str) {
+        self.set_power_levels(node, &[]);
         if let Some(driver) = lock(&self.bmc_drivers).remove(node) {
             self.bmc_failing.remove(&BmcLabels {
                 node: node.to_string(),

@@ -10,7 +10,8 @@
 //!
 //! Every name is prefixed `nodefence_`. Durations are seconds, counters end in
 //! `_total`. Label values come from small fixed sets; node names appear only in
-//! `nodefence_bmc_monitor_failures`, whose size is the inventory's.
+//! `nodefence_bmc_monitor_failures`, `nodefence_bmc_identity` and
+//! `nodefence_power_level_failures`, whose size is the inventory's.
 //!
 //! | metric | type | labels | what it means at 3 a.m. |
 //! |---|---|---|---|
@@ -26,6 +27,7 @@
 //! | `nodefence_is_leader` | gauge 0/1 | | This replica holds the Lease. Alert on `sum(nodefence_is_leader) != 1 for 5m`: no leader means nobody fences. |
 //! | `nodefence_paused` | gauge 0/1 | | Fencing paused by an operator. Alert on `== 1 for 4h`: a maintenance pause that was forgotten. |
 //! | `nodefence_bmc_monitor_failures` | gauge 0/1 | `node`, `driver` | The background BMC check cannot read this node's power state. Alert on `== 1 for 30m`: when this node dies it cannot be fenced; fix the BMC or its credentials now, not during the outage. |
+//! | `nodefence_power_level_failures` | gauge 0/1 | `node`, `level` (`1` = the primary method, `2`... its fallbacks, in order), `driver` | Only for nodes with `fallback` methods: this one method failed its last background check (the node's Event `PowerLevelFailed` names it, its endpoint and the error). Alert on `== 1 for 30m` (ticket): the node can still be fenced through another level while `nodefence_bmc_monitor_failures` is 0, but it has lost its redundancy; a dead fallback would only show during the outage it exists for. |
 //! | `nodefence_bmc_identity` | gauge 0/1 | `node`, `result` (`match`, `mismatch`, `unknown`) | 1 on the current result of the BMC identity cross-check. Alert on `result="mismatch" == 1` at once: the inventory maps the node to another machine's BMC and nodefence will never fence it; fix the inventory. `unknown` with `require_identity` blocks fencing too. |
 //! | `nodefence_build_info` | info | `version` | 1; for dashboards and for spotting mixed versions during rollouts. |
 //!

@@ -7,7 +7,6 @@
 //! port the kernel picks (`-p 0`; the port is read from its banner), killed on drop.
 //! When moto is missing the test prints "skipped" and passes, unless
 //! `NODEFENCE_REQUIRE_PEERS=1` (CI).
-#![allow(dead_code)]
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

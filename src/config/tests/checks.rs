@@ -417,3 +417,32 @@ fn same_machine_is_reported_even_when_the_nodes_have_other_problems() {
         "rack-b-chassis:443",
     );
 }
+
+#[test]
+fn two_exec_or_tagged_aws_nodes_on_one_machine_are_errors_too() {
+    let errs = Fixture::new().errors(&lines(&[
+        "[groups.pdu]",
+        "driver = \"exec\"",
+        "agent = \"/bin/sh\"",
+        "options = { ip = \"pdu-1\", plug = \"{node}\" }",
+        "[nodes.a]",
+        "group = \"pdu\"",
+        "[nodes.b]", // 7: its own options override the group's plug
+        "group = \"pdu\"",
+        "options = { plug = \"a\" }",
+        "[nodes.c]",
+        "driver = \"aws\"",
+        "instance_tag = { key = \"Name\", value = \"db\" }",
+        "[nodes.d]", // 13
+        "driver = \"aws\"",
+        "instance_tag = { key = \"Name\", value = \"db\" }",
+        "[nodes.e]",
+        "driver = \"aws\"",
+        "instance_tag = { key = \"Name\", value = \"{node}\" }",
+    ]));
+    let exec = find(&errs, "same machine as node \"a\"");
+    assert_at(exec, Some("b"), 7, "fence agent sh with ip=pdu-1 plug=a");
+    let tag = find(&errs, "same machine as node \"c\"");
+    assert_at(tag, Some("d"), 13, "EC2 instance tagged Name=db");
+    assert_eq!(errs.len(), 2, "{}", ConfigErrors(errs.clone()));
+}

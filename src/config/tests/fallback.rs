@@ -219,3 +219,158 @@ fn an_empty_fallback_on_a_node_removes_its_groups() {
     ]));
     assert!(config.inventory.nodes["db-1"].fallback.is_empty());
 }
+
+/// A redfish node with a fallback, as inventory lines after `[nodes.<name>]`.
+fn with_fallback(name: &str, fallback: &str) -> Vec<String> {
+    node(name, &[&format!("fallback = [{fallback}]")])
+}
+
+#[test]
+fn two_nodes_whose_fallbacks_reach_one_machine_is_an_error_naming_both() {
+    let errs = with_agent().errors(&doc(&[
+        vec![
+            "[groups.rack]".to_string(),
+            // 2: no {node} in the plug: every node of the group gets outlet 7.
+            "fallback = [{ driver = \"exec\", agent = \"fence_test\", \
+             options = { ip = \"pdu-1\", plug = \"7\" } }]"
+                .to_string(),
+        ],
+        node("a", &["group = \"rack\""]),                // 3..8
+        node("b", &["group = \"rack\""]),                // 9..14
+        with_fallback(
+            "c", // 15..20
+            "{ driver = \"exec\", agent = \"fence_test\", options = { ip = \"PDU-2\", port = \"3\", power_timeout = \"20\" } }",
+        ),
+        with_fallback(
+            "d", // 21..26: the same outlet, written with fencing.py's aliases
+            "{ driver = \"exec\", agent = \"fence_test\", options = { ipaddr = \"pdu-2\", plug = \"3\" } }",
+        ),
+        with_fallback(
+            "e", // 27..32: the next outlet: fine
+            "{ driver = \"exec\", agent = \"fence_test\", options = { ip = \"pdu-2\", plug = \"4\" } }",
+        ),
+        vec![
+            "[nodes.f]".to_string(), // 33
+            "driver = \"ipmi\"".to_string(),
+            "address = \"10.0.0.9\"".to_string(),
+            "username = \"fence\"".to_string(),
+            "password_file = \"secrets/bmc-password\"".to_string(),
+        ],
+        with_fallback(
+            "g", // 38..43: its fallback is f's own BMC
+            "{ driver = \"ipmi\", address = \"10.0.0.9\", username = \"x\", password_env = \"PDU_PASSWORD\" }",
+        ),
+    ]));
+    assert_eq!(errs.len(), 3, "{}", ConfigErrors(errs.clone()));
+
+    let group = find(&errs, "same machine as node \"a\"'s fallback 1");
+    assert_at(group, Some("b"), 2, "fallback 1: ");
+    assert!(
+        group.message.contains("from group \"rack\", line 2"),
+        "{group}"
+    );
+    assert!(
+        group
+            .message
+            .contains("fence agent fence_test with ip=pdu-1 plug=7"),
+        "{group}"
+    );
+    let help = group.help.as_deref().unwrap();
+    assert!(
+        help.contains("wrong machine") && help.contains("{node}"),
+        "{help}"
+    );
+    // `node "b": fallback 1: ...` at the line where the shared entry is written.
+    let text = ConfigErrors(vec![group.clone()]).to_string();
+    assert!(text.contains("inventory.toml:2:"), "{text}");
+    assert!(text.contains("node \"b\": fallback 1: resolves"), "{text}");
+
+    let aliases = find(&errs, "same machine as node \"c\"'s fallback 1");
+    assert_at(aliases, Some("d"), 26, "fallback 1: ");
+    assert!(aliases.message.contains("(line 20)"), "{aliases}");
+    assert!(aliases.message.contains("ip=pdu-2 plug=3"), "{aliases}");
+
+    // A fallback reaching another node's primary BMC.
+    let cross = find(&errs, "same machine as node \"f\" (line 33)");
+    assert_at(cross, Some("g"), 43, "IPMI BMC 10.0.0.9:623");
+}
+
+#[test]
+fn a_fallback_that_reaches_its_own_primary_is_only_a_warning() {
+    let config = with_agent().ok(&doc(&[
+        vec![
+            "[groups.rack]".to_string(),
+            // No option selects a machine: the agent cannot be compared, no error.
+            "fallback = [{ driver = \"exec\", agent = \"fence_test\" }]".to_string(),
+        ],
+        vec![
+            "[nodes.a]".to_string(), // 3
+            "driver = \"ipmi\"".to_string(),
+            "address = \"10.0.0.9\"".to_string(),
+            "username = \"fence\"".to_string(),
+            "password_file = \"secrets/bmc-password\"".to_string(),
+            // 8: the same BMC again, with another account
+            "fallback = [{ driver = \"ipmi\", address = \"10.0.0.9\", username = \"x\", \
+             password_env = \"PDU_PASSWORD\" }]"
+                .to_string(),
+        ],
+        // Redfish and IPMI on one BMC for one node: its own machine twice, no warning.
+        with_fallback(
+            "b",
+            "{ driver = \"ipmi\", address = \"b-bmc\", username = \"x\", password_env = \"PDU_PASSWORD\" }",
+        ),
+        node("c", &["group = \"rack\""]),
+        node("d", &["group = \"rack\""]),
+    ]));
+    let same: Vec<&String> = config
+        .warnings
+        .iter()
+        .filter(|w| w.contains("same machine") || w.contains("same BMC host"))
+        .collect();
+    assert_eq!(same.len(), 1, "{:?}", config.warnings);
+    let w = same[0];
+    assert!(w.contains(":8:"), "{w}");
+    assert!(
+        w.contains(
+            "node \"a\": fallback 1: reaches the same machine as this node's primary method \
+             (line 3): IPMI BMC 10.0.0.9:623"
+        ),
+        "{w}"
+    );
+    assert!(w.contains("no independent way"), "{w}");
+    assert_eq!(config.inventory.nodes["a"].fallback.len(), 1);
+}
+
+#[test]
+fn one_bmc_host_shared_through_a_fallback_is_a_warning() {
+    let config = with_agent().ok(&doc(&[
+        // a's primary: Redfish on host "chassis", no system_id.
+        vec![
+            "[nodes.a]".to_string(), // 1
+            "driver = \"redfish\"".to_string(),
+            "username = \"fence\"".to_string(),
+            "password_file = \"secrets/bmc-password\"".to_string(),
+            "endpoint = \"https://chassis\"".to_string(),
+        ],
+        // b's fallback: IPMI on the same host.
+        with_fallback(
+            "b",
+            "{ driver = \"ipmi\", address = \"CHASSIS\", username = \"x\", password_env = \"PDU_PASSWORD\" }",
+        ),
+    ]));
+    let shared: Vec<&String> = config
+        .warnings
+        .iter()
+        .filter(|w| w.contains("same BMC host") || w.contains("same machine"))
+        .collect();
+    assert_eq!(shared.len(), 1, "{:?}", config.warnings);
+    let w = shared[0];
+    assert!(
+        w.contains("node \"b\": fallback 1: uses the same BMC host as node \"a\" (line 1)"),
+        "{w}"
+    );
+    assert!(
+        w.contains("one through Redfish and one through IPMI"),
+        "{w}"
+    );
+}

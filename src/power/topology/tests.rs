@@ -267,3 +267,90 @@ async fn a_dead_primary_leaves_the_identity_unproven_even_when_a_fallback_reads_
         crate::identity::IdentityCheck::Unknown(_)
     ));
 }
+
+/// The identity that goes with a reading is the deciding level's: a BMC that proved
+/// its machine (and remembers it) does not vouch for the PDU level that reads Off
+/// while the BMC is down; a native fallback that can tell proves its own reading.
+#[tokio::test(start_paused = true)]
+async fn a_reading_comes_with_the_identity_of_the_level_that_decided_it() {
+    let uuid = || MachineIdentity::Uuid("4c4c4544-0042".into());
+    // The BMC is down but remembers what it proved; the PDU reads Off.
+    let bmc = Arc::new(
+        Fake::new("redfish", Err(PowerError::unreachable("down"))).with_identity(Ok(uuid())),
+    );
+    let pdu = Arc::new(Fake::new("exec", Ok(PowerState::Off)));
+    let t = topology(&[&bmc, &pdu]);
+    assert_eq!(t.machine_identity().await.expect("identity"), uuid());
+    let (identity, reading) = t.read_with_identity().await;
+    assert_eq!(reading.expect("reading").state, PowerState::Off);
+    match identity {
+        Ok(MachineIdentity::Unavailable(why)) => {
+            assert!(why.contains("level 2 (exec exec-host)"), "{why}");
+            assert!(why.contains("does not vouch"), "{why}");
+        }
+        other => panic!("the PDU's reading was vouched for: {other:?}"),
+    }
+    // A fallback that can tell proves its own reading.
+    let ipmi = Arc::new(
+        Fake::new("ipmi", Ok(PowerState::Off))
+            .with_identity(Ok(MachineIdentity::Uuid("4c4c4544-0099".into()))),
+    );
+    let t = topology(&[&bmc, &ipmi]);
+    let (identity, _) = t.read_with_identity().await;
+    assert_eq!(
+        identity.expect("identity"),
+        MachineIdentity::Uuid("4c4c4544-0099".into())
+    );
+    // The primary answering: its own identity, as before.
+    let healthy = Arc::new(Fake::new("redfish", Ok(PowerState::On)).with_identity(Ok(uuid())));
+    let t = topology(&[&healthy, &pdu]);
+    let (identity, reading) = t.read_with_identity().await;
+    assert_eq!(identity.expect("identity"), uuid());
+    assert_eq!(reading.expect("reading").state, PowerState::On);
+    // No level certain: no Off to vouch for; the usual identity.
+    let dead = Arc::new(Fake::new("exec", Err(PowerError::unreachable("gone"))));
+    let t = topology(&[&bmc, &dead]);
+    let (identity, reading) = t.read_with_identity().await;
+    assert!(reading.is_err());
+    assert_eq!(identity.expect("identity"), uuid());
+}
+
+/// The BMC monitor reads every level once and derives the node's answer with
+/// `overall`: it must be what `status` answers, whatever the mix of levels.
+#[tokio::test(start_paused = true)]
+async fn overall_from_every_reading_is_what_status_answers() {
+    let answers = [
+        Ok(PowerState::On),
+        Ok(PowerState::Off),
+        Ok(PowerState::PoweringOff),
+        Ok(PowerState::Unknown("?".into())),
+        Err(PowerError::unreachable("down")),
+        Err(PowerError::auth("denied")),
+    ];
+    let mut checked = 0;
+    for a in &answers {
+        for b in &answers {
+            for c in &answers {
+                let levels: Vec<Arc<Fake>> = [("a", a), ("b", b), ("c", c)]
+                    .into_iter()
+                    .map(|(n, s)| Arc::new(Fake::new(n, s.clone())))
+                    .collect();
+                let t = topology(&levels.iter().collect::<Vec<_>>());
+                let dyn_levels = PowerDriver::levels(&t);
+                assert_eq!(dyn_levels.len(), 3);
+                let mut readings = Vec::new();
+                for l in dyn_levels {
+                    readings.push(l.status().await);
+                }
+                let from_all = overall(dyn_levels, readings).map(|r| r.state);
+                let lazy = t.status().await.map(|r| r.state);
+                assert_eq!(from_all, lazy, "levels {a:?} {b:?} {c:?}");
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 216);
+    // A plain driver has no levels.
+    let plain = Fake::new("redfish", Ok(PowerState::On));
+    assert!(PowerDriver::levels(&plain).is_empty());
+}

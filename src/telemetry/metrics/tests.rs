@@ -69,6 +69,7 @@ fn every_family_is_declared_with_its_type_and_unit() {
     m.notice("Released", false);
     m.set_bmc_failing("worker-1", "redfish", false);
     m.set_bmc_identity("worker-1", "match");
+    m.set_power_levels("worker-1", &[("redfish", false), ("exec", false)]);
     let text = m.encode();
     assert!(text.ends_with("# EOF\n"), "{text}");
     let types = types(&m);
@@ -86,6 +87,7 @@ fn every_family_is_declared_with_its_type_and_unit() {
         ("nodefence_paused", "gauge"),
         ("nodefence_bmc_monitor_failures", "gauge"),
         ("nodefence_bmc_identity", "gauge"),
+        ("nodefence_power_level_failures", "gauge"),
         ("nodefence_build", "info"),
     ];
     for (name, ty) in expected {
@@ -127,6 +129,7 @@ fn fresh_metrics_show_zeros_where_alerts_need_them() {
     // Families keyed by driver, reason or node appear with their first value.
     assert!(series(&m, "nodefence_power_queries_total").is_empty());
     assert!(series(&m, "nodefence_bmc_monitor_failures").is_empty());
+    assert!(series(&m, "nodefence_power_level_failures").is_empty());
 }
 
 #[test]
@@ -596,4 +599,38 @@ fn label_values_are_escaped_in_the_exposition() {
         ),
         Some(1.0)
     );
+}
+
+#[test]
+fn power_level_failures_follow_the_nodes_levels() {
+    let m = Metrics::new();
+    let g = "nodefence_power_level_failures";
+    let at = |m: &Metrics, node: &str, level: &str, driver: &str| {
+        value(
+            m,
+            g,
+            &[("node", node), ("level", level), ("driver", driver)],
+        )
+    };
+    m.set_power_levels("db-1", &[("redfish", false), ("exec", true)]);
+    m.set_power_levels("db-2", &[("ipmi", true), ("exec", false), ("exec", false)]);
+    assert_eq!(at(&m, "db-1", "1", "redfish"), Some(0.0));
+    assert_eq!(at(&m, "db-1", "2", "exec"), Some(1.0));
+    assert_eq!(at(&m, "db-2", "1", "ipmi"), Some(1.0));
+    assert_eq!(at(&m, "db-2", "3", "exec"), Some(0.0));
+    assert_eq!(series(&m, g).len(), 5);
+    // Set, not added; a level that is gone or changed driver loses its old series.
+    m.set_power_levels("db-1", &[("redfish", false), ("exec", false)]);
+    assert_eq!(at(&m, "db-1", "2", "exec"), Some(0.0));
+    m.set_power_levels("db-2", &[("redfish", false), ("exec", true)]);
+    assert_eq!(at(&m, "db-2", "1", "ipmi"), None);
+    assert_eq!(at(&m, "db-2", "3", "exec"), None);
+    assert_eq!(at(&m, "db-2", "1", "redfish"), Some(0.0));
+    assert_eq!(at(&m, "db-2", "2", "exec"), Some(1.0));
+    assert_eq!(series(&m, g).len(), 4);
+    // A node that left the inventory loses them all; the others keep theirs.
+    m.forget_bmc("db-2");
+    assert_eq!(series(&m, g).len(), 2);
+    m.set_power_levels("db-1", &[]);
+    assert!(series(&m, g).is_empty());
 }
