@@ -14,9 +14,9 @@
 //!   `nodefence_power_level_failures` (one per power method of the nodes that have
 //!   more than one); [`Metrics::forget_bmc`] drops a node that left the inventory.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -28,33 +28,12 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::engine::{Engine, Phase, ReleaseMode};
-use crate::power::{PowerError, PowerErrorKind, PowerReading};
+use crate::engine::{Engine, Phase};
 
-/// Recorded instead of a label value outside the metric's set.
-const UNKNOWN: &str = "unknown";
+mod labels;
 
-/// Distinct `driver` label values kept before new ones become `unknown`.
-const MAX_DRIVERS: usize = 16;
-/// Distinct `reason` label values kept before new ones become `unknown`.
-const MAX_REASONS: usize = 64;
-
-const PHASES: [&str; 3] = ["healthy", "incident", "released"];
-const POWER_QUERY_RESULTS: [&str; 8] = [
-    "on",
-    "off",
-    "other",
-    "error_unreachable",
-    "error_auth",
-    "error_protocol",
-    "error_unsupported",
-    "error_config",
-];
-const POWER_ACTIONS: [&str; 2] = ["off", "on"];
-const COMMAND_RESULTS: [&str; 2] = ["ok", "error"];
-const RELEASE_MODES: [&str; 3] = ["out-of-service-taint", "delete-node", "untaint"];
-const RELEASE_RESULTS: [&str; 4] = ["ok", "refused", "conflict", "api_error"];
-const IDENTITY_RESULTS: [&str; 3] = ["match", "mismatch", "unknown"];
+use self::labels::*;
+pub use self::labels::{power_error_result, power_query_result, release_mode_label};
 
 /// BMC round trips: a healthy Redfish answers in 50–500 ms, a loaded iLO in seconds,
 /// and the request timeout caps it at tens of seconds.
@@ -127,111 +106,6 @@ type HistogramFamily<S> = Family<S, Histogram, fn() -> Histogram>;
 
 fn power_query_histogram() -> Histogram {
     Histogram::new(POWER_QUERY_BUCKETS)
-}
-
-/// A set of label values defined by code (driver names, Event reasons): accepted
-/// while they look valid, up to `max` distinct ones.
-#[derive(Debug)]
-struct OpenLabel {
-    name: &'static str,
-    max: usize,
-    valid: fn(&str) -> bool,
-    seen: Mutex<BTreeSet<String>>,
-}
-
-impl OpenLabel {
-    fn new(name: &'static str, max: usize, valid: fn(&str) -> bool) -> Self {
-        Self {
-            name,
-            max,
-            valid,
-            seen: Mutex::new(BTreeSet::new()),
-        }
-    }
-
-    /// `value`, or `None` when it is malformed or one too many.
-    fn admit(&self, value: &str) -> Option<String> {
-        if !(self.valid)(value) {
-            return None;
-        }
-        let mut seen = lock(&self.seen);
-        if !seen.contains(value) {
-            if seen.len() >= self.max {
-                return None;
-            }
-            seen.insert(value.to_string());
-        }
-        Some(value.to_string())
-    }
-}
-
-/// Label values refused so far, so each is logged once (at most [`MAX_REJECTIONS_LOGGED`]).
-#[derive(Debug, Default)]
-struct Rejections(Mutex<BTreeSet<(&'static str, String)>>);
-
-/// Distinct refused label values logged; later ones are only counted as `unknown`.
-const MAX_REJECTIONS_LOGGED: usize = 32;
-
-impl Rejections {
-    fn note(&self, label: &'static str, value: &str, why: &str) {
-        let mut seen = lock(&self.0);
-        if seen.len() < MAX_REJECTIONS_LOGGED && seen.insert((label, value.to_string())) {
-            tracing::warn!(
-                label,
-                value,
-                "metric label value {why}: recorded as \"unknown\" (a bug at the call site)"
-            );
-        }
-    }
-}
-
-fn valid_driver(s: &str) -> bool {
-    (1..=32).contains(&s.len())
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
-}
-
-fn valid_reason(s: &str) -> bool {
-    (1..=64).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric())
-}
-
-/// A poisoned lock only means another thread panicked while counting; the data
-/// (a set of names) is still usable.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn flag(b: bool) -> i64 {
-    i64::from(b)
-}
-
-/// The `result` label of `nodefence_power_queries_total` for a power reading.
-pub fn power_query_result(result: &Result<PowerReading, PowerError>) -> &'static str {
-    match result {
-        Ok(r) if r.state.is_on() => "on",
-        Ok(r) if r.state.is_off() => "off",
-        Ok(_) => "other",
-        Err(e) => power_error_result(e.kind),
-    }
-}
-
-/// The `result` label of `nodefence_power_queries_total` for a failed query.
-pub fn power_error_result(kind: PowerErrorKind) -> &'static str {
-    match kind {
-        PowerErrorKind::Unreachable => "error_unreachable",
-        PowerErrorKind::Auth => "error_auth",
-        PowerErrorKind::Protocol => "error_protocol",
-        PowerErrorKind::Unsupported => "error_unsupported",
-        PowerErrorKind::Config => "error_config",
-    }
-}
-
-/// The `mode` label of `nodefence_releases_total` for a release.
-pub fn release_mode_label(mode: ReleaseMode) -> &'static str {
-    match mode {
-        ReleaseMode::OutOfServiceTaint => "out-of-service-taint",
-        ReleaseMode::DeleteNode => "delete-node",
-    }
 }
 
 /// nodefence's Prometheus metrics. Cheap to record into from any thread; share it

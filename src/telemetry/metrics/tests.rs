@@ -4,8 +4,8 @@ use std::time::SystemTime;
 
 use super::*;
 use crate::engine::{NodeFacts, Policy};
-use crate::power::PowerState;
-use std::collections::BTreeMap;
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::telemetry::exposition::{Sample, parse_samples};
 
@@ -526,45 +526,6 @@ fn observe_engine_sets_the_engine_gauges() {
         value(&m, "nodefence_storm_protection_active", &[]),
         Some(0.0)
     );
-}
-
-#[test]
-fn result_labels_from_power_outcomes() {
-    let reading = |state| {
-        Ok(PowerReading {
-            state,
-            at: SystemTime::UNIX_EPOCH,
-            latency: Duration::ZERO,
-        })
-    };
-    assert_eq!(power_query_result(&reading(PowerState::On)), "on");
-    assert_eq!(power_query_result(&reading(PowerState::Off)), "off");
-    assert_eq!(
-        power_query_result(&reading(PowerState::PoweringOff)),
-        "other"
-    );
-    assert_eq!(
-        power_query_result(&reading(PowerState::Unknown(String::new()))),
-        "other"
-    );
-    assert_eq!(
-        power_query_result(&Err(PowerError::auth("no"))),
-        "error_auth"
-    );
-    for kind in [
-        PowerErrorKind::Unreachable,
-        PowerErrorKind::Auth,
-        PowerErrorKind::Protocol,
-        PowerErrorKind::Unsupported,
-        PowerErrorKind::Config,
-    ] {
-        let label = power_error_result(kind);
-        assert_eq!(label, format!("error_{}", kind.as_str()));
-        assert!(POWER_QUERY_RESULTS.contains(&label));
-    }
-    for mode in [ReleaseMode::OutOfServiceTaint, ReleaseMode::DeleteNode] {
-        assert!(RELEASE_MODES.contains(&release_mode_label(mode)));
-    }
 }
 
 #[test]
