@@ -18,19 +18,7 @@ use nodefence_mocks::redfish::MockPower;
 
 /// Three workers, each an EC2 instance.
 fn ec2_world() -> WorldBuilder {
-    let mut b = WorldBuilder::new();
-    for n in &mut b.nodes {
-        n.methods = vec![Method::Aws];
-    }
-    b
-}
-
-async fn db_placed(w: &World) -> String {
-    eventually("db-0 Running", Duration::from_secs(30), || async {
-        w.db_node().is_some()
-    })
-    .await;
-    w.db_node().unwrap()
+    WorldBuilder::new().methods(&[Method::Aws])
 }
 
 async fn state(w: &World, node: &str) -> String {
@@ -42,28 +30,14 @@ async fn a_network_cut_on_ec2_is_force_stopped_then_released() {
     let Some(w) = ec2_world().try_start().await else {
         return;
     };
-    let victim = db_placed(&w).await;
+    let victim = w.db_placed().await;
     w.cut_network(&victim); // the instance keeps running
-    eventually("out-of-service taint", Duration::from_secs(45), || async {
-        w.has_out_of_service_taint(&victim)
-    })
-    .await;
+    w.released_and_moved(&victim).await;
     // boto3, an independent client, sees what nodefence did.
     assert_eq!(state(&w, &victim).await, "stopped");
-    eventually(
-        "db-0 Running elsewhere",
-        Duration::from_secs(60),
-        || async { w.db_node().is_some_and(|n| n != victim) },
-    )
-    .await;
     w.expect_event(&victim, "PoweringOff").await;
     w.expect_event(&victim, "Released").await;
-    assert!(
-        !w.event_reasons(&victim)
-            .iter()
-            .any(|r| r.starts_with("Identity")),
-        "require_identity is on for aws: the release proves the instance is the Node's"
-    );
+    w.assert_no_identity_events(&victim);
     for other in w.nodes.iter().filter(|n| n.name != victim) {
         assert_eq!(state(&w, &other.name).await, "running", "{}", other.name);
         assert!(!w.has_out_of_service_taint(&other.name));
@@ -76,7 +50,7 @@ async fn an_instance_stopped_elsewhere_is_released_without_a_command_and_comes_b
     let Some(w) = ec2_world().try_start().await else {
         return;
     };
-    let victim = db_placed(&w).await;
+    let victim = w.db_placed().await;
     // Stopped from the console (or by the cloud): the kubelet goes with it.
     w.moto().stop(AWS_REGION, &w.instance_of(&victim)).await;
     eventually("out-of-service taint", Duration::from_secs(45), || async {
@@ -124,19 +98,8 @@ async fn an_inventory_naming_another_nodes_instance_stops_nothing_and_releases_n
     .await;
     w.cut_network("worker-1");
     // The engine's own warning, once the node is unhealthy: the block, and why.
-    eventually(
-        "the engine's IdentityMismatch block on worker-1",
-        Duration::from_secs(45),
-        || async {
-            w.events_on("worker-1").iter().any(|e| {
-                e["reason"] == "IdentityMismatch"
-                    && e["note"]
-                        .as_str()
-                        .is_some_and(|n| n.contains("nothing is released or powered off"))
-            })
-        },
-    )
-    .await;
+    w.expect_identity_block("worker-1", "IdentityMismatch")
+        .await;
     // Well past the point where a fence would have happened.
     tokio::time::sleep(w.scaled(Duration::from_secs(120))).await;
     assert!(!w.has_out_of_service_taint("worker-1"));

@@ -20,44 +20,18 @@ use std::time::Duration;
 use common::world::*;
 use nodefence_mocks::redfish::MockPower;
 
-fn world_with(methods: &[Method]) -> WorldBuilder {
-    let mut b = WorldBuilder::new();
-    for n in &mut b.nodes {
-        n.methods = methods.to_vec();
-    }
-    b
-}
-
-async fn db_placed(w: &World) -> String {
-    eventually("db-0 Running", Duration::from_secs(30), || async {
-        w.db_node().is_some()
-    })
-    .await;
-    w.db_node().unwrap()
-}
-
-/// Waits for the out-of-service taint, then db-0 Running on another node.
-async fn released_and_moved(w: &World, victim: &str) {
-    eventually("out-of-service taint", Duration::from_secs(60), || async {
-        w.has_out_of_service_taint(victim)
-    })
-    .await;
-    eventually(
-        "db-0 Running elsewhere",
-        Duration::from_secs(60),
-        || async { w.db_node().is_some_and(|n| n != victim) },
-    )
-    .await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_network_cut_behind_fence_ipmilan_is_powered_down_then_released() {
-    let Some(w) = world_with(&[Method::FenceIpmilan]).try_start().await else {
+    let Some(w) = WorldBuilder::new()
+        .methods(&[Method::FenceIpmilan])
+        .try_start()
+        .await
+    else {
         return;
     };
-    let victim = db_placed(&w).await;
+    let victim = w.db_placed().await;
     w.cut_network(&victim);
-    released_and_moved(&w, &victim).await;
+    w.released_and_moved(&victim).await;
     // The agent sent one power down (ipmitool's "chassis power off") and nothing else.
     assert_eq!(w.resets_of(&victim), ["power_down"]);
     assert_eq!(w.power_of(&victim), Some(MockPower::Off));
@@ -71,27 +45,22 @@ async fn a_network_cut_behind_fence_ipmilan_is_powered_down_then_released() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_redfish_bmc_is_bypassed_by_the_ipmi_level() {
-    let Some(w) = world_with(&[Method::HungRedfish, Method::Ipmi])
+    let Some(w) = WorldBuilder::new()
+        .methods(&[Method::HungRedfish, Method::Ipmi])
         .try_start()
         .await
     else {
         return;
     };
-    let victim = db_placed(&w).await;
+    let victim = w.db_placed().await;
     w.cut_network(&victim);
-    released_and_moved(&w, &victim).await;
+    w.released_and_moved(&victim).await;
     // Level 2 powered the machine down; the identity came from its GUID (level 1
     // never answered), so require_identity was satisfied by a real proof.
     assert_eq!(w.resets_of(&victim), ["power_down"]);
     assert_eq!(w.power_of(&victim), Some(MockPower::Off));
     w.expect_event(&victim, "Released").await;
-    assert!(
-        !w.event_reasons(&victim)
-            .iter()
-            .any(|r| r.starts_with("Identity")),
-        "{:?}",
-        w.event_reasons(&victim)
-    );
+    w.assert_no_identity_events(&victim);
     w.stop().await;
 }
 
@@ -117,19 +86,8 @@ async fn a_fallback_agent_that_cannot_prove_the_machine_releases_only_when_trust
     };
     w.cut_network("worker-1");
     w.cut_network("worker-2");
-    eventually(
-        "the engine's IdentityUnproven block on worker-1",
-        Duration::from_secs(45),
-        || async {
-            w.events_on("worker-1").iter().any(|e| {
-                e["reason"] == "IdentityUnproven"
-                    && e["note"]
-                        .as_str()
-                        .is_some_and(|n| n.contains("nothing is released or powered off"))
-            })
-        },
-    )
-    .await;
+    w.expect_identity_block("worker-1", "IdentityUnproven")
+        .await;
     eventually("worker-2 released", Duration::from_secs(60), || async {
         w.has_out_of_service_taint("worker-2")
     })
@@ -166,19 +124,8 @@ async fn a_primary_proven_before_it_hung_does_not_vouch_for_the_agent_level() {
     w.cut_network("worker-1");
     // The power state now comes from the agent level, which cannot say which machine
     // it switches: what the Redfish level proved earlier is no proof for it.
-    eventually(
-        "the engine's IdentityUnproven block on worker-1",
-        Duration::from_secs(45),
-        || async {
-            w.events_on("worker-1").iter().any(|e| {
-                e["reason"] == "IdentityUnproven"
-                    && e["note"]
-                        .as_str()
-                        .is_some_and(|n| n.contains("nothing is released or powered off"))
-            })
-        },
-    )
-    .await;
+    w.expect_identity_block("worker-1", "IdentityUnproven")
+        .await;
     tokio::time::sleep(w.scaled(Duration::from_secs(60))).await;
     assert!(!w.has_out_of_service_taint("worker-1"));
     assert!(

@@ -15,46 +15,20 @@ use nodefence_mocks::redfish::MockPower;
 
 /// Three workers, each with its own IPMI BMC.
 fn ipmi_world() -> WorldBuilder {
-    let mut b = WorldBuilder::new();
-    for n in &mut b.nodes {
-        n.methods = vec![Method::Ipmi];
-    }
-    b
-}
-
-async fn db_placed(w: &World) -> String {
-    eventually("db-0 Running", Duration::from_secs(30), || async {
-        w.db_node().is_some()
-    })
-    .await;
-    w.db_node().unwrap()
+    WorldBuilder::new().methods(&[Method::Ipmi])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_network_cut_behind_ipmi_is_powered_down_once_then_released() {
     let w = ipmi_world().start().await;
-    let victim = db_placed(&w).await;
+    let victim = w.db_placed().await;
     w.cut_network(&victim); // the machine stays on
-    eventually("out-of-service taint", Duration::from_secs(45), || async {
-        w.has_out_of_service_taint(&victim)
-    })
-    .await;
+    w.released_and_moved(&victim).await;
     assert_eq!(w.resets_of(&victim), ["power_down"]);
     assert_eq!(w.power_of(&victim), Some(MockPower::Off));
-    eventually(
-        "db-0 Running elsewhere",
-        Duration::from_secs(60),
-        || async { w.db_node().is_some_and(|n| n != victim) },
-    )
-    .await;
     w.expect_event(&victim, "PoweringOff").await;
     w.expect_event(&victim, "Released").await;
-    assert!(
-        !w.event_reasons(&victim)
-            .iter()
-            .any(|r| r.starts_with("Identity")),
-        "require_identity is on for ipmi: the release proves the GUID matched"
-    );
+    w.assert_no_identity_events(&victim);
     // Sessions are reused: a handful for the whole story, not one per reading.
     let bmc = &w.ipmi[&victim];
     let opened = bmc.counters().sessions_opened;
@@ -77,7 +51,7 @@ async fn a_network_cut_behind_ipmi_is_powered_down_once_then_released() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn power_loss_behind_ipmi_is_released_without_a_command() {
     let w = ipmi_world().start().await;
-    let victim = db_placed(&w).await;
+    let victim = w.db_placed().await;
     w.pull_plug(&victim);
     eventually("out-of-service taint", Duration::from_secs(30), || async {
         w.has_out_of_service_taint(&victim)
@@ -101,7 +75,7 @@ async fn power_loss_behind_ipmi_is_released_without_a_command() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lossy_link_to_the_bmc_still_fences_and_only_powers_down() {
     let w = ipmi_world().start().await;
-    let victim = db_placed(&w).await;
+    let victim = w.db_placed().await;
     w.ipmi[&victim].set_fault(Fault::Loss { percent: 20 });
     w.cut_network(&victim);
     eventually("out-of-service taint", Duration::from_secs(60), || async {
@@ -127,7 +101,7 @@ async fn replies_that_fail_their_integrity_check_are_never_off() {
         .policy(|p| p.max_query_backoff = Duration::from_secs(2))
         .start()
         .await;
-    let victim = db_placed(&w).await;
+    let victim = w.db_placed().await;
     // The machine really is off, but every in-session reply is forged.
     w.ipmi[&victim].set_fault(Fault::GarbledReplies(Garble::BadAuthCode));
     w.pull_plug(&victim);

@@ -121,6 +121,14 @@ impl WorldBuilder {
         self
     }
 
+    /// Every node reached through `methods` (its fencing levels, primary first).
+    pub fn methods(mut self, methods: &[Method]) -> Self {
+        for n in &mut self.nodes {
+            n.methods = methods.to_vec();
+        }
+        self
+    }
+
     /// Changes one node's set-up.
     ///
     /// # Panics

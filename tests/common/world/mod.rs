@@ -252,6 +252,60 @@ impl World {
         self.running_on("db-0")
     }
 
+    /// Waits (bounded, 30 s) for db-0 to be Running; its node.
+    pub async fn db_placed(&self) -> String {
+        eventually("db-0 Running", Duration::from_secs(30), || async {
+            self.db_node().is_some()
+        })
+        .await;
+        self.db_node().unwrap()
+    }
+
+    /// Waits (bounded) for the out-of-service taint on `victim`, then for db-0
+    /// Running on another node.
+    pub async fn released_and_moved(&self, victim: &str) {
+        eventually("out-of-service taint", Duration::from_secs(60), || async {
+            self.has_out_of_service_taint(victim)
+        })
+        .await;
+        eventually(
+            "db-0 Running elsewhere",
+            Duration::from_secs(60),
+            || async { self.db_node().is_some_and(|n| n != victim) },
+        )
+        .await;
+    }
+
+    /// Asserts that no identity Event was raised on `node` (with `require_identity`
+    /// on, a release then proves the identity matched).
+    pub fn assert_no_identity_events(&self, node: &str) {
+        let reasons = self.event_reasons(node);
+        assert!(
+            !reasons.iter().any(|r| r.starts_with("Identity")),
+            "identity Events on {node}: {reasons:?}"
+        );
+    }
+
+    /// Waits (bounded, 45 s) for the engine's own warning that it will not act on
+    /// `node` for an identity reason (`IdentityMismatch`, `IdentityUnproven`): the
+    /// Event whose note says nothing is released or powered off (the BMC monitor's
+    /// Events of the same reasons say something else).
+    pub async fn expect_identity_block(&self, node: &str, reason: &str) {
+        eventually(
+            &format!("the engine's {reason} block on {node}"),
+            Duration::from_secs(45),
+            || async {
+                self.events_on(node).iter().any(|e| {
+                    e["reason"] == reason
+                        && e["note"]
+                            .as_str()
+                            .is_some_and(|n| n.contains("nothing is released or powered off"))
+                })
+            },
+        )
+        .await;
+    }
+
     /// The holder of the daemon's leader Lease, as stored.
     pub fn leader(&self) -> Option<String> {
         self.store()
