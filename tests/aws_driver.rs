@@ -389,3 +389,75 @@ async fn the_secret_is_in_no_error_and_no_debug_output() {
         assert!(!text.contains(SESSION_TOKEN), "session token shown: {text}");
     }
 }
+
+// ---------------------------------------------------------------------------------
+// the inventory's AWS settings, through the registry
+
+/// Writes an inventory for node `cloud-1` against `endpoint`, with credentials from a
+/// profile of a credentials file, and `extra` lines; loads it; builds the driver as
+/// `nodefence run` does.
+fn from_inventory(
+    dir: &std::path::Path,
+    endpoint: &url::Url,
+    extra: &str,
+) -> std::sync::Arc<dyn PowerDriver> {
+    std::fs::write(
+        dir.join("nodefence.toml"),
+        "inventory = \"inventory.toml\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("credentials"),
+        format!(
+            "[default]\naws_access_key_id = AKIDWRONGPROFILE\naws_secret_access_key = x\n\
+             [fencing]\naws_access_key_id = {ACCESS_KEY}\naws_secret_access_key = {SECRET_KEY}\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("inventory.toml"),
+        format!(
+            "[nodes.cloud-1]\ndriver = \"aws\"\nendpoint = \"{endpoint}\"\nregion = \"eu-west-1\"\n\
+             instance_id = \"i-0aaaaaaaaaaaaaaaa\"\ncredentials_file = \"credentials\"\n\
+             profile = \"fencing\"\nconnect_timeout = \"2s\"\nrequest_timeout = \"5s\"\n\
+             operation_timeout = \"10s\"\nretries = 0\n{extra}"
+        ),
+    )
+    .unwrap();
+    let config = nodefence::config::load(&dir.join("nodefence.toml")).unwrap();
+    nodefence::power::registry::DriverFactory::new(4)
+        .driver(&config.inventory.nodes["cloud-1"])
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_private_ca_endpoint_is_trusted_only_through_ca_file_and_the_profile_signs() {
+    nodefence::tls::install_crypto_provider();
+    let tls = nodefence_mocks::tls::TlsMaterial::generate_for(&["localhost"]).unwrap();
+    let ec2 = aws_common::FakeEc2::start_tls(
+        vec![described(&[("i-0aaaaaaaaaaaaaaaa", "running")])],
+        &tls,
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ca.pem"), tls.ca_pem()).unwrap();
+
+    // Without the CA, the certificate is refused: an error, and nothing was sent.
+    let err = from_inventory(dir.path(), &ec2.endpoint, "")
+        .status()
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, PowerErrorKind::Unreachable, "{err}");
+    assert!(ec2.received().is_empty());
+
+    // With it: answered, and signed with the named profile's keys (not [default]).
+    let d = from_inventory(dir.path(), &ec2.endpoint, "ca_file = \"ca.pem\"\n");
+    assert_eq!(d.status().await.unwrap().state, PowerState::On);
+    let received = ec2.received();
+    let auth = received[0].headers["authorization"].to_str().unwrap();
+    assert!(
+        auth.contains(&format!("Credential={ACCESS_KEY}/")),
+        "{auth}"
+    );
+    assert!(!auth.contains(SECRET_KEY));
+}

@@ -9,13 +9,13 @@ use axum_server::tls_rustls::RustlsConfig;
 use tokio::task::JoinHandle;
 
 /// A running server: its handle (for graceful shutdown) and its task.
-pub(crate) type Running = (
+pub type Running = (
     axum_server::Handle<SocketAddr>,
     JoinHandle<std::io::Result<()>>,
 );
 
 /// Serves `app` on `listener` (non-blocking, already bound); HTTPS when `tls` is given.
-pub(crate) fn spawn(
+pub fn spawn(
     listener: std::net::TcpListener,
     app: Router,
     tls: Option<rustls::ServerConfig>,

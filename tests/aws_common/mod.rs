@@ -10,6 +10,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use nodefence::config::{AwsTarget, Timeouts};
 use nodefence::power::aws::AwsDriver;
+use nodefence_mocks::tls::TlsMaterial;
 use secrecy::SecretString;
 use tokio::sync::Semaphore;
 use url::Url;
@@ -128,11 +129,21 @@ struct Inner {
 pub struct FakeEc2 {
     inner: Arc<Inner>,
     pub endpoint: Url,
-    _server: tokio::task::JoinHandle<()>,
+    _server: nodefence_mocks::serve::Running,
 }
 
 impl FakeEc2 {
     pub async fn start(script: Vec<Answer>) -> FakeEc2 {
+        Self::serve(script, None)
+    }
+
+    /// Over HTTPS at `https://localhost:PORT/`, its certificate signed by `tls`'s CA
+    /// (an EC2-compatible cloud behind a private CA).
+    pub async fn start_tls(script: Vec<Answer>, tls: &TlsMaterial) -> FakeEc2 {
+        Self::serve(script, Some(tls.server_config().unwrap()))
+    }
+
+    fn serve(script: Vec<Answer>, tls: Option<rustls::ServerConfig>) -> FakeEc2 {
         let inner = Arc::new(Inner {
             script: Mutex::new(script.into()),
             received: Mutex::default(),
@@ -140,15 +151,19 @@ impl FakeEc2 {
         let app = axum::Router::new()
             .fallback(answer)
             .with_state(inner.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
         let port = listener.local_addr().unwrap().port();
-        let server = tokio::spawn(async move {
-            axum::serve(listener, app).await.unwrap();
-        });
+        let scheme = if tls.is_some() {
+            "https://localhost"
+        } else {
+            "http://127.0.0.1"
+        };
+        let (handle, task) = nodefence_mocks::serve::spawn(listener, app, tls).unwrap();
         FakeEc2 {
             inner,
-            endpoint: Url::parse(&format!("http://127.0.0.1:{port}/")).unwrap(),
-            _server: server,
+            endpoint: Url::parse(&format!("{scheme}:{port}/")).unwrap(),
+            _server: (handle, task),
         }
     }
 
