@@ -10,7 +10,7 @@ use nodefence::config::{
     TlsSettings,
 };
 use nodefence::controller::executor::Executor;
-use nodefence::controller::monitor::{IdentityState, check_all};
+use nodefence::controller::monitor::{MonitorState, check_all};
 use nodefence::power::registry::{DriverFactory, NodeDrivers};
 use nodefence::telemetry::{Metrics, parse_samples};
 use nodefence_mocks::kube::FakeKube;
@@ -67,7 +67,7 @@ async fn failures_and_recoveries_are_reported_once_each() {
     let metrics = Metrics::new();
     let mut failing = BTreeMap::new();
     let (_tx, identities) = tokio::sync::watch::channel(BTreeMap::new());
-    let mut identity = IdentityState::default();
+    let mut identity = MonitorState::default();
     let reasons = || -> Vec<String> {
         let (events, _) = kube.store().list(EVENTS_V1, None);
         events
@@ -171,7 +171,7 @@ async fn failures_and_recoveries_are_reported_once_each() {
 /// Node's systemUUID, Events and `nodefence_bmc_identity` on transitions only.
 mod identity {
     use super::*;
-    use nodefence::controller::monitor::{IdentityState, recheck_identities};
+    use nodefence::controller::monitor::{MonitorState, recheck_identities};
     use nodefence::identity::{Equivalence, IdentityCheck, NodeIdentity};
     use tokio::sync::watch;
 
@@ -280,7 +280,7 @@ mod identity {
         let recorder = Executor::recorder(client, "test");
         let metrics = Metrics::new();
         let mut failing = BTreeMap::new();
-        let mut state = IdentityState::default();
+        let mut state = MonitorState::default();
         let cluster: BTreeMap<String, NodeIdentity> = [
             ("worker-1", uuid_of(U1)),
             ("worker-2", uuid_of(U2_NODE)),
@@ -425,7 +425,7 @@ mod identity {
         drivers.insert(node.name.clone(), factory.driver(&node));
         let metrics = Metrics::new();
         let mut failing = BTreeMap::new();
-        let mut state = IdentityState::default();
+        let mut state = MonitorState::default();
         let (_tx, identities) = watch::channel(BTreeMap::new());
         check_all(
             &drivers,

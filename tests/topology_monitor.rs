@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use nodefence::controller::executor::Executor;
-use nodefence::controller::monitor::{IdentityState, check_all};
+use nodefence::controller::monitor::{MonitorState, check_all};
 use nodefence::power::confirm::ConfirmPolicy;
 use nodefence::power::registry::NodeDrivers;
 use nodefence::power::topology::TopologyDriver;
@@ -87,7 +87,7 @@ struct World {
     recorder: kube::runtime::events::Recorder,
     metrics: Metrics,
     failing: BTreeMap<String, String>,
-    state: IdentityState,
+    state: MonitorState,
     identities: tokio::sync::watch::Receiver<nodefence::controller::monitor::NodeIdentities>,
     _tx: tokio::sync::watch::Sender<nodefence::controller::monitor::NodeIdentities>,
 }
@@ -108,7 +108,7 @@ impl World {
             recorder: Executor::recorder(client, "test"),
             metrics: Metrics::new(),
             failing: BTreeMap::new(),
-            state: IdentityState::default(),
+            state: MonitorState::default(),
             identities,
             _tx: tx,
         }

@@ -28,7 +28,7 @@
 //! controller from the Node objects), the driver's
 //! [`machine_identity`](crate::power::PowerDriver::machine_identity) is compared with
 //! [`identity::check`]. The result sets `nodefence_bmc_identity{node,result}` and is
-//! kept in [`IdentityState`]. Events, on transitions only:
+//! kept in [`MonitorState`]. Events, on transitions only:
 //! - `IdentityMismatch` (Warning): entering a mismatch, or a mismatch between other
 //!   values than before; names both values; releases stay blocked until the
 //!   inventory is fixed.
@@ -57,10 +57,10 @@ use crate::telemetry::Metrics;
 /// Node name → what the cluster says about the node's machine.
 pub type NodeIdentities = BTreeMap<String, NodeIdentity>;
 
-/// The identity cross-check results the monitor remembers between passes, and the
+/// What the monitor remembers between passes: the identity cross-check results and the
 /// failing levels of fencing topologies (so their Events are raised on transitions).
 #[derive(Debug, Clone, Default)]
-pub struct IdentityState {
+pub struct MonitorState {
     /// node → latest result.
     results: BTreeMap<String, IdentityCheck>,
     /// node → the cluster's identity that result was computed against.
@@ -70,7 +70,7 @@ pub struct IdentityState {
     levels: BTreeMap<String, BTreeMap<usize, String>>,
 }
 
-impl IdentityState {
+impl MonitorState {
     /// The latest cross-check of `node`, if it was checked.
     pub fn result(&self, node: &str) -> Option<&IdentityCheck> {
         self.results.get(node)
@@ -97,7 +97,7 @@ pub async fn check_all(
     drivers: &NodeDrivers,
     failing: &mut BTreeMap<String, String>,
     identities: &watch::Receiver<NodeIdentities>,
-    identity: &mut IdentityState,
+    identity: &mut MonitorState,
     metrics: &Metrics,
     recorder: Option<&Recorder>,
     concurrency: usize,
@@ -139,7 +139,7 @@ pub async fn recheck_identities(
     drivers: &NodeDrivers,
     failing: &BTreeMap<String, String>,
     identities: &watch::Receiver<NodeIdentities>,
-    identity: &mut IdentityState,
+    identity: &mut MonitorState,
     metrics: &Metrics,
     recorder: Option<&Recorder>,
     concurrency: usize,
@@ -289,7 +289,7 @@ async fn read_power(d: &dyn PowerDriver) -> (Result<(), String>, Vec<LevelOutcom
 async fn level_transitions(
     node: &str,
     levels: &[LevelOutcome],
-    state: &mut IdentityState,
+    state: &mut MonitorState,
     metrics: &Metrics,
     recorder: Option<&Recorder>,
 ) {
@@ -410,7 +410,7 @@ async fn judge_identity(
     driver: &'static str,
     machine: Result<MachineIdentity, PowerError>,
     known: &NodeIdentities,
-    state: &mut IdentityState,
+    state: &mut MonitorState,
     metrics: &Metrics,
     recorder: Option<&Recorder>,
 ) {
@@ -541,7 +541,7 @@ pub async fn run(
     mut identities: watch::Receiver<NodeIdentities>,
 ) {
     let mut failing = BTreeMap::new();
-    let mut identity = IdentityState::default();
+    let mut identity = MonitorState::default();
     let mut channel_open = true;
     loop {
         identities.mark_unchanged();
