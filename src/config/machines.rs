@@ -9,7 +9,8 @@
 //! `system_id` (or both without one), the same IPMI address and port, the same EC2
 //! instance id or `instance_tag`, or the same fence agent (by file name) with the same
 //! options that select the device and outlet: `ip` (or `ipaddr`), `ipport`, `plug` (or
-//! `port`), `switch`, `systems_uri`, `uuid`, `domain`. An agent whose options name
+//! `port`), `switch`, `systems_uri`, `uuid`, `domain`; the `fence_ipmilan` family
+//! (`fence_idrac`, `fence_ilo4`, …) by its BMC, as an ipmi entry. An agent whose options name
 //! neither an `ip` nor a `plug` cannot be compared. Weaker coincidences (one BMC, one
 //! node with a `system_id` and one without; a Redfish and an IPMI node on the same
 //! host) may be legitimate, e.g. emulators serving many VMs, so they are warnings.
@@ -42,6 +43,18 @@ const EXEC_SELECTORS: &[(&str, &str)] = &[
     ("systems-uri", "systems-uri"),
     ("uuid", "uuid"),
     ("domain", "domain"),
+];
+
+/// Fence agents that are `fence_ipmilan` under another name (fence-agents installs
+/// them as links to it): an entry for one reaches an IPMI BMC, at `ip`:`ipport`.
+const IPMILAN_AGENTS: &[&str] = &[
+    "fence_ipmilan",
+    "fence_ipmilanplus",
+    "fence_idrac",
+    "fence_ilo3",
+    "fence_ilo4",
+    "fence_ilo5",
+    "fence_imm",
 ];
 
 /// What identifies one machine.
@@ -126,6 +139,20 @@ impl Machine {
                             selectors.insert(*name, value);
                         }
                     }
+                }
+                // The fence_ipmilan family speaks IPMI to the BMC at ip:ipport: the
+                // same machine as a native ipmi entry for that BMC.
+                if IPMILAN_AGENTS.contains(&agent.as_str())
+                    && let Some(host) = selectors.get("ip")
+                {
+                    let port = match selectors.get("ipport") {
+                        Some(p) => p.parse().ok()?,
+                        None => IPMI_PORT,
+                    };
+                    return Some(Machine::Ipmi {
+                        host: host.clone(),
+                        port,
+                    });
                 }
                 (selectors.contains_key("ip") || selectors.contains_key("plug"))
                     .then_some(Machine::Exec { agent, selectors })

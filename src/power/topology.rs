@@ -104,6 +104,19 @@ fn combined(what: &str, failures: Vec<(String, PowerError)>) -> PowerError {
     PowerError::new(kind, message)
 }
 
+/// `reading` with the latency of the whole call since `started` (the levels that
+/// failed or hesitated before the deciding one included), so a slow or hung primary
+/// shows in the power-query latency metric and in `nodefence status`.
+fn whole_call(
+    mut reading: Result<PowerReading, PowerError>,
+    started: tokio::time::Instant,
+) -> Result<PowerReading, PowerError> {
+    if let Ok(r) = &mut reading {
+        r.latency = started.elapsed();
+    }
+    reading
+}
+
 /// True for an answer that decides a topology's status: `On` or `Off`.
 fn is_certain(reading: &Result<PowerReading, PowerError>) -> bool {
     matches!(reading, Ok(r) if matches!(r.state, PowerState::On | PowerState::Off))
@@ -156,7 +169,8 @@ impl PowerDriver for TopologyDriver {
     }
 
     async fn status(&self) -> Result<PowerReading, PowerError> {
-        overall(&self.levels, self.read_levels().await)
+        let started = tokio::time::Instant::now();
+        whole_call(overall(&self.levels, self.read_levels().await), started)
     }
 
     async fn read_with_identity(
@@ -165,10 +179,13 @@ impl PowerDriver for TopologyDriver {
         Result<MachineIdentity, PowerError>,
         Result<PowerReading, PowerError>,
     ) {
+        let started = tokio::time::Instant::now();
         let readings = self.read_levels().await;
         let deciding = readings.len().saturating_sub(1);
-        let identity = match readings.last() {
-            Some(r) if is_certain(r) => {
+        let decided = readings.last().is_some_and(is_certain);
+        let reading = whole_call(overall(&self.levels, readings), started);
+        let identity = match decided {
+            true => {
                 let level = &self.levels[deciding];
                 match level.machine_identity().await {
                     Ok(MachineIdentity::Unavailable(why)) if deciding > 0 => {
@@ -182,9 +199,9 @@ impl PowerDriver for TopologyDriver {
                 }
             }
             // No certain reading: nothing can count as Off; the usual identity.
-            _ => self.machine_identity().await,
+            false => self.machine_identity().await,
         };
-        (identity, overall(&self.levels, readings))
+        (identity, reading)
     }
 
     async fn power_off(&self) -> Result<(), PowerError> {

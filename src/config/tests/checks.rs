@@ -183,7 +183,7 @@ fn two_nodes_on_one_machine_is_an_error_naming_both() {
         "endpoint = \"https://rack-bmc.example.com\"", // 6: no {node}
         "[nodes.a]",
         "group = \"rack\"",
-        "[nodes.b]", // 9
+        "[nodes.b]", // 8
         "group = \"rack\"",
         "[nodes.c]", // 11
         "driver = \"ipmi\"",
@@ -445,4 +445,29 @@ fn two_exec_or_tagged_aws_nodes_on_one_machine_are_errors_too() {
     let tag = find(&errs, "same machine as node \"c\"");
     assert_at(tag, Some("d"), 13, "EC2 instance tagged Name=db");
     assert_eq!(errs.len(), 2, "{}", ConfigErrors(errs.clone()));
+}
+
+#[test]
+fn a_fence_ipmilan_entry_and_an_ipmi_entry_for_one_bmc_are_one_machine() {
+    let f = Fixture::new();
+    // Any executable will do: the check compares what the entries reach.
+    let agent = f.path("fence_idrac");
+    std::fs::copy("/bin/sh", &agent).unwrap();
+    let errs = f.errors(&lines(&[
+        DEFAULTS.trim_end(),
+        "[nodes.a]",
+        "driver = \"ipmi\"",
+        "address = \"10.0.9.21\"",
+        "[nodes.b]", // 8
+        "driver = \"exec\"",
+        "agent = \"fence_idrac\"",
+        "options = { ip = \"10.0.9.21\", lanplus = \"1\" }",
+        "[nodes.c]", // another port of that host: another BMC
+        "driver = \"exec\"",
+        "agent = \"fence_idrac\"",
+        "options = { ip = \"10.0.9.21\", ipport = \"6230\" }",
+    ]));
+    let same = find(&errs, "same machine as node \"a\"");
+    assert_at(same, Some("b"), 8, "IPMI BMC 10.0.9.21:623");
+    assert_eq!(errs.len(), 1, "{}", ConfigErrors(errs.clone()));
 }

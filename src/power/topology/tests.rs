@@ -16,6 +16,8 @@ struct Fake {
     after_off: Option<PowerState>,
     identity: Result<MachineIdentity, PowerError>,
     commands: Mutex<Vec<PowerAction>>,
+    /// How long `status` takes before it answers.
+    delay: Duration,
 }
 
 impl Fake {
@@ -27,7 +29,12 @@ impl Fake {
             after_off: Some(PowerState::Off),
             identity: Ok(MachineIdentity::Unavailable("fake".into())),
             commands: Mutex::new(Vec::new()),
+            delay: Duration::ZERO,
         }
+    }
+    fn slow(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
     }
     /// Accepts power off but the machine stays as it is (a lying BMC).
     fn ignoring_off(mut self) -> Self {
@@ -56,6 +63,7 @@ impl PowerDriver for Fake {
         format!("{}-host", self.name)
     }
     async fn status(&self) -> Result<PowerReading, PowerError> {
+        tokio::time::sleep(self.delay).await;
         let state = self
             .state
             .lock()
@@ -313,6 +321,27 @@ async fn a_reading_comes_with_the_identity_of_the_level_that_decided_it() {
     let (identity, reading) = t.read_with_identity().await;
     assert!(reading.is_err());
     assert_eq!(identity.expect("identity"), uuid());
+}
+
+/// A reading's latency is the whole call's: a primary that times out before a
+/// fallback answers shows in the power-query latency metric and in `status` output.
+#[tokio::test(start_paused = true)]
+async fn a_readings_latency_includes_the_levels_that_failed_before_it() {
+    let hung = Arc::new(
+        Fake::new("redfish", Err(PowerError::unreachable("timed out")))
+            .slow(Duration::from_secs(2)),
+    );
+    let ipmi = Arc::new(Fake::new("ipmi", Ok(PowerState::On)));
+    let t = topology(&[&hung, &ipmi]);
+    let reading = t.status().await.expect("status");
+    assert!(
+        reading.latency >= Duration::from_secs(2),
+        "{:?}",
+        reading.latency
+    );
+    let (_, reading) = t.read_with_identity().await;
+    let latency = reading.expect("reading").latency;
+    assert!(latency >= Duration::from_secs(2), "{latency:?}");
 }
 
 /// The BMC monitor reads every level once and derives the node's answer with
