@@ -103,7 +103,10 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
             lines.extend(inventory_lines(t, driver.as_ref().err()));
             match driver {
                 Ok(driver) => {
-                    let check = match driver.machine_identity().await {
+                    // As the daemon reads it: the identity goes with the reading (a
+                    // fencing topology: the level that answered).
+                    let (machine, reading) = driver.read_with_identity().await;
+                    let check = match machine {
                         Ok(machine) => crate::identity::check(&facts.identity, &machine),
                         Err(e) => crate::identity::IdentityCheck::Unknown(format!(
                             "the machine's identity cannot be read: {e}"
@@ -111,7 +114,7 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
                     };
                     lines.push(("Identity".to_string(), check.describe()));
                     identity = Some(check);
-                    power_line = match driver.status().await {
+                    power_line = match reading {
                         Ok(r) => {
                             power_state = Some(r.state.clone());
                             format!("{} (read in {} ms)", r.state, r.latency.as_millis())

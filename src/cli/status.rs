@@ -243,12 +243,10 @@ async fn query_one(
     if let Some(identity) = nodes.and_then(|n| n.get(&target.name)) {
         driver.node_identity(identity);
     }
-    let result = driver.status().await;
-    // After a reading this is answered from it (Redfish), without another request.
-    let machine = match &result {
-        Ok(_) => driver.machine_identity().await.ok(),
-        Err(_) => None,
-    };
+    // The identity of the machine whose reading this is (a fencing topology: the
+    // level that answered), as the daemon judges it.
+    let (machine, result) = driver.read_with_identity().await;
+    let machine = machine.ok();
     driver.close().await;
     let mut row = StatusRow {
         node: target.name.clone(),

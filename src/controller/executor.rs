@@ -121,9 +121,9 @@ impl Executor {
                     let result = match this.driver(&node) {
                         Ok(d) => {
                             // The identity of the machine whose reading this is, sent
-                            // first so the engine judges the reading with it. A failed
-                            // identity read changes nothing: the engine keeps what it
-                            // knew (never read: unproven).
+                            // first so the engine judges the reading with it. An identity
+                            // not read (or not asked) changes nothing: the engine keeps
+                            // what it knew (never read: unproven).
                             let (identity, reading) = d.read_with_identity().await;
                             match identity {
                                 Ok(machine) => this.send(Completion::Identity {

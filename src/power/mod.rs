@@ -73,6 +73,14 @@ pub struct PowerReading {
     pub latency: Duration,
 }
 
+/// The identity of a reading that failed: not asked.
+pub(crate) fn not_asked(kind: PowerErrorKind) -> PowerError {
+    PowerError::new(
+        kind,
+        "the machine's identity was not asked: the power state could not be read",
+    )
+}
+
 /// What to do to a machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PowerAction {
@@ -212,18 +220,25 @@ pub trait PowerDriver: Send + Sync {
     fn node_identity(&self, _node: &crate::identity::NodeIdentity) {}
     /// The power state together with the identity of the machine *whose reading it
     /// is*, for decisions that release volumes: an Off only counts for the machine its
-    /// reader can prove. One method: its identity (asked first: drivers cache it),
-    /// then its status. A fencing topology answers with the identity of the level
-    /// whose reading decided ([`topology::TopologyDriver`]): a fallback that cannot
-    /// tell which machine it switches is not vouched for by a primary that could.
+    /// reader can prove. One method: its status, then (when the status was read) its
+    /// identity, which drivers answer from that reading or a cache; a source that
+    /// cannot be read costs one timeout, not two. A fencing topology answers with the
+    /// identity of the level whose reading decided ([`topology::TopologyDriver`]): a
+    /// fallback that cannot tell which machine it switches is not vouched for by a
+    /// primary that could. The identity is an error ("not asked") when no reading was
+    /// certain enough to need one: whoever keeps the last identity keeps it.
     async fn read_with_identity(
         &self,
     ) -> (
         Result<MachineIdentity, PowerError>,
         Result<PowerReading, PowerError>,
     ) {
-        let identity = self.machine_identity().await;
-        (identity, self.status().await)
+        let reading = self.status().await;
+        let identity = match &reading {
+            Ok(_) => self.machine_identity().await,
+            Err(e) => Err(not_asked(e.kind)),
+        };
+        (identity, reading)
     }
     /// Releases server-side resources (a Redfish session). Best effort.
     async fn close(&self) {}

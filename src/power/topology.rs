@@ -198,8 +198,14 @@ impl PowerDriver for TopologyDriver {
                     answer => answer,
                 }
             }
-            // No certain reading: nothing can count as Off; the usual identity.
-            false => self.machine_identity().await,
+            // No certain reading: nothing can count as Off, and asking every level
+            // again would only wait for the broken ones twice.
+            false => Err(super::not_asked(
+                reading
+                    .as_ref()
+                    .err()
+                    .map_or(PowerErrorKind::Protocol, |e| e.kind),
+            )),
         };
         (identity, reading)
     }

@@ -315,12 +315,13 @@ async fn a_reading_comes_with_the_identity_of_the_level_that_decided_it() {
     let (identity, reading) = t.read_with_identity().await;
     assert_eq!(identity.expect("identity"), uuid());
     assert_eq!(reading.expect("reading").state, PowerState::On);
-    // No level certain: no Off to vouch for; the usual identity.
+    // No level certain: no Off to vouch for, and no level asked twice.
     let dead = Arc::new(Fake::new("exec", Err(PowerError::unreachable("gone"))));
     let t = topology(&[&bmc, &dead]);
     let (identity, reading) = t.read_with_identity().await;
     assert!(reading.is_err());
-    assert_eq!(identity.expect("identity"), uuid());
+    let not_asked = identity.expect_err("not asked");
+    assert!(not_asked.message.contains("not asked"), "{not_asked}");
 }
 
 /// A reading's latency is the whole call's: a primary that times out before a
