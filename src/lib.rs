@@ -8,7 +8,9 @@
 //! - [`power`]: the one [`power::PowerDriver`] trait every power source implements,
 //!   the uniform [`power::PowerState`], the confirm-off loop and the drivers.
 //! - [`cli`]: one module per subcommand; `main.rs` only dispatches.
-//! - [`tls`]: the single rustls crypto provider of the process.
+//! - [`tls`]: the single rustls crypto provider of the process, and how BMC
+//!   certificates are trusted (a CA file, the exact certificate, or a pinned fingerprint).
+//! - [`untrusted`]: text from BMCs, clouds and the API server, made safe to show.
 
 pub mod cli;
 pub mod cluster;
@@ -21,3 +23,4 @@ pub mod identity;
 pub mod power;
 pub mod telemetry;
 pub mod tls;
+pub mod untrusted;

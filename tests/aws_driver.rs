@@ -447,7 +447,8 @@ async fn a_private_ca_endpoint_is_trusted_only_through_ca_file_and_the_profile_s
         .status()
         .await
         .unwrap_err();
-    assert_eq!(err.kind, PowerErrorKind::Unreachable, "{err}");
+    assert_eq!(err.kind, PowerErrorKind::Tls, "{err}");
+    assert!(err.message.contains("unknown issuer"), "{err}");
     assert!(ec2.received().is_empty());
 
     // With it: answered, and signed with the named profile's keys (not [default]).

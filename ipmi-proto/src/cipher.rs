@@ -47,7 +47,7 @@ pub fn encrypt(k2: &[u8], iv: [u8; BLOCK], plain: &[u8]) -> Result<Vec<u8>> {
 /// Call only after the packet's AuthCode verified.
 pub fn decrypt(k2: &[u8], payload: &[u8]) -> Result<Vec<u8>> {
     let key = key(k2)?;
-    if payload.len() < 2 * BLOCK || payload.len() % BLOCK != 0 {
+    if payload.len() < 2 * BLOCK || !payload.len().is_multiple_of(BLOCK) {
         return Err(Error::BadLength {
             what: "AES-CBC-128 payload",
             len: payload.len(),

@@ -34,7 +34,7 @@ async fn client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
         }
         None => kube::Config::infer().await?,
     };
-    Ok(kube::Client::try_from(config)?)
+    Ok(crate::cluster::client(config)?)
 }
 
 /// For `status` and `fence`: reads the Kubernetes Secrets holding the BMC passwords of

@@ -220,7 +220,7 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
 
     let width = lines.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
     for (k, v) in &lines {
-        println!("{:<width$} {v}", format!("{k}:"));
+        println!("{:<width$} {}", format!("{k}:"), crate::untrusted::line(v));
     }
     print_events(client, name, now).await;
     exit::OK

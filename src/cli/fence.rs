@@ -109,10 +109,10 @@ pub async fn run(config_path: &Path, args: &FenceArgs) -> u8 {
         }
     }
     let action = PowerAction::from(args.action);
-    if !args.yes {
-        if let Err(code) = ask(&args.node, action, &driver.endpoint()) {
-            return code;
-        }
+    if !args.yes
+        && let Err(code) = ask(&args.node, action, &driver.endpoint())
+    {
+        return code;
     }
     let policy = config.agent.power.confirm;
     eprintln!(

@@ -19,6 +19,7 @@ mod pause;
 mod run;
 mod status;
 mod table;
+mod tls_fingerprint;
 mod validate;
 
 use std::path::PathBuf;
@@ -48,7 +49,8 @@ Examples:
   nodefence validate --config /etc/nodefence/nodefence.toml
   nodefence status                      # every inventory node, queried concurrently
   nodefence status worker-1 -o json
-  nodefence fence worker-1 --action off # asks first; --yes for scripts";
+  nodefence fence worker-1 --action off # asks first; --yes for scripts
+  nodefence tls-fingerprint worker-1    # the certificate its BMC presents, to pin it";
 
 #[derive(Debug, Parser)]
 #[command(name = "nodefence", version, about = ABOUT, after_help = AFTER_HELP)]
@@ -93,6 +95,9 @@ pub enum Command {
     Resume(pause::ResumeArgs),
     /// What nodefence sees about one node and what it would do now.
     Explain(explain::ExplainArgs),
+    /// Show the TLS certificate a node's BMC (or a URL) presents and the inventory
+    /// line that trusts exactly it.
+    TlsFingerprint(tls_fingerprint::TlsFingerprintArgs),
 }
 
 /// Output format of `status` and `fence`.
@@ -125,6 +130,7 @@ pub fn run(cli: Cli) -> ExitCode {
             Command::Pause(args) => pause::pause(args).await,
             Command::Resume(args) => pause::resume(args).await,
             Command::Explain(args) => explain::run(&cli.config, args).await,
+            Command::TlsFingerprint(args) => tls_fingerprint::run(&cli.config, args).await,
         }
     });
     ExitCode::from(code)

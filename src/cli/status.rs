@@ -65,11 +65,15 @@ pub struct MachineReport {
 impl MachineReport {
     fn new(m: &MachineIdentity) -> Self {
         let (kind, value) = match m {
-            MachineIdentity::Uuid(u) => ("uuid", u.clone()),
-            MachineIdentity::InstanceId(i) => ("instance-id", i.clone()),
-            MachineIdentity::Unavailable(why) => ("unavailable", why.clone()),
+            MachineIdentity::Uuid(u) => ("uuid", u.as_str()),
+            MachineIdentity::InstanceId(i) => ("instance-id", i.as_str()),
+            MachineIdentity::Unavailable(why) => ("unavailable", why.as_str()),
         };
-        Self { kind, value }
+        // As the power source sent it, made safe to print.
+        Self {
+            kind,
+            value: crate::untrusted::field(value),
+        }
     }
 }
 

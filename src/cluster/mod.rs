@@ -11,3 +11,16 @@ pub mod leader;
 pub mod pause;
 pub mod records;
 pub mod release;
+
+/// The `User-Agent` of every request nodefence sends (Kubernetes, Redfish, EC2), so
+/// an API server's audit log or a BMC's access log can pick its requests out.
+pub const USER_AGENT: &str = concat!("nodefence/", env!("CARGO_PKG_VERSION"));
+
+/// A Kubernetes client for `config` that identifies itself as nodefence.
+pub fn client(mut config: kube::Config) -> Result<kube::Client, kube::Error> {
+    config.headers.push((
+        reqwest::header::USER_AGENT,
+        reqwest::header::HeaderValue::from_static(USER_AGENT),
+    ));
+    kube::Client::try_from(config)
+}

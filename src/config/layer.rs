@@ -22,7 +22,7 @@ use super::paths::{BaseDir, FilePath};
 use super::policy::{self, PolicyDraft, Scope};
 use super::values::{
     auth, check_env_name, cipher_suite, driver, instance_id, instance_tag, ipmi_privilege, narrow,
-    options, region, secret_key, secret_name, system_id,
+    options, region, secret_key, secret_name, system_id, tls_fingerprint,
 };
 
 /// A power driver, as named by `driver = "..."`.
@@ -83,6 +83,7 @@ const FIELDS: &[(&str, &[Driver])] = &[
     ("username_secret_key", CREDENTIALED),
     ("ca_file", &[Driver::Redfish, Driver::Aws]),
     ("insecure", &[Driver::Redfish, Driver::Aws]),
+    ("tls_fingerprint", &[Driver::Redfish, Driver::Aws]),
     ("connect_timeout", ALL),
     ("request_timeout", ALL),
     ("operation_timeout", ALL),
@@ -174,6 +175,8 @@ pub(crate) struct Layer {
     pub username_secret_key: Option<Val<String>>,
     pub ca_file: Option<Val<FilePath>>,
     pub insecure: Option<Val<bool>>,
+    /// `tls_fingerprint`: the one certificate trusted for this BMC.
+    pub tls_fingerprint: Option<Val<crate::tls::CertFingerprint>>,
     pub connect_timeout: Option<Val<Duration>>,
     pub request_timeout: Option<Val<Duration>>,
     pub operation_timeout: Option<Val<Duration>>,
@@ -222,6 +225,7 @@ impl Layer {
             username_secret_key: None,
             ca_file: None,
             insecure: None,
+            tls_fingerprint: None,
             connect_timeout: None,
             request_timeout: None,
             operation_timeout: None,
@@ -353,6 +357,7 @@ impl Layer {
                 self.ca_file = Some(v.with(base.join(&v.value)));
             }
             "insecure" => self.insecure = Some(e.bool()?),
+            "tls_fingerprint" => self.tls_fingerprint = Some(tls_fingerprint(e)?),
             "connect_timeout" => self.connect_timeout = Some(e.duration(false)?),
             "request_timeout" => self.request_timeout = Some(e.duration(false)?),
             "operation_timeout" => self.operation_timeout = Some(e.duration(false)?),

@@ -298,6 +298,9 @@ pub struct TlsSettings {
     pub ca_file: Option<PathBuf>,
     /// Skip certificate verification. Must be written per BMC or group; warned once.
     pub insecure: bool,
+    /// Trust exactly the certificate with this SHA-256 (`tls_fingerprint`), whatever
+    /// its names and dates; replaces `ca_file`.
+    pub fingerprint: Option<crate::tls::CertFingerprint>,
 }
 
 /// Deadlines for talking to one power source.

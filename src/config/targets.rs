@@ -88,9 +88,55 @@ pub(crate) fn redfish(
     }))
 }
 
+/// The trust setting of one BMC: `ca_file`, `tls_fingerprint` or `insecure`.
+/// `insecure` contradicts both others. Between a CA file and a pin, the more
+/// specific level's applies (a group's CA, one node's BMC pinned), as password
+/// sources do; both at the same level is an error.
 fn tls(ctx: &mut Ctx<'_>, chain: &Chain<'_>) -> Option<TlsSettings> {
-    let ca = chain.pick(|l| &l.ca_file);
+    let mut ca = chain.pick(|l| &l.ca_file);
+    let pin = chain.pick(|l| &l.tls_fingerprint);
     let insecure = chain.pick(|l| &l.insecure).filter(|p| p.val.value);
+    if let (Some(pin), Some(insecure)) = (pin, insecure) {
+        let at = if rank(insecure.layer) >= rank(pin.layer) {
+            insecure.layer
+        } else {
+            pin.layer
+        };
+        let (span, other) = if std::ptr::eq(at, insecure.layer) {
+            (&insecure.val.key, pin.layer)
+        } else {
+            (&pin.val.key, insecure.layer)
+        };
+        ctx.error(
+            at,
+            span,
+            format!(
+                "`insecure = true` and `tls_fingerprint` contradict each other (both in effect{})",
+                from_where(other, at)
+            ),
+            Some("a pin trusts exactly one certificate; insecure trusts any. Keep the pin".into()),
+        );
+        return None;
+    }
+    if let (Some(c), Some(p)) = (ca, pin) {
+        if rank(c.layer) == rank(p.layer) {
+            ctx.error(
+                p.layer,
+                &p.val.key,
+                "`ca_file` and `tls_fingerprint` at the same level: a BMC has one trust setting"
+                    .to_string(),
+                Some(
+                    "keep the pin for a BMC with its own certificate, or ca_file for BMCs whose                      certificates your CA signed"
+                        .into(),
+                ),
+            );
+            return None;
+        }
+        if rank(p.layer) > rank(c.layer) {
+            ca = None;
+        }
+    }
+    let pin = pin.filter(|p| ca.is_none_or(|c| rank(p.layer) > rank(c.layer)));
     if let (Some(ca), Some(insecure)) = (ca, insecure) {
         let (at, other) = if rank(insecure.layer) >= rank(ca.layer) {
             (insecure.layer, ca.layer)
@@ -144,6 +190,7 @@ fn tls(ctx: &mut Ctx<'_>, chain: &Chain<'_>) -> Option<TlsSettings> {
     Some(TlsSettings {
         ca_file,
         insecure: insecure.is_some(),
+        fingerprint: pin.map(|p| p.val.value),
     })
 }
 

@@ -161,6 +161,21 @@ pub(crate) fn region(e: &Entry<'_, '_>) -> Result<Val<String>, Problem> {
     Ok(v)
 }
 
+/// `tls_fingerprint = "sha256:AB:CD:..."`: a BMC's own certificate, pinned.
+pub(crate) fn tls_fingerprint(
+    e: &Entry<'_, '_>,
+) -> Result<Val<crate::tls::CertFingerprint>, Problem> {
+    let v = e.non_empty_string()?;
+    match v.value.parse::<crate::tls::CertFingerprint>() {
+        Ok(fp) => Ok(v.with(fp)),
+        Err(err) => Err(Problem::new(
+            &v.span,
+            format!("`tls_fingerprint`: {}", err.message),
+            Some(err.help),
+        )),
+    }
+}
+
 /// Option names that would carry a password in clear text.
 const SECRET_OPTIONS: &[&str] = &[
     "password",

@@ -331,7 +331,7 @@ impl Executor {
                     EventType::Normal
                 },
                 reason: notice.reason.as_str().to_string(),
-                note: Some(notice.message.chars().take(1000).collect()),
+                note: Some(crate::untrusted::event_note(&notice.message)),
                 action: "Fencing".into(),
                 secondary: None,
             };

@@ -520,7 +520,7 @@ async fn publish_as(
     let event = Event {
         type_,
         reason: reason.into(),
-        note: Some(note),
+        note: Some(crate::untrusted::event_note(&note)),
         action: action.into(),
         secondary: None,
     };

@@ -364,5 +364,5 @@ async fn client(kube: &FakeKubeHandle) -> anyhow::Result<kube::Client> {
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
         .context("configuring the Kubernetes client")?;
-    kube::Client::try_from(config).context("building the Kubernetes client")
+    crate::cluster::client(config).context("building the Kubernetes client")
 }

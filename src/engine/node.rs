@@ -328,11 +328,11 @@ impl NodeState {
                     inc.since = since;
                     inc.off_readings.retain(|t| *t > since);
                 }
-                if let Some(excl) = exclusion {
-                    if !inc.releasing {
-                        set_block(inc, Block::Excluded(excl), &name, &mut out);
-                        return out;
-                    }
+                if let Some(excl) = exclusion
+                    && !inc.releasing
+                {
+                    set_block(inc, Block::Excluded(excl), &name, &mut out);
+                    return out;
                 }
                 let identity = identity_gate(&self.facts, self.machine.as_ref(), policy);
                 decide_incident(

@@ -311,13 +311,7 @@ fn placeholder(u: &Uuid) -> Option<&'static str> {
 
 /// `"value"`, shortened when a source sent something long.
 fn quoted(raw: &str) -> String {
-    let raw = raw.trim();
-    if raw.chars().count() <= MAX_QUOTED {
-        format!("{raw:?}")
-    } else {
-        let head: String = raw.chars().take(MAX_QUOTED).collect();
-        format!("{head:?}...")
-    }
+    format!("\"{}\"", crate::untrusted::text(raw.trim(), MAX_QUOTED))
 }
 
 #[cfg(test)]

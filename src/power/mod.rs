@@ -106,6 +106,12 @@ pub enum PowerErrorKind {
     Unreachable,
     /// The source refused our credentials.
     Auth,
+    /// The credentials were accepted but may not do this (a read-only BMC user asked
+    /// to power a machine off).
+    Privilege,
+    /// The source's TLS certificate was refused (or no TLS handshake was possible).
+    /// Permanent until the certificate or the trust setting changes: never retried.
+    Tls,
     /// The source answered something we cannot trust: bad status, HTML, malformed
     /// JSON, oversized body, redirect loop, missing fields.
     Protocol,
@@ -120,6 +126,8 @@ impl PowerErrorKind {
         match self {
             PowerErrorKind::Unreachable => "unreachable",
             PowerErrorKind::Auth => "auth",
+            PowerErrorKind::Privilege => "privilege",
+            PowerErrorKind::Tls => "tls",
             PowerErrorKind::Protocol => "protocol",
             PowerErrorKind::Unsupported => "unsupported",
             PowerErrorKind::Config => "config",
@@ -133,7 +141,12 @@ impl fmt::Display for PowerErrorKind {
     }
 }
 
-/// A failed power query or command. The message never contains a secret.
+/// The longest error message kept (a topology's combines every level's).
+const MAX_ERROR_CHARS: usize = 4000;
+
+/// A failed power query or command. The message never contains a secret, and never a
+/// control character: it often quotes what a BMC or a cloud said, so it is escaped and
+/// capped when made ([`crate::untrusted`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{kind}: {message}")]
 pub struct PowerError {
@@ -145,7 +158,7 @@ impl PowerError {
     pub fn new(kind: PowerErrorKind, message: impl Into<String>) -> Self {
         Self {
             kind,
-            message: message.into(),
+            message: crate::untrusted::text(&message.into(), MAX_ERROR_CHARS),
         }
     }
     pub fn unreachable(message: impl Into<String>) -> Self {
@@ -153,6 +166,12 @@ impl PowerError {
     }
     pub fn auth(message: impl Into<String>) -> Self {
         Self::new(PowerErrorKind::Auth, message)
+    }
+    pub fn privilege(message: impl Into<String>) -> Self {
+        Self::new(PowerErrorKind::Privilege, message)
+    }
+    pub fn tls(message: impl Into<String>) -> Self {
+        Self::new(PowerErrorKind::Tls, message)
     }
     pub fn protocol(message: impl Into<String>) -> Self {
         Self::new(PowerErrorKind::Protocol, message)

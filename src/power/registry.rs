@@ -150,29 +150,18 @@ impl DriverFactory {
 }
 
 fn build_client(profile: &ClientProfile) -> Result<reqwest::Client, PowerError> {
-    let mut builder = reqwest::Client::builder()
-        .user_agent(concat!("nodefence/", env!("CARGO_PKG_VERSION")))
+    let builder = reqwest::Client::builder()
+        .user_agent(crate::cluster::USER_AGENT)
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(profile.connect_timeout)
         .pool_idle_timeout(Duration::from_secs(60))
         .pool_max_idle_per_host(4)
         .tcp_keepalive(Duration::from_secs(30));
-    if let Some(ca_file) = &profile.tls.ca_file {
-        let pem = std::fs::read(ca_file).map_err(|e| {
-            PowerError::config(format!("cannot read ca_file {}: {e}", ca_file.display()))
-        })?;
-        let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
-            PowerError::config(format!(
-                "ca_file {} holds no usable PEM certificate: {e}",
-                ca_file.display()
-            ))
-        })?;
-        builder = builder.tls_certs_only(certs);
-    }
-    if profile.tls.insecure {
-        builder = builder.tls_danger_accept_invalid_certs(true);
-    }
+    // nodefence's own verifier (src/tls): a BMC's self-signed certificate can be
+    // trusted as itself, pins work, and a refusal says which check failed.
+    let tls = crate::tls::client_config(&profile.tls).map_err(|e| PowerError::config(e.0))?;
     builder
+        .use_preconfigured_tls(tls)
         .build()
         .map_err(|e| PowerError::config(format!("cannot build the HTTP client: {e}")))
 }

@@ -69,7 +69,7 @@ pub fn target(mock: &MockRedfishHandle, system_id: Option<&str>) -> Target {
             auth: RedfishAuth::Auto,
             tls: TlsSettings {
                 ca_file,
-                insecure: false,
+                ..TlsSettings::default()
             },
             timeouts: fast_timeouts(),
         },

@@ -136,7 +136,7 @@ pub fn parse_hex(s: &str) -> Result<Vec<u8>, ParseError> {
         .map(|c| c.to_digit(16).and_then(|d| u8::try_from(d).ok()))
         .collect::<Option<_>>()
         .ok_or_else(bad)?;
-    if digits.len() % 2 != 0 {
+    if !digits.len().is_multiple_of(2) {
         return Err(bad());
     }
     Ok(digits.chunks_exact(2).map(|p| p[0] << 4 | p[1]).collect())

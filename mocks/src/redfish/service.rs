@@ -219,10 +219,11 @@ fn answer(
     let no_sessions = !shared.config.profile.has_sessions()
         && (path == "/redfish/v1/SessionService"
             || path.starts_with("/redfish/v1/SessionService/"));
-    if !public && !no_sessions {
-        if let Err(reply) = authenticate(shared, inner, presented, path) {
-            return reply;
-        }
+    if !public
+        && !no_sessions
+        && let Err(reply) = authenticate(shared, inner, presented, path)
+    {
+        return reply;
     }
     let Some(resource) = resource else {
         return Reply::error(

@@ -471,3 +471,110 @@ fn a_fence_ipmilan_entry_and_an_ipmi_entry_for_one_bmc_are_one_machine() {
     assert_at(same, Some("b"), 8, "IPMI BMC 10.0.9.21:623");
     assert_eq!(errs.len(), 1, "{}", ConfigErrors(errs.clone()));
 }
+
+const PIN: &str = "sha256:3A:7B:00:FF:10:20:30:40:50:60:70:80:90:A0:B0:C0:D0:E0:F0:01:02:03:04:05:06:07:08:09:0A:0B:0C:0D";
+
+fn tls_of(config: &Config, node: &str) -> crate::config::TlsSettings {
+    match &config.inventory.nodes[node].power {
+        PowerSource::Redfish(r) => r.tls.clone(),
+        other => panic!("{node} is {}", other.driver_name()),
+    }
+}
+
+#[test]
+fn tls_fingerprint_pins_a_bmc_and_a_node_pin_replaces_its_groups_ca_file() {
+    let inv = lines(&[
+        "[groups.rack]",
+        "ca_file = \"ca.pem\"",
+        "[nodes.a]",
+        "group = \"rack\"",
+        NODE_OK[0],
+        NODE_OK[1],
+        NODE_OK[2],
+        NODE_OK[3],
+        &format!("tls_fingerprint = \"{PIN}\""),
+        "[nodes.b]",
+        "group = \"rack\"",
+        NODE_OK[0],
+        NODE_OK[1],
+        NODE_OK[2],
+        NODE_OK[3],
+        "[nodes.c]",
+        NODE_OK[0],
+        NODE_OK[1],
+        NODE_OK[2],
+        NODE_OK[3],
+        // openssl's own output line is accepted as written.
+        &format!("tls_fingerprint = \"sha256 Fingerprint={}\"", &PIN[7..]),
+    ]);
+    let config = Fixture::new().ok(&inv);
+    let a = tls_of(&config, "a");
+    assert_eq!(a.fingerprint.map(|f| f.to_string()).as_deref(), Some(PIN));
+    assert_eq!(
+        a.ca_file, None,
+        "the node's pin replaces the group's CA file"
+    );
+    let b = tls_of(&config, "b");
+    assert!(b.ca_file.is_some() && b.fingerprint.is_none(), "{b:?}");
+    assert_eq!(tls_of(&config, "c").fingerprint, a.fingerprint);
+}
+
+#[test]
+fn tls_fingerprint_conflicts_and_bad_values_are_errors_at_their_line() {
+    let errs = Fixture::new().errors(&doc(&[
+        node(
+            "a",
+            &[&format!("tls_fingerprint = \"{PIN}\""), "insecure = true"],
+        ), // 6, 7
+        node(
+            "b",
+            &[
+                "ca_file = \"ca.pem\"",
+                &format!("tls_fingerprint = \"{PIN}\""),
+            ],
+        ), // 13, 14
+        node("c", &["tls_fingerprint = \"SHA1 Fingerprint=AA:BB\""]), // 20
+        node("d", &["tls_fingerprint = \"sha256:AB:CD\""]),           // 26
+    ]));
+    assert_eq!(errs.len(), 4, "{}", ConfigErrors(errs.clone()));
+    assert_at(
+        find(&errs, "`insecure = true` and `tls_fingerprint`"),
+        Some("a"),
+        7,
+        "insecure",
+    );
+    assert_at(
+        find(&errs, "at the same level"),
+        Some("b"),
+        14,
+        "tls_fingerprint",
+    );
+    let sha1 = find(&errs, "only SHA-256");
+    assert_at(sha1, Some("c"), 20, "tls_fingerprint");
+    assert!(
+        sha1.help
+            .as_deref()
+            .unwrap()
+            .contains("nodefence tls-fingerprint")
+    );
+    assert_at(
+        find(&errs, "64 hex digits"),
+        Some("d"),
+        26,
+        "tls_fingerprint",
+    );
+}
+
+#[test]
+fn tls_fingerprint_does_not_apply_to_ipmi() {
+    let errs = Fixture::new().errors(&lines(&[
+        "[nodes.a]",
+        "driver = \"ipmi\"",
+        "address = \"10.0.0.1\"",
+        "username = \"fence\"",
+        "password_file = \"secrets/bmc-password\"",
+        &format!("tls_fingerprint = \"{PIN}\""),
+    ]));
+    assert_eq!(errs.len(), 1, "{}", ConfigErrors(errs.clone()));
+    assert_at(&errs[0], Some("a"), 6, "tls_fingerprint");
+}

@@ -83,11 +83,14 @@ impl Failure {
             retry: false,
         }
     }
-    fn transient(error: PowerError) -> Self {
+    /// A request that could not be sent or read: retried, unless the endpoint's TLS
+    /// certificate was refused (that cannot change by retrying).
+    fn sending(error: PowerError) -> Self {
+        let retry = error.kind != PowerErrorKind::Tls;
         Self {
             code: None,
             error,
-            retry: true,
+            retry,
         }
     }
     /// The error for a caller that has no use for the code.
@@ -215,7 +218,7 @@ impl Ec2 {
         let mut response = request
             .send()
             .await
-            .map_err(|e| Failure::transient(send_error(&e, what, &self.timeouts)))?;
+            .map_err(|e| Failure::sending(send_error(&e, what, &self.timeouts)))?;
         let status = response.status();
         let mut bytes = Vec::new();
         loop {
@@ -229,7 +232,7 @@ impl Ec2 {
                     bytes.extend_from_slice(&chunk);
                 }
                 Ok(None) => break,
-                Err(e) => return Err(Failure::transient(send_error(&e, what, &self.timeouts))),
+                Err(e) => return Err(Failure::sending(send_error(&e, what, &self.timeouts))),
             }
         }
         let text = String::from_utf8_lossy(&bytes).into_owned();
@@ -359,6 +362,9 @@ pub fn judge(status: StatusCode, api: Option<ApiError>, what: &str) -> Failure {
 
 /// Describes a transport failure (URLs never carry credentials).
 fn send_error(e: &reqwest::Error, what: &str, timeouts: &Timeouts) -> PowerError {
+    if let Some(failure) = crate::tls::refusal_in(e) {
+        return PowerError::tls(format!("{what}: {}", failure.message()));
+    }
     let chain = crate::power::error_sources(e);
     let head = if e.is_timeout() {
         format!(

@@ -184,10 +184,10 @@ impl Group {
 
     /// Kills the group and the agent, and reaps the agent.
     async fn kill(&mut self) {
-        if let Some(mut killer) = self.pgid.and_then(group_killer) {
-            if let Ok(mut running) = killer.spawn() {
-                let _ = timeout(REAP_TIMEOUT, running.wait()).await;
-            }
+        if let Some(mut killer) = self.pgid.and_then(group_killer)
+            && let Ok(mut running) = killer.spawn()
+        {
+            let _ = timeout(REAP_TIMEOUT, running.wait()).await;
         }
         let _ = self.child.start_kill();
         if timeout(REAP_TIMEOUT, self.child.wait()).await.is_err() {

@@ -365,11 +365,11 @@ impl Inner {
 
     async fn establish(&self, state: &mut State, deadline: Instant) -> Result<(), PowerError> {
         let mut proposals = self.suites.clone();
-        if let Some(working) = state.working_suite {
-            if let Some(at) = proposals.iter().position(|&s| s == working) {
-                proposals.remove(at);
-                proposals.insert(0, working);
-            }
+        if let Some(working) = state.working_suite
+            && let Some(at) = proposals.iter().position(|&s| s == working)
+        {
+            proposals.remove(at);
+            proposals.insert(0, working);
         }
         let login = Login {
             creds: &self.creds,

@@ -372,11 +372,10 @@ async fn authenticate(
             bmc_session_id: bmc_id,
             auth_code: Vec::new(),
         };
-        if let Ok(body) = refusal.encode(suite) {
-            if let Ok(d) = rmcp::encode_v2_plain(&V2Header::pre_session(PayloadType::Rakp3), &body)
-            {
-                t.send_only(&d, plan.deadline).await;
-            }
+        if let Ok(body) = refusal.encode(suite)
+            && let Ok(d) = rmcp::encode_v2_plain(&V2Header::pre_session(PayloadType::Rakp3), &body)
+        {
+            t.send_only(&d, plan.deadline).await;
         }
         return Err(AuthFailure::from(PowerError::auth(format!(
             "RAKP 2 from the BMC does not verify with the configured password: wrong user name or password? (user {:?}, cipher suite {})",

@@ -11,7 +11,9 @@
 //! remembered from every GET of the system (so power readings keep it fresh) and kept
 //! with the discovered system: whatever re-discovers the system forgets it.
 
+mod auth;
 pub mod model;
+pub mod redirect;
 pub mod reply;
 pub mod reset;
 pub mod transport;
@@ -196,10 +198,10 @@ impl RedfishDriver {
             .map_err(|e| {
                 PowerError::new(e.kind, format!("ResetType {reset_type}: {}", e.message))
             })?;
-        if reply.status == StatusCode::ACCEPTED {
-            if let Some(monitor) = reply.location.clone() {
-                return self.follow_task(&monitor, reply, deadline).await;
-            }
+        if reply.status == StatusCode::ACCEPTED
+            && let Some(monitor) = reply.location.clone()
+        {
+            return self.follow_task(&monitor, reply, deadline).await;
         }
         Ok(())
     }
@@ -354,10 +356,10 @@ pub fn map_power_state(value: Option<&Value>) -> PowerState {
             "PoweringOn" => PowerState::PoweringOn,
             "PoweringOff" => PowerState::PoweringOff,
             "Paused" => PowerState::Paused,
-            other => PowerState::Unknown(other.to_string()),
+            other => PowerState::Unknown(crate::untrusted::field(other)),
         },
         Some(Value::Null) | None => PowerState::Unknown(String::new()),
-        Some(other) => PowerState::Unknown(other.to_string()),
+        Some(other) => PowerState::Unknown(crate::untrusted::field(&other.to_string())),
     }
 }
 

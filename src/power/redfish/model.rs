@@ -6,6 +6,8 @@
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::untrusted;
+
 /// `{"@odata.id": "..."}`
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 pub struct Link {
@@ -92,20 +94,45 @@ pub struct Task {
     pub messages: Vec<Value>,
 }
 
-/// Extracts the human text from a Redfish error body
+/// True when a Redfish error body says the account lacks the privilege (the Base
+/// registry's `InsufficientPrivilege`, in `error.code` or any `MessageId`).
+pub fn is_insufficient_privilege(body: &Value) -> bool {
+    let Some(error) = body.get("error") else {
+        return false;
+    };
+    let names = |v: Option<&Value>| {
+        v.and_then(Value::as_str).is_some_and(|id| {
+            id.ends_with(".InsufficientPrivilege") || id == "InsufficientPrivilege"
+        })
+    };
+    names(error.get("code"))
+        || error
+            .get("@Message.ExtendedInfo")
+            .and_then(Value::as_array)
+            .is_some_and(|infos| infos.iter().any(|i| names(i.get("MessageId"))))
+}
+
+/// How many `@Message.ExtendedInfo` entries of one error are shown.
+const MAX_EXTENDED_INFO: usize = 4;
+
+/// Extracts the human text from a Redfish error body (escaped and capped: it is the
+/// BMC's text)
 /// (`{"error":{"message":..., "@Message.ExtendedInfo":[{"Message":...}]}}`).
 pub fn error_message(body: &Value) -> Option<String> {
     let error = body.get("error")?;
     let mut parts = Vec::new();
     if let Some(m) = error.get("message").and_then(Value::as_str) {
-        parts.push(m.to_string());
+        parts.push(untrusted::field(m));
     }
     if let Some(infos) = error.get("@Message.ExtendedInfo").and_then(Value::as_array) {
-        for info in infos {
-            if let Some(m) = info.get("Message").and_then(Value::as_str)
-                && !parts.iter().any(|p| p == m)
+        for info in infos.iter().take(MAX_EXTENDED_INFO) {
+            if let Some(m) = info
+                .get("Message")
+                .and_then(Value::as_str)
+                .map(untrusted::field)
+                && !parts.contains(&m)
             {
-                parts.push(m.to_string());
+                parts.push(m);
             }
         }
     }

@@ -99,13 +99,17 @@ pub(super) fn expect_json<T: DeserializeOwned>(
 }
 
 /// Describes a transport failure without secrets (URLs never carry credentials: the
-/// config loader refuses them).
+/// config loader refuses them). A TLS failure is [`PowerErrorKind::Tls`] with the
+/// verifier's own explanation (which check, what was presented, what to set).
 pub(super) fn send_error(
     e: &reqwest::Error,
     method: &Method,
     path: &str,
     timeouts: &Timeouts,
 ) -> PowerError {
+    if let Some(failure) = crate::tls::refusal_in(e) {
+        return PowerError::tls(failure.message());
+    }
     let chain = crate::power::error_sources(e);
     let what = if e.is_timeout() {
         format!(
@@ -117,10 +121,5 @@ pub(super) fn send_error(
     } else {
         format!("{method} {path}: connection failed")
     };
-    let hint = if chain.to_ascii_lowercase().contains("certificate") {
-        "; set ca_file to the CA that signed the BMC's certificate (or insecure = true for this BMC only)"
-    } else {
-        ""
-    };
-    PowerError::new(PowerErrorKind::Unreachable, format!("{what}{chain}{hint}"))
+    PowerError::new(PowerErrorKind::Unreachable, format!("{what}{chain}"))
 }

@@ -4,15 +4,18 @@
 //! here, so the driver above only ever sees a status code and parsed JSON:
 //! - `Accept: application/json` and `OData-Version: 4.0` on every request (some BMCs
 //!   answer 406 without them); no `Authorization` on the session-creation POST.
-//! - Redfish sessions (`X-Auth-Token`), re-login once on 401, HTTP Basic as fallback
-//!   when the service has no usable SessionService (in `auto` mode).
+//! - Redfish sessions (`X-Auth-Token`), re-login once on 401, HTTP Basic when the
+//!   service will not give a session (in `auto` mode; see [`super::auth`]).
 //! - Connect errors, timeouts and 5xx are retried with jittered exponential backoff,
-//!   at most `retries` times and never past the operation deadline.
+//!   at most `retries` times and never past the operation deadline. A refused TLS
+//!   certificate is not: it is reported once.
 //! - Bodies are capped at [`MAX_BODY_BYTES`]; HTML pages, wrong content types and
-//!   malformed JSON are protocol errors. Redirects are never followed (a redirect
-//!   would carry credentials to wherever the BMC points) and URLs the BMC hands back
-//!   must stay on the same origin.
+//!   malformed JSON are protocol errors. Redirects are followed only on the
+//!   endpoint's own origin, at most a few hops, never changing a POST into a GET
+//!   ([`super::redirect`]); permanent ones are remembered. URLs the BMC hands back
+//!   must stay on the same origin too: credentials never leave the BMC.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,58 +29,60 @@ use tokio::sync::{Mutex, OnceCell, Semaphore};
 use tokio::time::Instant;
 use url::Url;
 
-use super::model::{self, ServiceRoot};
+use super::auth::{AuthState, detail};
+use super::model::ServiceRoot;
+use super::redirect::{self, MAX_REDIRECTS};
 use super::reply::{MAX_BODY_BYTES, Reply, expect_json, header_str, parse_body, send_error};
 use crate::config::{Credential, RedfishAuth, Timeouts};
-use crate::power::PowerError;
+use crate::power::{PowerError, PowerErrorKind};
 
 const SERVICE_ROOT: &str = "/redfish/v1";
-const DEFAULT_SESSIONS: &str = "/redfish/v1/SessionService/Sessions";
 
 /// One failed attempt; `retry` says whether trying again may help.
 #[derive(Debug, Clone)]
-struct AttemptError {
+pub(super) struct AttemptError {
     error: PowerError,
     retry: bool,
 }
 
 impl AttemptError {
-    fn fatal(error: PowerError) -> Self {
+    pub(super) fn fatal(error: PowerError) -> Self {
         Self {
             error,
             retry: false,
         }
     }
-    fn transient(error: PowerError) -> Self {
+    pub(super) fn transient(error: PowerError) -> Self {
         Self { error, retry: true }
+    }
+    /// A request that could not be sent or read: retried, unless the TLS certificate
+    /// was refused (retrying cannot change the certificate: report it once).
+    fn sending(error: PowerError) -> Self {
+        let retry = error.kind != PowerErrorKind::Tls;
+        Self { error, retry }
     }
 }
 
+/// The credentials one request carries.
 #[derive(Debug, Clone)]
-enum AuthHeader {
+pub(super) enum AuthHeader {
     None,
     Basic,
     Token(SecretString),
-}
-
-#[derive(Debug, Default)]
-struct AuthState {
-    /// Decided once: true = sessions, false = Basic.
-    use_sessions: Option<bool>,
-    token: Option<SecretString>,
-    session_uri: Option<String>,
 }
 
 /// HTTP client for one BMC.
 pub struct Transport {
     client: reqwest::Client,
     base: Url,
-    credential: Credential,
-    mode: RedfishAuth,
+    pub(super) credential: Credential,
+    pub(super) mode: RedfishAuth,
     timeouts: Timeouts,
     limiter: Arc<Semaphore>,
     root: OnceCell<ServiceRoot>,
-    auth: Mutex<AuthState>,
+    pub(super) auth: Mutex<AuthState>,
+    /// Permanent redirects seen (path → path), followed directly next time.
+    moved: std::sync::Mutex<HashMap<String, String>>,
 }
 
 impl Transport {
@@ -98,6 +103,7 @@ impl Transport {
             limiter,
             root: OnceCell::new(),
             auth: Mutex::new(AuthState::default()),
+            moved: std::sync::Mutex::new(HashMap::new()),
         }
     }
 
@@ -224,7 +230,9 @@ impl Transport {
         }
     }
 
-    /// One authenticated request; re-logs in once if the session token was rejected.
+    /// One authenticated request. A rejected session token is replaced once (it may
+    /// have expired); a refusal that remains is judged by [`Transport::refused`]:
+    /// privilege or credentials.
     async fn authenticated(
         &self,
         method: Method,
@@ -232,18 +240,34 @@ impl Transport {
         body: Option<&Value>,
         deadline: Instant,
     ) -> Result<Reply, AttemptError> {
-        let auth = self.auth_header(deadline).await?;
-        let reply = self
+        let mut auth = self.auth_header(deadline).await?;
+        let mut reply = self
             .raw(method.clone(), path, body, &auth, deadline)
             .await?;
-        if reply.status == StatusCode::UNAUTHORIZED && matches!(auth, AuthHeader::Token(_)) {
+        let privilege_said = reply
+            .body
+            .as_ref()
+            .is_some_and(super::model::is_insufficient_privilege);
+        if reply.status == StatusCode::UNAUTHORIZED
+            && matches!(auth, AuthHeader::Token(_))
+            && !privilege_said
+            && self.uses_sessions().await
+        {
             tracing::debug!(endpoint = %self.base, "session token rejected, logging in again");
-            self.forget_token().await;
-            let auth = self.auth_header(deadline).await?;
-            let reply = self
+            self.drop_session(deadline).await;
+            auth = self.auth_header(deadline).await?;
+            reply = self
                 .raw(method.clone(), path, body, &auth, deadline)
                 .await?;
-            return self.judge(reply, &method, path);
+        }
+        if matches!(
+            reply.status,
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN
+        ) {
+            return Err(self.refused(&reply, &method, path, &auth, deadline).await);
+        }
+        if reply.status.is_success() {
+            self.accepted().await;
         }
         self.judge(reply, &method, path)
     }
@@ -262,123 +286,35 @@ impl Transport {
     }
 
     /// Turns non-2xx answers into errors, marking which are worth retrying.
-    fn judge(&self, reply: Reply, method: &Method, path: &str) -> Result<Reply, AttemptError> {
+    pub(super) fn judge(
+        &self,
+        reply: Reply,
+        method: &Method,
+        path: &str,
+    ) -> Result<Reply, AttemptError> {
         let status = reply.status;
         if status.is_success() {
             return Ok(reply);
         }
-        let detail = match reply.body.as_ref().and_then(model::error_message) {
-            Some(m) => format!(" ({})", m.trim_end_matches('.')),
-            None if reply.content_type.contains("html") => " (an HTML error page)".to_string(),
-            None => String::new(),
-        };
-        let what = format!("{method} {path} answered HTTP {status}{detail}");
+        let what = format!("{method} {path} answered HTTP {status}{}", detail(&reply));
         Err(match status {
-            StatusCode::UNAUTHORIZED => AttemptError::fatal(PowerError::auth(format!(
-                "{what}; the BMC rejected the credentials of user {:?} (check the password source {})",
-                self.credential.username, self.credential.source
-            ))),
-            StatusCode::FORBIDDEN => AttemptError::fatal(PowerError::auth(format!(
-                "{what}; user {:?} lacks the privilege (it needs at least Operator/ConfigureComponents)",
-                self.credential.username
-            ))),
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+                AttemptError::fatal(PowerError::auth(format!(
+                    "{what}; the BMC wants credentials for a resource the Redfish specification \
+                     says is open (the service root)"
+                )))
+            }
             s if s.is_redirection() => AttemptError::fatal(PowerError::protocol(format!(
-                "{what}, a redirect to {}; nodefence does not follow redirects (credentials would follow them): set the endpoint to the final URL",
-                reply.location.as_deref().unwrap_or("nowhere")
+                "{what}, a redirect nodefence did not follow"
             ))),
             s if s.is_server_error() => AttemptError::transient(PowerError::unreachable(what)),
             _ => AttemptError::fatal(PowerError::protocol(what)),
         })
     }
 
-    async fn forget_token(&self) {
-        let mut state = self.auth.lock().await;
-        state.token = None;
-        state.session_uri = None;
-    }
-
-    /// The credentials to send, logging in first if sessions are in use and none is open.
-    async fn auth_header(&self, deadline: Instant) -> Result<AuthHeader, AttemptError> {
-        let mut state = self.auth.lock().await;
-        if state.use_sessions == Some(false) || self.mode == RedfishAuth::Basic {
-            return Ok(AuthHeader::Basic);
-        }
-        if let Some(token) = &state.token {
-            return Ok(AuthHeader::Token(token.clone()));
-        }
-        let root = self
-            .service_root(deadline)
-            .await
-            .map_err(AttemptError::transient)?;
-        let sessions = root
-            .links
-            .sessions
-            .as_ref()
-            .map(|l| l.odata_id.clone())
-            .or_else(|| {
-                root.session_service
-                    .as_ref()
-                    .map(|_| DEFAULT_SESSIONS.to_string())
-            });
-        let Some(sessions) = sessions else {
-            if self.mode == RedfishAuth::Session {
-                return Err(AttemptError::fatal(PowerError::unsupported(
-                    "the BMC advertises no SessionService but auth = \"session\" was configured; use auth = \"auto\" or \"basic\"",
-                )));
-            }
-            state.use_sessions = Some(false);
-            return Ok(AuthHeader::Basic);
-        };
-        let body = serde_json::json!({
-            "UserName": self.credential.username,
-            "Password": self.credential.password.expose_secret(),
-        });
-        let reply = self
-            .raw(
-                Method::POST,
-                &sessions,
-                Some(&body),
-                &AuthHeader::None,
-                deadline,
-            )
-            .await?;
-        match reply.status {
-            s if s.is_success() => {
-                let Some(token) = reply.auth_token.clone() else {
-                    return Err(AttemptError::fatal(PowerError::protocol(format!(
-                        "POST {sessions} created a session but returned no X-Auth-Token header"
-                    ))));
-                };
-                let uri = reply.location.clone().or_else(|| {
-                    reply
-                        .body
-                        .as_ref()
-                        .and_then(|b| b.get("@odata.id"))
-                        .and_then(Value::as_str)
-                        .map(str::to_string)
-                });
-                state.use_sessions = Some(true);
-                state.token = Some(token.clone());
-                state.session_uri = uri;
-                Ok(AuthHeader::Token(token))
-            }
-            StatusCode::NOT_FOUND
-            | StatusCode::METHOD_NOT_ALLOWED
-            | StatusCode::NOT_IMPLEMENTED
-                if self.mode == RedfishAuth::Auto =>
-            {
-                tracing::info!(endpoint = %self.base, status = %reply.status, "BMC cannot create Redfish sessions; using HTTP Basic");
-                state.use_sessions = Some(false);
-                Ok(AuthHeader::Basic)
-            }
-            _ => self
-                .judge(reply, &Method::POST, &sessions)
-                .map(|_| AuthHeader::None),
-        }
-    }
-
-    /// Sends one request and reads its body (capped). No status judgement.
-    async fn raw(
+    /// Sends one request, following the redirects [`redirect::next_hop`] allows, and
+    /// reads the final body (capped). No status judgement.
+    pub(super) async fn raw(
         &self,
         method: Method,
         path: &str,
@@ -386,7 +322,59 @@ impl Transport {
         auth: &AuthHeader,
         deadline: Instant,
     ) -> Result<Reply, AttemptError> {
-        let url = self.resolve(path).map_err(AttemptError::fatal)?;
+        let mut url = self
+            .resolve(&self.moved_to(path))
+            .map_err(AttemptError::fatal)?;
+        for _ in 0..=MAX_REDIRECTS {
+            let reply = self.send(&method, &url, body, auth, deadline).await?;
+            if !reply.status.is_redirection() || reply.status == StatusCode::NOT_MODIFIED {
+                return Ok(reply);
+            }
+            let next = redirect::next_hop(
+                &self.base,
+                &url,
+                &method,
+                reply.status,
+                reply.location.as_deref(),
+            )
+            .map_err(AttemptError::fatal)?;
+            tracing::debug!(endpoint = %self.base, from = %redirect::path_of(&url), to = %redirect::path_of(&next), status = %reply.status, "following a redirect");
+            if redirect::is_permanent(reply.status) {
+                self.remember_move(&url, &next);
+            }
+            url = next;
+        }
+        Err(AttemptError::fatal(PowerError::protocol(format!(
+            "{method} {path}: more than {MAX_REDIRECTS} redirects (a redirect loop at {}); is \
+             the endpoint a Redfish service?",
+            redirect::path_of(&url)
+        ))))
+    }
+
+    /// Where a permanent redirect seen earlier sends `path` (or `path` itself).
+    fn moved_to(&self, path: &str) -> String {
+        let moved = self.moved.lock().unwrap_or_else(|e| e.into_inner());
+        moved.get(path).cloned().unwrap_or_else(|| path.to_string())
+    }
+
+    fn remember_move(&self, from: &Url, to: &Url) {
+        let mut moved = self.moved.lock().unwrap_or_else(|e| e.into_inner());
+        if moved.len() < 64 {
+            moved.insert(redirect::path_of(from), redirect::path_of(to));
+        }
+    }
+
+    /// One HTTP exchange: send, read the body (capped). No redirects, no judgement.
+    async fn send(
+        &self,
+        method: &Method,
+        url: &Url,
+        body: Option<&Value>,
+        auth: &AuthHeader,
+        deadline: Instant,
+    ) -> Result<Reply, AttemptError> {
+        let path = redirect::path_of(url);
+        let path = path.as_str();
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
             return Err(AttemptError::fatal(PowerError::unreachable(format!(
@@ -401,7 +389,7 @@ impl Transport {
             .map_err(|_| AttemptError::fatal(PowerError::unreachable("shutting down")))?;
         let mut request = self
             .client
-            .request(method.clone(), url)
+            .request(method.clone(), url.clone())
             .timeout(self.timeouts.request.min(remaining))
             .header(ACCEPT, "application/json")
             .header("OData-Version", "4.0");
@@ -426,7 +414,7 @@ impl Transport {
         let mut response = request
             .send()
             .await
-            .map_err(|e| AttemptError::transient(send_error(&e, &method, path, &self.timeouts)))?;
+            .map_err(|e| AttemptError::sending(send_error(&e, method, path, &self.timeouts)))?;
         let status = response.status();
         let headers = response.headers().clone();
         let mut bytes = Vec::new();
@@ -442,9 +430,9 @@ impl Transport {
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    return Err(AttemptError::transient(send_error(
+                    return Err(AttemptError::sending(send_error(
                         &e,
-                        &method,
+                        method,
                         path,
                         &self.timeouts,
                     )));
@@ -452,7 +440,7 @@ impl Transport {
             }
         }
         let body =
-            parse_body(&headers, &bytes, status, &method, path).map_err(AttemptError::fatal)?;
+            parse_body(&headers, &bytes, status, method, path).map_err(AttemptError::fatal)?;
         let content_type = header_str(&headers, CONTENT_TYPE)
             .unwrap_or_default()
             .to_ascii_lowercase();

@@ -16,12 +16,14 @@ pub(super) const MAX_DRIVERS: usize = 16;
 pub(super) const MAX_REASONS: usize = 64;
 
 pub(super) const PHASES: [&str; 3] = ["healthy", "incident", "released"];
-pub(super) const POWER_QUERY_RESULTS: [&str; 8] = [
+pub(super) const POWER_QUERY_RESULTS: [&str; 10] = [
     "on",
     "off",
     "other",
     "error_unreachable",
     "error_auth",
+    "error_privilege",
+    "error_tls",
     "error_protocol",
     "error_unsupported",
     "error_config",
@@ -123,6 +125,8 @@ pub fn power_error_result(kind: PowerErrorKind) -> &'static str {
     match kind {
         PowerErrorKind::Unreachable => "error_unreachable",
         PowerErrorKind::Auth => "error_auth",
+        PowerErrorKind::Privilege => "error_privilege",
+        PowerErrorKind::Tls => "error_tls",
         PowerErrorKind::Protocol => "error_protocol",
         PowerErrorKind::Unsupported => "error_unsupported",
         PowerErrorKind::Config => "error_config",
@@ -170,6 +174,8 @@ mod tests {
         for kind in [
             PowerErrorKind::Unreachable,
             PowerErrorKind::Auth,
+            PowerErrorKind::Privilege,
+            PowerErrorKind::Tls,
             PowerErrorKind::Protocol,
             PowerErrorKind::Unsupported,
             PowerErrorKind::Config,

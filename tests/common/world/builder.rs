@@ -346,7 +346,8 @@ pub async fn world(dry_run: bool) -> World {
 /// A kube client for the fake API server; build it on the runtime that uses it.
 pub async fn client_for(kubeconfig_yaml: &str) -> kube::Client {
     let kubeconfig = kube::config::Kubeconfig::from_yaml(kubeconfig_yaml).unwrap();
-    kube::Client::try_from(
+    // As `nodefence run` builds it (User-Agent included).
+    nodefence::cluster::client(
         kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
             .await
             .unwrap(),
