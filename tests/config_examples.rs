@@ -57,6 +57,7 @@ fn assert_resolved_values(config: &Config) {
         [
             "db-1",
             "ip-10-0-3-17.eu-central-1.compute.internal",
+            "lab-1",
             "worker-1",
             "worker-2"
         ]
@@ -99,6 +100,18 @@ fn assert_resolved_values(config: &Config) {
         Some("worker-2-bmc.mgmt.example.com")
     );
     assert_eq!(w2.system_id.as_deref(), Some("System.Embedded.1"));
+
+    // The BMC with its factory certificate: pinned, no CA file, never insecure.
+    let PowerSource::Redfish(lab) = &nodes["lab-1"].power else {
+        panic!("lab-1 is a redfish node");
+    };
+    assert_eq!(
+        lab.tls.fingerprint.map(|f| f.to_string()).as_deref(),
+        Some(
+            "sha256:3A:7B:00:FF:10:20:30:40:50:60:70:80:90:A0:B0:C0:D0:E0:F0:01:02:03:04:05:06:07:08:09:0A:0B:0C:0D"
+        )
+    );
+    assert!(lab.tls.ca_file.is_none() && !lab.tls.insecure);
 
     let PowerSource::Ipmi(db) = &nodes["db-1"].power else {
         panic!("db-1 is an ipmi node");

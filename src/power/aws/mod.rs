@@ -72,7 +72,7 @@ pub fn map_state(name: &str) -> PowerState {
         "stopped" | "terminated" => PowerState::Off,
         "pending" => PowerState::PoweringOn,
         "stopping" | "shutting-down" => PowerState::PoweringOff,
-        other => PowerState::Unknown(other.to_string()),
+        other => PowerState::Unknown(crate::untrusted::field(other)),
     }
 }
 
