@@ -52,6 +52,7 @@ mod resolve;
 mod secrets;
 mod targets;
 mod values;
+pub mod watch;
 
 #[cfg(test)]
 mod tests;
