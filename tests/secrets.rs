@@ -373,6 +373,7 @@ async fn the_daemon_refuses_to_start_on_a_missing_secret() {
         lease_name: "nodefence".into(),
         identity: "test".into(),
         leader_timings: nodefence::cluster::leader::LeaderTimings::default(),
+        config_check: None,
     };
     let result = tokio::time::timeout(
         Duration::from_secs(20),

@@ -25,6 +25,10 @@ pub struct RunArgs {
     /// This replica's identity in the Lease (default: $POD_NAME, else the host name, plus a random suffix).
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
+    /// How often the configuration files are checked for changes and a changed,
+    /// valid version applied without a restart (SIGHUP checks at once); "0s": never.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub config_check_interval: std::time::Duration,
 }
 
 pub async fn run(config_path: &Path, args: &RunArgs) -> u8 {
@@ -47,6 +51,7 @@ pub async fn run(config_path: &Path, args: &RunArgs) -> u8 {
         lease_name: args.lease_name.clone(),
         identity,
         leader_timings: LeaderTimings::default(),
+        config_check: (!args.config_check_interval.is_zero()).then_some(args.config_check_interval),
     };
     match daemon::run(config, client, options, shutdown_signal()).await {
         Ok(()) => exit::OK,

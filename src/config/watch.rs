@@ -155,7 +155,11 @@ mod tests {
         };
         let new = watch.changed().expect("changed");
         watch.refused(new);
-        assert_eq!(watch.changed(), None, "a refused version is not tried again");
+        assert_eq!(
+            watch.changed(),
+            None,
+            "a refused version is not tried again"
+        );
         assert_eq!(watch.running(), first, "the running version is kept");
         std::fs::write(&a, "three").unwrap();
         assert!(watch.changed().is_some(), "a further change is tried");

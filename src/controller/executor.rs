@@ -68,6 +68,10 @@ pub struct Executor {
     pub metrics: Arc<Metrics>,
     pub dry_run: bool,
     pub completions: mpsc::UnboundedSender<Completion>,
+    /// Every action under way (power reads and commands, writes), so a term can end
+    /// only once they are done: a reload must not start a new term while the old
+    /// one's ForceOff is still in flight.
+    pub tasks: tokio_util::task::TaskTracker,
 }
 
 impl Executor {
@@ -115,7 +119,7 @@ impl Executor {
             Action::Notify(notice) => self.notify(notice, node_ref),
             Action::QueryPower { node } => {
                 let this = self.clone();
-                tokio::spawn(async move {
+                self.tasks.spawn(async move {
                     let driver_name = this.driver_name(&node);
                     let started = std::time::Instant::now();
                     let result = match this.driver(&node) {
@@ -152,21 +156,21 @@ impl Executor {
             }
             Action::PowerOff { node, attempt } => {
                 let this = self.clone();
-                tokio::spawn(async move {
+                self.tasks.spawn(async move {
                     let result = this.power(&node, "off", attempt).await;
                     this.send(Completion::PowerOff { node, result });
                 });
             }
             Action::PowerOn { node } => {
                 let this = self.clone();
-                tokio::spawn(async move {
+                self.tasks.spawn(async move {
                     let result = this.power(&node, "on", 1).await;
                     this.send(Completion::PowerOn { node, result });
                 });
             }
             Action::Release { node, plan, proof } => {
                 let this = self.clone();
-                tokio::spawn(async move {
+                self.tasks.spawn(async move {
                     let mode_label = match plan.mode {
                         ReleaseMode::OutOfServiceTaint => "out-of-service-taint",
                         ReleaseMode::DeleteNode => "delete-node",
@@ -229,7 +233,7 @@ impl Executor {
             }
             Action::CheckDrained { node } => {
                 let this = self.clone();
-                tokio::spawn(async move {
+                self.tasks.spawn(async move {
                     let result = this
                         .releaser
                         .drained(&node)
@@ -243,7 +247,7 @@ impl Executor {
             }
             Action::Record { node, record } => {
                 let this = self.clone();
-                tokio::spawn(async move {
+                self.tasks.spawn(async move {
                     if this.dry_run {
                         tracing::info!(node, "dry-run: would update the release record");
                         return;
@@ -255,7 +259,7 @@ impl Executor {
             }
             Action::RemoveTaint { node } => {
                 let this = self.clone();
-                tokio::spawn(async move {
+                self.tasks.spawn(async move {
                     let result = if this.dry_run {
                         tracing::info!(node, "dry-run: would remove the out-of-service taint");
                         Ok(())

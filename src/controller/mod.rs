@@ -33,6 +33,21 @@ use executor::{Completion, Executor};
 /// The longest the loop sleeps without input (engine deadlines are usually sooner).
 const MAX_IDLE: Duration = Duration::from_secs(5);
 
+/// The longest a term that ends for a reload waits for its actions under way (power
+/// commands, releases) before the new configuration takes over.
+const DRAIN_LIMIT: Duration = Duration::from_secs(300);
+
+/// Why a leadership term ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TermEnd {
+    /// The process is stopping.
+    Shutdown,
+    /// This replica no longer leads.
+    LeadershipLost,
+    /// A new configuration is ready: every action under way has finished.
+    Reload,
+}
+
 /// What the loop watches and decides with.
 pub struct Controller {
     pub client: Client,
@@ -91,13 +106,17 @@ struct Observed {
 }
 
 impl Controller {
-    /// Runs until `shutdown` resolves or leadership is lost. Returns `true` when it
-    /// stopped because of `shutdown`.
+    /// Runs until `shutdown` resolves, leadership is lost, or `reload` is notified (a
+    /// new configuration is ready). A term that ends for a reload first waits for
+    /// every action under way (at most [`DRAIN_LIMIT`]): the next term starts from
+    /// the cluster, as a new leader does, and must not overlap a power command.
     pub async fn run_term(
         &self,
         shutdown: &mut (impl std::future::Future<Output = ()> + Unpin),
-    ) -> bool {
+        reload: &tokio::sync::Notify,
+    ) -> TermEnd {
         let (tx, mut rx) = mpsc::unbounded_channel();
+        let tasks = tokio_util::task::TaskTracker::new();
         let parts = self.executor_template.clone();
         let executor = Executor {
             drivers: parts.drivers,
@@ -109,6 +128,7 @@ impl Controller {
             metrics: self.metrics.clone(),
             dry_run: parts.dry_run,
             completions: tx,
+            tasks: tasks.clone(),
         };
         // The BMC monitor runs for this term only (the leader checks; standbys do not
         // load the BMCs). Aborted when the term ends. It starts once the Nodes are
@@ -140,12 +160,12 @@ impl Controller {
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read the release records; retrying");
                     tokio::select! {
-                        () = &mut *shutdown => return true,
+                        () = &mut *shutdown => return TermEnd::Shutdown,
                         () = tokio::time::sleep(Duration::from_secs(2)) => {}
                     }
                     if !executor.leadership.is_leader() {
                         self.health.set_ready(false);
-                        return false;
+                        return TermEnd::LeadershipLost;
                     }
                 }
             }
@@ -180,7 +200,10 @@ impl Controller {
                 .max(Duration::from_millis(10));
             let actions = tokio::select! {
                 biased;
-                () = &mut *shutdown => return true,
+                () = &mut *shutdown => return TermEnd::Shutdown,
+                () = reload.notified() => {
+                    return self.drain(&tasks, shutdown).await;
+                }
                 Some(c) = rx.recv() => self.complete(&mut engine, c),
                 Some(ev) = nodes.next() => match ev {
                     Ok(ev) => self.node_event(&mut engine, &mut seen, ev, &mut not_in_inventory_logged),
@@ -199,7 +222,7 @@ impl Controller {
             if !executor.leadership.is_leader() {
                 tracing::warn!("leadership lost: stopping all fencing at once");
                 self.health.set_ready(false);
-                return false;
+                return TermEnd::LeadershipLost;
             }
             for action in actions {
                 let node = action.node().and_then(|n| seen.nodes.get(n));
@@ -250,6 +273,33 @@ impl Controller {
                 ))));
             }
             self.publish(&engine);
+        }
+    }
+
+    /// Ends a term for a reload: no new action starts; the ones under way finish.
+    async fn drain(
+        &self,
+        tasks: &tokio_util::task::TaskTracker,
+        shutdown: &mut (impl std::future::Future<Output = ()> + Unpin),
+    ) -> TermEnd {
+        tasks.close();
+        if !tasks.is_empty() {
+            tracing::info!(
+                under_way = tasks.len(),
+                "new configuration: waiting for the actions under way to finish"
+            );
+        }
+        tokio::select! {
+            () = &mut *shutdown => TermEnd::Shutdown,
+            () = tasks.wait() => TermEnd::Reload,
+            () = tokio::time::sleep(DRAIN_LIMIT) => {
+                tracing::warn!(
+                    under_way = tasks.len(),
+                    "actions still under way after {}s; applying the new configuration anyway",
+                    DRAIN_LIMIT.as_secs()
+                );
+                TermEnd::Reload
+            }
         }
     }
 

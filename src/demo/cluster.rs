@@ -143,6 +143,7 @@ impl World {
 
         let (daemon_stop, stopped) = oneshot::channel::<()>();
         let options = DaemonOptions {
+            config_check: None,
             dry_run: false,
             listen: "127.0.0.1:0".parse().map_err(|e| anyhow!("{e}"))?,
             lease_namespace: LEADER_LEASE.0.into(),

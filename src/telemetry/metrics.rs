@@ -98,6 +98,11 @@ struct IdentityLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReloadLabels {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: &'static str,
 }
@@ -134,6 +139,16 @@ pub struct Metrics {
     drivers: OpenLabel,
     reasons: OpenLabel,
     rejections: Rejections,
+    config_reloads: Family<ReloadLabels, Counter>,
+    config_last_reload_successful: Gauge,
+    config_last_reload_success: Gauge<f64, std::sync::atomic::AtomicU64>,
+}
+
+/// Seconds since the Unix epoch, now.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 impl Default for Metrics {
@@ -254,6 +269,31 @@ impl Metrics {
             power_levels.clone(),
         );
 
+        let config_reloads = Family::<ReloadLabels, Counter>::default();
+        for result in RELOAD_RESULTS {
+            drop(config_reloads.get_or_create(&ReloadLabels { result }));
+        }
+        registry.register(
+            "config_reloads",
+            "Changed configurations read from disk: applied, or refused whole (the running one kept)",
+            config_reloads.clone(),
+        );
+        let config_last_reload_successful = Gauge::default();
+        config_last_reload_successful.set(1);
+        registry.register(
+            "config_last_reload_successful",
+            "0 while the newest configuration on disk was refused and an older one runs (see the ConfigRejected Event)",
+            config_last_reload_successful.clone(),
+        );
+        let config_last_reload_success = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        config_last_reload_success.set(unix_now());
+        registry.register_with_unit(
+            "config_last_reload_success_timestamp",
+            "When the running configuration was applied (start-up or reload)",
+            Unit::Seconds,
+            config_last_reload_success.clone(),
+        );
+
         registry.register(
             "build",
             "nodefence build information",
@@ -283,6 +323,21 @@ impl Metrics {
             drivers: OpenLabel::new("driver", MAX_DRIVERS, valid_driver),
             reasons: OpenLabel::new("reason", MAX_REASONS, valid_reason),
             rejections: Rejections::default(),
+            config_reloads,
+            config_last_reload_successful,
+            config_last_reload_success,
+        }
+    }
+
+    /// A changed configuration was applied (`true`) or refused (`false`).
+    pub fn config_reload(&self, applied: bool) {
+        let result = if applied { "applied" } else { "refused" };
+        self.config_reloads
+            .get_or_create(&ReloadLabels { result })
+            .inc();
+        self.config_last_reload_successful.set(i64::from(applied));
+        if applied {
+            self.config_last_reload_success.set(unix_now());
         }
     }
 

@@ -28,6 +28,7 @@ pub(super) const POWER_QUERY_RESULTS: [&str; 10] = [
     "error_unsupported",
     "error_config",
 ];
+pub(super) const RELOAD_RESULTS: [&str; 2] = ["applied", "refused"];
 pub(super) const POWER_ACTIONS: [&str; 2] = ["off", "on"];
 pub(super) const COMMAND_RESULTS: [&str; 2] = ["ok", "error"];
 pub(super) const RELEASE_MODES: [&str; 3] = ["out-of-service-taint", "delete-node", "untaint"];

@@ -88,6 +88,12 @@ fn every_family_is_declared_with_its_type_and_unit() {
         ("nodefence_bmc_monitor_failures", "gauge"),
         ("nodefence_bmc_identity", "gauge"),
         ("nodefence_power_level_failures", "gauge"),
+        ("nodefence_config_reloads", "counter"),
+        ("nodefence_config_last_reload_successful", "gauge"),
+        (
+            "nodefence_config_last_reload_success_timestamp_seconds",
+            "gauge",
+        ),
         ("nodefence_build", "info"),
     ];
     for (name, ty) in expected {
@@ -594,4 +600,45 @@ fn power_level_failures_follow_the_nodes_levels() {
     assert_eq!(series(&m, g).len(), 2);
     m.set_power_levels("db-1", &[]);
     assert!(series(&m, g).is_empty());
+}
+
+#[test]
+fn config_reloads_count_applied_and_refused_and_the_gauge_follows_the_newest() {
+    let m = Metrics::new();
+    let reloads = |result| value(&m, "nodefence_config_reloads_total", &[("result", result)]);
+    assert_eq!(reloads("applied"), Some(0.0), "present from the start");
+    assert_eq!(reloads("refused"), Some(0.0));
+    assert_eq!(
+        value(&m, "nodefence_config_last_reload_successful", &[]),
+        Some(1.0)
+    );
+    let started = value(
+        &m,
+        "nodefence_config_last_reload_success_timestamp_seconds",
+        &[],
+    )
+    .unwrap();
+    assert!(started > 1.7e9, "{started}");
+
+    m.config_reload(false);
+    assert_eq!(reloads("refused"), Some(1.0));
+    assert_eq!(
+        value(&m, "nodefence_config_last_reload_successful", &[]),
+        Some(0.0)
+    );
+    assert_eq!(
+        value(
+            &m,
+            "nodefence_config_last_reload_success_timestamp_seconds",
+            &[]
+        ),
+        Some(started),
+        "a refusal leaves the time of the running version"
+    );
+    m.config_reload(true);
+    assert_eq!(reloads("applied"), Some(1.0));
+    assert_eq!(
+        value(&m, "nodefence_config_last_reload_successful", &[]),
+        Some(1.0)
+    );
 }

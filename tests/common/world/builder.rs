@@ -82,6 +82,9 @@ pub struct WorldBuilder {
     /// Appended to `nodefence.toml` after its `[policy]` section (start a new
     /// `[section]`).
     pub agent_toml: String,
+    /// How often the replicas check their configuration files (`None`: never; a
+    /// reload reads the files as written, without the scaled timings).
+    pub config_check: Option<Duration>,
     policy: Vec<PolicyTweak>,
 }
 
@@ -111,6 +114,7 @@ impl WorldBuilder {
             replicas: vec!["test-replica".into()],
             policy_keys: BTreeMap::new(),
             agent_toml: String::new(),
+            config_check: None,
             policy: Vec::new(),
         }
     }
@@ -200,6 +204,12 @@ impl WorldBuilder {
     /// order, after the configuration is loaded, over any per-node override).
     pub fn policy(mut self, tweak: impl Fn(&mut Policy) + Send + 'static) -> Self {
         self.policy.push(Box::new(tweak));
+        self
+    }
+
+    /// Replicas reload their configuration files when they change, checking this often.
+    pub fn config_check(mut self, every: Duration) -> Self {
+        self.config_check = Some(every);
         self
     }
 
@@ -301,6 +311,7 @@ impl WorldBuilder {
             lease_name: LEADER_LEASE_NAME.into(),
             identity: "test-replica".into(),
             leader_timings: self.leader_timings,
+            config_check: self.config_check,
         };
         let mut world = World {
             kube,

@@ -160,6 +160,20 @@ impl World {
         self.store().get(PODS, Some("default"), name).ok()
     }
 
+    /// The Node's Ready condition is True.
+    pub fn node_ready(&self, name: &str) -> bool {
+        self.node(name)
+            .and_then(|n| {
+                n.pointer("/status/conditions")
+                    .and_then(Value::as_array)
+                    .cloned()
+            })
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
+    }
+
     /// The out-of-service taints on `node` (0 or 1, unless something is wrong).
     pub fn out_of_service_taints(&self, node: &str) -> usize {
         self.node(node)

@@ -1,0 +1,360 @@
+//! `nodefence run` as a library function: wires config, drivers, leader election, the
+//! control loop and the telemetry endpoint, and runs them until shutdown.
+//!
+//! Start-up refuses loudly rather than degrading: the API server's version is read
+//! first, and a cluster too old for the out-of-service taint (Kubernetes < 1.26) is
+//! refused when that is the configured release; a failed version read is an error.
+//!
+//! A changed configuration on disk is read, checked as at start-up, and applied
+//! without a restart ([`reload`]); a version that fails any check is refused whole
+//! and the running one kept.
+
+pub mod reload;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{Api, Client};
+
+use crate::cluster::leader::{LeaderElector, LeaderTimings, Leadership};
+use crate::cluster::records::RecordStore;
+use crate::cluster::release::Releaser;
+use crate::config::Config;
+use crate::controller::executor::Executor;
+use crate::controller::{Controller, ExecutorParts, TermEnd};
+use crate::engine::ReleaseMode;
+use crate::power::registry::DriverFactory;
+use crate::telemetry::{Health, Metrics};
+
+/// How the daemon runs.
+#[derive(Debug, Clone)]
+pub struct DaemonOptions {
+    pub dry_run: bool,
+    /// Where /healthz, /readyz and /metrics are served.
+    pub listen: SocketAddr,
+    /// Namespace and name of the leader-election Lease.
+    pub lease_namespace: String,
+    pub lease_name: String,
+    pub identity: String,
+    pub leader_timings: LeaderTimings,
+    /// How often the configuration files are checked for changes (`SIGHUP` checks at
+    /// once); `None`: never reloaded.
+    pub config_check: Option<std::time::Duration>,
+}
+
+/// How often `nodefence run` checks its configuration files for changes.
+pub const CONFIG_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Oldest Kubernetes minor version (1.x) with the out-of-service taint.
+pub const MIN_MINOR_FOR_TAINT: u32 = 26;
+
+/// Runs the daemon until `shutdown` resolves. Releases the leader Lease on the way out.
+pub async fn run(
+    config: Config,
+    client: Client,
+    options: DaemonOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let config = admit(config, &client, &options.lease_namespace)
+        .await
+        .map_err(|e| e.context("refusing to start"))?;
+
+    let metrics = Arc::new(Metrics::new());
+    let health = Health::default();
+    health.set_alive(true);
+    let listener = tokio::net::TcpListener::bind(options.listen)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on {} for /metrics and health",
+                options.listen
+            )
+        })?;
+    tracing::info!(address = %listener.local_addr()?, "serving /healthz, /readyz and /metrics");
+    let (stop_http_tx, stop_http_rx) = tokio::sync::oneshot::channel::<()>();
+    let http = tokio::spawn(crate::telemetry::serve(
+        listener,
+        metrics.clone(),
+        health.clone(),
+        async {
+            let _ = stop_http_rx.await;
+        },
+    ));
+
+    let (elector, leadership) = if options.dry_run {
+        (None, Leadership::always())
+    } else {
+        let leases: Api<Lease> = Api::namespaced(client.clone(), &options.lease_namespace);
+        let (e, l) = LeaderElector::new(
+            leases,
+            &options.lease_name,
+            &options.identity,
+            options.leader_timings,
+        );
+        (Some(e), l)
+    };
+    let stopper = elector.as_ref().map(LeaderElector::stopper);
+    let election = elector.map(|e| tokio::spawn(e.run()));
+
+    let mut controller = controller_for(&config, &client, &options, &leadership, &metrics, &health);
+    let reloader = options.config_check.map(|interval| {
+        reload::Reloader::new(
+            &config,
+            client.clone(),
+            &options,
+            metrics.clone(),
+            controller.executor_template.recorder.clone(),
+            controller.executor_template.cluster_ref.clone(),
+            leadership.clone(),
+        )
+        .spawn(interval)
+    });
+    let reload_ready: Option<reload::Ready> = reloader.as_ref().map(|r| r.ready.clone());
+    let reload_notify = reloader.as_ref().map_or_else(
+        || Arc::new(tokio::sync::Notify::new()),
+        |r| r.notify.clone(),
+    );
+    let mut running = config;
+    if options.dry_run {
+        tracing::warn!("dry-run: nothing will be powered off, on, tainted or deleted");
+    }
+
+    let mut shutdown = Box::pin(shutdown);
+    let mut waiting = leadership.clone();
+    loop {
+        metrics.set_leader(leadership.is_leader());
+        // A standby is healthy and ready to take over: ready, so rollouts of 2+
+        // replicas complete. The leader is ready once its watches have synced.
+        health.set_ready(!leadership.is_leader());
+        tokio::select! {
+            () = &mut shutdown => break,
+            () = waiting.wait_until_leader() => {}
+            () = reload_notify.notified() => {
+                // A standby applies a new configuration at once: it has no term.
+                if let Some(ready) = &reload_ready {
+                    apply(&mut controller, &mut running, ready, &client, &options, &leadership, &metrics, &health).await;
+                }
+                continue;
+            }
+        }
+        metrics.set_leader(true);
+        tracing::info!(identity = %options.identity, "leading: watching nodes");
+        match controller.run_term(&mut shutdown, &reload_notify).await {
+            TermEnd::Shutdown => break,
+            TermEnd::LeadershipLost => metrics.set_leader(false),
+            TermEnd::Reload => {
+                if let Some(ready) = &reload_ready {
+                    apply(
+                        &mut controller,
+                        &mut running,
+                        ready,
+                        &client,
+                        &options,
+                        &leadership,
+                        &metrics,
+                        &health,
+                    )
+                    .await;
+                }
+            }
+        }
+    }
+
+    tracing::info!("shutting down");
+    health.set_ready(false);
+    if let Some(stop) = stopper {
+        stop.store(true, Ordering::SeqCst);
+    }
+    if let Some(task) = election {
+        let _ = tokio::time::timeout(options.leader_timings.retry_period * 3, task).await;
+    }
+    if let Some(r) = reloader {
+        r.task.abort();
+    }
+    for d in controller.executor_template.drivers.values().flatten() {
+        d.close().await;
+    }
+    let _ = stop_http_tx.send(());
+    let _ = http.await;
+    Ok(())
+}
+
+/// The checks a configuration passes before it runs, at start-up and on reload: the
+/// cluster supports its release mechanism, and the BMC passwords it keeps in
+/// Kubernetes Secrets can be read (each Secret once; every problem listed).
+pub(crate) async fn admit(
+    mut config: Config,
+    client: &Client,
+    namespace: &str,
+) -> anyhow::Result<Config> {
+    let policy = &config.agent.policy;
+    check_version(
+        client,
+        std::iter::once(policy).chain(config.inventory.nodes.values().map(|t| &t.policy)),
+    )
+    .await?;
+    crate::config::resolve_secrets(&mut config, client, namespace)
+        .await
+        .context("cannot read the BMC passwords kept in Kubernetes Secrets")?;
+    Ok(config)
+}
+
+/// The control loop for `config`: its drivers (built now), policies and inventory.
+fn controller_for(
+    config: &Config,
+    client: &Client,
+    options: &DaemonOptions,
+    leadership: &Leadership,
+    metrics: &Arc<Metrics>,
+    health: &Health,
+) -> Controller {
+    let policy = config.agent.policy.clone();
+    let node_policies: BTreeMap<String, crate::engine::Policy> = config
+        .inventory
+        .nodes
+        .iter()
+        .filter(|(_, target)| target.policy != policy)
+        .map(|(name, target)| (name.clone(), target.policy.clone()))
+        .collect();
+    let factory = DriverFactory::new(config.agent.power.max_concurrent_requests)
+        .with_confirm(config.agent.power.confirm);
+    let drivers: BTreeMap<_, _> = config
+        .inventory
+        .nodes
+        .values()
+        .map(|t| (t.name.clone(), factory.driver(t)))
+        .collect();
+    for (node, d) in &drivers {
+        if let Err(e) = d {
+            tracing::warn!(node, error = %e, "no usable power driver: this node can never be fenced");
+        }
+    }
+    Controller {
+        client: client.clone(),
+        policy,
+        node_policies,
+        inventory: config
+            .inventory
+            .nodes
+            .keys()
+            .cloned()
+            .collect::<BTreeSet<_>>(),
+        executor_template: ExecutorParts {
+            drivers: Arc::new(drivers),
+            releaser: Releaser::new(client.clone(), leadership.clone()),
+            records: RecordStore::new(client.clone(), &options.lease_namespace, leadership.clone()),
+            leadership: leadership.clone(),
+            recorder: (!options.dry_run)
+                .then(|| Executor::recorder(client.clone(), &options.identity)),
+            cluster_ref: Some(k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some("coordination.k8s.io/v1".into()),
+                kind: Some("Lease".into()),
+                namespace: Some(options.lease_namespace.clone()),
+                name: Some(options.lease_name.clone()),
+                ..Default::default()
+            }),
+            dry_run: options.dry_run,
+        },
+        metrics: metrics.clone(),
+        health: health.clone(),
+        control_namespace: options.lease_namespace.clone(),
+        monitor_interval: if options.dry_run {
+            std::time::Duration::ZERO
+        } else {
+            config.agent.power.monitor_interval
+        },
+        monitor_concurrency: config.agent.power.max_concurrent_requests,
+    }
+}
+
+/// Replaces the running configuration with the one the reloader made ready (if it is
+/// still there): a new control loop with new drivers; the old drivers' sessions are
+/// closed.
+#[allow(clippy::too_many_arguments)]
+async fn apply(
+    controller: &mut Controller,
+    running: &mut Config,
+    ready: &reload::Ready,
+    client: &Client,
+    options: &DaemonOptions,
+    leadership: &Leadership,
+    metrics: &Arc<Metrics>,
+    health: &Health,
+) {
+    let Some(prepared) = ready.take() else {
+        return;
+    };
+    let new = controller_for(
+        &prepared.config,
+        client,
+        options,
+        leadership,
+        metrics,
+        health,
+    );
+    let old = std::mem::replace(controller, new);
+    let summary = reload::summary(running, &prepared.config);
+    *running = prepared.config;
+    for d in old.executor_template.drivers.values().flatten() {
+        d.close().await;
+    }
+    reload::report_applied(
+        controller.executor_template.recorder.as_ref(),
+        controller.executor_template.cluster_ref.as_ref(),
+        leadership,
+        metrics,
+        &prepared.version,
+        &summary,
+    )
+    .await;
+}
+
+/// Reads the API server version; refuses the taint on clusters that lack it, unless
+/// the policy that asks for it also has the forced-deletion fallback.
+async fn check_version(
+    client: &Client,
+    mut policies: impl Iterator<Item = &crate::engine::Policy>,
+) -> anyhow::Result<()> {
+    let info = client
+        .apiserver_version()
+        .await
+        .context("cannot read the Kubernetes API server version (GET /version); refusing to start rather than guess what the cluster supports")?;
+    let major: u32 = info.major.trim_end_matches('+').parse().unwrap_or(0);
+    let minor: u32 = info.minor.trim_end_matches('+').parse().unwrap_or(0);
+    tracing::info!(version = %info.git_version, "Kubernetes API server");
+    if (major, minor) >= (1, MIN_MINOR_FOR_TAINT) {
+        return Ok(());
+    }
+    let taint_users: Vec<&crate::engine::Policy> = policies
+        .by_ref()
+        .filter(|p| p.release == ReleaseMode::OutOfServiceTaint)
+        .collect();
+    if taint_users.iter().any(|p| !forced_deletion_fallback(p)) {
+        bail!(
+            "Kubernetes {} has no out-of-service taint (non-graceful node shutdown needs 1.{MIN_MINOR_FOR_TAINT}+, GA in 1.28); \
+             refusing to run with release = \"out-of-service-taint\". Upgrade, set release = \"delete-node\", or use the \
+             forced-deletion fallback: force_delete_pods = \"always\" and delete_volume_attachments = true in [policy]",
+            info.git_version
+        );
+    }
+    if !taint_users.is_empty() {
+        tracing::warn!(
+            version = %info.git_version,
+            "this Kubernetes has no out-of-service taint: released nodes get the forced-deletion fallback (pods force-deleted, VolumeAttachments deleted)"
+        );
+    }
+    Ok(())
+}
+
+/// The forced-deletion fallback for clusters without non-graceful node shutdown: the
+/// released node's pods are force-deleted and its VolumeAttachments deleted by
+/// nodefence itself.
+fn forced_deletion_fallback(policy: &crate::engine::Policy) -> bool {
+    policy.force_delete_pods == crate::engine::ForceDeletePods::Always
+        && policy.delete_volume_attachments
+}
