@@ -1,9 +1,14 @@
-//! Throwaway TLS material for mock servers: a private CA and a leaf signed by it.
+//! Throwaway TLS material for mock servers, in the shapes real BMCs present
+//! ([`CertKind`]).
 //!
-//! Clients under test must verify certificates the way they would against a real BMC
-//! with a private CA (a `ca_file`). webpki refuses a self-signed leaf used as its own
-//! trust anchor, so the mock makes a real two-level chain: a CA that is only ever
-//! handed to clients, and a server leaf for `localhost`, `127.0.0.1` and `::1`.
+//! - A private CA and a leaf signed by it (a site that runs its own CA): the CA is
+//!   only ever handed to clients, the leaf names `localhost`, `127.0.0.1` and `::1`.
+//! - One self-signed certificate marked `basicConstraints CA:TRUE`, as most BMCs ship
+//!   (and as `openssl req -x509 -newkey ...` makes by default), naming the loopback
+//!   names; or naming only a vendor default host (`idrac-7H2KQ43`, in its subject and
+//!   nowhere else, as older iDRAC and Supermicro certificates do), so a client that
+//!   reaches it by address finds no matching name; or expired.
+//!
 //! Everything is generated in memory at start and never reused.
 //!
 //! The only rustls crypto provider in the tree is ring; [`install_crypto_provider`]
@@ -25,6 +30,41 @@ pub const LOOPBACK_NAMES: &[&str] = &["localhost", "127.0.0.1", "::1"];
 pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
+
+/// The certificate a mock server presents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CertKind {
+    /// A leaf signed by a private CA (the CA is what clients trust).
+    #[default]
+    PrivateCa,
+    /// One self-signed `CA:TRUE` certificate naming the loopback names.
+    SelfSigned,
+    /// One self-signed `CA:TRUE` certificate naming only [`DEFAULT_BMC_NAME`], in its
+    /// subject (no subject alternative names): no client reaching the mock by address
+    /// or `localhost` finds its name in it.
+    SelfSignedDefaultName,
+    /// Self-signed, the right names, valid from 2015 to 2020: expired.
+    Expired,
+}
+
+impl std::str::FromStr for CertKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "private-ca" => Ok(CertKind::PrivateCa),
+            "self-signed" => Ok(CertKind::SelfSigned),
+            "self-signed-default-name" => Ok(CertKind::SelfSignedDefaultName),
+            "expired" => Ok(CertKind::Expired),
+            _ => Err(format!(
+                "unknown certificate kind {s:?} (expected private-ca, self-signed, \
+                 self-signed-default-name or expired)"
+            )),
+        }
+    }
+}
+
+/// The host name a factory BMC certificate names (Dell's `idrac-<service tag>` style).
+pub const DEFAULT_BMC_NAME: &str = "idrac-7H2KQ43";
 
 /// Why TLS material could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +98,52 @@ impl TlsMaterial {
     /// A fresh CA and a leaf for [`LOOPBACK_NAMES`].
     pub fn generate() -> Result<Self, TlsError> {
         Self::generate_for(LOOPBACK_NAMES)
+    }
+
+    /// Material of `kind`; `names` are the loopback names (and listen address) a
+    /// certificate that names its host carries.
+    pub fn generate_kind(kind: CertKind, names: &[&str]) -> Result<Self, TlsError> {
+        match kind {
+            CertKind::PrivateCa => Self::generate_for(names),
+            CertKind::SelfSigned => Self::self_signed(names, names.first().copied(), false),
+            CertKind::SelfSignedDefaultName => {
+                Self::self_signed(&[], Some(DEFAULT_BMC_NAME), false)
+            }
+            CertKind::Expired => Self::self_signed(names, names.first().copied(), true),
+        }
+    }
+
+    /// One self-signed `CA:TRUE` certificate: SANs `names`, subject CN `cn`; with
+    /// `expired`, valid from 2015 to 2020 only.
+    fn self_signed(names: &[&str], cn: Option<&str>, expired: bool) -> Result<Self, TlsError> {
+        let owned: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        let mut params = CertificateParams::new(owned)?;
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, cn.unwrap_or("localhost"));
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, "nodefence mock BMC");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+            KeyUsagePurpose::KeyCertSign,
+        ];
+        if expired {
+            params.not_before = rcgen::date_time_ymd(2015, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2020, 1, 1);
+        }
+        let key = KeyPair::generate()?;
+        let cert = params.self_signed(&key)?;
+        Ok(Self {
+            ca_pem: cert.pem(),
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            cert_der: cert.der().clone(),
+            key_der: key.serialize_der(),
+        })
     }
 
     /// A fresh CA and a leaf for these DNS names and IP addresses.
@@ -103,7 +189,8 @@ impl TlsMaterial {
         })
     }
 
-    /// The CA certificate (PEM): what a client puts in its `ca_file`.
+    /// The CA certificate (PEM): what a client puts in its `ca_file` (for a
+    /// self-signed kind, the certificate itself).
     pub fn ca_pem(&self) -> &str {
         &self.ca_pem
     }
@@ -134,12 +221,21 @@ impl TlsMaterial {
 
 /// A leaf for the loopback names, plus the listen address if it is another one.
 pub fn generate_material(ip: std::net::IpAddr) -> Result<TlsMaterial, TlsError> {
+    generate_material_kind(CertKind::PrivateCa, ip)
+}
+
+/// Material of `kind` for the loopback names, plus the listen address if it is
+/// another one.
+pub fn generate_material_kind(
+    kind: CertKind,
+    ip: std::net::IpAddr,
+) -> Result<TlsMaterial, TlsError> {
     let extra = ip.to_string();
     let mut names: Vec<&str> = LOOPBACK_NAMES.to_vec();
     if !ip.is_loopback() && !ip.is_unspecified() {
         names.push(&extra);
     }
-    TlsMaterial::generate_for(&names)
+    TlsMaterial::generate_kind(kind, &names)
 }
 
 /// `http://127.0.0.1:PORT` (or `http://[::1]:PORT`), or `https://localhost:PORT` (the
@@ -175,5 +271,22 @@ mod tests {
         assert_ne!(m.ca_pem(), m.cert_pem());
         assert!(m.key_pem().contains("PRIVATE KEY"));
         assert!(m.server_config().is_ok());
+    }
+
+    #[test]
+    fn every_kind_makes_a_usable_server_config() {
+        for kind in [
+            CertKind::PrivateCa,
+            CertKind::SelfSigned,
+            CertKind::SelfSignedDefaultName,
+            CertKind::Expired,
+        ] {
+            let m = TlsMaterial::generate_kind(kind, LOOPBACK_NAMES).unwrap();
+            assert!(m.server_config().is_ok(), "{kind:?}");
+            let self_signed = kind != CertKind::PrivateCa;
+            assert_eq!(m.ca_pem() == m.cert_pem(), self_signed, "{kind:?}");
+        }
+        assert_eq!("expired".parse::<CertKind>(), Ok(CertKind::Expired));
+        assert!("bogus".parse::<CertKind>().is_err());
     }
 }

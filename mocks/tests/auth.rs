@@ -72,24 +72,28 @@ async fn basic_auth_is_checked_on_every_request() {
                 path: "/redfish/v1/Systems".into(),
                 auth: AuthKind::None,
                 status: Some(401),
+                user_agent: None,
             },
             RequestRecord {
                 method: "GET".into(),
                 path: "/redfish/v1/Systems".into(),
                 auth: AuthKind::Basic,
                 status: Some(401),
+                user_agent: None,
             },
             RequestRecord {
                 method: "GET".into(),
                 path: "/redfish/v1/Systems".into(),
                 auth: AuthKind::Basic,
                 status: Some(401),
+                user_agent: None,
             },
             RequestRecord {
                 method: "GET".into(),
                 path: "/redfish/v1/Systems".into(),
                 auth: AuthKind::Basic,
                 status: Some(200),
+                user_agent: None,
             },
         ]
     );

@@ -15,8 +15,9 @@ use anyhow::{Context as _, bail};
 use clap::Parser;
 use nodefence_mocks::redfish::{
     DEFAULT_PASSWORD, DEFAULT_USERNAME, Fixture, MockPower, MockRedfish, Profile, ResetResponse,
-    SystemSpec,
+    Role, SessionLogin, SystemSpec,
 };
+use nodefence_mocks::tls::CertKind;
 
 /// A mock Redfish BMC (OpenBMC, iDRAC, iLO, multi-system or minimal flavour) with an
 /// /admin API to change power, inject faults and read what clients did.
@@ -31,9 +32,37 @@ struct Args {
     #[arg(long)]
     tls: bool,
 
-    /// Write the generated CA certificate (PEM) here, for clients to trust.
-    #[arg(long, value_name = "PATH", requires = "tls")]
+    /// Serve HTTPS presenting this kind of certificate: private-ca (a leaf signed by
+    /// a generated CA), self-signed (one CA:TRUE certificate naming localhost, as most
+    /// BMCs ship), self-signed-default-name (naming only a vendor default host) or
+    /// expired. Implies --tls.
+    #[arg(long, value_name = "KIND", value_parser = parse_cert_kind)]
+    tls_cert: Option<CertKind>,
+
+    /// Write the generated CA certificate (PEM) here, for clients to trust (for a
+    /// self-signed kind: the certificate itself).
+    #[arg(long, value_name = "PATH")]
     ca_out: Option<PathBuf>,
+
+    /// Write the certificate the server presents (PEM) here.
+    #[arg(long, value_name = "PATH")]
+    cert_out: Option<PathBuf>,
+
+    /// How session login behaves: open (as the specification says), basic-required
+    /// (the login POST needs HTTP Basic too) or refused (ServiceEnabled false, every
+    /// login 401; Basic works elsewhere).
+    #[arg(long, default_value = "open", value_parser = parse_session_login)]
+    session_login: SessionLogin,
+
+    /// Also accept this user, with the same password, in the ReadOnly role (it can
+    /// read everything and Reset nothing).
+    #[arg(long, value_name = "NAME")]
+    readonly_user: Option<String>,
+
+    /// The status a read-only user's write is refused with (401, as seen in the
+    /// field, or 403, as the specification says).
+    #[arg(long, default_value_t = 401, value_parser = clap::value_parser!(u16).range(401..=403))]
+    privilege_error_status: u16,
 
     /// Which BMC to imitate: openbmc, idrac, ilo, multi-system or minimal.
     #[arg(long, default_value = "openbmc", value_parser = parse_profile)]
@@ -96,6 +125,14 @@ fn parse_reset_response(s: &str) -> Result<ResetResponse, String> {
     s.parse()
 }
 
+fn parse_cert_kind(s: &str) -> Result<CertKind, String> {
+    s.parse()
+}
+
+fn parse_session_login(s: &str) -> Result<SessionLogin, String> {
+    s.parse()
+}
+
 fn systems(args: &Args) -> anyhow::Result<Vec<SystemSpec>> {
     let power = args.initial_power;
     if let Some(path) = &args.fixture {
@@ -150,13 +187,25 @@ async fn wait_for_signal() -> anyhow::Result<&'static str> {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
+    if args.tls_cert.is_none() && !args.tls && (args.ca_out.is_some() || args.cert_out.is_some()) {
+        bail!("--ca-out and --cert-out need --tls or --tls-cert");
+    }
+    let password = password(&args)?;
     let mut builder = MockRedfish::builder()
         .profile(args.profile)
         .systems(systems(&args)?)
-        .credentials(args.username.clone(), password(&args)?)
+        .credentials(args.username.clone(), password.clone())
         .transition_delay(args.transition_delay)
         .tls(args.tls)
+        .session_login(args.session_login)
+        .privilege_error_status(args.privilege_error_status)
         .listen(args.listen);
+    if let Some(kind) = args.tls_cert {
+        builder = builder.certificate(kind);
+    }
+    if let Some(user) = &args.readonly_user {
+        builder = builder.account(user.clone(), password, Role::ReadOnly);
+    }
     if let Some(response) = args.reset_response {
         builder = builder.reset_response(response);
     }
@@ -164,6 +213,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
 
     if let (Some(path), Some(ca)) = (&args.ca_out, bmc.ca_pem()) {
         std::fs::write(path, ca).with_context(|| format!("writing CA to {}", path.display()))?;
+    }
+    if let (Some(path), Some(cert)) = (&args.cert_out, bmc.certificate_pem()) {
+        std::fs::write(path, cert)
+            .with_context(|| format!("writing the certificate to {}", path.display()))?;
     }
     let systems: Vec<String> = bmc.systems().into_iter().map(|s| s.id).collect();
     tracing::info!(profile = %args.profile, ?systems, user = %args.username, "ready");

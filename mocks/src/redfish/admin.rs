@@ -13,7 +13,7 @@
 //! | POST | `/admin/faults` | one `Fault` | `[Fault]` in force |
 //! | DELETE | `/admin/faults` | | 204 |
 //! | GET | `/admin/resets` | | `[{"system","reset_type"}]` |
-//! | GET | `/admin/requests` | | `[{"method","path","auth","status"}]` |
+//! | GET | `/admin/requests` | | `[{"method","path","auth","status","user_agent"}]` |
 //! | DELETE | `/admin/logs` | | 204 (clears resets and requests) |
 //! | GET | `/admin/sessions` | | `{"active": n}` |
 //! | POST | `/admin/sessions/expire` | | `{"expired": n}` |

@@ -4,7 +4,9 @@
 //! mode seen in the field can be switched on: errors, hangs, dropped connections,
 //! refused credentials, a BMC that accepts ForceOff and does nothing, a power state
 //! that flaps, HTML instead of JSON, broken JSON, redirect loops, slowness, missing or
-//! unknown PowerState values. Faults apply to `/redfish` requests only, never to the
+//! unknown PowerState values, redirects (a service root moved to `/redfish/v1/`, a
+//! web server adding slashes, another origin), terminal control sequences in every
+//! string. Faults apply to `/redfish` requests only, never to the
 //! `/admin` API that tests and scripts use to steer the mock.
 //!
 //! JSON form (`POST /admin/faults`): serde's externally tagged enum in snake_case,
@@ -58,7 +60,26 @@ pub enum Fault {
     /// JSON bodies are padded with a `"Padding"` property to at least this many bytes
     /// (still valid JSON: for testing a client's body size limit).
     OversizedBody { bytes: usize },
+    /// Every `/redfish` path not ending in `/` answers `status` (301, 302, 307 or
+    /// 308) with `Location: <path>/`, for every method, as web servers in front of
+    /// BMCs do; the `/`-terminated path is served.
+    TrailingSlashRedirect { status: u16 },
+    /// `GET /redfish/v1` (no slash) answers `status` with this `Location`, verbatim
+    /// (a path, or an absolute URL, possibly of another origin).
+    RedirectServiceRoot { status: u16, location: String },
+    /// Every string a client may print carries [`HOSTILE`] (escape sequences, line
+    /// breaks, bidirectional and C1 controls): error messages and resolutions, the
+    /// ComputerSystem's PowerState, UUID, Name, Manufacturer, Model and
+    /// SerialNumber, an extra allowable ResetType, task messages. Ids in URIs stay
+    /// clean.
+    HostileStrings,
 }
+
+/// The text [`Fault::HostileStrings`] puts in every printable field: it clears a
+/// terminal, homes the cursor, forges a line, reverses what follows and starts an
+/// 8-bit control sequence.
+pub const HOSTILE: &str =
+    "\u{1b}[2J\u{1b}[H\r\nFAKE: worker-1 confirmed Off\r\n\u{202e}ffO\u{9b}31m";
 
 /// Serde for `Duration` as a humantime string (`"1500ms"`, `"2s"`).
 mod humantime_text {
@@ -101,6 +122,9 @@ pub(crate) struct FaultSet {
     pub(crate) power_state: Option<PowerStateOverride>,
     pub(crate) reject_reset_when_off: bool,
     pub(crate) oversized_body: Option<usize>,
+    pub(crate) trailing_slash_redirect: Option<u16>,
+    pub(crate) redirect_service_root: Option<(u16, String)>,
+    pub(crate) hostile_strings: bool,
 }
 
 impl FaultSet {
@@ -118,6 +142,11 @@ impl FaultSet {
             Fault::MalformedJson => self.malformed_json = true,
             Fault::RedirectLoop => self.redirect_loop = true,
             Fault::Slow(d) => self.slow = Some(d),
+            Fault::TrailingSlashRedirect { status } => self.trailing_slash_redirect = Some(status),
+            Fault::RedirectServiceRoot { status, location } => {
+                self.redirect_service_root = Some((status, location));
+            }
+            Fault::HostileStrings => self.hostile_strings = true,
             Fault::PowerStateAbsent => self.power_state = Some(PowerStateOverride::Absent),
             Fault::PowerStateValue(v) => self.power_state = Some(PowerStateOverride::Value(v)),
             Fault::RejectResetWhenOff => self.reject_reset_when_off = true,
@@ -151,6 +180,7 @@ impl FaultSet {
             (self.malformed_json, Fault::MalformedJson),
             (self.redirect_loop, Fault::RedirectLoop),
             (self.reject_reset_when_off, Fault::RejectResetWhenOff),
+            (self.hostile_strings, Fault::HostileStrings),
         ];
         out.extend(flags.into_iter().filter(|(on, _)| *on).map(|(_, f)| f));
         if let Some(d) = self.slow {
@@ -163,6 +193,15 @@ impl FaultSet {
         }
         if let Some(bytes) = self.oversized_body {
             out.push(Fault::OversizedBody { bytes });
+        }
+        if let Some(status) = self.trailing_slash_redirect {
+            out.push(Fault::TrailingSlashRedirect { status });
+        }
+        if let Some((status, location)) = &self.redirect_service_root {
+            out.push(Fault::RedirectServiceRoot {
+                status: *status,
+                location: location.clone(),
+            });
         }
         out
     }
@@ -203,6 +242,18 @@ mod tests {
                 r#"{"oversized_body":{"bytes":1048576}}"#,
                 Fault::OversizedBody { bytes: 1 << 20 },
             ),
+            (
+                r#"{"trailing_slash_redirect":{"status":308}}"#,
+                Fault::TrailingSlashRedirect { status: 308 },
+            ),
+            (
+                r#"{"redirect_service_root":{"status":301,"location":"/redfish/v1/"}}"#,
+                Fault::RedirectServiceRoot {
+                    status: 301,
+                    location: "/redfish/v1/".into(),
+                },
+            ),
+            (r#""hostile_strings""#, Fault::HostileStrings),
         ];
         for (json, want) in cases {
             let got: Result<Fault, _> = serde_json::from_str(json);

@@ -27,9 +27,11 @@
 //! # Ok(()) }
 //! ```
 
+mod accounts;
 mod admin;
 mod faults;
 mod fixture;
+mod hostile;
 mod model;
 mod payloads;
 mod profile;
@@ -41,8 +43,9 @@ mod sessions;
 mod state;
 mod tasks;
 
+pub use accounts::{Account, BASIC_REQUIRED_MESSAGE, Role, SessionLogin};
 pub use admin::PowerRequest;
-pub use faults::Fault;
+pub use faults::{Fault, HOSTILE};
 pub use fixture::{Fixture, FixtureError, FixtureSystem};
 pub use model::{MockPower, ParsePowerError, SystemSpec};
 pub use profile::{ParseProfileError, Profile, ResetResponse};

@@ -206,7 +206,7 @@ pub(crate) fn reset_action_info(profile: Profile, id: &str, reset_types: &[Strin
 }
 
 /// `GET /redfish/v1/SessionService`.
-pub(crate) fn session_service(profile: Profile) -> Value {
+pub(crate) fn session_service(profile: Profile, enabled: bool) -> Value {
     let mut m = resource(
         profile,
         SESSION_SERVICE,
@@ -214,7 +214,7 @@ pub(crate) fn session_service(profile: Profile) -> Value {
     );
     m.insert("Id".into(), json!("SessionService"));
     m.insert("Name".into(), json!("Session Service"));
-    m.insert("ServiceEnabled".into(), json!(true));
+    m.insert("ServiceEnabled".into(), json!(enabled));
     m.insert("SessionTimeout".into(), json!(1800));
     m.insert("Sessions".into(), link(profile, SESSIONS));
     Value::Object(m)

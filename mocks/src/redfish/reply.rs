@@ -76,7 +76,10 @@ impl Reply {
         let (content_type, bytes) = match self.body {
             ReplyBody::Empty => (None, Vec::new()),
             ReplyBody::Html(page) => (Some(HTML), page.into_bytes()),
-            ReplyBody::Json(value) => {
+            ReplyBody::Json(mut value) => {
+                if faults.hostile_strings {
+                    super::hostile::taint(&mut value);
+                }
                 let value = match faults.oversized_body {
                     Some(bytes) => pad(value, bytes),
                     None => value,
@@ -116,6 +119,7 @@ pub(crate) struct BodyFaults {
     pub(crate) wrong_content_type: bool,
     pub(crate) malformed_json: bool,
     pub(crate) oversized_body: Option<usize>,
+    pub(crate) hostile_strings: bool,
 }
 
 /// Adds a `"Padding"` string so the document is at least `bytes` bytes long.

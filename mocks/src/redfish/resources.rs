@@ -5,17 +5,19 @@
 //! values, logged, and then changes the state the way the machine would (through
 //! `PoweringOff`/`PoweringOn` when a transition delay is set).
 
-use axum::http::header::{LOCATION, RETRY_AFTER};
+use axum::http::header::{LOCATION, RETRY_AFTER, WWW_AUTHENTICATE};
 use axum::http::{HeaderName, Method, StatusCode};
 use serde_json::Value;
 use tokio::time::Instant;
 
+use super::accounts::{BASIC_REQUIRED_MESSAGE, SessionLogin, role_of};
 use super::faults::PowerStateOverride;
 use super::model::{MockPower, ResetKind};
 use super::payloads::{self, SystemView};
 use super::profile::ResetResponse;
 use super::reply::Reply;
 use super::service::{Resource, unauthorized};
+use super::sessions::Presented;
 use super::state::{Inner, ResetRecord, Shared};
 
 /// Answers an authenticated (or public) request for `resource`.
@@ -24,6 +26,7 @@ pub(crate) fn serve(
     inner: &mut Inner,
     method: &Method,
     resource: &Resource,
+    presented: &Presented,
     body: &[u8],
 ) -> Reply {
     let profile = shared.config.profile;
@@ -31,8 +34,11 @@ pub(crate) fn serve(
     match resource {
         Resource::Versions => Reply::ok(payloads::versions()),
         Resource::Root => Reply::ok(payloads::service_root(&shared.config, with_tasks)),
-        Resource::SessionService => Reply::ok(payloads::session_service(profile)),
-        Resource::Sessions if method == Method::POST => login(shared, inner, body),
+        Resource::SessionService => Reply::ok(payloads::session_service(
+            profile,
+            shared.config.session_login != SessionLogin::Refused,
+        )),
+        Resource::Sessions if method == Method::POST => login(shared, inner, presented, body),
         Resource::Sessions => Reply::ok(payloads::sessions_collection(
             profile,
             &inner.sessions.ids(),
@@ -117,8 +123,30 @@ fn json_object(body: &[u8]) -> Result<serde_json::Map<String, Value>, Reply> {
     }
 }
 
-/// `POST /redfish/v1/SessionService/Sessions`.
-fn login(shared: &Shared, inner: &mut Inner, body: &[u8]) -> Reply {
+/// `POST /redfish/v1/SessionService/Sessions`, as [`SessionLogin`] says.
+fn login(shared: &Shared, inner: &mut Inner, presented: &Presented, body: &[u8]) -> Reply {
+    let config = &shared.config;
+    let basic_missing = || {
+        Reply::error(
+            StatusCode::UNAUTHORIZED,
+            "ResourceAtUriUnauthorized",
+            BASIC_REQUIRED_MESSAGE,
+            &[payloads::SESSIONS, "Unauthorized"],
+        )
+        .header(WWW_AUTHENTICATE, "Basic realm=\"mock-redfish\"")
+    };
+    match config.session_login {
+        SessionLogin::Refused => return basic_missing(),
+        SessionLogin::BasicRequired => {
+            let valid = matches!(presented, Presented::Basic { user, password }
+                if !inner.faults.reject_credentials
+                    && role_of(&config.accounts, user, password).is_some());
+            if !valid {
+                return basic_missing();
+            }
+        }
+        SessionLogin::Open => {}
+    }
     let body = match json_object(body) {
         Ok(b) => b,
         Err(reply) => return reply,
@@ -138,8 +166,7 @@ fn login(shared: &Shared, inner: &mut Inner, body: &[u8]) -> Reply {
             &[missing],
         );
     };
-    let config = &shared.config;
-    if inner.faults.reject_credentials || user != config.username || password != config.password {
+    if inner.faults.reject_credentials || role_of(&config.accounts, &user, &password).is_none() {
         return unauthorized(payloads::SESSIONS);
     }
     let session = inner.sessions.create(&user, config.profile);

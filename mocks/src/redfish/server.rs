@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
+use super::accounts::{Account, Role, SessionLogin};
 use super::admin;
 use super::faults::Fault;
 use super::model::{MockPower, SystemSpec, SystemState};
@@ -22,7 +23,7 @@ use super::service;
 use super::state::{
     Config, RequestRecord, ResetRecord, Shared, SystemInfo, TimedRequest, TimedReset, UnknownSystem,
 };
-use crate::tls::{TlsError, TlsMaterial, base_url, generate_material};
+use crate::tls::{CertKind, TlsError, TlsMaterial, base_url, generate_material_kind};
 
 /// Credentials used when [`MockRedfish::credentials`] is not called.
 pub const DEFAULT_USERNAME: &str = "admin";
@@ -58,6 +59,10 @@ pub struct MockRedfish {
     listen: SocketAddr,
     reset_response: Option<ResetResponse>,
     service_uuid: Option<String>,
+    certificate: CertKind,
+    extra_accounts: Vec<Account>,
+    session_login: SessionLogin,
+    privilege_status: u16,
 }
 
 impl Default for MockRedfish {
@@ -73,6 +78,10 @@ impl Default for MockRedfish {
             listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
             reset_response: None,
             service_uuid: None,
+            certificate: CertKind::PrivateCa,
+            extra_accounts: Vec::new(),
+            session_login: SessionLogin::Open,
+            privilege_status: 401,
         }
     }
 }
@@ -117,6 +126,43 @@ impl MockRedfish {
     /// Serve HTTPS with a freshly generated CA and leaf (see [`MockRedfishHandle::ca_pem`]).
     pub fn tls(mut self, on: bool) -> Self {
         self.tls = on;
+        self
+    }
+
+    /// Serve HTTPS presenting a certificate of this kind (implies `tls(true)`): a
+    /// private CA's leaf, or a self-signed `CA:TRUE` one as real BMCs ship (see
+    /// [`CertKind`]).
+    pub fn certificate(mut self, kind: CertKind) -> Self {
+        self.tls = true;
+        self.certificate = kind;
+        self
+    }
+
+    /// Another account (the main one, from [`Self::credentials`], is Administrator).
+    pub fn account(
+        mut self,
+        name: impl Into<String>,
+        password: impl Into<String>,
+        role: Role,
+    ) -> Self {
+        self.extra_accounts.push(Account {
+            name: name.into(),
+            password: password.into(),
+            role,
+        });
+        self
+    }
+
+    /// How the SessionService lets clients log in (default: as the specification says).
+    pub fn session_login(mut self, login: SessionLogin) -> Self {
+        self.session_login = login;
+        self
+    }
+
+    /// The status a read-only user's write is refused with: 401 (default, as seen in
+    /// the field) or 403 (as the specification says).
+    pub fn privilege_error_status(mut self, status: u16) -> Self {
+        self.privilege_status = status;
         self
     }
 
@@ -199,14 +245,23 @@ impl MockRedfish {
 
         let material = match (&self.tls_material, self.tls) {
             (Some(m), _) => Some(m.clone()),
-            (None, true) => Some(generate_material(addr.ip())?),
+            (None, true) => Some(generate_material_kind(self.certificate, addr.ip())?),
             (None, false) => None,
         };
         let base_url = base_url(addr, material.is_some());
+        let mut accounts = vec![Account {
+            name: self.username.clone(),
+            password: self.password.clone(),
+            role: Role::Administrator,
+        }];
+        accounts.extend(self.extra_accounts.iter().cloned());
         let config = Config {
             profile: self.profile,
             username: self.username.clone(),
             password: self.password.clone(),
+            accounts,
+            session_login: self.session_login,
+            privilege_status: self.privilege_status,
             delay: self.delay,
             service_uuid: self
                 .service_uuid
@@ -231,7 +286,8 @@ impl MockRedfish {
             shared,
             addr,
             base_url,
-            ca_pem: material.map(|m| m.ca_pem().to_owned()),
+            ca_pem: material.as_ref().map(|m| m.ca_pem().to_owned()),
+            certificate_pem: material.map(|m| m.cert_pem().to_owned()),
             server,
             task: Some(task),
         })
@@ -245,6 +301,7 @@ pub struct MockRedfishHandle {
     addr: SocketAddr,
     base_url: String,
     ca_pem: Option<String>,
+    certificate_pem: Option<String>,
     server: axum_server::Handle<SocketAddr>,
     task: Option<JoinHandle<std::io::Result<()>>>,
 }
@@ -261,9 +318,15 @@ impl MockRedfishHandle {
         self.addr
     }
 
-    /// The CA certificate (PEM) clients must trust; `None` for plain HTTP.
+    /// The CA certificate (PEM) clients must trust; `None` for plain HTTP. For a
+    /// self-signed certificate, that certificate.
     pub fn ca_pem(&self) -> Option<String> {
         self.ca_pem.clone()
+    }
+
+    /// The certificate the server presents (PEM); `None` for plain HTTP.
+    pub fn certificate_pem(&self) -> Option<String> {
+        self.certificate_pem.clone()
     }
 
     pub fn profile(&self) -> Profile {

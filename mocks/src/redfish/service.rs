@@ -14,6 +14,7 @@ use axum::http::header::{ALLOW, LOCATION, WWW_AUTHENTICATE};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 
+use super::accounts::{Role, role_named, role_of};
 use super::profile::{AllowableStyle, ResetResponse};
 use super::reply::{self, BodyFaults, Reply};
 use super::resources;
@@ -116,8 +117,21 @@ enum Early {
     Proceed,
 }
 
-fn early_fault(inner: &mut Inner, path: &str) -> Early {
+fn early_fault(inner: &mut Inner, method: &Method, path: &str) -> Early {
     let f = &mut inner.faults;
+    if let Some((status, location)) = &f.redirect_service_root
+        && *method == Method::GET
+        && path == "/redfish/v1"
+    {
+        let status = StatusCode::from_u16(*status).unwrap_or(StatusCode::MOVED_PERMANENTLY);
+        return Early::Reply(Reply::empty(status).header(LOCATION, location.clone()));
+    }
+    if let Some(status) = f.trailing_slash_redirect
+        && !path.ends_with('/')
+    {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::MOVED_PERMANENTLY);
+        return Early::Reply(Reply::empty(status).header(LOCATION, format!("{path}/")));
+    }
     if f.drop_connection > 0 {
         f.drop_connection -= 1;
         return Early::Drop;
@@ -166,7 +180,12 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
         return (StatusCode::NOT_FOUND, axum::Json(body)).into_response();
     }
     let presented = Presented::from_headers(request.headers());
-    let key = shared.begin_request(method.as_str(), &path, presented.kind());
+    let user_agent = request
+        .headers()
+        .get(axum::http::header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let key = shared.begin_request(method.as_str(), &path, presented.kind(), user_agent);
     tracing::debug!(%method, %path, auth = ?presented.kind(), "redfish request");
 
     wait_while_hanging(&shared).await;
@@ -178,7 +197,7 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
 
     let (reply, body_faults) = {
         let mut inner = shared.lock();
-        let reply = match early_fault(&mut inner, &path) {
+        let reply = match early_fault(&mut inner, &method, &path) {
             Early::Drop => return reply::dropped_connection(),
             Early::Reply(reply) => reply,
             Early::Proceed => match body {
@@ -196,6 +215,7 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
             wrong_content_type: f.wrong_content_type,
             malformed_json: f.malformed_json,
             oversized_body: f.oversized_body,
+            hostile_strings: f.hostile_strings,
         };
         (reply, body_faults)
     };
@@ -219,11 +239,19 @@ fn answer(
     let no_sessions = !shared.config.profile.has_sessions()
         && (path == "/redfish/v1/SessionService"
             || path.starts_with("/redfish/v1/SessionService/"));
-    if !public
-        && !no_sessions
-        && let Err(reply) = authenticate(shared, inner, presented, path)
-    {
-        return reply;
+    if !public && !no_sessions {
+        match authenticate(shared, inner, presented, path) {
+            Err(reply) => return reply,
+            Ok(role) => {
+                // Reading needs Login; changing anything needs ConfigureComponents.
+                // A session's owner may still log itself out.
+                let own_logout =
+                    matches!(resource, Some(Resource::Session(_))) && *method == Method::DELETE;
+                if *method != Method::GET && !own_logout && !role.may_configure() {
+                    return insufficient_privilege(shared);
+                }
+            }
+        }
     }
     let Some(resource) = resource else {
         return Reply::error(
@@ -244,33 +272,51 @@ fn answer(
         )
         .header(ALLOW, allow.join(", "));
     }
-    resources::serve(shared, inner, method, &resource, body)
+    resources::serve(shared, inner, method, &resource, presented, body)
 }
 
-/// Checks the presented credentials; on failure returns the 401 to send.
-fn authenticate(
+/// Checks the presented credentials; the account's role, or the 401 to send.
+pub(crate) fn authenticate(
     shared: &Shared,
     inner: &Inner,
     presented: &Presented,
     path: &str,
-) -> Result<(), Reply> {
-    let config = &shared.config;
+) -> Result<Role, Reply> {
+    let accounts = &shared.config.accounts;
     let rejecting = inner.faults.reject_credentials;
-    match presented {
-        Presented::Token(token) if !rejecting && inner.sessions.by_token(token).is_some() => Ok(()),
-        Presented::Token(_) => Err(Reply::error(
+    let no_session = || {
+        Reply::error(
             StatusCode::UNAUTHORIZED,
             "NoValidSession",
             "There is no valid session established with the implementation.",
             &[],
-        )),
-        Presented::Basic { user, password }
-            if !rejecting && *user == config.username && *password == config.password =>
-        {
-            Ok(())
+        )
+    };
+    match presented {
+        Presented::Token(token) if !rejecting => inner
+            .sessions
+            .by_token(token)
+            .and_then(|s| role_named(accounts, &s.user))
+            .ok_or_else(no_session),
+        Presented::Token(_) => Err(no_session()),
+        Presented::Basic { user, password } if !rejecting => {
+            role_of(accounts, user, password).ok_or_else(|| unauthorized(path))
         }
         Presented::Basic { .. } | Presented::BadBasic | Presented::None => Err(unauthorized(path)),
     }
+}
+
+/// A write by a user without `ConfigureComponents`: the Base registry's
+/// `InsufficientPrivilege`, with the status this service uses (401 or 403).
+fn insufficient_privilege(shared: &Shared) -> Reply {
+    let status =
+        StatusCode::from_u16(shared.config.privilege_status).unwrap_or(StatusCode::FORBIDDEN);
+    Reply::error(
+        status,
+        "InsufficientPrivilege",
+        "There are insufficient privileges for the account or credentials associated with the current session to perform the requested operation.",
+        &[],
+    )
 }
 
 /// A 401 for missing or wrong credentials, inviting Basic authentication.

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::accounts::{Account, SessionLogin};
 use super::faults::{Fault, FaultSet};
 use super::model::{MockPower, SystemState};
 use super::profile::{Profile, ResetResponse};
@@ -29,6 +30,9 @@ pub struct RequestRecord {
     /// The status answered; `None` if no response was sent (dropped connection, or
     /// still hanging).
     pub status: Option<u16>,
+    /// The request's `User-Agent` header.
+    #[serde(default)]
+    pub user_agent: Option<String>,
 }
 
 /// One Reset the mock received (accepted or refused).
@@ -81,6 +85,11 @@ pub(crate) struct Config {
     pub(crate) profile: Profile,
     pub(crate) username: String,
     pub(crate) password: String,
+    /// Every account accepted: the main one (Administrator) first.
+    pub(crate) accounts: Vec<Account>,
+    pub(crate) session_login: SessionLogin,
+    /// What a read-only user's write is refused with (401 or 403).
+    pub(crate) privilege_status: u16,
     pub(crate) delay: Duration,
     pub(crate) service_uuid: String,
     pub(crate) reset_response: ResetResponse,
@@ -244,7 +253,13 @@ impl Shared {
     }
 
     /// Logs a request as it arrives (no status yet); returns its log key.
-    pub(crate) fn begin_request(&self, method: &str, path: &str, auth: AuthKind) -> u64 {
+    pub(crate) fn begin_request(
+        &self,
+        method: &str,
+        path: &str,
+        auth: AuthKind,
+        user_agent: Option<String>,
+    ) -> u64 {
         let mut inner = self.lock();
         inner.next_request += 1;
         let key = inner.next_request;
@@ -255,6 +270,7 @@ impl Shared {
                 path: path.to_owned(),
                 auth,
                 status: None,
+                user_agent,
             },
             Instant::now(),
             None,
