@@ -99,7 +99,20 @@ impl Transport {
                 basic_on_login: true
             }
         );
-        let mut reply = self.login(&sessions, basic_first, deadline).await?;
+        let mut reply = match self.login(&sessions, basic_first, deadline).await {
+            Ok(reply) => reply,
+            // A login that cannot be made at all (a redirect that would turn the POST
+            // into a GET, a reply that is not Redfish): in auto mode, plain Basic.
+            // Transient failures are retried as they are.
+            Err(e) if !e.retry && self.mode == RedfishAuth::Auto => {
+                tracing::info!(endpoint = %self.base(), error = %e.error, "cannot log in to a Redfish session; using HTTP Basic");
+                state.scheme = Scheme::Basic {
+                    because: format!("the session login failed ({})", e.error.message),
+                };
+                return Ok(AuthHeader::Basic);
+            }
+            Err(e) => return Err(e),
+        };
         let mut basic_on_login = basic_first;
         if matches!(
             reply.status,

@@ -41,8 +41,8 @@ const SERVICE_ROOT: &str = "/redfish/v1";
 /// One failed attempt; `retry` says whether trying again may help.
 #[derive(Debug, Clone)]
 pub(super) struct AttemptError {
-    error: PowerError,
-    retry: bool,
+    pub(super) error: PowerError,
+    pub(super) retry: bool,
 }
 
 impl AttemptError {
