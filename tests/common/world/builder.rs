@@ -65,6 +65,15 @@ impl NodeSetup {
 
 type PolicyTweak = Box<dyn Fn(&mut Policy) + Send>;
 
+/// How the replicas trust a Redfish BMC that serves HTTPS ([`WorldBuilder::bmc_tls`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BmcTrust {
+    /// `ca_file` = the certificate the BMC presents (a self-signed one trusted as itself).
+    CaFile,
+    /// `tls_fingerprint` = its SHA-256.
+    Pin,
+}
+
 /// How to build a [`World`]. Start from [`WorldBuilder::new`] (or [`world`]).
 pub struct WorldBuilder {
     pub nodes: Vec<NodeSetup>,
@@ -82,6 +91,9 @@ pub struct WorldBuilder {
     /// Appended to `nodefence.toml` after its `[policy]` section (start a new
     /// `[section]`).
     pub agent_toml: String,
+    /// The Redfish BMC serves HTTPS with this certificate, trusted this way (`None`:
+    /// plain HTTP).
+    pub bmc_tls: Option<(nodefence_mocks::tls::CertKind, BmcTrust)>,
     /// How often the replicas check their configuration files (`None`: never; a
     /// reload reads the files as written, without the scaled timings).
     pub config_check: Option<Duration>,
@@ -115,6 +127,7 @@ impl WorldBuilder {
             policy_keys: BTreeMap::new(),
             agent_toml: String::new(),
             config_check: None,
+            bmc_tls: None,
             policy: Vec::new(),
         }
     }
@@ -207,6 +220,13 @@ impl WorldBuilder {
         self
     }
 
+    /// The Redfish BMC serves HTTPS presenting a `kind` certificate, which the
+    /// inventory trusts through `trust` (never `insecure`).
+    pub fn bmc_tls(mut self, kind: nodefence_mocks::tls::CertKind, trust: BmcTrust) -> Self {
+        self.bmc_tls = Some((kind, trust));
+        self
+    }
+
     /// Replicas reload their configuration files when they change, checking this often.
     pub fn config_check(mut self, every: Duration) -> Self {
         self.config_check = Some(every);
@@ -257,8 +277,12 @@ impl WorldBuilder {
         for w in &self.workloads {
             sim.add_stateful_workload(w.clone());
         }
+        let mut bmc_builder = MockRedfish::builder();
+        if let Some((kind, _)) = self.bmc_tls {
+            bmc_builder = bmc_builder.certificate(kind);
+        }
         let bmc = Arc::new(
-            MockRedfish::builder()
+            bmc_builder
                 .profile(Profile::MultiSystem)
                 .systems(self.nodes.iter().map(|n| {
                     let spec = SystemSpec::new(n.system_id.clone()).power(n.power);
@@ -286,12 +310,31 @@ impl WorldBuilder {
         }
         agent_toml.push_str(&self.agent_toml);
         hw.write_files(dir.path());
+        let trust = self.bmc_tls.map(|(_, trust)| {
+            let pem = bmc
+                .certificate_pem()
+                .expect("an HTTPS BMC has a certificate");
+            std::fs::write(dir.path().join("bmc.pem"), &pem).unwrap();
+            match trust {
+                BmcTrust::CaFile => "ca_file = \"bmc.pem\"\n".to_string(),
+                BmcTrust::Pin => {
+                    use rustls::pki_types::pem::PemObject;
+                    let der =
+                        rustls::pki_types::CertificateDer::from_pem_slice(pem.as_bytes()).unwrap();
+                    format!(
+                        "tls_fingerprint = \"{}\"\n",
+                        nodefence::tls::CertFingerprint::of(der.as_ref())
+                    )
+                }
+            }
+        });
         let mut config = nodefence::config::load(&write_config(
             dir.path(),
             &bmc,
             &hw,
             &self.nodes,
             &agent_toml,
+            trust.as_deref().unwrap_or(""),
         ))
         .unwrap();
         // The scaled timings are below what the configuration accepts: set after loading.
@@ -374,6 +417,7 @@ pub fn write_config(
     hw: &Hardware,
     nodes: &[NodeSetup],
     agent_toml: &str,
+    bmc_trust: &str,
 ) -> PathBuf {
     std::fs::write(dir.join("bmc-password"), PASSWORD).unwrap();
     #[cfg(unix)]
@@ -394,7 +438,7 @@ pub fn write_config(
     .unwrap();
     let mut inv = format!(
         "[defaults]\ndriver = \"redfish\"\nendpoint = \"{}\"\nusername = \"{USER}\"\npassword_file = \"bmc-password\"\n\
-         connect_timeout = \"1s\"\nrequest_timeout = \"1s\"\noperation_timeout = \"3s\"\nretries = 1\n",
+         connect_timeout = \"1s\"\nrequest_timeout = \"1s\"\noperation_timeout = \"3s\"\nretries = 1\n{bmc_trust}",
         bmc.base_url()
     );
     for n in nodes.iter().filter(|n| n.in_inventory) {
