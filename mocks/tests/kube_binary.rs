@@ -21,7 +21,14 @@ async fn starts_writes_a_kubeconfig_serves_and_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     let mut child = Command::new(BIN)
-        .args(["--tls", "--token", "s3cret", "--kubeconfig-out"])
+        .args([
+            "--tls",
+            "--token",
+            "s3cret",
+            "--nodes",
+            "0",
+            "--kubeconfig-out",
+        ])
         .arg(&kubeconfig)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -77,6 +84,7 @@ async fn simulated_nodes_go_not_ready_when_their_kubelet_is_stopped() {
     let kubeconfig = dir.path().join("kubeconfig");
     let mut child = Command::new(BIN)
         .args([
+            "--plain-http",
             "--nodes",
             "2",
             "--speed",

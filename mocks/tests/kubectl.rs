@@ -274,3 +274,62 @@ async fn delete_node_and_pods() {
         .await;
     assert!(c.kube.store().get(PODS, Some("default"), "web-0").is_err());
 }
+
+/// The `fake-kube` binary with nothing but `--kubeconfig FILE`, as a user first runs
+/// it: the real kubectl can use that kubeconfig as written (HTTPS, its CA, the
+/// token) and sees a few Ready nodes.
+#[tokio::test]
+async fn the_binary_with_its_defaults_gives_kubectl_a_cluster_with_nodes() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let Some(kubectl) = kubectl_path() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fake-kube"))
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let ready = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(ready.contains("https://"), "{ready}");
+    let mut shown = String::new();
+    for _ in 0..100 {
+        let out = Command::new(&kubectl)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["get", "nodes"])
+            .output()
+            .await
+            .unwrap();
+        shown = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "kubectl get nodes failed:\n{shown}");
+        if shown.lines().filter(|l| l.contains(" Ready ")).count() == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(shown.starts_with("NAME"), "{shown}");
+    for node in ["worker-1", "worker-2", "worker-3"] {
+        assert!(
+            shown
+                .lines()
+                .any(|l| l.starts_with(node) && l.contains(" Ready ")),
+            "{node} Ready in\n{shown}"
+        );
+    }
+    let _ = child.kill().await;
+}

@@ -8,6 +8,11 @@
 //! (`fake-kube listening on https://localhost:PORT`), and runs until SIGINT or
 //! SIGTERM. Logs go to stderr (`RUST_LOG`).
 //!
+//! Its defaults are what a user expects of a cluster: HTTPS with a generated CA and
+//! a bearer token (both in the kubeconfig: kubectl sends tokens over HTTPS only) and
+//! three simulated workers, so `fake-kube --kubeconfig k` then `kubectl --kubeconfig
+//! k get nodes` shows nodes. `--plain-http` and `--nodes 0` give the bare server.
+//!
 //! With `--nodes N` a simulated control plane runs behind the API (kubelets renewing
 //! Leases, node lifecycle controller, taint eviction, PodGC, attach/detach, a
 //! StatefulSet-like workload per `--workload`), `--speed` times faster than real
@@ -36,22 +41,27 @@ struct Args {
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
 
-    /// Serve HTTPS with a CA and leaf certificate generated at start (the kubeconfig
-    /// carries the CA).
+    /// Serve plain HTTP instead of HTTPS. kubectl never sends a bearer token over
+    /// plain HTTP, so only kube-rs clients can use such a server.
     #[arg(long)]
+    plain_http: bool,
+
+    /// Serve HTTPS (the default; kept for scripts written when it was not).
+    #[arg(long, hide = true, conflicts_with = "plain_http")]
     tls: bool,
 
     /// The bearer token clients must present (default: random; see the kubeconfig).
     #[arg(long, env = "FAKE_KUBE_TOKEN", hide_env_values = true)]
     token: Option<String>,
 
-    /// Write a kubeconfig for this server here before printing the ready line.
-    #[arg(long, value_name = "PATH")]
-    kubeconfig_out: Option<PathBuf>,
+    /// Write a kubeconfig for this server here before printing the ready line (the
+    /// server URL, its CA, the token): `kubectl --kubeconfig PATH get nodes` works.
+    #[arg(long, alias = "kubeconfig-out", value_name = "PATH")]
+    kubeconfig: Option<PathBuf>,
 
     /// Simulate N worker nodes (worker-1..worker-N) with running kubelets; 0: no
     /// simulation, an empty cluster.
-    #[arg(long, value_name = "N", default_value_t = 0)]
+    #[arg(long, value_name = "N", default_value_t = 3)]
     nodes: u32,
 
     /// Also simulate a control-plane node named `control-plane`.
@@ -162,7 +172,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let store = Store::default();
     let sim = start_simulation(&args, &store)?;
     let mut builder = FakeKube::builder()
-        .tls(args.tls)
+        .tls(!args.plain_http)
         .listen(args.listen)
         .store(store);
     if let Some(token) = &args.token {
@@ -172,7 +182,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         builder = builder.admin(sim.clone());
     }
     let kube = builder.start().await.context("starting fake-kube")?;
-    if let Some(path) = &args.kubeconfig_out {
+    if let Some(path) = &args.kubeconfig {
         kube.write_kubeconfig(path)
             .with_context(|| format!("writing kubeconfig to {}", path.display()))?;
     }
