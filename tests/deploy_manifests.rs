@@ -1,102 +1,238 @@
-//! `deploy/` must not rot: every manifest parses as its Kubernetes type, the config it
-//! ships loads with the real loader, the container's arguments parse with the real
-//! CLI, and the RBAC grants what the code calls (and nothing broader).
+//! `deploy/` must not rot and must grant exactly what the code calls:
+//! - every manifest (base, components, examples) parses as its Kubernetes type;
+//! - the real `kubectl kustomize` renders the base and the base with each component
+//!   (CI installs kubectl; `NODEFENCE_KUBECTL`), and nothing applied holds a Secret;
+//! - the configuration it ships loads with the real loader, and the container's
+//!   arguments parse with the real CLI;
+//! - the RBAC of the base and of each component is, grant by grant, the table of API
+//!   calls in the code (`nodefence::cluster::access::DAEMON`): nothing missing,
+//!   nothing more. A new call without its grant fails here (and in `tests/rbac.rs`,
+//!   which runs the daemon under exactly this RBAC).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
+use nodefence::cluster::access::{self, Component, Scope};
 use serde_json::Value;
 
 fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy")
 }
 
-/// Every document of every manifest, as JSON.
-fn documents() -> Vec<Value> {
-    let mut docs = Vec::new();
-    for name in [
-        "namespace.yaml",
-        "rbac.yaml",
-        "config.yaml",
-        "deployment.yaml",
-    ] {
-        let text = std::fs::read_to_string(deploy_dir().join(name)).unwrap();
-        let parsed: Vec<Value> =
-            serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
-        docs.extend(parsed.into_iter().filter(|d| !d.is_null()));
-    }
-    docs
+/// The documents of one YAML file, as JSON.
+fn documents_of(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap();
+    serde_saphyr::from_multiple::<Value>(&text)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .collect()
 }
 
-fn of_kind<T: serde::de::DeserializeOwned>(kind: &str) -> Vec<T> {
-    documents()
-        .into_iter()
-        .filter(|d| d["kind"] == kind)
-        .map(|d| serde_json::from_value(d).unwrap_or_else(|e| panic!("{kind}: {e}")))
-        .collect()
+/// Every `.yaml` under `dir`, recursively, but the kustomization files.
+fn manifests(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(manifests(&path));
+        } else if path.extension().is_some_and(|e| e == "yaml")
+            && path.file_name().is_some_and(|n| n != "kustomization.yaml")
+        {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The RBAC objects of the base (`deploy/rbac.yaml`) or of a component.
+fn rbac_of(component: Component) -> Vec<Value> {
+    let file = match component {
+        Component::Base => deploy_dir().join("rbac.yaml"),
+        c => deploy_dir().join("components").join(c.dir()).join("rbac.yaml"),
+    };
+    documents_of(&file)
+}
+
+fn parses_as<T: serde::de::DeserializeOwned>(doc: &Value) -> bool {
+    serde_json::from_value::<T>(doc.clone()).is_ok()
 }
 
 #[test]
 fn every_manifest_is_a_valid_object_of_its_kind() {
-    let kinds: Vec<String> = documents()
-        .iter()
-        .map(|d| d["kind"].as_str().unwrap().to_string())
-        .collect();
-    for kind in kinds {
-        let doc: Vec<Value> = documents()
-            .into_iter()
-            .filter(|d| d["kind"] == kind.as_str())
-            .collect();
-        for d in doc {
+    use k8s_openapi::api::core::v1 as core;
+    use k8s_openapi::api::rbac::v1 as rbac;
+    let files = manifests(&deploy_dir());
+    assert!(files.len() >= 8, "{files:?}");
+    for file in files {
+        for doc in documents_of(&file) {
+            let kind = doc["kind"].as_str().unwrap_or_default().to_string();
             let ok = match kind.as_str() {
-                "Namespace" => {
-                    serde_json::from_value::<k8s_openapi::api::core::v1::Namespace>(d).is_ok()
+                "Namespace" => parses_as::<core::Namespace>(&doc),
+                "ServiceAccount" => parses_as::<core::ServiceAccount>(&doc),
+                "ClusterRole" => parses_as::<rbac::ClusterRole>(&doc),
+                "ClusterRoleBinding" => parses_as::<rbac::ClusterRoleBinding>(&doc),
+                "Role" => parses_as::<rbac::Role>(&doc),
+                "RoleBinding" => parses_as::<rbac::RoleBinding>(&doc),
+                "Secret" => {
+                    assert!(
+                        file.starts_with(deploy_dir().join("examples")),
+                        "{}: a Secret outside deploy/examples/ would be applied",
+                        file.display()
+                    );
+                    parses_as::<core::Secret>(&doc)
                 }
-                "ServiceAccount" => {
-                    serde_json::from_value::<k8s_openapi::api::core::v1::ServiceAccount>(d).is_ok()
-                }
-                "ClusterRole" => serde_json::from_value::<ClusterRole>(d).is_ok(),
-                "ClusterRoleBinding" => {
-                    serde_json::from_value::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(d)
-                        .is_ok()
-                }
-                "Role" => serde_json::from_value::<Role>(d).is_ok(),
-                "RoleBinding" => {
-                    serde_json::from_value::<k8s_openapi::api::rbac::v1::RoleBinding>(d).is_ok()
-                }
-                "ConfigMap" => serde_json::from_value::<ConfigMap>(d).is_ok(),
-                "Secret" => serde_json::from_value::<k8s_openapi::api::core::v1::Secret>(d).is_ok(),
-                "Deployment" => serde_json::from_value::<Deployment>(d).is_ok(),
+                "Deployment" => parses_as::<Deployment>(&doc),
                 "PodDisruptionBudget" => {
-                    serde_json::from_value::<k8s_openapi::api::policy::v1::PodDisruptionBudget>(d)
-                        .is_ok()
+                    parses_as::<k8s_openapi::api::policy::v1::PodDisruptionBudget>(&doc)
                 }
-                "Service" => {
-                    serde_json::from_value::<k8s_openapi::api::core::v1::Service>(d).is_ok()
-                }
-                other => panic!("unexpected kind {other} in deploy/"),
+                "Service" => parses_as::<core::Service>(&doc),
+                other => panic!("{}: unexpected kind {other}", file.display()),
             };
-            assert!(ok, "{kind} does not parse as its type");
+            assert!(ok, "{}: {kind} does not parse as its type", file.display());
         }
     }
 }
 
-/// The shipped config, loaded with the real loader from a temporary directory (which
-/// must outlive the returned config).
+/// One RBAC permission: (verb, group, resource, where, object name or `*`).
+type Grant = (String, String, String, String, String);
+
+/// The grants a set of RBAC objects gives nodefence's ServiceAccount.
+fn grants_of(objects: &[Value]) -> BTreeSet<Grant> {
+    let mut out = BTreeSet::new();
+    let bound = |b: &Value| {
+        b["subjects"].as_array().is_some_and(|s| {
+            s.iter().any(|s| {
+                s["kind"] == "ServiceAccount" && s["name"] == "nodefence" && s["namespace"] == "nodefence"
+            })
+        })
+    };
+    for binding in objects.iter().filter(|o| bound(o)) {
+        let kind = binding["kind"].as_str().unwrap();
+        let role = binding["roleRef"]["name"].as_str().unwrap();
+        let role_kind = binding["roleRef"]["kind"].as_str().unwrap();
+        let (scope, ns) = match kind {
+            "ClusterRoleBinding" => ("cluster".to_string(), None),
+            _ => {
+                let ns = binding["metadata"]["namespace"].as_str().unwrap().to_string();
+                (ns.clone(), Some(ns))
+            }
+        };
+        let role_obj = objects
+            .iter()
+            .find(|o| {
+                o["kind"] == role_kind
+                    && o["metadata"]["name"] == role
+                    && (role_kind == "ClusterRole"
+                        || o["metadata"]["namespace"].as_str() == ns.as_deref())
+            })
+            .unwrap_or_else(|| panic!("{kind} {role}: its {role_kind} is not in the same file"));
+        for rule in role_obj["rules"].as_array().unwrap() {
+            let list = |k: &str| -> Vec<String> {
+                rule[k]
+                    .as_array()
+                    .map(|a| a.iter().map(|v| v.as_str().unwrap().to_string()).collect())
+                    .unwrap_or_default()
+            };
+            let names = list("resourceNames");
+            let names = if names.is_empty() { vec!["*".to_string()] } else { names };
+            for verb in list("verbs") {
+                assert_ne!(verb, "*", "a wildcard verb in {role}");
+                for group in list("apiGroups") {
+                    for resource in list("resources") {
+                        assert_ne!(resource, "*", "a wildcard resource in {role}");
+                        for name in &names {
+                            out.insert((
+                                verb.clone(),
+                                group.clone(),
+                                resource.clone(),
+                                scope.clone(),
+                                name.clone(),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The grants the code's table says `component` must give.
+fn table_grants(component: Component) -> BTreeSet<Grant> {
+    access::DAEMON
+        .iter()
+        .filter(|a| a.component == component)
+        .map(|a| {
+            let scope = match a.scope {
+                Scope::Cluster => "cluster",
+                Scope::Own => "nodefence",
+                Scope::NodeLeases => "kube-node-lease",
+            };
+            (
+                a.verb.to_string(),
+                a.group.to_string(),
+                a.resource.to_string(),
+                scope.to_string(),
+                a.name.unwrap_or("*").to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_rbac_of_the_base_and_of_each_component_is_exactly_the_codes_table() {
+    for component in Component::ALL {
+        if component == Component::SecretCredentials {
+            continue; // named by the inventory: checked below.
+        }
+        let manifests = grants_of(&rbac_of(component));
+        let table = table_grants(component);
+        let missing: Vec<_> = table.difference(&manifests).collect();
+        let extra: Vec<_> = manifests.difference(&table).collect();
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "{component:?} ({}): missing from the manifests {missing:?}; granted but never \
+             called {extra:?}",
+            component.dir()
+        );
+    }
+}
+
+#[test]
+fn secrets_are_read_only_by_name_in_a_component_and_never_in_the_base() {
+    for component in Component::ALL {
+        let grants = grants_of(&rbac_of(component));
+        let secrets: Vec<&Grant> = grants.iter().filter(|g| g.2 == "secrets").collect();
+        if component != Component::SecretCredentials {
+            assert!(secrets.is_empty(), "{component:?} grants Secrets: {secrets:?}");
+            continue;
+        }
+        assert!(!secrets.is_empty());
+        for (verb, group, _, scope, name) in secrets {
+            assert_eq!((verb.as_str(), group.as_str()), ("get", ""), "get only, no list/watch");
+            assert_eq!(scope, "nodefence", "in nodefence's namespace");
+            assert_ne!(name, "*", "only the Secrets it names");
+        }
+    }
+}
+
+/// The shipped configuration laid out as the pod sees it (config/ and secrets/ side
+/// by side), loaded with the real loader.
 fn shipped_config() -> (tempfile::TempDir, nodefence::config::Config) {
-    let cm = of_kind::<ConfigMap>("ConfigMap")
-        .into_iter()
-        .next()
-        .unwrap();
-    let data = cm.data.unwrap();
     let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config");
     let secrets = dir.path().join("secrets");
-    std::fs::create_dir(&secrets).unwrap();
-    std::fs::write(secrets.join("bmc-password"), "change-me\n").unwrap();
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::create_dir_all(&secrets).unwrap();
+    for file in ["nodefence.toml", "inventory.toml"] {
+        std::fs::copy(deploy_dir().join("config").join(file), config.join(file)).unwrap();
+    }
+    std::fs::write(secrets.join("bmc-password"), "the-password\n").unwrap();
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -106,42 +242,34 @@ fn shipped_config() -> (tempfile::TempDir, nodefence::config::Config) {
         )
         .unwrap();
     }
-    std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("config/rack-a-ca.pem"),
-        secrets.join("bmc-ca.pem"),
-    )
-    .unwrap();
-    let mounted = format!("{}/", secrets.display());
-    std::fs::write(dir.path().join("nodefence.toml"), &data["nodefence.toml"]).unwrap();
-    std::fs::write(
-        dir.path().join("inventory.toml"),
-        data["inventory.toml"].replace("/etc/nodefence/secrets/", &mounted),
-    )
-    .unwrap();
-    let config = nodefence::config::load(&dir.path().join("nodefence.toml"))
+    let loaded = nodefence::config::load(&config.join("nodefence.toml"))
         .unwrap_or_else(|e| panic!("{e}"));
-    (dir, config)
+    (dir, loaded)
 }
 
 #[test]
-fn the_shipped_config_loads() {
+fn the_shipped_config_loads_and_needs_only_the_base() {
     let (_dir, config) = shipped_config();
     assert_eq!(config.inventory.nodes.len(), 3);
     assert!(config.warnings.is_empty(), "{:?}", config.warnings);
-    // The BMC password comes from the Secret through the API, read at start-up.
     for node in config.inventory.nodes.values() {
-        let secret = node.pending_secret().expect("password_secret");
-        assert_eq!(secret.name, "nodefence-bmc");
-        assert_eq!(secret.password_key, "bmc-password");
+        let nodefence::config::PowerSource::Redfish(t) = &node.power else {
+            panic!("redfish");
+        };
+        assert!(t.tls.fingerprint.is_some() && !t.tls.insecure);
     }
+    assert!(access::components(&config).is_empty(), "the base suffices");
 }
 
 #[test]
 fn the_container_arguments_are_accepted_by_the_cli() {
-    let deployment = of_kind::<Deployment>("Deployment")
-        .into_iter()
-        .next()
-        .unwrap();
+    let deployment: Deployment = serde_json::from_value(
+        documents_of(&deploy_dir().join("deployment.yaml"))
+            .into_iter()
+            .find(|d| d["kind"] == "Deployment")
+            .unwrap(),
+    )
+    .unwrap();
     let pod = deployment.spec.unwrap().template.spec.unwrap();
     let container = &pod.containers[0];
     let mut argv = vec!["nodefence".to_string()];
@@ -160,180 +288,146 @@ fn the_container_arguments_are_accepted_by_the_cli() {
         .map(|e| e.name)
         .collect();
     assert!(env.contains(&"POD_NAME".to_string()) && env.contains(&"POD_NAMESPACE".to_string()));
-    let paths: Vec<String> = [
-        container.liveness_probe.clone(),
-        container.readiness_probe.clone(),
-    ]
-    .into_iter()
-    .map(|p| p.unwrap().http_get.unwrap().path.unwrap())
-    .collect();
-    assert_eq!(paths, vec!["/healthz", "/readyz"]);
-    assert_eq!(deployment.metadata.namespace.as_deref(), Some("nodefence"));
-}
-
-fn grants(rules: &[PolicyRule], group: &str, resource: &str, verb: &str) -> bool {
-    rules.iter().any(|r| {
-        r.api_groups
-            .as_ref()
-            .is_some_and(|g| g.iter().any(|g| g == group))
-            && r.resources
-                .as_ref()
-                .is_some_and(|rs| rs.iter().any(|x| x == resource))
-            && r.verbs.iter().any(|v| v == verb)
-    })
-}
-
-#[test]
-fn rbac_grants_exactly_what_the_code_calls() {
-    let cluster = of_kind::<ClusterRole>("ClusterRole")
-        .remove(0)
-        .rules
-        .unwrap();
-    // What the code does (watchers, release, recorder).
-    for (group, resource, verb) in [
-        ("", "nodes", "get"),
-        ("", "nodes", "list"),
-        ("", "nodes", "watch"),
-        ("", "nodes", "patch"),
-        ("", "nodes", "delete"),
-        ("storage.k8s.io", "volumeattachments", "list"),
-        ("storage.k8s.io", "volumeattachments", "delete"),
-        ("", "pods", "list"),
-        ("", "pods", "delete"),
-        ("events.k8s.io", "events", "create"),
-    ] {
-        assert!(
-            grants(&cluster, group, resource, verb),
-            "ClusterRole lacks {verb} {group}/{resource}"
-        );
-    }
-    // Nothing broader than needed.
-    for rule in &cluster {
-        assert!(!rule.verbs.iter().any(|v| v == "*"), "wildcard verb");
-        assert!(
-            !rule
-                .resources
-                .as_ref()
-                .unwrap()
-                .iter()
-                .any(|r| r == "*" || r == "secrets")
-        );
-    }
-    for verb in ["get", "create", "update", "patch"] {
-        assert!(
-            !grants(&cluster, "", "pods", verb),
-            "pods: list and delete only, never {verb}"
-        );
-    }
-    let roles = of_kind::<Role>("Role");
-    let named = |name: &str| {
-        roles
-            .iter()
-            .find(|r| r.metadata.name.as_deref() == Some(name))
-            .and_then(|r| r.rules.clone())
-            .unwrap()
-    };
-    let node_leases = named("nodefence-node-leases");
-    for verb in ["get", "list", "watch"] {
-        assert!(grants(&node_leases, "coordination.k8s.io", "leases", verb));
-    }
-    assert!(
-        !grants(&node_leases, "coordination.k8s.io", "leases", "update"),
-        "kubelet Leases are read-only"
-    );
-    let election = named("nodefence-leader-election");
-    for verb in ["get", "create", "update"] {
-        assert!(grants(&election, "coordination.k8s.io", "leases", verb));
-    }
-    for verb in ["get", "list", "watch"] {
-        assert!(
-            grants(&election, "", "configmaps", verb),
-            "the pause switch must be readable"
-        );
-    }
-    assert!(
-        !grants(&election, "", "configmaps", "update"),
-        "the daemon never writes the pause switch"
-    );
-    // The release records: patch is limited to that one ConfigMap by name.
-    for rule in election.iter().filter(|r| {
-        r.resources.as_deref() == Some(&["configmaps".to_string()][..])
-            && r.verbs.iter().any(|v| v == "patch")
-    }) {
-        assert_eq!(
-            rule.resource_names.as_deref(),
-            Some(&[nodefence::cluster::records::STATE_CONFIGMAP.to_string()][..]),
-            "configmaps patch only on the release records"
-        );
-    }
-    assert!(grants(&election, "", "configmaps", "patch"));
-    assert!(grants(&election, "", "configmaps", "create"));
-}
-
-#[test]
-fn secrets_are_readable_only_in_nodefences_namespace_only_by_name_and_only_with_get() {
-    // No cluster-wide access to Secrets, in any ClusterRole.
-    for role in of_kind::<ClusterRole>("ClusterRole") {
-        for rule in role.rules.unwrap_or_default() {
-            let resources = rule.resources.unwrap_or_default();
-            assert!(
-                !resources.iter().any(|r| r == "secrets" || r == "*"),
-                "a ClusterRole grants secrets"
-            );
-        }
-    }
-    let roles = of_kind::<Role>("Role");
-    let mut readable = Vec::new();
-    for role in &roles {
-        for rule in role.rules.clone().unwrap_or_default() {
-            let resources = rule.resources.clone().unwrap_or_default();
-            if !resources.iter().any(|r| r == "secrets") {
-                continue;
-            }
-            let name = role.metadata.name.clone().unwrap();
-            assert_eq!(
-                role.metadata.namespace.as_deref(),
-                Some("nodefence"),
-                "{name}: Secrets only in nodefence's namespace"
-            );
-            assert_eq!(resources, ["secrets"], "{name}: a rule of its own");
-            assert_eq!(rule.verbs, ["get"], "{name}: read-only, and no list/watch");
-            let names = rule.resource_names.clone().unwrap_or_default();
-            assert!(!names.is_empty(), "{name}: only the Secrets it names");
-            // Bound with a RoleBinding (namespaced) to nodefence's service account.
-            let bound = of_kind::<RoleBinding>("RoleBinding").into_iter().any(|b| {
-                b.metadata.namespace.as_deref() == Some("nodefence")
-                    && b.role_ref.kind == "Role"
-                    && b.role_ref.name == name
-                    && b.subjects.unwrap_or_default().iter().any(|s| {
-                        s.kind == "ServiceAccount"
-                            && s.name == "nodefence"
-                            && s.namespace.as_deref() == Some("nodefence")
-                    })
-            });
-            assert!(bound, "{name} is not bound to nodefence's service account");
-            readable.extend(names);
-        }
-    }
-    for binding in of_kind::<ClusterRoleBinding>("ClusterRoleBinding") {
-        assert_ne!(binding.role_ref.kind, "Role");
-    }
-    // Every Secret the shipped inventory names can be read, and nothing else.
-    let (_dir, config) = shipped_config();
-    let named: std::collections::BTreeSet<String> = config
-        .inventory
-        .nodes
-        .values()
-        .filter_map(|n| n.pending_secret())
-        .map(|r| {
-            assert!(
-                r.namespace.is_none() || r.namespace.as_deref() == Some("nodefence"),
-                "{r}"
-            );
-            r.name.clone()
-        })
+    let mounts: Vec<(String, String)> = container
+        .volume_mounts
+        .clone()
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.name, m.mount_path))
         .collect();
-    readable.sort();
-    readable.dedup();
-    assert_eq!(readable, named.into_iter().collect::<Vec<_>>());
+    assert!(mounts.contains(&("config".into(), "/etc/nodefence/config".into())));
+    assert!(
+        mounts.contains(&("secrets".into(), "/etc/nodefence/secrets".into())),
+        "the inventory's password_file (../secrets/bmc-password) is there"
+    );
+    assert_eq!(pod.service_account_name.as_deref(), Some("nodefence"));
+    assert_eq!(
+        pod.security_context.unwrap().run_as_user,
+        Some(65532),
+        "the image's non-root user"
+    );
+}
+
+/// kubectl, or `None` (skipped; a failure under NODEFENCE_REQUIRE_PEERS=1).
+fn kubectl() -> Option<PathBuf> {
+    let found = std::env::var_os("NODEFENCE_KUBECTL")
+        .map(PathBuf::from)
+        .filter(|p| p.is_file())
+        .or_else(|| {
+            let path = std::env::var_os("PATH").unwrap_or_default();
+            std::env::split_paths(&path)
+                .map(|d| d.join("kubectl"))
+                .find(|p| p.is_file())
+        });
+    if found.is_none() {
+        let required = std::env::var("NODEFENCE_REQUIRE_PEERS").is_ok_and(|v| v == "1");
+        assert!(
+            !required,
+            "kubectl is required (NODEFENCE_REQUIRE_PEERS=1): set NODEFENCE_KUBECTL"
+        );
+        eprintln!("skipped: kubectl not installed (set NODEFENCE_KUBECTL)");
+    }
+    found
+}
+
+/// `to` relative to `from` (both absolute): kustomize refuses absolute paths.
+fn relative(from: &Path, to: &Path) -> PathBuf {
+    let from: Vec<_> = from.components().collect();
+    let to: Vec<_> = to.components().collect();
+    let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+    let mut out = PathBuf::new();
+    for _ in common..from.len() {
+        out.push("..");
+    }
+    for c in &to[common..] {
+        out.push(c);
+    }
+    out
+}
+
+/// `kubectl kustomize` of an overlay of the base with these component directories.
+fn render_dirs(kubectl: &Path, components: &[&str]) -> Vec<Value> {
+    let overlay = tempfile::Builder::new()
+        .prefix("overlay")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    let base = relative(overlay.path(), &deploy_dir());
+    let mut text = format!(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\n",
+        base.display()
+    );
+    if !components.is_empty() {
+        text.push_str("components:\n");
+        for dir in components {
+            text.push_str(&format!("  - {}/components/{dir}\n", base.display()));
+        }
+    }
+    std::fs::write(overlay.path().join("kustomization.yaml"), text).unwrap();
+    let out = std::process::Command::new(kubectl)
+        .arg("kustomize")
+        .arg(overlay.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl kustomize with {components:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_saphyr::from_multiple::<Value>(&String::from_utf8_lossy(&out.stdout))
+        .unwrap()
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .collect()
+}
+
+/// [`render_dirs`] for components of the RBAC table.
+fn render(kubectl: &Path, components: &[Component]) -> Vec<Value> {
+    let dirs: Vec<&str> = components.iter().map(|c| c.dir()).collect();
+    render_dirs(kubectl, &dirs)
+}
+
+#[test]
+fn kustomize_renders_the_base_and_every_component() {
+    let Some(kubectl) = kubectl() else { return };
+    let base = render(&kubectl, &[]);
+    let kinds: BTreeSet<&str> = base.iter().filter_map(|d| d["kind"].as_str()).collect();
+    for kind in ["Namespace", "ServiceAccount", "ClusterRole", "Role", "ConfigMap", "Deployment"] {
+        assert!(kinds.contains(kind), "{kind} missing from the base: {kinds:?}");
+    }
+    assert!(!kinds.contains("Secret"), "the applied set holds no Secret");
+    let config_map = base.iter().find(|d| d["kind"] == "ConfigMap").unwrap();
+    assert_eq!(config_map["metadata"]["name"], "nodefence-config", "a stable name: live reload");
+    assert!(config_map["data"]["inventory.toml"].is_string());
+    assert_eq!(
+        grants_of(&base),
+        table_grants(Component::Base),
+        "the rendered base grants the table's base"
+    );
+    let mut all = Vec::new();
+    for component in Component::ALL.into_iter().filter(|c| *c != Component::Base) {
+        let rendered = render(&kubectl, &[component]);
+        let grants = grants_of(&rendered);
+        if component != Component::SecretCredentials {
+            let mut want = table_grants(Component::Base);
+            want.extend(table_grants(component));
+            assert_eq!(grants, want, "{component:?}");
+        }
+        all.push(component);
+    }
+    let image = |docs: &[Value]| {
+        docs.iter()
+            .find(|d| d["kind"] == "Deployment")
+            .and_then(|d| d.pointer("/spec/template/spec/containers/0/image"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    assert_eq!(image(&base).as_deref(), Some("nodefence:0.1.0"));
+    let mut everything = render(&kubectl, &all);
+    let fence_agents = render_dirs(&kubectl, &["fence-agents"]);
+    assert_eq!(
+        image(&fence_agents).as_deref(),
+        Some("nodefence:0.1.0-fence-agents")
+    );
+    everything.retain(|d| d["kind"] == "Secret");
+    assert!(everything.is_empty(), "no component applies a Secret");
 }

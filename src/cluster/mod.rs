@@ -1,11 +1,14 @@
 //! Everything nodefence reads from and writes to the Kubernetes API.
 //!
+//! - [`access`]: the table of every call, from which RBAC and the start-up
+//!   permission check are derived.
 //! - [`facts`]: Node and Lease objects → the engine's [`crate::engine::NodeFacts`].
 //! - [`leader`]: fail-stop leader election on a Lease.
 //! - [`pause`]: the cluster-wide pause switch (a ConfigMap).
 //! - [`release`]: the out-of-service taint, Node, Pod and VolumeAttachment deletion, with re-checks.
 //! - [`records`]: per-node progress that outlives a leader and the Node object.
 
+pub mod access;
 pub mod facts;
 pub mod leader;
 pub mod pause;

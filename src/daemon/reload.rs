@@ -3,7 +3,8 @@
 //! A background task checks the configuration files every few seconds (and at once on
 //! `SIGHUP`; see [`crate::config::watch`]). A changed version goes through every check
 //! a start-up does: the whole loader (every node, every file), the cluster's support
-//! for its release mechanism, the BMC passwords it keeps in Secrets. Then:
+//! for its release mechanism, the BMC passwords it keeps in Secrets, the permissions
+//! it needs (SelfSubjectAccessReview). Then:
 //!
 //! - **refused**: anything wrong refuses the *whole* version; the running one is kept
 //!   untouched. A Warning Event `ConfigRejected` on the leader Lease (from the leader),
@@ -64,7 +65,7 @@ pub struct Running {
 pub struct Reloader {
     watch: ConfigWatch,
     client: Client,
-    namespace: String,
+    options: DaemonOptions,
     metrics: Arc<Metrics>,
     recorder: Option<Recorder>,
     cluster_ref: Option<ObjectReference>,
@@ -84,7 +85,7 @@ impl Reloader {
         Self {
             watch: ConfigWatch::new(running),
             client,
-            namespace: options.lease_namespace.clone(),
+            options: options.clone(),
             metrics,
             recorder,
             cluster_ref,
@@ -149,9 +150,14 @@ impl Reloader {
             .await
             .map_err(|e| format!("the loader stopped: {e}"))?
             .map_err(|errors| errors.to_string())?;
-        super::admit(loaded, &self.client, &self.namespace)
+        let config = super::admit(loaded, &self.client, &self.options.lease_namespace)
             .await
-            .map_err(|e| format!("{e:#}"))
+            .map_err(|e| format!("{e:#}"))?;
+        // A new version may need more (release = "delete-node"...): checked first.
+        super::check_permissions(&config, &self.client, &self.options)
+            .await
+            .map_err(|e| format!("{e:#}"))?;
+        Ok(config)
     }
 
     async fn report_refused(&self, version: &Fingerprint, why: &str) {

@@ -33,6 +33,7 @@
 //!   do not need them.
 
 pub mod admin;
+pub mod authz;
 pub mod deletion;
 pub mod discovery;
 mod handlers;

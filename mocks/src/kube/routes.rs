@@ -21,6 +21,7 @@ use axum::http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use axum::http::{HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 
+use super::authz;
 use super::discovery;
 use super::handlers;
 use super::negotiate::{self, DISCOVERY_V2_CONTENT_TYPE, Representation};
@@ -140,28 +141,91 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
     );
     let route = parse(request.uri().path());
     tracing::trace!(%method, path = %path_and_query, accept = ?request.headers().get(ACCEPT), content_type = ?request.headers().get(CONTENT_TYPE), "fake-kube request received");
-    let response = if !route.is_public() && !authorized(&shared, &request) {
-        status::unauthorized()
-    } else {
-        answer(&shared, route, request).await
+    let caller = caller(&shared, &request);
+    let user = match &caller {
+        Caller::Restricted(i) => Some(i.user.clone()),
+        _ => None,
+    };
+    let response = match &caller {
+        Caller::Anonymous if !route.is_public() => status::unauthorized(),
+        Caller::Restricted(identity) if is_access_review(&method, request.uri().path()) => {
+            access_review(Some(&identity.policy), request).await
+        }
+        Caller::Admin if is_access_review(&method, request.uri().path()) => {
+            access_review(None, request).await
+        }
+        Caller::Restricted(identity) => {
+            match authz::attributes(method.as_str(), &path_and_query) {
+                Some(attrs) if !identity.policy.allows(&attrs) => status::json_with_type(
+                    StatusCode::FORBIDDEN,
+                    &authz::forbidden_status(&attrs, &identity.user),
+                    "application/json",
+                ),
+                _ => answer(&shared, route, request).await,
+            }
+        }
+        _ => answer(&shared, route, request).await,
     };
     tracing::debug!(%method, path = %path_and_query, status = response.status().as_u16(), "fake-kube request");
-    shared.log_request(method.as_str(), &path_and_query, response.status().as_u16());
+    shared.log_request(
+        method.as_str(),
+        &path_and_query,
+        response.status().as_u16(),
+        user.as_deref(),
+    );
     response
 }
 
-fn authorized(shared: &Shared, request: &Request) -> bool {
+/// Who sent a request.
+enum Caller {
+    Anonymous,
+    /// The main token: everything is allowed.
+    Admin,
+    /// A restricted identity: RBAC applies.
+    Restricted(crate::kube::server::Identity),
+}
+
+fn caller(shared: &Shared, request: &Request) -> Caller {
     let Some(value) = request
         .headers()
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
     else {
-        return false;
+        return Caller::Anonymous;
     };
     let mut parts = value.splitn(2, ' ');
     let scheme = parts.next().unwrap_or_default();
     let token = parts.next().unwrap_or_default().trim();
-    scheme.eq_ignore_ascii_case("bearer") && !token.is_empty() && token == shared.token
+    if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() {
+        return Caller::Anonymous;
+    }
+    if token == shared.token {
+        return Caller::Admin;
+    }
+    shared
+        .identity(token)
+        .map_or(Caller::Anonymous, |i| Caller::Restricted(i.clone()))
+}
+
+const ACCESS_REVIEWS: &str = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+
+fn is_access_review(method: &Method, path: &str) -> bool {
+    *method == Method::POST && path.trim_end_matches('/') == ACCESS_REVIEWS
+}
+
+/// `POST .../selfsubjectaccessreviews`: what the caller may do, from its policy.
+async fn access_review(policy: Option<&authz::Policy>, request: Request) -> Response {
+    let Ok(bytes) = axum::body::to_bytes(request.into_body(), 1 << 20).await else {
+        return status::failure(StatusCode::BAD_REQUEST, "BadRequest", "unreadable body");
+    };
+    let Ok(body) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+        return status::failure(StatusCode::BAD_REQUEST, "BadRequest", "malformed JSON");
+    };
+    status::json_with_type(
+        StatusCode::CREATED,
+        &authz::review(policy, &body),
+        "application/json",
+    )
 }
 
 fn header(request: &Request, name: axum::http::HeaderName) -> Option<&str> {

@@ -55,6 +55,19 @@ pub struct RequestRecord {
     pub method: String,
     pub path_and_query: String,
     pub status: u16,
+    /// The restricted identity that sent it (see [`FakeKube::identity`]), or `None`
+    /// for the main token (and unauthenticated requests).
+    pub user: Option<String>,
+}
+
+/// A second bearer token whose requests are authorized by RBAC, as a
+/// ServiceAccount's would be.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub token: String,
+    /// The user name the API server would report (`system:serviceaccount:NS:NAME`).
+    pub user: String,
+    pub policy: super::authz::Policy,
 }
 
 /// State shared by every request handler.
@@ -65,11 +78,24 @@ pub(crate) struct Shared {
     pub server_address: String,
     pub watch: WatchContext,
     pub admin: Option<Arc<dyn AdminHook>>,
+    /// Restricted identities, by token.
+    pub identities: Vec<Identity>,
     log: Mutex<Vec<RequestRecord>>,
 }
 
 impl Shared {
-    pub fn log_request(&self, method: &str, path_and_query: &str, status: u16) {
+    /// The restricted identity a token belongs to.
+    pub fn identity(&self, token: &str) -> Option<&Identity> {
+        self.identities.iter().find(|i| i.token == token)
+    }
+
+    pub fn log_request(
+        &self,
+        method: &str,
+        path_and_query: &str,
+        status: u16,
+        user: Option<&str>,
+    ) {
         let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
         if log.len() >= REQUEST_LOG_LIMIT {
             log.drain(..REQUEST_LOG_LIMIT / 10);
@@ -78,6 +104,7 @@ impl Shared {
             method: method.to_owned(),
             path_and_query: path_and_query.to_owned(),
             status,
+            user: user.map(str::to_owned),
         });
     }
 
@@ -100,6 +127,7 @@ pub struct FakeKube {
     listen: SocketAddr,
     bookmark_interval: Duration,
     admin: Option<Arc<dyn AdminHook>>,
+    identities: Vec<Identity>,
 }
 
 impl Default for FakeKube {
@@ -112,6 +140,7 @@ impl Default for FakeKube {
             listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
             bookmark_interval: DEFAULT_BOOKMARK_INTERVAL,
             admin: None,
+            identities: Vec::new(),
         }
     }
 }
@@ -169,6 +198,23 @@ impl FakeKube {
         self
     }
 
+    /// Also accept `token`, for a user authorized by `policy` alone: its requests get
+    /// `403 Forbidden` (in the real server's words) for anything the policy does not
+    /// allow, and its SelfSubjectAccessReviews are answered from the policy.
+    pub fn identity(
+        mut self,
+        token: impl Into<String>,
+        user: impl Into<String>,
+        policy: super::authz::Policy,
+    ) -> Self {
+        self.identities.push(Identity {
+            token: token.into(),
+            user: user.into(),
+            policy,
+        });
+        self
+    }
+
     /// Serve `/admin/...` with this hook (the simulation's controls).
     pub fn admin(mut self, hook: Arc<dyn AdminHook>) -> Self {
         self.admin = Some(hook);
@@ -207,6 +253,7 @@ impl FakeKube {
                 bookmark_interval: self.bookmark_interval,
             },
             admin: self.admin.clone(),
+            identities: self.identities.clone(),
             log: Mutex::new(Vec::new()),
         });
         let app = Router::new()
@@ -294,6 +341,11 @@ impl FakeKubeHandle {
         kubeconfig::render(&self.base_url, self.ca_pem.as_deref(), &self.shared.token)
     }
 
+    /// A kubeconfig presenting a restricted identity's token instead.
+    pub fn kubeconfig_yaml_for(&self, token: &str) -> String {
+        kubeconfig::render(&self.base_url, self.ca_pem.as_deref(), token)
+    }
+
     /// Writes [`Self::kubeconfig_yaml`] to `path` (mode 0600: it holds the token).
     pub fn write_kubeconfig(&self, path: impl AsRef<Path>) -> std::io::Result<()> {
         use std::io::Write as _;
@@ -310,6 +362,7 @@ impl FakeKubeHandle {
     /// Every request received (the last [`REQUEST_LOG_LIMIT`]), oldest first:
     /// (method, path and query, status). `/admin` requests are not included.
     pub fn request_log(&self) -> Vec<(String, String, u16)> {
+        // (The user of each request is in [`Self::requests`].)
         self.shared
             .requests()
             .into_iter()

@@ -1,0 +1,354 @@
+//! Every Kubernetes API call nodefence makes, in one table: which verb on which
+//! resource, where, and which configuration needs it.
+//!
+//! Three things are derived from it, so they cannot drift apart:
+//! - the RBAC in `deploy/` (base and components), compared with it both ways by
+//!   `tests/deploy_manifests.rs`;
+//! - the start-up check of `nodefence run`: a SelfSubjectAccessReview for each grant
+//!   its configuration needs, and a refusal to start that names every one missing and
+//!   the component that grants it ([`missing`]), instead of a 403 in the middle of a
+//!   fence;
+//! - `nodefence validate`'s list of the components a configuration needs, and
+//!   `explain`'s "cannot read X: needs Y".
+//!
+//! End-to-end tests run the daemon against fake-kube with exactly the RBAC of
+//! `deploy/` enforced (`tests/rbac.rs`): a call the table (and so the manifests) does
+//! not grant fails there with 403.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use kube::api::PostParams;
+
+use crate::config::{Config, SecretSource};
+use crate::engine::{ForceDeletePods, Policy, ReleaseMode};
+
+use super::pause::PAUSE_CONFIGMAP;
+use super::records::STATE_CONFIGMAP;
+
+/// Where a grant applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Scope {
+    /// Cluster-scoped objects, or namespaced ones in every namespace.
+    Cluster,
+    /// nodefence's own namespace (`--namespace`, `POD_NAMESPACE`).
+    Own,
+    /// `kube-node-lease`, where the kubelets' Leases are.
+    NodeLeases,
+}
+
+/// The Kustomize component of `deploy/` that grants an access (`None`: the base).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Component {
+    Base,
+    /// `release = "delete-node"`.
+    DeleteNode,
+    /// `delete_volume_attachments = true`.
+    DeleteVolumeAttachments,
+    /// `power_on_after_fence = true`: a released node's volumes must be gone first.
+    PowerOnAfterFence,
+    /// `password_secret`: the named Secrets, `get` by name.
+    SecretCredentials,
+}
+
+impl Component {
+    /// Its directory under `deploy/components/` (`base` is `deploy/` itself).
+    pub fn dir(self) -> &'static str {
+        match self {
+            Component::Base => "base",
+            Component::DeleteNode => "delete-node",
+            Component::DeleteVolumeAttachments => "delete-volume-attachments",
+            Component::PowerOnAfterFence => "power-on-after-fence",
+            Component::SecretCredentials => "secret-credentials",
+        }
+    }
+
+    pub const ALL: [Component; 5] = [
+        Component::Base,
+        Component::DeleteNode,
+        Component::DeleteVolumeAttachments,
+        Component::PowerOnAfterFence,
+        Component::SecretCredentials,
+    ];
+}
+
+/// One kind of API call the daemon makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Access {
+    pub verb: &'static str,
+    /// `""` for the core group.
+    pub group: &'static str,
+    pub resource: &'static str,
+    pub scope: Scope,
+    /// The one object it is about, when the call always names it (then the grant
+    /// is limited to it with `resourceNames`; Kubernetes cannot limit `create`).
+    pub name: Option<&'static str>,
+    pub component: Component,
+    /// Why, for messages.
+    pub why: &'static str,
+}
+
+const fn access(
+    verb: &'static str,
+    group: &'static str,
+    resource: &'static str,
+    scope: Scope,
+    name: Option<&'static str>,
+    component: Component,
+    why: &'static str,
+) -> Access {
+    Access {
+        verb,
+        group,
+        resource,
+        scope,
+        name,
+        component,
+        why,
+    }
+}
+
+use Component::{Base, DeleteNode, DeleteVolumeAttachments, PowerOnAfterFence};
+use Scope::{Cluster, NodeLeases, Own};
+
+/// The name of nodefence's leader Lease when `--lease-name` is not given.
+pub const DEFAULT_LEASE_NAME: &str = "nodefence";
+
+/// Every call of `nodefence run` (Secrets apart: they are named by the inventory, see
+/// [`needed`]). The leader Lease's name is [`DEFAULT_LEASE_NAME`] here; [`needed`]
+/// uses the one the daemon runs with.
+pub const DAEMON: &[Access] = &[
+    access("list", "", "nodes", Cluster, None, Base, "watch Nodes (readiness, taints)"),
+    access("watch", "", "nodes", Cluster, None, Base, "watch Nodes (readiness, taints)"),
+    access("get", "", "nodes", Cluster, None, Base, "re-read a Node right before releasing it"),
+    access("patch", "", "nodes", Cluster, None, Base, "add and remove the out-of-service taint"),
+    access("delete", "", "nodes", Cluster, None, DeleteNode, "release = \"delete-node\""),
+    access("list", "coordination.k8s.io", "leases", NodeLeases, None, Base, "watch the kubelets' Leases (the fast path)"),
+    access("watch", "coordination.k8s.io", "leases", NodeLeases, None, Base, "watch the kubelets' Leases (the fast path)"),
+    access("get", "coordination.k8s.io", "leases", NodeLeases, None, Base, "re-read a kubelet's Lease right before releasing its node"),
+    access("get", "coordination.k8s.io", "leases", Own, Some(DEFAULT_LEASE_NAME), Base, "leader election"),
+    access("update", "coordination.k8s.io", "leases", Own, Some(DEFAULT_LEASE_NAME), Base, "leader election"),
+    access("create", "coordination.k8s.io", "leases", Own, None, Base, "leader election (the first replica creates the Lease)"),
+    access("list", "", "configmaps", Own, Some(PAUSE_CONFIGMAP), Base, "watch the pause switch"),
+    access("watch", "", "configmaps", Own, Some(PAUSE_CONFIGMAP), Base, "watch the pause switch"),
+    access("get", "", "configmaps", Own, Some(STATE_CONFIGMAP), Base, "release records that outlive a leader"),
+    access("patch", "", "configmaps", Own, Some(STATE_CONFIGMAP), Base, "release records that outlive a leader"),
+    access("create", "", "configmaps", Own, None, Base, "release records (created once)"),
+    access("list", "", "pods", Cluster, None, Base, "force-delete a released node's pods (force_delete_pods)"),
+    access("delete", "", "pods", Cluster, None, Base, "force-delete a released node's pods (force_delete_pods)"),
+    access("create", "events.k8s.io", "events", Cluster, None, Base, "explain every decision as an Event"),
+    access("patch", "events.k8s.io", "events", Cluster, None, Base, "explain every decision as an Event (repeats)"),
+    access("list", "storage.k8s.io", "volumeattachments", Cluster, None, DeleteVolumeAttachments, "delete_volume_attachments = true"),
+    access("delete", "storage.k8s.io", "volumeattachments", Cluster, None, DeleteVolumeAttachments, "delete_volume_attachments = true"),
+    access("list", "storage.k8s.io", "volumeattachments", Cluster, None, PowerOnAfterFence, "power_on_after_fence = true: wait until no VolumeAttachment names the node"),
+];
+
+/// A grant a running daemon needs, made concrete: its namespace and object name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Need {
+    pub verb: String,
+    pub group: String,
+    pub resource: String,
+    /// `None`: cluster scope.
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub component: Component,
+    pub why: String,
+}
+
+impl fmt::Display for Need {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let resource = if self.group.is_empty() {
+            self.resource.clone()
+        } else {
+            format!("{}.{}", self.resource, self.group)
+        };
+        write!(f, "{} {resource}", self.verb)?;
+        if let Some(name) = &self.name {
+            write!(f, " {name:?}")?;
+        }
+        match &self.namespace {
+            Some(ns) => write!(f, " in namespace {ns}"),
+            None => write!(f, " (cluster scope)"),
+        }
+    }
+}
+
+/// Whether `policy` (the cluster-wide one or a node's) uses the component.
+fn uses(component: Component, policy: &Policy) -> bool {
+    match component {
+        Component::Base | Component::SecretCredentials => true,
+        Component::DeleteNode => policy.release == ReleaseMode::DeleteNode,
+        Component::DeleteVolumeAttachments => policy.delete_volume_attachments,
+        Component::PowerOnAfterFence => policy.power_on_after_fence,
+    }
+}
+
+/// What `nodefence run` with `config` needs, in `namespace`, with its leader Lease
+/// named `lease_name`. A dry run only reads.
+pub fn needed(config: &Config, namespace: &str, lease_name: &str, dry_run: bool) -> Vec<Need> {
+    let policies: Vec<&Policy> = std::iter::once(&config.agent.policy)
+        .chain(config.inventory.nodes.values().map(|t| &t.policy))
+        .collect();
+    let force_deletes = policies
+        .iter()
+        .any(|p| p.force_delete_pods != ForceDeletePods::Never);
+    let mut out = BTreeSet::new();
+    for a in DAEMON {
+        if !policies.iter().any(|p| uses(a.component, p)) {
+            continue;
+        }
+        if a.resource == "pods" && !force_deletes {
+            continue;
+        }
+        let writes = !matches!(a.verb, "get" | "list" | "watch");
+        if dry_run && (writes || (a.scope == Own && a.resource == "leases")) {
+            continue;
+        }
+        out.insert(Need {
+            verb: a.verb.into(),
+            group: a.group.into(),
+            resource: a.resource.into(),
+            namespace: match a.scope {
+                Scope::Cluster => None,
+                Scope::Own => Some(namespace.to_string()),
+                Scope::NodeLeases => Some("kube-node-lease".into()),
+            },
+            name: match a.name {
+                Some(DEFAULT_LEASE_NAME) if a.resource == "leases" => Some(lease_name.to_string()),
+                other => other.map(str::to_string),
+            },
+            component: a.component,
+            why: a.why.into(),
+        });
+    }
+    for secret in secrets(config) {
+        let (ns, name) = match secret.split_once('/') {
+            Some((ns, name)) => (ns.to_string(), name.to_string()),
+            None => (namespace.to_string(), secret.clone()),
+        };
+        out.insert(Need {
+            verb: "get".into(),
+            group: String::new(),
+            resource: "secrets".into(),
+            namespace: Some(ns),
+            name: Some(name),
+            component: Component::SecretCredentials,
+            why: "BMC credentials kept in a Secret (password_secret)".into(),
+        });
+    }
+    out.into_iter().collect()
+}
+
+/// The Secrets the inventory names (`namespace/name`, or a bare name for
+/// nodefence's own namespace), each once.
+pub fn secrets(config: &Config) -> BTreeSet<String> {
+    config
+        .inventory
+        .nodes
+        .values()
+        .flat_map(|t| t.sources())
+        .filter_map(|s| match &s.credential()?.source {
+            SecretSource::Secret(r) | SecretSource::SecretPending(r) => Some(match &r.namespace {
+                Some(ns) => format!("{ns}/{}", r.name),
+                None => r.name.clone(),
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The components of `deploy/` a configuration needs beyond the base.
+pub fn components(config: &Config) -> BTreeSet<Component> {
+    needed(config, "nodefence", DEFAULT_LEASE_NAME, false)
+        .into_iter()
+        .map(|n| n.component)
+        .filter(|c| *c != Component::Base)
+        .collect()
+}
+
+/// Asks the API server (SelfSubjectAccessReview) about every need; returns the ones
+/// it does not allow. An error means the question could not be asked.
+pub async fn missing(client: &kube::Client, needs: &[Need]) -> Result<Vec<Need>, kube::Error> {
+    let api: kube::Api<SelfSubjectAccessReview> = kube::Api::all(client.clone());
+    let mut denied = Vec::new();
+    for need in needs {
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    verb: Some(need.verb.clone()),
+                    group: Some(need.group.clone()),
+                    resource: Some(need.resource.clone()),
+                    namespace: need.namespace.clone(),
+                    name: need.name.clone(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let answer = api.create(&PostParams::default(), &review).await?;
+        if !answer.status.is_some_and(|s| s.allowed) {
+            denied.push(need.clone());
+        }
+    }
+    Ok(denied)
+}
+
+/// The refusal to start: every missing grant, what needs it, and where to get it.
+pub fn explain_missing(denied: &[Need]) -> String {
+    let mut text = String::from(
+        "this ServiceAccount lacks permissions the configuration needs (checked with \
+         SelfSubjectAccessReview); nothing was done. Missing:",
+    );
+    for n in denied {
+        let from = match n.component {
+            Component::Base => "deploy/ (the base RBAC)".to_string(),
+            c => format!("the Kustomize component deploy/components/{}", c.dir()),
+        };
+        text.push_str(&format!("\n  - {n}: {} — granted by {from}", n.why));
+    }
+    if denied.iter().any(|n| n.component == Component::SecretCredentials) {
+        text.push_str(
+            "\n  (for Secrets, list their names under resourceNames in the component's Role, \
+             in each Secret's namespace)",
+        );
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn named_objects_are_limited_by_name_but_create_never_is() {
+        for a in DAEMON {
+            if a.verb == "create" {
+                assert!(a.name.is_none(), "{a:?}: Kubernetes cannot limit create by name");
+            }
+            if a.scope == Scope::Own && a.verb != "create" {
+                assert!(a.name.is_some(), "{a:?}: own-namespace objects are named");
+            }
+        }
+    }
+
+    #[test]
+    fn a_need_reads_as_what_to_grant() {
+        let n = Need {
+            verb: "delete".into(),
+            group: String::new(),
+            resource: "nodes".into(),
+            namespace: None,
+            name: None,
+            component: Component::DeleteNode,
+            why: "release = \"delete-node\"".into(),
+        };
+        assert_eq!(n.to_string(), "delete nodes (cluster scope)");
+        let text = explain_missing(&[n]);
+        assert!(text.contains("deploy/components/delete-node"), "{text}");
+    }
+}
