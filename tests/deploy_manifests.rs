@@ -53,7 +53,10 @@ fn manifests(dir: &Path) -> Vec<PathBuf> {
 fn rbac_of(component: Component) -> Vec<Value> {
     let file = match component {
         Component::Base => deploy_dir().join("rbac.yaml"),
-        c => deploy_dir().join("components").join(c.dir()).join("rbac.yaml"),
+        c => deploy_dir()
+            .join("components")
+            .join(c.dir())
+            .join("rbac.yaml"),
     };
     documents_of(&file)
 }
@@ -107,7 +110,9 @@ fn grants_of(objects: &[Value]) -> BTreeSet<Grant> {
     let bound = |b: &Value| {
         b["subjects"].as_array().is_some_and(|s| {
             s.iter().any(|s| {
-                s["kind"] == "ServiceAccount" && s["name"] == "nodefence" && s["namespace"] == "nodefence"
+                s["kind"] == "ServiceAccount"
+                    && s["name"] == "nodefence"
+                    && s["namespace"] == "nodefence"
             })
         })
     };
@@ -118,7 +123,10 @@ fn grants_of(objects: &[Value]) -> BTreeSet<Grant> {
         let (scope, ns) = match kind {
             "ClusterRoleBinding" => ("cluster".to_string(), None),
             _ => {
-                let ns = binding["metadata"]["namespace"].as_str().unwrap().to_string();
+                let ns = binding["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
                 (ns.clone(), Some(ns))
             }
         };
@@ -139,7 +147,11 @@ fn grants_of(objects: &[Value]) -> BTreeSet<Grant> {
                     .unwrap_or_default()
             };
             let names = list("resourceNames");
-            let names = if names.is_empty() { vec!["*".to_string()] } else { names };
+            let names = if names.is_empty() {
+                vec!["*".to_string()]
+            } else {
+                names
+            };
             for verb in list("verbs") {
                 assert_ne!(verb, "*", "a wildcard verb in {role}");
                 for group in list("apiGroups") {
@@ -209,12 +221,19 @@ fn secrets_are_read_only_by_name_in_a_component_and_never_in_the_base() {
         let grants = grants_of(&rbac_of(component));
         let secrets: Vec<&Grant> = grants.iter().filter(|g| g.2 == "secrets").collect();
         if component != Component::SecretCredentials {
-            assert!(secrets.is_empty(), "{component:?} grants Secrets: {secrets:?}");
+            assert!(
+                secrets.is_empty(),
+                "{component:?} grants Secrets: {secrets:?}"
+            );
             continue;
         }
         assert!(!secrets.is_empty());
         for (verb, group, _, scope, name) in secrets {
-            assert_eq!((verb.as_str(), group.as_str()), ("get", ""), "get only, no list/watch");
+            assert_eq!(
+                (verb.as_str(), group.as_str()),
+                ("get", ""),
+                "get only, no list/watch"
+            );
             assert_eq!(scope, "nodefence", "in nodefence's namespace");
             assert_ne!(name, "*", "only the Secrets it names");
         }
@@ -242,8 +261,8 @@ fn shipped_config() -> (tempfile::TempDir, nodefence::config::Config) {
         )
         .unwrap();
     }
-    let loaded = nodefence::config::load(&config.join("nodefence.toml"))
-        .unwrap_or_else(|e| panic!("{e}"));
+    let loaded =
+        nodefence::config::load(&config.join("nodefence.toml")).unwrap_or_else(|e| panic!("{e}"));
     (dir, loaded)
 }
 
@@ -391,12 +410,25 @@ fn kustomize_renders_the_base_and_every_component() {
     let Some(kubectl) = kubectl() else { return };
     let base = render(&kubectl, &[]);
     let kinds: BTreeSet<&str> = base.iter().filter_map(|d| d["kind"].as_str()).collect();
-    for kind in ["Namespace", "ServiceAccount", "ClusterRole", "Role", "ConfigMap", "Deployment"] {
-        assert!(kinds.contains(kind), "{kind} missing from the base: {kinds:?}");
+    for kind in [
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "Role",
+        "ConfigMap",
+        "Deployment",
+    ] {
+        assert!(
+            kinds.contains(kind),
+            "{kind} missing from the base: {kinds:?}"
+        );
     }
     assert!(!kinds.contains("Secret"), "the applied set holds no Secret");
     let config_map = base.iter().find(|d| d["kind"] == "ConfigMap").unwrap();
-    assert_eq!(config_map["metadata"]["name"], "nodefence-config", "a stable name: live reload");
+    assert_eq!(
+        config_map["metadata"]["name"], "nodefence-config",
+        "a stable name: live reload"
+    );
     assert!(config_map["data"]["inventory.toml"].is_string());
     assert_eq!(
         grants_of(&base),

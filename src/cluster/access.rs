@@ -121,29 +121,213 @@ pub const DEFAULT_LEASE_NAME: &str = "nodefence";
 /// [`needed`]). The leader Lease's name is [`DEFAULT_LEASE_NAME`] here; [`needed`]
 /// uses the one the daemon runs with.
 pub const DAEMON: &[Access] = &[
-    access("list", "", "nodes", Cluster, None, Base, "watch Nodes (readiness, taints)"),
-    access("watch", "", "nodes", Cluster, None, Base, "watch Nodes (readiness, taints)"),
-    access("get", "", "nodes", Cluster, None, Base, "re-read a Node right before releasing it"),
-    access("patch", "", "nodes", Cluster, None, Base, "add and remove the out-of-service taint"),
-    access("delete", "", "nodes", Cluster, None, DeleteNode, "release = \"delete-node\""),
-    access("list", "coordination.k8s.io", "leases", NodeLeases, None, Base, "watch the kubelets' Leases (the fast path)"),
-    access("watch", "coordination.k8s.io", "leases", NodeLeases, None, Base, "watch the kubelets' Leases (the fast path)"),
-    access("get", "coordination.k8s.io", "leases", NodeLeases, None, Base, "re-read a kubelet's Lease right before releasing its node"),
-    access("get", "coordination.k8s.io", "leases", Own, Some(DEFAULT_LEASE_NAME), Base, "leader election"),
-    access("update", "coordination.k8s.io", "leases", Own, Some(DEFAULT_LEASE_NAME), Base, "leader election"),
-    access("create", "coordination.k8s.io", "leases", Own, None, Base, "leader election (the first replica creates the Lease)"),
-    access("list", "", "configmaps", Own, Some(PAUSE_CONFIGMAP), Base, "watch the pause switch"),
-    access("watch", "", "configmaps", Own, Some(PAUSE_CONFIGMAP), Base, "watch the pause switch"),
-    access("get", "", "configmaps", Own, Some(STATE_CONFIGMAP), Base, "release records that outlive a leader"),
-    access("patch", "", "configmaps", Own, Some(STATE_CONFIGMAP), Base, "release records that outlive a leader"),
-    access("create", "", "configmaps", Own, None, Base, "release records (created once)"),
-    access("list", "", "pods", Cluster, None, Base, "force-delete a released node's pods (force_delete_pods)"),
-    access("delete", "", "pods", Cluster, None, Base, "force-delete a released node's pods (force_delete_pods)"),
-    access("create", "events.k8s.io", "events", Cluster, None, Base, "explain every decision as an Event"),
-    access("patch", "events.k8s.io", "events", Cluster, None, Base, "explain every decision as an Event (repeats)"),
-    access("list", "storage.k8s.io", "volumeattachments", Cluster, None, DeleteVolumeAttachments, "delete_volume_attachments = true"),
-    access("delete", "storage.k8s.io", "volumeattachments", Cluster, None, DeleteVolumeAttachments, "delete_volume_attachments = true"),
-    access("list", "storage.k8s.io", "volumeattachments", Cluster, None, PowerOnAfterFence, "power_on_after_fence = true: wait until no VolumeAttachment names the node"),
+    access(
+        "list",
+        "",
+        "nodes",
+        Cluster,
+        None,
+        Base,
+        "watch Nodes (readiness, taints)",
+    ),
+    access(
+        "watch",
+        "",
+        "nodes",
+        Cluster,
+        None,
+        Base,
+        "watch Nodes (readiness, taints)",
+    ),
+    access(
+        "get",
+        "",
+        "nodes",
+        Cluster,
+        None,
+        Base,
+        "re-read a Node right before releasing it",
+    ),
+    access(
+        "patch",
+        "",
+        "nodes",
+        Cluster,
+        None,
+        Base,
+        "add and remove the out-of-service taint",
+    ),
+    access(
+        "delete",
+        "",
+        "nodes",
+        Cluster,
+        None,
+        DeleteNode,
+        "release = \"delete-node\"",
+    ),
+    access(
+        "list",
+        "coordination.k8s.io",
+        "leases",
+        NodeLeases,
+        None,
+        Base,
+        "watch the kubelets' Leases (the fast path)",
+    ),
+    access(
+        "watch",
+        "coordination.k8s.io",
+        "leases",
+        NodeLeases,
+        None,
+        Base,
+        "watch the kubelets' Leases (the fast path)",
+    ),
+    access(
+        "get",
+        "coordination.k8s.io",
+        "leases",
+        NodeLeases,
+        None,
+        Base,
+        "re-read a kubelet's Lease right before releasing its node",
+    ),
+    access(
+        "get",
+        "coordination.k8s.io",
+        "leases",
+        Own,
+        Some(DEFAULT_LEASE_NAME),
+        Base,
+        "leader election",
+    ),
+    access(
+        "update",
+        "coordination.k8s.io",
+        "leases",
+        Own,
+        Some(DEFAULT_LEASE_NAME),
+        Base,
+        "leader election",
+    ),
+    access(
+        "create",
+        "coordination.k8s.io",
+        "leases",
+        Own,
+        None,
+        Base,
+        "leader election (the first replica creates the Lease)",
+    ),
+    access(
+        "list",
+        "",
+        "configmaps",
+        Own,
+        Some(PAUSE_CONFIGMAP),
+        Base,
+        "watch the pause switch",
+    ),
+    access(
+        "watch",
+        "",
+        "configmaps",
+        Own,
+        Some(PAUSE_CONFIGMAP),
+        Base,
+        "watch the pause switch",
+    ),
+    access(
+        "get",
+        "",
+        "configmaps",
+        Own,
+        Some(STATE_CONFIGMAP),
+        Base,
+        "release records that outlive a leader",
+    ),
+    access(
+        "patch",
+        "",
+        "configmaps",
+        Own,
+        Some(STATE_CONFIGMAP),
+        Base,
+        "release records that outlive a leader",
+    ),
+    access(
+        "create",
+        "",
+        "configmaps",
+        Own,
+        None,
+        Base,
+        "release records (created once)",
+    ),
+    access(
+        "list",
+        "",
+        "pods",
+        Cluster,
+        None,
+        Base,
+        "force-delete a released node's pods (force_delete_pods)",
+    ),
+    access(
+        "delete",
+        "",
+        "pods",
+        Cluster,
+        None,
+        Base,
+        "force-delete a released node's pods (force_delete_pods)",
+    ),
+    access(
+        "create",
+        "events.k8s.io",
+        "events",
+        Cluster,
+        None,
+        Base,
+        "explain every decision as an Event",
+    ),
+    access(
+        "patch",
+        "events.k8s.io",
+        "events",
+        Cluster,
+        None,
+        Base,
+        "explain every decision as an Event (repeats)",
+    ),
+    access(
+        "list",
+        "storage.k8s.io",
+        "volumeattachments",
+        Cluster,
+        None,
+        DeleteVolumeAttachments,
+        "delete_volume_attachments = true",
+    ),
+    access(
+        "delete",
+        "storage.k8s.io",
+        "volumeattachments",
+        Cluster,
+        None,
+        DeleteVolumeAttachments,
+        "delete_volume_attachments = true",
+    ),
+    access(
+        "list",
+        "storage.k8s.io",
+        "volumeattachments",
+        Cluster,
+        None,
+        PowerOnAfterFence,
+        "power_on_after_fence = true: wait until no VolumeAttachment names the node",
+    ),
 ];
 
 /// A grant a running daemon needs, made concrete: its namespace and object name.
@@ -311,7 +495,10 @@ pub fn explain_missing(denied: &[Need]) -> String {
         };
         text.push_str(&format!("\n  - {n}: {} — granted by {from}", n.why));
     }
-    if denied.iter().any(|n| n.component == Component::SecretCredentials) {
+    if denied
+        .iter()
+        .any(|n| n.component == Component::SecretCredentials)
+    {
         text.push_str(
             "\n  (for Secrets, list their names under resourceNames in the component's Role, \
              in each Secret's namespace)",
@@ -328,7 +515,10 @@ mod tests {
     fn named_objects_are_limited_by_name_but_create_never_is() {
         for a in DAEMON {
             if a.verb == "create" {
-                assert!(a.name.is_none(), "{a:?}: Kubernetes cannot limit create by name");
+                assert!(
+                    a.name.is_none(),
+                    "{a:?}: Kubernetes cannot limit create by name"
+                );
             }
             if a.scope == Scope::Own && a.verb != "create" {
                 assert!(a.name.is_some(), "{a:?}: own-namespace objects are named");

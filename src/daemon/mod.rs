@@ -226,7 +226,10 @@ async fn check_permissions(
     if !denied.is_empty() {
         bail!("refusing to start: {}", access::explain_missing(&denied));
     }
-    tracing::info!(checked = needs.len(), "every permission the configuration needs is granted");
+    tracing::info!(
+        checked = needs.len(),
+        "every permission the configuration needs is granted"
+    );
     Ok(())
 }
 

@@ -140,8 +140,7 @@ fn rule_allows(rule: &Rule, a: &Attributes) -> bool {
         && matches(&rule.api_groups, &a.group)
         && resource_ok
         && (rule.resource_names.is_empty()
-            || a
-                .name
+            || a.name
                 .as_deref()
                 .is_some_and(|n| rule.resource_names.iter().any(|r| r == n)))
 }
@@ -244,7 +243,12 @@ pub fn forbidden_status(a: &Attributes, user: &str) -> Value {
 pub fn review(policy: Option<&Policy>, body: &Value) -> Value {
     let attrs = &body["spec"]["resourceAttributes"];
     let text = |k: &str| attrs[k].as_str().unwrap_or_default().to_owned();
-    let opt = |k: &str| attrs[k].as_str().filter(|s| !s.is_empty()).map(str::to_owned);
+    let opt = |k: &str| {
+        attrs[k]
+            .as_str()
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+    };
     let resource = match attrs["subresource"].as_str().filter(|s| !s.is_empty()) {
         Some(sub) => format!("{}/{sub}", text("resource")),
         None => text("resource"),
@@ -281,9 +285,15 @@ mod tests {
     #[test]
     fn attributes_follow_the_api_servers_request_info() {
         let a = attrs("GET", "/api/v1/nodes?watch=true&resourceVersion=1");
-        assert_eq!((a.verb.as_str(), a.resource.as_str(), a.name), ("watch", "nodes", None));
+        assert_eq!(
+            (a.verb.as_str(), a.resource.as_str(), a.name),
+            ("watch", "nodes", None)
+        );
         let a = attrs("GET", "/api/v1/nodes/worker-1");
-        assert_eq!((a.verb.as_str(), a.name.as_deref()), ("get", Some("worker-1")));
+        assert_eq!(
+            (a.verb.as_str(), a.name.as_deref()),
+            ("get", Some("worker-1"))
+        );
         let a = attrs("PATCH", "/api/v1/nodes/worker-1/status");
         assert_eq!(a.resource, "nodes/status");
         let a = attrs("GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dworker-1");
@@ -297,9 +307,15 @@ mod tests {
             ("watch", Some("nodefence"), Some("nodefence-pause"))
         );
         let a = attrs("DELETE", "/api/v1/namespaces/db/pods/db-0");
-        assert_eq!((a.verb.as_str(), a.namespace.as_deref()), ("delete", Some("db")));
+        assert_eq!(
+            (a.verb.as_str(), a.namespace.as_deref()),
+            ("delete", Some("db"))
+        );
         let a = attrs("POST", "/apis/events.k8s.io/v1/namespaces/default/events");
-        assert_eq!((a.verb.as_str(), a.group.as_str()), ("create", "events.k8s.io"));
+        assert_eq!(
+            (a.verb.as_str(), a.group.as_str()),
+            ("create", "events.k8s.io")
+        );
         assert_eq!(attributes("GET", "/version"), None);
         assert_eq!(attributes("GET", "/apis"), None);
     }
@@ -328,10 +344,23 @@ mod tests {
         assert!(!p.allows(&attrs("DELETE", "/api/v1/nodes/w1")));
         let lease = "/apis/coordination.k8s.io/v1/namespaces/ns/leases/lock";
         assert!(p.allows(&attrs("PUT", lease)));
-        assert!(!p.allows(&attrs("PUT", "/apis/coordination.k8s.io/v1/namespaces/ns/leases/other")));
-        assert!(!p.allows(&attrs("PUT", "/apis/coordination.k8s.io/v1/namespaces/x/leases/lock")));
-        assert!(!p.allows(&attrs("POST", "/apis/coordination.k8s.io/v1/namespaces/ns/leases")));
-        assert!(Policy::for_service_account(&objects, "ns", "nobody").grants.is_empty());
+        assert!(!p.allows(&attrs(
+            "PUT",
+            "/apis/coordination.k8s.io/v1/namespaces/ns/leases/other"
+        )));
+        assert!(!p.allows(&attrs(
+            "PUT",
+            "/apis/coordination.k8s.io/v1/namespaces/x/leases/lock"
+        )));
+        assert!(!p.allows(&attrs(
+            "POST",
+            "/apis/coordination.k8s.io/v1/namespaces/ns/leases"
+        )));
+        assert!(
+            Policy::for_service_account(&objects, "ns", "nobody")
+                .grants
+                .is_empty()
+        );
 
         let review_of = |verb: &str, resource: &str| {
             review(
@@ -343,8 +372,16 @@ mod tests {
         };
         assert!(review_of("list", "nodes"));
         assert!(!review_of("delete", "nodes"));
-        let status = forbidden_status(&attrs("DELETE", "/api/v1/nodes/w1"), "system:serviceaccount:ns:sa");
+        let status = forbidden_status(
+            &attrs("DELETE", "/api/v1/nodes/w1"),
+            "system:serviceaccount:ns:sa",
+        );
         assert_eq!(status["code"], 403);
-        assert!(status["message"].as_str().unwrap().contains("cannot delete resource \"nodes\""));
+        assert!(
+            status["message"]
+                .as_str()
+                .unwrap()
+                .contains("cannot delete resource \"nodes\"")
+        );
     }
 }

@@ -154,16 +154,14 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
         Caller::Admin if is_access_review(&method, request.uri().path()) => {
             access_review(None, request).await
         }
-        Caller::Restricted(identity) => {
-            match authz::attributes(method.as_str(), &path_and_query) {
-                Some(attrs) if !identity.policy.allows(&attrs) => status::json_with_type(
-                    StatusCode::FORBIDDEN,
-                    &authz::forbidden_status(&attrs, &identity.user),
-                    "application/json",
-                ),
-                _ => answer(&shared, route, request).await,
-            }
-        }
+        Caller::Restricted(identity) => match authz::attributes(method.as_str(), &path_and_query) {
+            Some(attrs) if !identity.policy.allows(&attrs) => status::json_with_type(
+                StatusCode::FORBIDDEN,
+                &authz::forbidden_status(&attrs, &identity.user),
+                "application/json",
+            ),
+            _ => answer(&shared, route, request).await,
+        },
         _ => answer(&shared, route, request).await,
     };
     tracing::debug!(%method, path = %path_and_query, status = response.status().as_u16(), "fake-kube request");

@@ -89,13 +89,7 @@ impl Shared {
         self.identities.iter().find(|i| i.token == token)
     }
 
-    pub fn log_request(
-        &self,
-        method: &str,
-        path_and_query: &str,
-        status: u16,
-        user: Option<&str>,
-    ) {
+    pub fn log_request(&self, method: &str, path_and_query: &str, status: u16, user: Option<&str>) {
         let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
         if log.len() >= REQUEST_LOG_LIMIT {
             log.drain(..REQUEST_LOG_LIMIT / 10);

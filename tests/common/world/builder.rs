@@ -65,6 +65,9 @@ impl NodeSetup {
 
 type PolicyTweak = Box<dyn Fn(&mut Policy) + Send>;
 
+/// nodefence's namespace in worlds that enforce RBAC (as `deploy/` installs it).
+pub const RBAC_NAMESPACE: &str = "nodefence";
+
 /// How the replicas trust a Redfish BMC that serves HTTPS ([`WorldBuilder::bmc_tls`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BmcTrust {
@@ -91,6 +94,9 @@ pub struct WorldBuilder {
     /// Appended to `nodefence.toml` after its `[policy]` section (start a new
     /// `[section]`).
     pub agent_toml: String,
+    /// RBAC objects (as JSON) that authorize the replicas, as the ServiceAccount
+    /// `nodefence/nodefence` in namespace `nodefence` (`None`: all-powerful).
+    pub rbac: Option<Vec<serde_json::Value>>,
     /// The Redfish BMC serves HTTPS with this certificate, trusted this way (`None`:
     /// plain HTTP).
     pub bmc_tls: Option<(nodefence_mocks::tls::CertKind, BmcTrust)>,
@@ -128,6 +134,7 @@ impl WorldBuilder {
             agent_toml: String::new(),
             config_check: None,
             bmc_tls: None,
+            rbac: None,
             policy: Vec::new(),
         }
     }
@@ -227,6 +234,15 @@ impl WorldBuilder {
         self
     }
 
+    /// The replicas run as the ServiceAccount `nodefence` of namespace `nodefence`,
+    /// authorized by exactly these RBAC objects (fake-kube answers 403 to anything
+    /// else, and SelfSubjectAccessReviews from them); their own namespace (Lease,
+    /// pause switch, records) is `nodefence`.
+    pub fn rbac(mut self, objects: Vec<serde_json::Value>) -> Self {
+        self.rbac = Some(objects);
+        self
+    }
+
     /// Replicas reload their configuration files when they change, checking this often.
     pub fn config_check(mut self, every: Duration) -> Self {
         self.config_check = Some(every);
@@ -252,11 +268,31 @@ impl WorldBuilder {
         nodefence::tls::install_crypto_provider();
         let hw = Arc::new(Hardware::start(&self.nodes, self.transition_delay).await?);
         let store = Store::default();
-        let kube = FakeKube::builder()
-            .store(store.clone())
-            .start()
-            .await
-            .unwrap();
+        let mut kube_builder = FakeKube::builder().store(store.clone());
+        let restricted_token = "nodefence-service-account-token";
+        if let Some(objects) = &self.rbac {
+            let policy = nodefence_mocks::kube::authz::Policy::for_service_account(
+                objects,
+                RBAC_NAMESPACE,
+                "nodefence",
+            );
+            kube_builder = kube_builder.identity(
+                restricted_token,
+                format!("system:serviceaccount:{RBAC_NAMESPACE}:nodefence"),
+                policy,
+            );
+        }
+        let kube = kube_builder.start().await.unwrap();
+        if self.rbac.is_some() {
+            let mut ns = serde_json::json!({"metadata": {"name": RBAC_NAMESPACE}});
+            nodefence_mocks::kube::strategy::prepare_for_create(
+                nodefence_mocks::kube::resources::NAMESPACES,
+                &mut ns,
+            );
+            store
+                .create(nodefence_mocks::kube::resources::NAMESPACES, None, ns)
+                .unwrap();
+        }
         let sim = Arc::new(Simulation::start(
             store.clone(),
             SimConfig {
@@ -347,10 +383,19 @@ impl WorldBuilder {
             }
         }
         let client = client_for(&kube.kubeconfig_yaml()).await;
+        let replica_kubeconfig = if self.rbac.is_some() {
+            kube.kubeconfig_yaml_for(restricted_token)
+        } else {
+            kube.kubeconfig_yaml()
+        };
         let options = DaemonOptions {
             dry_run: self.dry_run,
             listen: "127.0.0.1:0".parse().unwrap(),
-            lease_namespace: LEADER_LEASE_NAMESPACE.into(),
+            lease_namespace: if self.rbac.is_some() {
+                RBAC_NAMESPACE.into()
+            } else {
+                LEADER_LEASE_NAMESPACE.into()
+            },
             lease_name: LEADER_LEASE_NAME.into(),
             identity: "test-replica".into(),
             leader_timings: self.leader_timings,
@@ -370,6 +415,7 @@ impl WorldBuilder {
             nodes: self.nodes,
             speed: self.speed,
             _dir: dir,
+            replica_kubeconfig,
         };
         for identity in &self.replicas {
             world.start_replica(identity);

@@ -61,6 +61,9 @@ pub struct World {
     pub speed: f64,
     /// Holds the config files (`nodefence.toml`, `inventory.toml`, the password).
     pub _dir: tempfile::TempDir,
+    /// The kubeconfig replicas start with (the restricted ServiceAccount's token when
+    /// the world enforces RBAC, see [`WorldBuilder::rbac`]).
+    pub replica_kubeconfig: String,
 }
 
 impl World {
@@ -349,7 +352,7 @@ impl World {
         self.replicas.push(Replica::start(
             identity,
             self.config.clone(),
-            self.kube.kubeconfig_yaml(),
+            self.replica_kubeconfig.clone(),
             self.options.clone(),
         ));
     }
@@ -365,6 +368,22 @@ impl World {
     /// the Lease); panics if the daemon returned an error.
     pub async fn stop_replica(&mut self, identity: &str) {
         self.replica_mut(identity).stop().await;
+    }
+
+    /// Waits (bounded) for a replica that ends by itself (a refused start) and returns
+    /// how it ended.
+    pub async fn replica_outcome(&mut self, identity: &str) -> Option<anyhow::Result<()>> {
+        self.replica_mut(identity).wait().await
+    }
+
+    /// The requests of the restricted identity (RBAC worlds) that were refused (403).
+    pub fn forbidden_requests(&self) -> Vec<String> {
+        self.kube
+            .requests()
+            .into_iter()
+            .filter(|r| r.user.is_some() && r.status == 403)
+            .map(|r| format!("{} {}", r.method, r.path_and_query))
+            .collect()
     }
 
     /// Kills one replica abruptly: every task ends at once, the Lease is not released.

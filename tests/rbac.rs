@@ -1,0 +1,131 @@
+//! The daemon under exactly the RBAC `deploy/` installs: fake-kube authorizes its
+//! requests as the ServiceAccount `nodefence/nodefence` from the manifests' own
+//! ClusterRoles, Roles and bindings, answers 403 to anything else (as the API server
+//! would) and answers its SelfSubjectAccessReviews from them. A call the code makes
+//! without a grant fails here; a configuration that needs a component the cluster
+//! lacks is refused at start-up, naming what is missing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::world::*;
+use nodefence::engine::ReleaseMode;
+use serde_json::Value;
+
+/// The RBAC objects of `deploy/rbac.yaml` and of these components.
+fn deploy_rbac(components: &[&str]) -> Vec<Value> {
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+    let mut files = vec![deploy.join("rbac.yaml")];
+    files.extend(
+        components
+            .iter()
+            .map(|c| deploy.join("components").join(c).join("rbac.yaml")),
+    );
+    files
+        .iter()
+        .flat_map(|f| {
+            serde_saphyr::from_multiple::<Value>(&std::fs::read_to_string(f).unwrap()).unwrap()
+        })
+        .filter(|d| !d.is_null())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_base_rbac_is_enough_to_fence_release_and_force_delete_pods() {
+    // Five workers: two unhealthy at once stay within storm protection (40%).
+    let w = WorldBuilder::new()
+        .workers(5)
+        .rbac(deploy_rbac(&[]))
+        .start()
+        .await;
+    // Power loss: the Lease fast path releases while the Node is still Ready, so the
+    // pods are force-deleted by nodefence itself (list and delete pods).
+    let victim = w.db_placed().await;
+    w.pull_plug(&victim);
+    w.released_and_moved(&victim).await;
+    w.expect_event(&victim, "Released").await;
+    // A network cut: the machine is powered off first.
+    let other = ["worker-1", "worker-2", "worker-3", "worker-4", "worker-5"]
+        .into_iter()
+        .find(|n| *n != victim)
+        .unwrap();
+    w.cut_network(other);
+    eventually(
+        "the cut-off node released",
+        Duration::from_secs(45),
+        || async { w.has_out_of_service_taint(other) },
+    )
+    .await;
+    assert!(
+        w.forbidden_requests().is_empty(),
+        "calls the deploy RBAC does not grant: {:?}",
+        w.forbidden_requests()
+    );
+    let lease = w
+        .store()
+        .get(
+            nodefence_mocks::kube::resources::LEASES,
+            Some(RBAC_NAMESPACE),
+            "nodefence",
+        )
+        .expect("the leader Lease in nodefence's namespace");
+    assert_eq!(lease["spec"]["holderIdentity"], "test-replica");
+    w.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_node_without_its_component_is_refused_at_start_and_works_with_it() {
+    let mut w = WorldBuilder::new()
+        .no_workloads()
+        .rbac(deploy_rbac(&[]))
+        .replicas(&[])
+        .policy(|p| p.release = ReleaseMode::DeleteNode)
+        .start()
+        .await;
+    w.start_replica("refused");
+    let outcome = tokio::time::timeout(Duration::from_secs(30), w.replica_outcome("refused"))
+        .await
+        .expect("the replica stops by itself");
+    let error = format!("{:#}", outcome.expect("not killed").expect_err("refused"));
+    assert!(error.contains("delete nodes (cluster scope)"), "{error}");
+    assert!(error.contains("deploy/components/delete-node"), "{error}");
+    assert!(error.contains("refusing to start"), "{error}");
+    // Nothing was done: not even the leader Lease.
+    assert!(
+        w.store()
+            .get(
+                nodefence_mocks::kube::resources::LEASES,
+                Some(RBAC_NAMESPACE),
+                "nodefence"
+            )
+            .is_err()
+    );
+    w.stop().await;
+
+    let w = WorldBuilder::new()
+        .no_workloads()
+        .rbac(deploy_rbac(&["delete-node"]))
+        .policy(|p| p.release = ReleaseMode::DeleteNode)
+        .start()
+        .await;
+    eventually("worker-2 Ready", Duration::from_secs(30), || async {
+        w.node_ready("worker-2")
+    })
+    .await;
+    w.pull_plug("worker-2");
+    eventually(
+        "worker-2's Node deleted",
+        Duration::from_secs(45),
+        || async { w.node("worker-2").is_none() },
+    )
+    .await;
+    assert!(
+        w.forbidden_requests().is_empty(),
+        "{:?}",
+        w.forbidden_requests()
+    );
+    w.stop().await;
+}
