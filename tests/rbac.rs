@@ -129,3 +129,30 @@ async fn delete_node_without_its_component_is_refused_at_start_and_works_with_it
     );
     w.stop().await;
 }
+
+#[tokio::test]
+async fn validate_names_the_components_a_configuration_needs() {
+    use common::cli_common::{nodefence, text, write_secret};
+    let dir = tempfile::tempdir().unwrap();
+    write_secret(&dir.path().join("bmc-password"), "pw");
+    std::fs::write(
+        dir.path().join("nodefence.toml"),
+        "inventory = \"inventory.toml\"\n[policy]\nrelease = \"delete-node\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("inventory.toml"),
+        "[defaults]\ndriver = \"redfish\"\nusername = \"fence\"\n\
+         [nodes.worker-1]\nendpoint = \"https://10.0.0.1\"\npassword_file = \"bmc-password\"\n\
+         [nodes.worker-2]\nendpoint = \"https://10.0.0.2\"\npassword_secret = \"bmc-rack-b\"\n",
+    )
+    .unwrap();
+    let out = nodefence(&dir.path().join("nodefence.toml"), &["validate"]).await;
+    let shown = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{shown}");
+    assert!(
+        shown.contains("components/delete-node, components/secret-credentials"),
+        "{shown}"
+    );
+    assert!(shown.contains("name the Secret(s) bmc-rack-b"), "{shown}");
+}

@@ -132,7 +132,37 @@ fn ok_report(config_path: &Path, config: &Config) -> String {
             ));
         }
     }
+    out.push_str(&deploy_line(config));
     out
+}
+
+/// What `deploy/` must grant this configuration: the base alone, or the base and
+/// these components (with the Secrets to name in the Secrets component).
+fn deploy_line(config: &Config) -> String {
+    use crate::cluster::access::{self, Component};
+    let components = access::components(config);
+    if components.is_empty() {
+        return "deploy: the base of deploy/ grants everything this configuration needs\n"
+            .to_string();
+    }
+    let mut line = format!(
+        "deploy: add the Kustomize component(s) {} to deploy/'s base",
+        components
+            .iter()
+            .map(|c| format!("components/{}", c.dir()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if components.contains(&Component::SecretCredentials) {
+        let secrets: Vec<String> = access::secrets(config).into_iter().collect();
+        line.push_str(&format!(
+            "; in components/secret-credentials, name the Secret(s) {} (a bare name is in \
+             nodefence's namespace)",
+            secrets.join(", ")
+        ));
+    }
+    line.push('\n');
+    line
 }
 
 /// A node's power methods in the order they are tried, numbered from 1 (the
