@@ -156,3 +156,74 @@ async fn validate_names_the_components_a_configuration_needs() {
     );
     assert!(shown.contains("name the Secret(s) bmc-rack-b"), "{shown}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_with_partial_rights_says_what_it_could_not_read_and_what_it_needs() {
+    // An operator allowed to read Nodes and the pause switch, nothing else.
+    let operator: Vec<Value> = serde_json::from_value(serde_json::json!([
+        {"kind": "ClusterRole", "metadata": {"name": "node-reader"},
+         "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]},
+        {"kind": "ClusterRoleBinding", "metadata": {"name": "node-reader"},
+         "roleRef": {"kind": "ClusterRole", "name": "node-reader"},
+         "subjects": [{"kind": "ServiceAccount", "name": "nodefence", "namespace": "nodefence"}]},
+        {"kind": "Role", "metadata": {"name": "pause", "namespace": "nodefence"},
+         "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"],
+                    "resourceNames": ["nodefence-pause"]}]},
+        {"kind": "RoleBinding", "metadata": {"name": "pause", "namespace": "nodefence"},
+         "roleRef": {"kind": "Role", "name": "pause"},
+         "subjects": [{"kind": "ServiceAccount", "name": "nodefence", "namespace": "nodefence"}]}
+    ]))
+    .unwrap();
+    let w = WorldBuilder::new()
+        .no_workloads()
+        .rbac(operator)
+        .replicas(&[])
+        .start()
+        .await;
+    eventually("worker-1 Ready", Duration::from_secs(30), || async {
+        w.node_ready("worker-1")
+    })
+    .await;
+    let kubeconfig = w._dir.path().join("operator-kubeconfig");
+    std::fs::write(&kubeconfig, &w.replica_kubeconfig).unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodefence"))
+        .arg("--config")
+        .arg(w._dir.path().join("nodefence.toml"))
+        .args([
+            "explain",
+            "worker-1",
+            "--namespace",
+            RBAC_NAMESPACE,
+            "--kubeconfig",
+        ])
+        .arg(&kubeconfig)
+        .output()
+        .await
+        .unwrap();
+    let shown = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "{shown}");
+    assert!(
+        shown.contains("Ready:"),
+        "what it could read is shown: {shown}"
+    );
+    assert!(
+        shown.contains(
+            "Events:         cannot be read: forbidden: this identity needs list \
+             events.events.k8s.io (cluster scope)"
+        ),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(
+            "cannot be read: forbidden: this identity needs get leases.coordination.k8s.io \
+             in namespace kube-node-lease"
+        ),
+        "{shown}"
+    );
+    assert!(!shown.contains("Pause:          cannot be read"), "{shown}");
+    w.stop().await;
+}

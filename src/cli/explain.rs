@@ -20,6 +20,7 @@ use kube::api::ListParams;
 
 use super::cluster_args::ClusterArgs;
 use super::exit;
+use crate::cluster::access::{Need, unreadable};
 use crate::cluster::facts::{TAINTED_ANNOTATION, node_facts};
 use crate::cluster::pause;
 use crate::engine::{Exclusion, Health, OnPoweredOn, Policy};
@@ -64,15 +65,28 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
             return exit::USAGE;
         }
         Err(e) => {
-            eprintln!("error: cannot read Node {name}: {e}");
+            let need = Need::read("get", "", "nodes", None);
+            eprintln!("error: cannot read Node {name}: {}", unreadable(&e, &need));
             return exit::FAILED;
         }
     };
-    let lease = Api::<Lease>::namespaced(client.clone(), "kube-node-lease")
+    // Each other source is optional: what cannot be read is said, with the
+    // permission it needs, and the rest is still shown.
+    let (lease, lease_problem) = match Api::<Lease>::namespaced(client.clone(), "kube-node-lease")
         .get_opt(name)
         .await
-        .ok()
-        .flatten();
+    {
+        Ok(lease) => (lease, None),
+        Err(e) => {
+            let need = Need::read(
+                "get",
+                "coordination.k8s.io",
+                "leases",
+                Some("kube-node-lease"),
+            );
+            (None, Some(unreadable(&e, &need)))
+        }
+    };
     let target = config.inventory.nodes.get(name);
     let facts = node_facts(&node, lease.as_ref(), target.is_some());
     let policy = target.map_or(&config.agent.policy, |t| &t.policy);
@@ -145,18 +159,21 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
     ));
     lines.push((
         "Kubelet Lease".to_string(),
-        match facts.lease_renewed {
-            Some(t) => {
-                let stale = policy
-                    .lease_stale_after
-                    .is_some_and(|after| now.duration_since(t).unwrap_or_default() >= after);
-                format!(
-                    "renewed {}{}",
-                    ago(now, t),
-                    if stale { " (STALE)" } else { "" }
-                )
-            }
-            None => "none".into(),
+        match (&lease_problem, facts.lease_renewed) {
+            (Some(why), _) => format!("cannot be read: {why}"),
+            (None, renewed) => match renewed {
+                Some(t) => {
+                    let stale = policy
+                        .lease_stale_after
+                        .is_some_and(|after| now.duration_since(t).unwrap_or_default() >= after);
+                    format!(
+                        "renewed {}{}",
+                        ago(now, t),
+                        if stale { " (STALE)" } else { "" }
+                    )
+                }
+                None => "none".into(),
+            },
         },
     ));
     let taints: Vec<String> = node
@@ -199,7 +216,11 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
             p.paused
         }
         Err(e) => {
-            lines.push(("Pause".to_string(), format!("cannot be read: {e}")));
+            let need = Need::read("get", "", "configmaps", Some(&args.cluster.namespace));
+            lines.push((
+                "Pause".to_string(),
+                format!("cannot be read: {}", unreadable(&e, &need)),
+            ));
             false
         }
     };
@@ -339,8 +360,13 @@ fn ago(now: SystemTime, t: SystemTime) -> String {
 
 async fn print_events(client: kube::Client, node: &str, now: SystemTime) {
     let events: Api<Event> = Api::all(client);
-    let Ok(list) = events.list(&ListParams::default()).await else {
-        return;
+    let list = match events.list(&ListParams::default()).await {
+        Ok(list) => list,
+        Err(e) => {
+            let need = Need::read("list", "events.k8s.io", "events", None);
+            println!("Events:         cannot be read: {}", unreadable(&e, &need));
+            return;
+        }
     };
     let mut mine: Vec<&Event> = list
         .items
@@ -363,8 +389,8 @@ async fn print_events(client: kube::Client, node: &str, now: SystemTime) {
         println!(
             "  {when}  {:<7} {:<24} {}",
             e.type_.as_deref().unwrap_or(""),
-            e.reason.as_deref().unwrap_or(""),
-            e.note.as_deref().unwrap_or("")
+            crate::untrusted::field(e.reason.as_deref().unwrap_or("")),
+            crate::untrusted::line(e.note.as_deref().unwrap_or(""))
         );
     }
 }

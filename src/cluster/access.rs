@@ -361,6 +361,34 @@ impl fmt::Display for Need {
     }
 }
 
+impl Need {
+    /// A read an operator's command makes (`explain`, `pause --show`), for messages.
+    pub fn read(verb: &str, group: &str, resource: &str, namespace: Option<&str>) -> Self {
+        Need {
+            verb: verb.into(),
+            group: group.into(),
+            resource: resource.into(),
+            namespace: namespace.map(str::to_string),
+            name: None,
+            component: Component::Base,
+            why: String::new(),
+        }
+    }
+}
+
+/// Why a read failed, for an operator: `forbidden: this identity needs <need>` for a
+/// 403 (the permission to ask for), the error itself otherwise.
+pub fn unreadable(error: &kube::Error, need: &Need) -> String {
+    match error {
+        kube::Error::Api(status) if status.code == 403 => {
+            format!(
+                "forbidden: this identity needs {need} (ask for it, or run with a kubeconfig that has it)"
+            )
+        }
+        other => crate::untrusted::field(&other.to_string()),
+    }
+}
+
 /// Whether `policy` (the cluster-wide one or a node's) uses the component.
 fn uses(component: Component, policy: &Policy) -> bool {
     match component {
