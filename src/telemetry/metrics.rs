@@ -30,6 +30,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::engine::{Engine, Phase};
 
+mod incidents;
 mod labels;
 
 use self::labels::*;
@@ -142,6 +143,7 @@ pub struct Metrics {
     config_reloads: Family<ReloadLabels, Counter>,
     config_last_reload_successful: Gauge,
     config_last_reload_success: Gauge<f64, std::sync::atomic::AtomicU64>,
+    incidents: incidents::IncidentGauges,
 }
 
 /// Seconds since the Unix epoch, now.
@@ -294,6 +296,8 @@ impl Metrics {
             config_last_reload_success.clone(),
         );
 
+        let incidents = incidents::IncidentGauges::register(&mut registry);
+
         registry.register(
             "build",
             "nodefence build information",
@@ -326,6 +330,7 @@ impl Metrics {
             config_reloads,
             config_last_reload_successful,
             config_last_reload_success,
+            incidents,
         }
     }
 
@@ -394,6 +399,7 @@ impl Metrics {
         self.set_nodes_not_in_inventory(unlisted);
         self.set_storm(engine.storm_active());
         self.set_paused(engine.paused());
+        self.incidents.observe(engine);
     }
 
     /// One power-state reading: `nodefence_power_queries_total{driver, result}` and

@@ -642,3 +642,63 @@ fn config_reloads_count_applied_and_refused_and_the_gauge_follows_the_newest() {
         Some(1.0)
     );
 }
+
+#[test]
+fn incident_gauges_follow_each_node_and_vanish_when_its_incident_ends() {
+    use crate::engine::Readiness;
+    use crate::power::{PowerReading, PowerState};
+    let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(2_000_000);
+    let now = t0 + Duration::from_secs(90);
+    let mut policy = Policy::default();
+    policy.require_identity = false;
+    let mut engine = Engine::new(policy);
+    engine.observe(NodeFacts::ready("worker-2", now), now);
+    let mut down = NodeFacts::ready("worker-1", t0);
+    down.readiness = Readiness::NotReady { since: t0 };
+    down.lease_renewed = Some(t0);
+    engine.set_paused(true, now);
+    engine.observe(down, now);
+    let m = Metrics::new();
+    m.observe_engine(&engine);
+    let started = value(
+        &m,
+        "nodefence_incident_start_timestamp_seconds",
+        &[("node", "worker-1")],
+    )
+    .expect("worker-1 is in an incident");
+    assert!(started >= 2_000_000.0, "{started}");
+    assert_eq!(
+        series(&m, "nodefence_incident_start_timestamp_seconds").len(),
+        1,
+        "healthy nodes have no series"
+    );
+    assert!(
+        series(&m, "nodefence_incident_blocked").is_empty(),
+        "nothing blocks it before a reading"
+    );
+
+    // The machine reads On, past unhealthy_after, while fencing is paused.
+    let reading = PowerReading {
+        state: PowerState::On,
+        at: now,
+        latency: Duration::from_millis(10),
+    };
+    engine.power_read("worker-1", Ok(reading), now);
+    m.observe_engine(&engine);
+    assert_eq!(
+        value(
+            &m,
+            "nodefence_incident_blocked",
+            &[("node", "worker-1"), ("reason", "paused")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(series(&m, "nodefence_incident_blocked").len(), 1);
+
+    // Recovered: nothing left for the node.
+    let later = now + Duration::from_secs(1);
+    engine.observe(NodeFacts::ready("worker-1", later), later);
+    m.observe_engine(&engine);
+    assert!(series(&m, "nodefence_incident_start_timestamp_seconds").is_empty());
+    assert!(series(&m, "nodefence_incident_blocked").is_empty());
+}
