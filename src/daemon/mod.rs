@@ -147,7 +147,11 @@ pub async fn run(
         tracing::info!(identity = %options.identity, "leading: watching nodes");
         match controller.run_term(&mut shutdown, &reload_notify).await {
             TermEnd::Shutdown => break,
-            TermEnd::LeadershipLost => metrics.set_leader(false),
+            TermEnd::LeadershipLost => {
+                metrics.set_leader(false);
+                // A standby reports no incidents: only the leader's engine is current.
+                metrics.observe_engine(&crate::engine::Engine::new(running.agent.policy.clone()));
+            }
             TermEnd::Reload => {
                 if let Some(ready) = &reload_ready {
                     apply(
