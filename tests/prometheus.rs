@@ -52,9 +52,10 @@ fn free_port() -> u16 {
 
 /// Every `expr` of the alerting rules, by alert name.
 fn alert_exprs() -> Vec<(String, String)> {
-    let rules: Value =
-        serde_saphyr::from_str(&std::fs::read_to_string(monitoring().join("nodefence-alerts.yaml")).unwrap())
-            .unwrap();
+    let rules: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(monitoring().join("nodefence-alerts.yaml")).unwrap(),
+    )
+    .unwrap();
     let mut out = Vec::new();
     for group in rules["groups"].as_array().unwrap() {
         for rule in group["rules"].as_array().unwrap() {
@@ -107,7 +108,10 @@ impl Prometheus {
         let port = free_port();
         let child = tokio::process::Command::new(binary)
             .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -137,8 +141,11 @@ impl Prometheus {
         let answer: Value = self
             .http
             .get(
-                url::Url::parse_with_params(&format!("{}/api/v1/query", self.url), &[("query", expr)])
-                    .unwrap(),
+                url::Url::parse_with_params(
+                    &format!("{}/api/v1/query", self.url),
+                    &[("query", expr)],
+                )
+                .unwrap(),
             )
             .send()
             .await
@@ -147,7 +154,10 @@ impl Prometheus {
             .await
             .unwrap();
         assert_eq!(answer["status"], "success", "{expr}: {answer}");
-        answer["data"]["result"].as_array().cloned().unwrap_or_default()
+        answer["data"]["result"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// The values of `label` in the result of `expr`.
@@ -181,9 +191,11 @@ async fn every_alert_and_dashboard_query_runs_against_the_live_daemon() {
     let prometheus = Prometheus::start(&binary, &format!("127.0.0.1:{metrics_port}")).await;
     // Target discovery takes a few seconds: scraping must have begun before anything
     // happens, or a counter's first sample is already its final value.
-    eventually("Prometheus scrapes the daemon", Duration::from_secs(30), || async {
-        !prometheus.query("up == 1").await.is_empty()
-    })
+    eventually(
+        "Prometheus scrapes the daemon",
+        Duration::from_secs(30),
+        || async { !prometheus.query("up == 1").await.is_empty() },
+    )
     .await;
 
     let victim = w.db_placed().await;
@@ -194,9 +206,11 @@ async fn every_alert_and_dashboard_query_runs_against_the_live_daemon() {
         victim
     };
     w.pull_plug(&victim);
-    eventually("the powered-off node released", Duration::from_secs(45), || async {
-        w.has_out_of_service_taint(&victim)
-    })
+    eventually(
+        "the powered-off node released",
+        Duration::from_secs(45),
+        || async { w.has_out_of_service_taint(&victim) },
+    )
     .await;
     w.cut_network("worker-3");
 
@@ -208,12 +222,19 @@ async fn every_alert_and_dashboard_query_runs_against_the_live_daemon() {
             .is_empty()
     })
     .await;
-    eventually("worker-3 blocked by its identity", Duration::from_secs(60), || async {
-        prometheus
-            .labels("max by (node, reason) (nodefence_incident_blocked) == 1", "node")
-            .await
-            .contains(&"worker-3".to_string())
-    })
+    eventually(
+        "worker-3 blocked by its identity",
+        Duration::from_secs(60),
+        || async {
+            prometheus
+                .labels(
+                    "max by (node, reason) (nodefence_incident_blocked) == 1",
+                    "node",
+                )
+                .await
+                .contains(&"worker-3".to_string())
+        },
+    )
     .await;
     let reasons = prometheus
         .labels(
@@ -232,15 +253,20 @@ async fn every_alert_and_dashboard_query_runs_against_the_live_daemon() {
             .and_then(|s| s["value"][1].as_str())
             .and_then(|v| v.parse::<f64>().ok())
     };
-    eventually("worker-3's incident age recorded", Duration::from_secs(30), || async {
-        age_of_worker_3().await.is_some()
-    })
+    eventually(
+        "worker-3's incident age recorded",
+        Duration::from_secs(30),
+        || async { age_of_worker_3().await.is_some() },
+    )
     .await;
     let age = age_of_worker_3().await.unwrap();
     assert!(age > 0.0 && age < 600.0, "{age}");
     assert_eq!(
         prometheus
-            .labels(r#"max by (node) (nodefence_bmc_identity{result="mismatch"}) == 1"#, "node")
+            .labels(
+                r#"max by (node) (nodefence_bmc_identity{result="mismatch"}) == 1"#,
+                "node"
+            )
             .await,
         ["worker-3"]
     );
@@ -265,7 +291,9 @@ async fn every_alert_and_dashboard_query_runs_against_the_live_daemon() {
     for expr in &dashboard {
         prometheus.query(expr).await;
     }
-    let leader = prometheus.query("max by (instance) (nodefence_is_leader)").await;
+    let leader = prometheus
+        .query("max by (instance) (nodefence_is_leader)")
+        .await;
     assert_eq!(leader.len(), 1);
     assert_eq!(leader[0]["value"][1], "1");
     let mut child = prometheus.child;

@@ -649,9 +649,10 @@ fn incident_gauges_follow_each_node_and_vanish_when_its_incident_ends() {
     use crate::power::{PowerReading, PowerState};
     let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(2_000_000);
     let now = t0 + Duration::from_secs(90);
-    let mut policy = Policy::default();
-    policy.require_identity = false;
-    let mut engine = Engine::new(policy);
+    let mut engine = Engine::new(Policy {
+        require_identity: false,
+        ..Policy::default()
+    });
     engine.observe(NodeFacts::ready("worker-2", now), now);
     let mut down = NodeFacts::ready("worker-1", t0);
     down.readiness = Readiness::NotReady { since: t0 };
