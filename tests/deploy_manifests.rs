@@ -38,6 +38,10 @@ fn manifests(dir: &Path) -> Vec<PathBuf> {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.is_dir() {
+            // Prometheus rule files are not Kubernetes objects (promtool checks them).
+            if path.file_name().is_some_and(|n| n == "monitoring") {
+                continue;
+            }
             out.extend(manifests(&path));
         } else if path.extension().is_some_and(|e| e == "yaml")
             && path.file_name().is_some_and(|n| n != "kustomization.yaml")

@@ -350,8 +350,20 @@ async fn a_hanging_agent_and_its_children_are_killed_at_the_timeout() {
     assert!(e.message.contains("did not finish in 1s"), "{e}");
     assert!(started.elapsed() < Duration::from_secs(4));
     let read = |f: &str| std::fs::read_to_string(dir.path().join(f)).unwrap();
-    assert!(!alive(&read("pid")), "the agent is gone");
-    assert!(!alive(&read("child")), "so is the process it started");
+    // SIGKILL is delivered at once but the kernel tears a process down a moment
+    // later (a loaded machine): wait for that, boundedly.
+    let gone = |f: &str| {
+        let pid = read(f);
+        (0..200).any(|_| {
+            let dead = !alive(&pid);
+            if !dead {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            dead
+        })
+    };
+    assert!(gone("pid"), "the agent is gone");
+    assert!(gone("child"), "so is the process it started");
 
     // A caller that gives up first (drops the call) leaves nothing running either.
     std::fs::remove_file(dir.path().join("pid")).unwrap();

@@ -49,3 +49,20 @@ pub fn init_binary() {
         .init();
     crate::tls::install_crypto_provider();
 }
+
+/// Installs the SIGTERM and SIGINT handlers now, and returns what resolves (with the
+/// signal's name) when one arrives. A mock binary installs them *before* it prints its
+/// ready line: a script that stops it right after reading that line must not find the
+/// default action (killed by the signal, no exit code) still in place.
+pub fn shutdown_signals()
+-> std::io::Result<impl std::future::Future<Output = &'static str> + Send + 'static> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        }
+    })
+}

@@ -378,7 +378,11 @@ mod tests {
         let config = crate::config::load(&path).unwrap();
         let report = ok_report(&path, &config);
         let lines: Vec<&str> = report.lines().collect();
-        assert_eq!(lines.len(), 2, "{report}");
+        assert_eq!(lines.len(), 3, "{report}");
+        assert!(
+            lines[2].starts_with("deploy: the base of deploy/"),
+            "{report}"
+        );
         assert!(
             lines[0].contains("OK (2 nodes: 2 redfish; fallback methods: 1 aws, 1 exec, 1 ipmi;"),
             "{report}"

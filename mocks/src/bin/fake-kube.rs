@@ -158,17 +158,9 @@ fn start_simulation(args: &Args, store: &Store) -> anyhow::Result<Option<Arc<Sim
     Ok(Some(Arc::new(sim)))
 }
 
-async fn wait_for_signal() -> anyhow::Result<&'static str> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
-    Ok(tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-    })
-}
-
 async fn run(args: Args) -> anyhow::Result<()> {
+    let signals =
+        nodefence_mocks::serve::shutdown_signals().context("installing the signal handlers")?;
     let store = Store::default();
     let sim = start_simulation(&args, &store)?;
     let mut builder = FakeKube::builder()
@@ -193,7 +185,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     stdout.flush()?;
     drop(stdout);
 
-    let signal = wait_for_signal().await?;
+    let signal = signals.await;
     tracing::info!("{signal} received, stopping");
     kube.shutdown().await;
     if let Some(sim) = sim {

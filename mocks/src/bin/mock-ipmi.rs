@@ -157,17 +157,9 @@ fn builders(args: &Args) -> anyhow::Result<Vec<MockIpmi>> {
         .collect())
 }
 
-async fn wait_for_signal() -> anyhow::Result<&'static str> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
-    Ok(tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-    })
-}
-
 async fn run(args: Args) -> anyhow::Result<()> {
+    let signals =
+        nodefence_mocks::serve::shutdown_signals().context("installing the signal handlers")?;
     let mut bmcs: Vec<MockIpmiHandle> = Vec::new();
     for builder in builders(&args)? {
         bmcs.push(builder.start().await.context("starting a mock BMC")?);
@@ -201,7 +193,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     drop(stdout);
     tracing::info!(user = %args.username, bmcs = bmcs.len(), "ready");
 
-    let signal = wait_for_signal().await?;
+    let signal = signals.await;
     tracing::info!("{signal} received, stopping");
     if let Some((_, task)) = admin {
         task.abort();

@@ -176,17 +176,9 @@ fn password(args: &Args) -> anyhow::Result<String> {
         .unwrap_or_else(|| DEFAULT_PASSWORD.to_owned()))
 }
 
-async fn wait_for_signal() -> anyhow::Result<&'static str> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
-    Ok(tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-    })
-}
-
 async fn run(args: Args) -> anyhow::Result<()> {
+    let signals =
+        nodefence_mocks::serve::shutdown_signals().context("installing the signal handlers")?;
     if args.tls_cert.is_none() && !args.tls && (args.ca_out.is_some() || args.cert_out.is_some()) {
         bail!("--ca-out and --cert-out need --tls or --tls-cert");
     }
@@ -226,7 +218,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     stdout.flush()?;
     drop(stdout);
 
-    let signal = wait_for_signal().await?;
+    let signal = signals.await;
     tracing::info!("{signal} received, stopping");
     bmc.shutdown().await;
     Ok(())
