@@ -305,3 +305,47 @@ async fn pause_and_resume_write_the_switch_in_the_cluster() {
     assert_eq!(paused(&kube).as_deref(), Some("false"));
     kube.shutdown().await;
 }
+
+/// The two inputs a new user found that passed `validate` and then failed later (a
+/// panic in `fence`, an error only at `status`): both are refused by `validate`,
+/// `status` and `fence` alike, with the file, line and field, and nothing panics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inputs_that_once_passed_validate_are_refused_by_every_command() {
+    let (mock, dir, config) = setup().await;
+    let agent = std::fs::read_to_string(&config).unwrap();
+    let agent = agent.replace(
+        "confirm_timeout = \"5s\"",
+        "confirm_timeout = \"200000000000000d\"",
+    );
+    assert!(agent.contains("200000000000000d"), "{agent}");
+    std::fs::write(&config, agent).unwrap();
+    for args in [
+        &["validate"][..],
+        &["status", "worker-1"],
+        &["fence", "worker-1", "--action", "off", "--yes"],
+    ] {
+        let out = nodefence(&config, args).await;
+        let report = text(&out);
+        assert_eq!(out.status.code(), Some(3), "{args:?}: {report}");
+        assert!(report.contains("nodefence.toml:"), "{report}");
+        assert!(report.contains("`confirm_timeout` is"), "{report}");
+        assert!(!report.contains("panicked"), "{report}");
+    }
+
+    let config = write_config(dir.path(), &mock);
+    let inventory = dir.path().join("inventory.toml");
+    let mut text_in = std::fs::read_to_string(&inventory).unwrap();
+    text_in.push_str(
+        "[nodes.worker-4]\ndriver = \"exec\"\nagent = \"/bin/true\"\noptions = { ip = \"pdu-1\", plug = \"4\\nreboot\" }\n",
+    );
+    std::fs::write(&inventory, text_in).unwrap();
+    for args in [&["validate"][..], &["status", "worker-1"]] {
+        let out = nodefence(&config, args).await;
+        let report = text(&out);
+        assert_eq!(out.status.code(), Some(3), "{args:?}: {report}");
+        assert!(report.contains("inventory.toml:"), "{report}");
+        assert!(report.contains("worker-4"), "{report}");
+        assert!(report.contains("`plug` holds a line break"), "{report}");
+    }
+    assert!(mock.resets().is_empty(), "no power command was sent");
+}

@@ -29,6 +29,19 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 pub use logging::LogFormat;
 
+/// A duration flag ("10s", "2m"), bounded like every duration in the configuration so
+/// that no timer built from it can overflow.
+fn duration_arg(raw: &str) -> Result<std::time::Duration, String> {
+    let d = humantime::parse_duration(raw.trim()).map_err(|e| format!("{raw:?}: {e}"))?;
+    if d > crate::config::MAX_DURATION {
+        return Err(format!(
+            "{raw:?} is above the longest duration nodefence accepts ({})",
+            crate::config::max_duration_text()
+        ));
+    }
+    Ok(d)
+}
+
 /// Exit codes, see the module documentation.
 pub mod exit {
     pub const OK: u8 = 0;

@@ -27,7 +27,7 @@ pub struct RunArgs {
     pub identity: Option<String>,
     /// How often the configuration files are checked for changes and a changed,
     /// valid version applied without a restart (SIGHUP checks at once); "0s": never.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "10s", value_parser = super::duration_arg, value_name = "DURATION")]
     pub config_check_interval: std::time::Duration,
 }
 

@@ -29,7 +29,7 @@ pub struct TlsFingerprintArgs {
     #[arg(long, value_name = "FILE")]
     pub save: Option<PathBuf>,
     /// How long to wait for the connection and the handshake.
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = super::duration_arg)]
     pub timeout: Duration,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Table)]

@@ -162,6 +162,20 @@ impl<'a, 'i> Entry<'a, 'i> {
                 format!("`{}` must be greater than zero", self.name),
                 help,
             )),
+            Ok(d) if d > MAX_DURATION => Err(Problem::new(
+                &self.span(),
+                format!(
+                    "`{}` is {}, above the longest nodefence accepts ({})",
+                    self.name,
+                    humantime::format_duration(d),
+                    max_duration_text()
+                ),
+                Some(
+                    "a setting this long is a typo (a missing or extra digit, or the wrong unit); \
+                     no timer nodefence keeps needs more than a year"
+                        .to_string(),
+                ),
+            )),
             Ok(d) => Ok(Val::new(d, self.key.clone(), self.span())),
             Err(e) => Err(Problem::new(
                 &self.span(),
@@ -178,6 +192,16 @@ impl<'a, 'i> Entry<'a, 'i> {
             _ => Err(self.wrong_type("a table", "{ ... }")),
         }
     }
+}
+
+/// The longest duration any setting accepts. Every timer is `Instant + setting`
+/// (or a small multiple of it), which cannot overflow below this bound; a longer
+/// value is a typo.
+pub const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// [`MAX_DURATION`] as an operator reads it ("366 days").
+pub fn max_duration_text() -> String {
+    format!("{} days", MAX_DURATION.as_secs() / 86_400)
 }
 
 /// Accepted duration forms, shown with every duration error.

@@ -61,6 +61,7 @@ use std::io;
 use std::path::Path;
 
 pub use diagnostic::{ConfigError, ConfigErrors};
+pub use fields::{MAX_DURATION, max_duration_text};
 pub use model::*;
 pub use secrets::{SecretProblem, SecretProblemKind, SecretResolveError, resolve_secrets};
 

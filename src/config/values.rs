@@ -206,6 +206,9 @@ pub(crate) fn options(e: &Entry<'_, '_>) -> Result<Val<BTreeMap<String, Val<Stri
         }
         let v = opt.string()?;
         check_placeholders("options", &v.value, &v.span)?;
+        if let Some(why) = crate::power::exec::option_problem(opt.name, &v.value) {
+            return Err(Problem::new(&v.span, why, None));
+        }
         out.insert(opt.name.to_string(), v);
     }
     Ok(Val::new(out, e.key.clone(), e.value.span()))

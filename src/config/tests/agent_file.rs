@@ -54,6 +54,32 @@ fn bad_durations_name_the_field_and_show_accepted_forms() {
 }
 
 #[test]
+fn absurd_durations_are_refused_at_load_not_when_a_timer_overflows() {
+    // `confirm_timeout = "200000000000000d"` once passed validate and made `fence`
+    // panic adding it to an Instant. Every duration field shares the bound.
+    let errs = agent_errors(
+        "inventory = \"inventory.toml\"\n[power]\nconfirm_timeout = \"200000000000000d\"\n\
+         monitor_interval = \"367d\"\n[policy]\nunhealthy_after = \"9999999999h\"\n",
+    );
+    assert_eq!(errs.len(), 3, "{}", ConfigErrors(errs.clone()));
+    for (field, line) in [
+        ("confirm_timeout", 3),
+        ("monitor_interval", 4),
+        ("unhealthy_after", 6),
+    ] {
+        let e = find(&errs, &format!("`{field}` is "));
+        assert_eq!(e.line, Some(line), "{e}");
+        assert!(e.message.contains("above the longest"), "{e}");
+    }
+    // A year is still a setting someone may mean.
+    let f = Fixture::new();
+    f.agent("inventory = \"inventory.toml\"\n[power]\nmonitor_interval = \"365d\"\n");
+    if let Err(errs) = f.load(ONE_NODE) {
+        assert!(!errs.to_string().contains("monitor_interval"), "{errs}");
+    }
+}
+
+#[test]
 fn zero_interval_is_fine_but_zero_timeout_and_readings_are_not() {
     let errs = agent_errors(
         "inventory = \"inventory.toml\"\n[power]\nconfirm_interval = \"0s\"\nconfirm_timeout = \"0s\"\n\

@@ -396,6 +396,31 @@ fn exec_options_never_hold_a_password() {
 }
 
 #[test]
+fn exec_options_that_cannot_reach_the_agent_intact_are_refused_at_load() {
+    // Each of these once passed `validate` and failed only when the agent ran.
+    let cases = [
+        ("plug = \"7\\nreboot\"", "plug", "line break"),
+        ("plug = \"7\\r\"", "plug", "line break"),
+        ("plug = \" 7\"", "plug", "white space"),
+        ("plug = '\"7\"'", "plug", "double quotes"),
+        ("\"bad name\" = \"7\"", "bad name", "not an option name"),
+        ("action = \"off\"", "action", "set by nodefence itself"),
+    ];
+    for (option, key, why) in cases {
+        let errs = Fixture::new().errors(&format!(
+            "[nodes.a]\ndriver = \"exec\"\nagent = \"/bin/sh\"\noptions = {{ ip = \"pdu\", {option} }}\n"
+        ));
+        assert_eq!(errs.len(), 1, "{option}: {}", ConfigErrors(errs.clone()));
+        assert_at(&errs[0], Some("a"), 4, why);
+        assert!(
+            errs[0].message.contains(key),
+            "{option}: {}",
+            errs[0].message
+        );
+    }
+}
+
+#[test]
 fn same_machine_is_reported_even_when_the_nodes_have_other_problems() {
     let errs = Fixture::new().errors(&lines(&[
         "[groups.rack-b]",

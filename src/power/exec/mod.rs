@@ -239,26 +239,36 @@ fn normalized(key: &str) -> String {
 }
 
 fn check_option(key: &str, value: &str) -> Result<(), PowerError> {
+    match option_problem(key, value) {
+        Some(why) => Err(PowerError::config(why)),
+        None => Ok(()),
+    }
+}
+
+/// Why the option `key = value` cannot be passed to a fence agent, if it cannot. The
+/// one rule set for both the inventory loader (so `validate` refuses it, naming the
+/// line) and the driver.
+pub(crate) fn option_problem(key: &str, value: &str) -> Option<String> {
     let valid_name = !key.is_empty()
         && key
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
     if !valid_name {
-        return Err(PowerError::config(format!(
+        return Some(format!(
             "fence agent option {key:?} is not an option name (letters, digits, `_`, `-`)"
-        )));
+        ));
     }
     if RESERVED.contains(&normalized(key).as_str()) {
-        return Err(PowerError::config(format!(
+        return Some(format!(
             "fence agent option `{key}` is set by nodefence itself (the action, and the password from the credential); remove it from options"
-        )));
+        ));
     }
-    if value.contains(['\n', '\r', '\0']) {
-        return Err(PowerError::config(format!(
-            "fence agent option `{key}` holds a line break or NUL; options are passed one per line"
-        )));
+    if let Err(why) = check_value(value) {
+        return Some(format!(
+            "fence agent option `{key}` {why}; options are passed one `key=value` line each and must arrive intact"
+        ));
     }
-    Ok(())
+    None
 }
 
 /// Why `value` cannot be sent as one `key=value` line that fencing.py reads back
