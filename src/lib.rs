@@ -13,6 +13,7 @@
 //! - [`untrusted`]: text from BMCs, clouds and the API server, made safe to show.
 
 pub mod cli;
+pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod controller;

@@ -367,6 +367,7 @@ async fn the_daemon_refuses_to_start_on_a_missing_secret() {
     );
     let config = load(&write_config(dir.path(), &inventory));
     let options = nodefence::daemon::DaemonOptions {
+        drivers: Default::default(),
         dry_run: true,
         listen: "127.0.0.1:0".parse().unwrap(),
         lease_namespace: NS.into(),

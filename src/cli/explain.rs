@@ -90,7 +90,7 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
     let target = config.inventory.nodes.get(name);
     let facts = node_facts(&node, lease.as_ref(), target.is_some());
     let policy = target.map_or(&config.agent.policy, |t| &t.policy);
-    let now = SystemTime::now();
+    let now = crate::clock::now();
     let mut identity = None;
     let mut lines: Vec<(String, String)> = Vec::new();
 
@@ -279,7 +279,7 @@ fn inventory_lines(
 }
 
 fn exclusion(facts: &crate::engine::NodeFacts, policy: &Policy) -> Option<Exclusion> {
-    crate::engine::NodeState::new(facts.clone(), SystemTime::now()).exclusion(policy)
+    crate::engine::NodeState::new(facts.clone(), crate::clock::now()).exclusion(policy)
 }
 
 fn decide(

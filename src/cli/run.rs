@@ -45,6 +45,7 @@ pub async fn run(config_path: &Path, args: &RunArgs) -> u8 {
     };
     let identity = args.identity.clone().unwrap_or_else(default_identity);
     let options = DaemonOptions {
+        drivers: Default::default(),
         dry_run: args.dry_run,
         listen: args.listen,
         lease_namespace: args.cluster.namespace.clone(),

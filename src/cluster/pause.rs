@@ -8,7 +8,6 @@
 //! `nodefence resume` write it; the daemon watches it.
 
 use std::collections::BTreeMap;
-use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams};
@@ -76,7 +75,7 @@ pub async fn set(
     data.insert("reason".to_string(), reason.unwrap_or_default().to_string());
     data.insert(
         "since".to_string(),
-        humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+        humantime::format_rfc3339_seconds(crate::clock::now()).to_string(),
     );
     data.insert("by".to_string(), by.to_string());
     let cm = match api.get_opt(PAUSE_CONFIGMAP).await? {

@@ -187,7 +187,7 @@ impl Releaser {
         let patch = json!({
             "metadata": {
                 "resourceVersion": fresh.metadata.resource_version,
-                "annotations": { TAINTED_ANNOTATION: humantime::format_rfc3339_seconds(SystemTime::now()).to_string() },
+                "annotations": { TAINTED_ANNOTATION: humantime::format_rfc3339_seconds(crate::clock::now()).to_string() },
             },
             "spec": { "taints": taints },
         });

@@ -219,7 +219,7 @@ impl Executor {
                     };
                     if result.is_ok() {
                         this.metrics.time_to_release(
-                            SystemTime::now()
+                            crate::clock::now()
                                 .duration_since(last_sign_of_life)
                                 .unwrap_or_default(),
                         );

@@ -13,7 +13,7 @@ pub mod monitor;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -143,7 +143,7 @@ impl Controller {
             Engine::new(self.policy.clone()).with_node_policies(self.node_policies.clone());
         // Paused until the pause switch has been read: a new leader never acts in the
         // moment before it learns that fencing is paused.
-        engine.set_paused(true, SystemTime::now());
+        engine.set_paused(true, crate::clock::now());
         // Progress an earlier leader recorded (a pending power-on, a deleted Node),
         // resumed before any Node is watched. Without it a new leader could not power
         // a deleted node's machine back on; retried until read (no action before).
@@ -153,7 +153,7 @@ impl Controller {
                     for (name, record) in &records {
                         tracing::info!(node = %name, "resuming a release recorded by an earlier leader");
                         // Only notices can come out while paused; nothing to dispatch yet.
-                        let _ = engine.resume(name, record, SystemTime::now());
+                        let _ = engine.resume(name, record, crate::clock::now());
                     }
                     break;
                 }
@@ -191,7 +191,7 @@ impl Controller {
         .boxed();
         let mut not_in_inventory_logged = BTreeSet::new();
         loop {
-            let now = SystemTime::now();
+            let now = crate::clock::now();
             let sleep = engine
                 .next_deadline()
                 .map(|d| d.duration_since(now).unwrap_or_default())
@@ -217,7 +217,7 @@ impl Controller {
                     Ok(ev) => self.lease_event(&mut engine, &mut seen, ev),
                     Err(e) => { tracing::warn!(error = %e, "Lease watch failed; retrying"); Vec::new() }
                 },
-                () = tokio::time::sleep(sleep) => engine.tick(SystemTime::now()),
+                () = tokio::time::sleep(sleep) => engine.tick(crate::clock::now()),
             };
             if !executor.leadership.is_leader() {
                 tracing::warn!("leadership lost: stopping all fencing at once");
@@ -319,7 +319,7 @@ impl Controller {
         ev: WatchEvent<Node>,
         logged: &mut BTreeSet<String>,
     ) -> Vec<Action> {
-        let now = SystemTime::now();
+        let now = crate::clock::now();
         let mut out = Vec::new();
         seen.identities_stale = true;
         match ev {
@@ -376,7 +376,7 @@ impl Controller {
         seen: &mut Observed,
         ev: WatchEvent<Lease>,
     ) -> Vec<Action> {
-        let now = SystemTime::now();
+        let now = crate::clock::now();
         match ev {
             WatchEvent::InitApply(lease) | WatchEvent::Apply(lease) => {
                 let Some(name) = lease.metadata.name.clone() else {
@@ -429,11 +429,11 @@ impl Controller {
                 tracing::info!("{text}");
             }
         }
-        engine.set_paused(paused, SystemTime::now())
+        engine.set_paused(paused, crate::clock::now())
     }
 
     fn complete(&self, engine: &mut Engine, c: Completion) -> Vec<Action> {
-        let now = SystemTime::now();
+        let now = crate::clock::now();
         match c {
             Completion::PowerRead { node, result } => engine.power_read(&node, result, now),
             Completion::PowerOff { node, result } => engine.power_off_done(&node, result, now),

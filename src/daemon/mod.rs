@@ -45,6 +45,36 @@ pub struct DaemonOptions {
     /// How often the configuration files are checked for changes (`SIGHUP` checks at
     /// once); `None`: never reloaded.
     pub config_check: Option<std::time::Duration>,
+    /// Where each node's power driver comes from: the inventory (always, in
+    /// `nodefence run`), or the whole-system simulation's fault layer.
+    pub drivers: DriverSource,
+}
+
+/// Builds a node's power driver.
+pub type DriverBuilder = dyn Fn(
+        &crate::config::NodeTarget,
+    ) -> Result<Arc<dyn crate::power::PowerDriver>, crate::power::PowerError>
+    + Send
+    + Sync;
+
+/// Where the daemon's power drivers come from.
+#[derive(Clone, Default)]
+pub enum DriverSource {
+    /// Built from the inventory entry (Redfish, IPMI, EC2, fence agent, topology).
+    #[default]
+    Inventory,
+    /// Built by this function: the whole-system simulation puts a driver-level fault
+    /// layer over its simulated machines here. Everything else is the real daemon.
+    Given(Arc<DriverBuilder>),
+}
+
+impl std::fmt::Debug for DriverSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DriverSource::Inventory => "Inventory",
+            DriverSource::Given(_) => "Given",
+        })
+    }
 }
 
 /// How often `nodefence run` checks its configuration files for changes.
@@ -260,7 +290,13 @@ fn controller_for(
         .inventory
         .nodes
         .values()
-        .map(|t| (t.name.clone(), factory.driver(t)))
+        .map(|t| {
+            let driver = match &options.drivers {
+                DriverSource::Inventory => factory.driver(t),
+                DriverSource::Given(build) => build(t),
+            };
+            (t.name.clone(), driver)
+        })
         .collect();
     for (node, d) in &drivers {
         if let Err(e) = d {

@@ -143,6 +143,7 @@ impl World {
 
         let (daemon_stop, stopped) = oneshot::channel::<()>();
         let options = DaemonOptions {
+            drivers: Default::default(),
             config_check: None,
             dry_run: false,
             listen: "127.0.0.1:0".parse().map_err(|e| anyhow!("{e}"))?,

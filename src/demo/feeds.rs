@@ -152,7 +152,7 @@ pub fn bmc(
             }
         }
         loop {
-            let now = SystemTime::now();
+            let now = crate::clock::now();
             let resets = bmc.resets();
             for r in resets.iter().skip(resets_told) {
                 let fact = Fact::Reset {

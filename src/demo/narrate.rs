@@ -341,7 +341,7 @@ mod tests {
     fn nodefence_events_read_plainly() {
         let ev = json!({"reason": "ConfirmedOff", "type": "Normal", "regarding": {"name": "worker-2"},
             "note": "the machine is confirmed Off (3 consecutive readings since its last sign of life); adding the out-of-service taint"});
-        let step = nodefence_step(&ev, SystemTime::now(), &wording()).unwrap();
+        let step = nodefence_step(&ev, crate::clock::now(), &wording()).unwrap();
         assert_eq!(step.node, "worker-2");
         assert_eq!(
             step.text,
@@ -349,7 +349,7 @@ mod tests {
         );
         let ev = json!({"reason": "PowerQueryFailed", "type": "Warning", "regarding": {"name": "worker-1"},
             "note": "the power state cannot be read (timed out (after 1s)); nothing is released"});
-        let step = nodefence_step(&ev, SystemTime::now(), &wording()).unwrap();
+        let step = nodefence_step(&ev, crate::clock::now(), &wording()).unwrap();
         assert!(step.warning);
         assert_eq!(
             step.text,
@@ -361,7 +361,7 @@ mod tests {
         );
         let ev = json!({"reason": "PoweringOff", "type": "Warning", "regarding": {"name": "w"},
             "note": "... forcing power off (attempt 2)"});
-        let step = nodefence_step(&ev, SystemTime::now(), &wording()).unwrap();
+        let step = nodefence_step(&ev, crate::clock::now(), &wording()).unwrap();
         assert!(
             step.text.ends_with("sends ForceOff (attempt 2)"),
             "{}",
@@ -372,7 +372,7 @@ mod tests {
     #[test]
     fn simulation_events_read_plainly() {
         let ev = SimEvent {
-            at: SystemTime::now(),
+            at: crate::clock::now(),
             kind: SimEventKind::MultiAttachError,
             node: Some("worker-3".into()),
             pod: Some("default/db-0".into()),

@@ -47,28 +47,28 @@ impl Printer {
                     None => break,
                     Some(Msg::Step(step)) => self.buffer.push(*step),
                     Some(Msg::Line(text)) => {
-                        self.flush(SystemTime::now());
+                        self.flush(crate::clock::now());
                         self.write(&text);
                     }
                     Some(Msg::Begin(t0)) => {
-                        self.flush(SystemTime::now());
+                        self.flush(crate::clock::now());
                         self.scene = Some(Scene { t0, printed_once: BTreeSet::new() });
                     }
                     Some(Msg::End(ack)) => {
-                        self.flush(SystemTime::now());
+                        self.flush(crate::clock::now());
                         self.scene = None;
                         let _ = ack.send(());
                     }
                 },
                 _ = tick.tick() => {
-                    let due = SystemTime::now()
+                    let due = crate::clock::now()
                         .checked_sub(REORDER_WINDOW)
                         .unwrap_or(SystemTime::UNIX_EPOCH);
                     self.flush(due);
                 }
             }
         }
-        self.flush(SystemTime::now());
+        self.flush(crate::clock::now());
     }
 
     /// Prints (or drops, outside a scenario) the held steps that happened up to `until`.
@@ -152,7 +152,7 @@ mod tests {
 
     #[test]
     fn a_reset_comes_before_the_reading_that_followed_it() {
-        let t = SystemTime::now();
+        let t = crate::clock::now();
         let nf = |ms: u64, reason: &str| {
             Step::new(
                 t + Duration::from_millis(ms),

@@ -162,7 +162,7 @@ impl Story {
 
     /// Records something the person running the demo does, now.
     pub fn you(&self, node: &str, text: impl Into<String>) -> SystemTime {
-        let at = SystemTime::now();
+        let at = crate::clock::now();
         self.record(Step::new(at, node, Actor::You, Fact::You, text.into()));
         at
     }
@@ -219,7 +219,7 @@ mod tests {
         let sink = Sink::default();
         let (story, printer) = Story::start(Box::new(sink.clone()), Style::new(false), 10.0);
         // In the past, as every real step is by the time the scene ends.
-        let t0 = SystemTime::now() - Duration::from_secs(1);
+        let t0 = crate::clock::now() - Duration::from_secs(1);
         let step = |ms: u64, text: &str| {
             Step::new(
                 t0 + Duration::from_millis(ms),

@@ -299,7 +299,7 @@ mod tests {
             let state = next.unwrap_or(Ok(PowerState::Unknown(String::new())))?;
             Ok(PowerReading {
                 state,
-                at: SystemTime::now(),
+                at: crate::clock::now(),
                 latency: Duration::ZERO,
             })
         }

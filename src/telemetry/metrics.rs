@@ -148,7 +148,7 @@ pub struct Metrics {
 
 /// Seconds since the Unix epoch, now.
 fn unix_now() -> f64 {
-    std::time::SystemTime::now()
+    crate::clock::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
 }

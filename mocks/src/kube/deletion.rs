@@ -27,7 +27,7 @@
 //! The simulation uses [`delete`] for the kubelet's final delete and PodGC, and
 //! must call [`finalize_if_done`] after removing finalizers through the store.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -278,7 +278,7 @@ fn decide(rt: ResourceType, current: &Value, opts: &DeleteOptions) -> Action {
 
 /// Sets the deletion fields: now + grace, and the grace itself.
 fn mark(object: &mut Value, grace: i64) {
-    let when = SystemTime::now() + Duration::from_secs(grace.max(0) as u64);
+    let when = nodefence_clock::now() + Duration::from_secs(grace.max(0) as u64);
     let meta = metadata_mut(object);
     meta.insert(
         "deletionTimestamp".into(),

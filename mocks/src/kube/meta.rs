@@ -1,8 +1,6 @@
 //! Server-side object metadata helpers: the `metadata` map, uids, generated name
 //! suffixes and the apiserver's timestamp formats (`metav1.Time`, `metav1.MicroTime`).
 
-use std::time::SystemTime;
-
 use serde_json::{Map, Value};
 
 /// `metadata` as a mutable map, created if missing or not an object.
@@ -27,12 +25,12 @@ pub fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
 
 /// RFC 3339 UTC with seconds, as `metav1.Time` is serialised.
 pub fn now_rfc3339() -> String {
-    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+    humantime::format_rfc3339_seconds(nodefence_clock::now()).to_string()
 }
 
 /// RFC 3339 UTC with microseconds, as `metav1.MicroTime` is serialised.
 pub fn now_rfc3339_micros() -> String {
-    humantime::format_rfc3339_micros(SystemTime::now()).to_string()
+    humantime::format_rfc3339_micros(nodefence_clock::now()).to_string()
 }
 
 pub(crate) fn uid() -> String {

@@ -55,4 +55,4 @@ pub mod strategy;
 pub mod table;
 pub mod watch;
 
-pub use server::{FakeKube, FakeKubeHandle, RequestRecord, StartError};
+pub use server::{FakeKube, FakeKubeHandle, InProcessKube, RequestRecord, StartError};

@@ -272,6 +272,86 @@ impl FakeKube {
     }
 }
 
+impl FakeKube {
+    /// Serves in this process without a socket: a [`Router`] (a tower `Service`) that a
+    /// `kube::Client` can be built on directly. The whole-system simulation uses it so
+    /// that the daemon, the API server and its simulated kubelets share one thread and
+    /// tokio's paused time. Requests must still carry `Authorization: Bearer <token>`.
+    pub fn in_process(self) -> InProcessKube {
+        let store = self.store.clone().unwrap_or_default();
+        create_system_namespaces(&store);
+        let token = self
+            .token
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
+        let (shutdown_tx, shutdown_rx) = signal::channel(false);
+        let shared = Arc::new(Shared {
+            store: store.clone(),
+            token,
+            server_address: "in-process".to_string(),
+            watch: WatchContext {
+                store,
+                shutdown: shutdown_rx,
+                bookmark_interval: self.bookmark_interval,
+            },
+            admin: self.admin.clone(),
+            identities: self.identities.clone(),
+            log: Mutex::new(Vec::new()),
+        });
+        let router = Router::new()
+            .merge(admin::router())
+            .fallback(routes::handle)
+            .with_state(shared.clone());
+        InProcessKube {
+            shared,
+            router,
+            shutdown_tx,
+        }
+    }
+}
+
+/// A fake API server served in this process (see [`FakeKube::in_process`]). Dropping
+/// it ends every watch.
+pub struct InProcessKube {
+    shared: Arc<Shared>,
+    router: Router,
+    shutdown_tx: signal::Sender<bool>,
+}
+
+impl std::fmt::Debug for InProcessKube {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InProcessKube").finish_non_exhaustive()
+    }
+}
+
+impl InProcessKube {
+    /// The server, as a tower `Service` (cheap to clone).
+    pub fn router(&self) -> Router {
+        self.router.clone()
+    }
+
+    /// The bearer token requests must carry.
+    pub fn token(&self) -> String {
+        self.shared.token.clone()
+    }
+
+    /// The objects it serves.
+    pub fn store(&self) -> Store {
+        self.shared.store.clone()
+    }
+
+    /// Every request served so far.
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        self.shared.requests()
+    }
+}
+
+impl Drop for InProcessKube {
+    fn drop(&mut self) {
+        let _ = self.shutdown_tx.send(true);
+    }
+}
+
 fn create_system_namespaces(store: &Store) {
     for name in SYSTEM_NAMESPACES {
         if store.get(NAMESPACES, None, name).is_ok() {

@@ -90,7 +90,7 @@ pub fn table(
     include: Option<&str>,
     headers: bool,
 ) -> Value {
-    let now = SystemTime::now();
+    let now = nodefence_clock::now();
     let include = include.unwrap_or("Metadata");
     let definitions: Vec<Value> = if headers {
         columns(rt)

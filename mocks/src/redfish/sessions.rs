@@ -108,7 +108,7 @@ impl SessionStore {
             id,
             token: uuid::Uuid::new_v4().simple().to_string(),
             user: user.to_owned(),
-            created: SystemTime::now(),
+            created: nodefence_clock::now(),
         };
         self.by_token.insert(session.token.clone(), session.clone());
         session

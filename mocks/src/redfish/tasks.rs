@@ -66,7 +66,7 @@ impl TaskStore {
             system: system.to_owned(),
             reset_type: reset_type.to_owned(),
             target: target.to_owned(),
-            started: SystemTime::now(),
+            started: nodefence_clock::now(),
             started_at: now,
             done_at,
         };

@@ -5,7 +5,7 @@
 //! checks that nothing moved, then lets the BMC answer again: nodefence proceeds on
 //! its own (reads On, ForceOff, confirms Off, releases).
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use super::{Carry, Ctx, Outcome, db_node, make_whole, secs};
 use crate::demo::narrate::span;
@@ -31,7 +31,7 @@ pub async fn run(ctx: &Ctx<'_>, out: &mut Outcome, carry: &mut Carry) -> Result<
         "moved, then lets the BMC answer again: nodefence carries on by itself.".to_string(),
     ]);
     let mark = world.reset_mark();
-    let t0 = SystemTime::now();
+    let t0 = crate::clock::now();
     ctx.story.begin(t0);
     ctx.story
         .you("", "the BMC stops answering (every request hangs)");
@@ -67,7 +67,7 @@ pub async fn run(ctx: &Ctx<'_>, out: &mut Outcome, carry: &mut Carry) -> Result<
     ));
     let hold = w.unhealthy_after + Duration::from_secs(20);
     let until = not_ready.at + world.real(hold);
-    if let Ok(left) = until.duration_since(SystemTime::now()) {
+    if let Ok(left) = until.duration_since(crate::clock::now()) {
         tokio::time::sleep(left).await;
     }
     let sent = world.resets_since(mark);
@@ -86,7 +86,7 @@ pub async fn run(ctx: &Ctx<'_>, out: &mut Outcome, carry: &mut Carry) -> Result<
             span(hold)
         ),
     );
-    let held = ctx.elapsed(t0, SystemTime::now());
+    let held = ctx.elapsed(t0, crate::clock::now());
     let cleared = ctx.story.you("", "the BMC answers again (fault cleared)");
     world.bmc_hangs(false);
 
@@ -119,7 +119,7 @@ pub async fn run(ctx: &Ctx<'_>, out: &mut Outcome, carry: &mut Carry) -> Result<
     let now_on = db_node(world)?;
     out.running_after = ctx
         .pod_running_elsewhere(t0, &victim)
-        .or_else(|| Some(ctx.elapsed(t0, SystemTime::now())));
+        .or_else(|| Some(ctx.elapsed(t0, crate::clock::now())));
     out.power_commands = world.resets_since(mark);
     out.summary = format!(
         "nothing released for {} while the BMC was silent (warning at +{}); once it answered: \

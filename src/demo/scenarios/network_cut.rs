@@ -3,7 +3,7 @@
 //! to the volume. nodefence waits `unhealthy_after` of NotReady (it may only be a
 //! short cut), then powers it off with ForceOff, confirms Off, and releases it.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use super::{Carry, Ctx, Outcome, db_node, make_whole, secs};
 use crate::demo::timeline::Fact;
@@ -20,7 +20,7 @@ pub async fn run(ctx: &Ctx<'_>, out: &mut Outcome, carry: &mut Carry) -> Result<
         "nodes write at once: first the machine must be off.".to_string(),
     ]);
     let mark = world.reset_mark();
-    let t0 = SystemTime::now();
+    let t0 = crate::clock::now();
     ctx.story.begin(t0);
     ctx.story.you(
         &victim,
@@ -62,7 +62,7 @@ pub async fn run(ctx: &Ctx<'_>, out: &mut Outcome, carry: &mut Carry) -> Result<
     let now_on = db_node(world)?;
     out.running_after = ctx
         .pod_running_elsewhere(t0, &victim)
-        .or_else(|| Some(ctx.elapsed(t0, SystemTime::now())));
+        .or_else(|| Some(ctx.elapsed(t0, crate::clock::now())));
     out.power_commands = world.resets_since(mark);
     let expected = vec![(victim.clone(), "ForceOff".to_string())];
     if out.power_commands != expected {

@@ -4,7 +4,7 @@
 //! control plane then force-deletes db-0, detaches its volume, and the replacement
 //! starts on another node. No power command is needed: the machine is already off.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use nodefence_mocks::redfish::MockPower;
 
@@ -25,7 +25,7 @@ pub async fn run(ctx: &Ctx<'_>, out: &mut Outcome, carry: &mut Carry) -> Result<
             .to_string(),
     ]);
     let mark = world.reset_mark();
-    let t0 = SystemTime::now();
+    let t0 = crate::clock::now();
     ctx.story.begin(t0);
     ctx.story.you(
         &victim,
@@ -54,7 +54,7 @@ pub async fn run(ctx: &Ctx<'_>, out: &mut Outcome, carry: &mut Carry) -> Result<
     let now_on = db_node(world)?;
     out.running_after = ctx
         .pod_running_elsewhere(t0, &victim)
-        .or_else(|| Some(ctx.elapsed(t0, SystemTime::now())));
+        .or_else(|| Some(ctx.elapsed(t0, crate::clock::now())));
     out.power_commands = world.resets_since(mark);
     if !out.power_commands.is_empty() {
         return Err(format!(

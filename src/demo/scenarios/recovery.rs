@@ -3,7 +3,7 @@
 //! nodefence removes the out-of-service taint it added, so the node takes pods again.
 //! Run alone, the scenario first fences a node itself (a power loss, as in scenario 1).
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use nodefence_mocks::kube::sim::SimEventKind;
 use nodefence_mocks::redfish::MockPower;
@@ -32,7 +32,7 @@ pub async fn run(ctx: &Ctx<'_>, out: &mut Outcome, carry: &mut Carry) -> Result<
     // again" as soon as its kubelet runs.
     let still_ready = world.node_ready(&victim);
     let mark = world.reset_mark();
-    let t0 = SystemTime::now();
+    let t0 = crate::clock::now();
     ctx.story.begin(t0);
     ctx.story.you(&victim, "restores power (BMC: On)");
     world

@@ -50,7 +50,6 @@ mod tests;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::SystemTime;
 
 use async_trait::async_trait;
 use secrecy::SecretString;
@@ -278,7 +277,7 @@ impl PowerDriver for AwsDriver {
         let state = self.read_state(self.api.deadline()).await?;
         Ok(PowerReading {
             state,
-            at: SystemTime::now(),
+            at: crate::clock::now(),
             latency: started.elapsed(),
         })
     }

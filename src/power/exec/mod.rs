@@ -23,7 +23,7 @@ mod tests;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use secrecy::{ExposeSecret, SecretSlice, SecretString};
@@ -215,7 +215,7 @@ impl PowerDriver for ExecDriver {
         let state = verdict::status(&self.name, &done, &self.redactor)?;
         Ok(PowerReading {
             state,
-            at: SystemTime::now(),
+            at: crate::clock::now(),
             latency: started.elapsed(),
         })
     }

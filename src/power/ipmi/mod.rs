@@ -41,7 +41,7 @@ mod fake;
 mod tests;
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use nodefence_ipmi_proto::command::{self, ChassisControl, ChassisStatus, Privilege};
@@ -447,7 +447,7 @@ impl Inner {
     async fn status(&self) -> Result<PowerReading, PowerError> {
         let started = Instant::now();
         let (cc, data) = self.call(Command::ChassisStatus).await?;
-        let at = SystemTime::now();
+        let at = crate::clock::now();
         if cc != command::CC_OK {
             return Err(self.located(completion_error(Command::ChassisStatus, cc)));
         }

@@ -19,7 +19,7 @@ pub mod reset;
 pub mod transport;
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use reqwest::StatusCode;
@@ -282,7 +282,7 @@ impl PowerDriver for RedfishDriver {
         let state = self.read_state(self.transport.deadline()).await?;
         Ok(PowerReading {
             state,
-            at: SystemTime::now(),
+            at: crate::clock::now(),
             latency: started.elapsed(),
         })
     }

@@ -389,6 +389,7 @@ impl WorldBuilder {
             kube.kubeconfig_yaml()
         };
         let options = DaemonOptions {
+            drivers: Default::default(),
             dry_run: self.dry_run,
             listen: "127.0.0.1:0".parse().unwrap(),
             lease_namespace: if self.rbac.is_some() {

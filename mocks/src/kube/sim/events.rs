@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 use serde_json::{Value, json};
 
@@ -198,7 +198,7 @@ impl Recorder {
             }
         }
         let now = now_rfc3339();
-        let nanos = SystemTime::now()
+        let nanos = nodefence_clock::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or_default();

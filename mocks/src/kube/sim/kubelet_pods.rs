@@ -333,7 +333,7 @@ impl Kubelet {
                     }),
                     ..DeleteOptions::default()
                 };
-                let at = std::time::SystemTime::now();
+                let at = nodefence_clock::now();
                 match self
                     .ctx
                     .delete(PODS, Some(&work.namespace), &work.name, &opts)

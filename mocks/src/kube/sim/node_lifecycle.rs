@@ -469,7 +469,7 @@ impl Lifecycle {
 fn swap_no_execute(ctx: &Ctx, name: &str, add: &str, remove: &str) {
     let mut added = false;
     let mut removed = false;
-    let at = std::time::SystemTime::now();
+    let at = nodefence_clock::now();
     let _ = ctx.store.modify(NODES, None, name, |n| {
         added = taints::add(n, add, NO_EXECUTE, &now_rfc3339());
         removed = taints::remove(n, remove, NO_EXECUTE);

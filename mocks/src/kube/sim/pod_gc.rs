@@ -109,7 +109,7 @@ fn force_delete(ctx: &Ctx, pod: &Value, condition: Option<Value>, why: &str) {
     let key = objects::key(pod);
     let node = objects::pod_node(pod).map(str::to_string);
     tracing::info!("PodGC is force deleting Pod {key}");
-    let at = std::time::SystemTime::now();
+    let at = nodefence_clock::now();
     if !objects::is_terminal(pod) {
         let patched = ctx.store.modify(PODS, Some(ns), name, |p| {
             if objects::uid(p) != uid {

@@ -185,7 +185,7 @@ fn choose(
 fn bind(ctx: &Ctx, pod: &Value, node: &str) -> bool {
     let uid = objects::uid(pod).to_string();
     let mut bound = false;
-    let at = std::time::SystemTime::now();
+    let at = nodefence_clock::now();
     let result = ctx.store.modify(
         PODS,
         Some(objects::namespace(pod)),

@@ -259,7 +259,7 @@ impl TaintEviction {
         let Some(uid) = self.pods.get(key).map(|s| s.uid.clone()) else {
             return;
         };
-        let at = std::time::SystemTime::now();
+        let at = nodefence_clock::now();
         let marked = self.ctx.store.modify(PODS, Some(ns), name, |p| {
             if objects::uid(p) != uid {
                 return Err(StoreError::Conflict {

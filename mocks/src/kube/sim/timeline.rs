@@ -138,7 +138,7 @@ impl Timeline {
         pod: Option<&str>,
         message: impl Into<String>,
     ) {
-        self.record_at(SystemTime::now(), kind, node, pod, message);
+        self.record_at(nodefence_clock::now(), kind, node, pod, message);
     }
 
     /// Records an event that happened at `at` (taken just before the store write

@@ -134,7 +134,7 @@ fn sync(
             return None;
         }
         let Some(pod) = ctx.get(PODS, Some(ns), &pod_name) else {
-            let at = std::time::SystemTime::now();
+            let at = nodefence_clock::now();
             match ctx.store.create(PODS, Some(ns), pod_object(ctx, w, i)) {
                 Ok(p) => {
                     let msg = format!(

@@ -1,0 +1,242 @@
+//! The API server as each replica incarnation reaches it: fake-kube served in
+//! process (no socket, tokio's paused time), behind a fault layer that can cut the
+//! replica off, slow it down or answer 409/429/500, and that checks every write
+//! nodefence makes before it reaches the store: a release (taint, Node, pod or
+//! VolumeAttachment deletion) only while the node's own machine is really off with an
+//! Off reading newer than its failure (invariant 1), and any write only from the
+//! replica holding the leader Lease (invariant 3).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body as AxumBody;
+use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use nodefence_mocks::kube::resources::{LEASES, NODES, PODS, VOLUME_ATTACHMENTS};
+use nodefence_mocks::kube::store::Store;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+use super::machine::{Truth, lock};
+
+pub const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
+
+/// How the API server answers one replica incarnation right now.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ApiMode {
+    Normal,
+    /// Half the requests get 500.
+    Errors500,
+    /// Half the writes get 409 Conflict.
+    Conflicts,
+    /// Half the requests get 429 with Retry-After.
+    TooMany,
+    /// Every request takes this long.
+    Slow(Duration),
+    /// Nothing gets through (a partition between this replica and the API server).
+    Cut,
+}
+
+/// One incarnation's side of the wire.
+pub struct ApiSide {
+    pub identity: String,
+    pub alive: Arc<AtomicBool>,
+    pub mode: Mutex<ApiMode>,
+}
+
+/// Where the leader Lease is.
+pub const LEADER: (&str, &str) = ("nodefence", "nodefence");
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A kube client for `side`, through the fault layer, to `router`.
+pub fn client(
+    router: axum::Router,
+    token: String,
+    store: Store,
+    side: Arc<ApiSide>,
+    truth: Arc<Truth>,
+) -> kube::Client {
+    let service = tower::service_fn(move |req: Request<kube::client::Body>| {
+        let router = router.clone();
+        let token = token.clone();
+        let store = store.clone();
+        let side = side.clone();
+        let truth = truth.clone();
+        async move {
+            let (mut parts, body) = req.into_parts();
+            parts.headers.insert(
+                http::header::AUTHORIZATION,
+                http::HeaderValue::from_str(&format!("Bearer {token}"))?,
+            );
+            let body = body.collect().await?.to_bytes();
+            let mode = *lock(&side.mode);
+            if !side.alive.load(Ordering::SeqCst) || mode == ApiMode::Cut {
+                return Err::<Response<AxumBody>, BoxError>(Box::new(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionRefused,
+                    "connection refused (simulated partition)",
+                )));
+            }
+            if let ApiMode::Slow(d) = mode {
+                tokio::time::sleep(d).await;
+                if !side.alive.load(Ordering::SeqCst) {
+                    return Err(Box::new(std::io::Error::other("the process crashed")));
+                }
+            }
+            let write = parts.method != http::Method::GET;
+            let injected = match mode {
+                ApiMode::Errors500 if truth.coin() => Some(StatusCode::INTERNAL_SERVER_ERROR),
+                ApiMode::Conflicts if write && truth.coin() => Some(StatusCode::CONFLICT),
+                ApiMode::TooMany if truth.coin() => Some(StatusCode::TOO_MANY_REQUESTS),
+                _ => None,
+            };
+            if let Some(code) = injected {
+                truth.count(|c| c.api_errors += 1);
+                return Ok(status(code));
+            }
+            if write {
+                check_write(&parts, &body, &store, &side, &truth);
+            }
+            let req = Request::from_parts(parts, AxumBody::from(body));
+            let resp = router
+                .oneshot(req)
+                .await
+                .map_err(|e| -> BoxError { match e {} })?;
+            Ok(resp)
+        }
+    });
+    kube::Client::new(service, "default")
+}
+
+fn status(code: StatusCode) -> Response<AxumBody> {
+    let body = json!({
+        "kind": "Status", "apiVersion": "v1", "status": "Failure",
+        "message": format!("simulated {}", code.as_u16()),
+        "reason": match code.as_u16() { 409 => "Conflict", 429 => "TooManyRequests", _ => "InternalError" },
+        "code": code.as_u16(),
+    });
+    let mut resp = Response::new(AxumBody::from(body.to_string()));
+    *resp.status_mut() = code;
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    if code == StatusCode::TOO_MANY_REQUESTS {
+        resp.headers_mut().insert(
+            http::header::RETRY_AFTER,
+            http::HeaderValue::from_static("1"),
+        );
+    }
+    resp
+}
+
+/// Invariants 1 and 3 on one write, before it reaches the store.
+fn check_write(
+    parts: &http::request::Parts,
+    body: &[u8],
+    store: &Store,
+    side: &ApiSide,
+    truth: &Truth,
+) {
+    let path = parts.uri.path();
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    // The leader election's own Lease writes and Events are not the cluster's state;
+    // access reviews are questions.
+    let ours = path.starts_with(&format!(
+        "/apis/coordination.k8s.io/v1/namespaces/{}/leases",
+        LEADER.0
+    ));
+    if ours
+        || path.contains("/events")
+        || path.contains("selfsubjectaccessreviews")
+        || path.contains("/namespaces/nodefence/")
+            && parts.method == http::Method::POST
+            && path.ends_with("/namespaces")
+    {
+        return;
+    }
+    truth.count(|c| c.writes_checked += 1);
+    let holder = store
+        .get(LEASES, Some(LEADER.0), LEADER.1)
+        .ok()
+        .and_then(|l| {
+            l.pointer("/spec/holderIdentity")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        });
+    if holder.as_deref() != Some(side.identity.as_str()) {
+        truth.violation(format!(
+            "invariant 3 (one writer): {} {path} from {} while the Lease is held by {holder:?}",
+            parts.method, side.identity
+        ));
+    }
+    let released = match (parts.method.as_str(), segments.as_slice()) {
+        ("PATCH" | "PUT", ["api", "v1", "nodes", name]) => {
+            let adds = String::from_utf8_lossy(body).contains(OUT_OF_SERVICE)
+                && !store.get(NODES, None, name).is_ok_and(|n| tainted(&n));
+            adds.then(|| (name.to_string(), "out-of-service taint"))
+        }
+        ("DELETE", ["api", "v1", "nodes", name]) => Some((name.to_string(), "Node deletion")),
+        ("DELETE", ["api", "v1", "namespaces", ns, "pods", pod]) => store
+            .get(PODS, Some(ns), pod)
+            .ok()
+            .and_then(|p| {
+                p.pointer("/spec/nodeName")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            })
+            .map(|n| (n, "pod deletion")),
+        ("DELETE", ["apis", "storage.k8s.io", "v1", "volumeattachments", va]) => store
+            .get(VOLUME_ATTACHMENTS, None, va)
+            .ok()
+            .and_then(|v| {
+                v.pointer("/spec/nodeName")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            })
+            .map(|n| (n, "VolumeAttachment deletion")),
+        _ => None,
+    };
+    if let Some((node, what)) = released {
+        truth.count(|c| c.releases += 1);
+        if let Some(why) = release_refusal(truth, &node) {
+            truth.violation(format!(
+                "invariant 1 (the one rule): {what} for {node}: {why}"
+            ));
+        }
+    }
+}
+
+pub fn tainted(node: &Value) -> bool {
+    node.pointer("/spec/taints")
+        .and_then(Value::as_array)
+        .is_some_and(|ts| ts.iter().any(|t| t["key"] == OUT_OF_SERVICE))
+}
+
+/// Why releasing `node` now would break the one rule, judged from the truth.
+pub fn release_refusal(truth: &Truth, node: &str) -> Option<String> {
+    let now = nodefence::clock::now();
+    truth.with(|ms| {
+        let Some(m) = ms.iter().find(|m| m.node == node) else {
+            return Some("no such machine".into());
+        };
+        // The only gap nodefence cannot close: a machine switched on by someone else
+        // in the instant between its last Off reading and this write.
+        let just_on = m
+            .on_since
+            .is_some_and(|t| now.duration_since(t).unwrap_or_default() < Duration::from_secs(1));
+        if !m.really_off() && !just_on {
+            return Some(format!("its machine is really {:?}", m.state()));
+        }
+        let Some(failed) = m.failed_at else {
+            return Some("its machine never failed".into());
+        };
+        match m.last_off_reading {
+            Some(r) if r > failed => None,
+            other => Some(format!(
+                "no Off reading of its own machine newer than its failure at {failed:?} (newest: {other:?})"
+            )),
+        }
+    })
+}

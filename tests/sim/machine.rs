@@ -1,0 +1,380 @@
+//! Ground truth and the driver-level fault layer.
+//!
+//! Each simulated machine has a real power state, a network link and a kubelet; the
+//! simulated control plane hears from its kubelet only while it is powered, booted,
+//! linked and not hung. nodefence reads and commands it through [`SimDriver`], a
+//! [`PowerDriver`] whose BMC can time out, answer 5xx, refuse credentials, lie once
+//! (Off while On), flap, answer for another machine, or lose the reply to a command
+//! it carried out. Every power command is checked against the rules on the spot.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use nodefence::identity::MachineIdentity;
+use nodefence::power::{PowerDriver, PowerError, PowerReading, PowerState};
+use tokio::time::Instant;
+
+/// What a BMC does when asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bmc {
+    Healthy,
+    /// Every request hangs until the client's timeout.
+    Timeout,
+    /// 503 Service Unavailable.
+    ServerError,
+    /// 401: the credentials are refused.
+    AuthRefused,
+    /// Every third reading says Off whatever the truth ("Off, then On"), the others
+    /// tell the truth.
+    Lies,
+    /// Every other request fails.
+    Flapping,
+    /// Answers (and acts) for machine `n`, not this one (a swapped cable or address).
+    OtherMachine(usize),
+    /// Carries out power commands but the reply is lost.
+    LosesReplies,
+}
+
+/// One machine, as it really is.
+#[derive(Debug, Clone)]
+pub struct Machine {
+    pub node: String,
+    pub uuid: String,
+    pub on: bool,
+    /// A power transition under way: (when it completes, power afterwards).
+    pub transition: Option<(Instant, bool)>,
+    /// When the kubelet is up again after power on (booting until then).
+    pub booted_at: Option<Instant>,
+    pub network: bool,
+    pub hung: bool,
+    pub bmc: Bmc,
+    /// Readings answered, for the lying BMC's rhythm.
+    pub answered: u64,
+    /// When the machine last stopped being able to run pods (power, network, hang).
+    pub failed_at: Option<SystemTime>,
+    /// When its power last went off (settled), while off.
+    pub off_since: Option<SystemTime>,
+    /// When its power last came on.
+    pub on_since: Option<SystemTime>,
+    /// Newest truthful Off reading of this machine handed to nodefence.
+    pub last_off_reading: Option<SystemTime>,
+    /// Power-off commands that reached this machine in its current incident.
+    pub offs_this_incident: u32,
+    /// nodefence powered it off (for the power-on-after-fence check).
+    pub fenced_by_us: bool,
+}
+
+impl Machine {
+    pub fn new(node: &str, uuid: &str) -> Self {
+        Self {
+            node: node.into(),
+            uuid: uuid.into(),
+            on: true,
+            transition: None,
+            booted_at: None,
+            network: true,
+            hung: false,
+            bmc: Bmc::Healthy,
+            answered: 0,
+            failed_at: None,
+            off_since: None,
+            on_since: None,
+            last_off_reading: None,
+            offs_this_incident: 0,
+            fenced_by_us: false,
+        }
+    }
+
+    /// The kubelet is running and can reach the API server.
+    pub fn kubelet_up(&self, now: Instant) -> bool {
+        self.on && self.network && !self.hung && self.booted_at.is_none_or(|b| now >= b)
+    }
+
+    pub fn state(&self) -> PowerState {
+        match self.transition {
+            Some((_, true)) => PowerState::PoweringOn,
+            Some((_, false)) => PowerState::PoweringOff,
+            None if self.on => PowerState::On,
+            None => PowerState::Off,
+        }
+    }
+
+    /// The machine's power is settled off.
+    pub fn really_off(&self) -> bool {
+        !self.on && self.transition.is_none()
+    }
+
+    /// It stopped serving (if it was serving): the incident starts now.
+    pub fn fail(&mut self, at: SystemTime) {
+        if self.failed_at.is_none() {
+            self.failed_at = Some(at);
+            self.offs_this_incident = 0;
+        }
+    }
+}
+
+/// Why a power-off for this node must not be sent now, if it must not.
+pub type Gate = dyn Fn(&str) -> Option<String> + Send + Sync;
+
+/// Everything the simulation knows for sure, shared by the drivers and the checks.
+#[derive(Default)]
+pub struct Truth {
+    pub machines: Mutex<Vec<Machine>>,
+    pub violations: Mutex<Vec<String>>,
+    /// Refuses power-offs while set (the check's view of pause/opt-out/storm/identity).
+    pub gate: Mutex<Option<Arc<Gate>>>,
+    pub counters: Mutex<Counters>,
+    /// The schedule's own generator, for the faults decided per request.
+    pub rng: Mutex<Rng>,
+}
+
+/// A small deterministic generator (xorshift64*), so that a seed replays exactly.
+#[derive(Debug, Default)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// What a schedule exercised.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Counters {
+    pub readings: u64,
+    pub power_offs: u64,
+    pub power_ons: u64,
+    pub releases: u64,
+    pub writes_checked: u64,
+    /// Faults the schedule played.
+    pub faults: u64,
+    /// Requests answered 409/429/500 by the API fault layer.
+    pub api_errors: u64,
+}
+
+impl Truth {
+    /// A fair coin from the schedule's generator.
+    pub fn coin(&self) -> bool {
+        lock(&self.rng).below(2) == 1
+    }
+
+    pub fn violation(&self, what: String) {
+        lock(&self.violations).push(what);
+    }
+
+    pub fn with<R>(&self, f: impl FnOnce(&mut Vec<Machine>) -> R) -> R {
+        f(&mut lock(&self.machines))
+    }
+
+    pub fn count(&self, f: impl FnOnce(&mut Counters)) {
+        f(&mut lock(&self.counters));
+    }
+
+    /// Starts a power transition on machine `i` (a no-op when already there).
+    fn command(&self, i: usize, on: bool, delay: Duration) {
+        self.with(|ms| {
+            let m = &mut ms[i];
+            if m.on == on && m.transition.is_none() {
+                return;
+            }
+            m.transition = Some((Instant::now() + delay, on));
+        });
+    }
+
+    /// Completes transitions that are due; returns nothing, changes the machines.
+    pub fn settle(&self, wall: SystemTime, boot: Duration) {
+        let now = Instant::now();
+        self.with(|ms| {
+            for m in ms.iter_mut() {
+                if let Some((at, on)) = m.transition
+                    && now >= at
+                {
+                    m.transition = None;
+                    m.on = on;
+                    if on {
+                        m.on_since = Some(wall);
+                        m.off_since = None;
+                        m.booted_at = Some(now + boot);
+                    } else {
+                        m.off_since = Some(wall);
+                        m.fail(wall);
+                    }
+                }
+            }
+        });
+    }
+}
+
+pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One replica incarnation's driver for machine `index`. A crashed incarnation's
+/// drivers do nothing (`alive` false): a dead process sends no command.
+pub struct SimDriver {
+    pub truth: Arc<Truth>,
+    pub index: usize,
+    pub alive: Arc<AtomicBool>,
+    pub transition: Duration,
+    pub request_timeout: Duration,
+}
+
+impl SimDriver {
+    fn dead(&self) -> Option<PowerError> {
+        (!self.alive.load(Ordering::SeqCst))
+            .then(|| PowerError::unreachable("the process that sent this has crashed"))
+    }
+
+    /// The BMC's mode and the machine it really talks to.
+    fn route(&self) -> (Bmc, usize) {
+        self.truth.with(|ms| {
+            let bmc = ms[self.index].bmc;
+            let target = match bmc {
+                Bmc::OtherMachine(n) => n % ms.len(),
+                _ => self.index,
+            };
+            (bmc, target)
+        })
+    }
+
+    /// The failure this mode answers with, if any (after its delay).
+    async fn fault(&self, bmc: Bmc) -> Option<PowerError> {
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        if let Some(e) = self.dead() {
+            return Some(e);
+        }
+        match bmc {
+            Bmc::Timeout => {
+                tokio::time::sleep(self.request_timeout).await;
+                Some(PowerError::unreachable("operation timed out"))
+            }
+            Bmc::ServerError => Some(PowerError::protocol("503 Service Unavailable")),
+            Bmc::AuthRefused => Some(PowerError::auth("401 Unauthorized: check the credentials")),
+            Bmc::Flapping if self.truth.coin() => {
+                Some(PowerError::unreachable("connection reset by peer"))
+            }
+            _ => None,
+        }
+    }
+
+    async fn power(&self, on: bool) -> Result<(), PowerError> {
+        let (bmc, target) = self.route();
+        if let Some(e) = self.fault(bmc).await {
+            return Err(e);
+        }
+        let me = self.truth.with(|ms| ms[self.index].node.clone());
+        if !on {
+            // The rules for sending a power-off at all (pause, opt-out, storm,
+            // identity under require_identity), checked by the simulation.
+            let gate = lock(&self.truth.gate).clone();
+            if let Some(why) = gate.and_then(|g| g(&me)) {
+                self.truth.violation(format!(
+                    "invariant 2 (no power-off when it must not be sent): power-off for {me}: {why}"
+                ));
+            }
+            if target != self.index {
+                self.truth.violation(format!(
+                    "invariant 2: power-off for {me} reached another machine (index {target}) through a BMC that answers for it"
+                ));
+            }
+            let duplicate = self.truth.with(|ms| {
+                let m = &mut ms[target];
+                m.offs_this_incident += 1;
+                m.fenced_by_us = true;
+                m.offs_this_incident > 1 && m.really_off()
+            });
+            if duplicate {
+                self.truth.violation(format!(
+                    "invariant 4 (one power command per incident): a second power-off for {me}, whose machine was already off"
+                ));
+            }
+            self.truth.count(|c| c.power_offs += 1);
+        } else {
+            self.truth.with(|ms| ms[target].fenced_by_us = false);
+            self.truth.count(|c| c.power_ons += 1);
+        }
+        self.truth.command(target, on, self.transition);
+        if bmc == Bmc::LosesReplies {
+            return Err(PowerError::unreachable(
+                "connection reset by peer (reply lost)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl PowerDriver for SimDriver {
+    fn driver_name(&self) -> &'static str {
+        "redfish"
+    }
+
+    fn endpoint(&self) -> String {
+        format!("sim://machine-{}", self.index)
+    }
+
+    async fn status(&self) -> Result<PowerReading, PowerError> {
+        let (bmc, target) = self.route();
+        if let Some(e) = self.fault(bmc).await {
+            return Err(e);
+        }
+        let at = nodefence::clock::now();
+        let state = self.truth.with(|ms| {
+            let m = &mut ms[target];
+            let truth = m.state();
+            m.answered += 1;
+            if bmc == Bmc::Lies && m.answered % 3 == 0 {
+                return PowerState::Off;
+            }
+            if truth == PowerState::Off && target == self.index {
+                m.last_off_reading = Some(at);
+            }
+            truth
+        });
+        self.truth.count(|c| c.readings += 1);
+        Ok(PowerReading {
+            state,
+            at,
+            latency: Duration::from_millis(40),
+        })
+    }
+
+    async fn power_off(&self) -> Result<(), PowerError> {
+        self.power(false).await
+    }
+
+    async fn power_on(&self) -> Result<(), PowerError> {
+        self.power(true).await
+    }
+
+    async fn reboot(&self) -> Result<(), PowerError> {
+        Err(PowerError::unsupported("the simulation never reboots"))
+    }
+
+    async fn machine_identity(&self) -> Result<MachineIdentity, PowerError> {
+        let (bmc, target) = self.route();
+        if let Some(e) = self.dead() {
+            return Err(e);
+        }
+        if matches!(bmc, Bmc::Timeout | Bmc::ServerError | Bmc::AuthRefused) {
+            return Err(PowerError::unreachable("identity not read"));
+        }
+        Ok(MachineIdentity::Uuid(
+            self.truth.with(|ms| ms[target].uuid.clone()),
+        ))
+    }
+}

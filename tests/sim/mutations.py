@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Proves the whole-system simulation can fail: applies each deliberate bug to a copy of
+the source, plays the simulation's seeds against it, and expects a failure naming the
+invariant the bug breaks. Run: python3 tests/sim/mutations.py [--seeds N] [NAME ...]
+
+A mutation whose text is no longer in the source is an error (the list must follow the
+code); a mutation the simulation does not catch makes the script exit 1.
+"""
+import argparse, os, shutil, subprocess, sys, tempfile, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# name, [(file, text, replacement)], the invariant that must catch it
+MUTATIONS = [
+    ("release-on-one-reading",
+     [("src/engine/decide.rs",
+       "let proven = inc.off_readings.len() >= policy.confirm_readings.max(1) as usize",
+       "let proven = !inc.off_readings.is_empty()")],
+     "invariant 1"),
+    ("off-readings-not-fresh",
+     [("src/engine/mod.rs", "if reading.at > inc.since {", "if true {"),
+      ("src/engine/decide.rs", "&& inc.off_readings.iter().all(|t| *t > inc.since);", ";"),
+      ("src/cluster/release.rs",
+       "if proof.readings.is_empty() || proof.readings.iter().any(|t| *t <= proof.last_sign_of_life)",
+       "if proof.readings.is_empty()")],
+     "invariant 1"),
+    ("contradicting-reading-kept",
+     [("src/engine/mod.rs",
+       "                        }\n                        inc.off_readings.clear();\n                        let recently_commanded",
+       "                        }\n                        let recently_commanded")],
+     "invariant 1"),
+    ("no-identity-gate",
+     [("src/engine/decide.rs",
+       "IdentityCheck::Mismatch { .. } => Some(Block::Identity(check)),",
+       "IdentityCheck::Mismatch { .. } => None,"),
+      ("src/engine/decide.rs",
+       "IdentityCheck::Unknown(_) if policy.require_identity => Some(Block::Identity(check)),",
+       "IdentityCheck::Unknown(_) if policy.require_identity => None,")],
+     "invariant 2"),
+    ("every-replica-leads",
+     [("src/cluster/leader.rs",
+       ".is_some_and(|until| Instant::now() < until)",
+       ".is_some_and(|_| true) || true")],
+     "invariant 3"),
+    ("pause-ignored",
+     [("src/engine/decide.rs",
+       "    if gates.paused {\n        set_block(inc, Block::Paused, name, out);\n        return;\n    }\n    if gates.storm {",
+       "    if gates.storm {")],
+     "invariant 2"),
+    ("storm-ignored",
+     [("src/engine/decide.rs",
+       "    if gates.storm {\n        set_block(inc, Block::Storm, name, out);\n        return;\n    }",
+       "")],
+     "invariant 2"),
+    ("power-off-retried-at-once",
+     [("src/engine/decide.rs",
+       "if now.duration_since(at).unwrap_or_default() < policy.power_off_retry_after {",
+       "if false {")],
+     "invariant 4"),
+    ("taint-never-removed",
+     [("src/engine/mod.rs", "pub fn taint_removed(", "pub fn taint_removed_unused(")],
+     None),
+]
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seeds", type=int, default=40)
+    ap.add_argument("names", nargs="*")
+    args = ap.parse_args()
+    chosen = [m for m in MUTATIONS if m[2] and (not args.names or m[0] in args.names)]
+    work = tempfile.mkdtemp(prefix="nodefence-mutant-")
+    target = os.path.join(ROOT, "target", "mutants")
+    missed, results = [], []
+    try:
+        for name, edits, invariant in chosen:
+            copy = os.path.join(work, "src")
+            shutil.rmtree(copy, ignore_errors=True)
+            shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns("target", ".git", "fuzz"))
+            for path, old, new in edits:
+                p = os.path.join(copy, path)
+                text = open(p).read()
+                if text.count(old) != 1:
+                    sys.exit(f"mutation {name}: {path} no longer holds exactly one {old!r}; update tests/sim/mutations.py")
+                open(p, "w").write(text.replace(old, new))
+            env = dict(os.environ, CARGO_TARGET_DIR=target, NODEFENCE_SIM_SEEDS=str(args.seeds))
+            started = time.time()
+            out = subprocess.run(
+                ["cargo", "test", "--release", "-q", "--test", "simulation", "--", "--nocapture"],
+                cwd=copy, env=env, capture_output=True, text=True)
+            text = out.stdout + out.stderr
+            caught = out.returncode != 0 and invariant in text
+            if out.returncode != 0 and "error[" in text and "invariant" not in text:
+                sys.exit(f"mutation {name} does not compile:\n{text[-3000:]}")
+            first = next((l.strip() for l in text.splitlines() if invariant in l), "")
+            results.append((name, caught, time.time() - started, first))
+            print(f"{'caught' if caught else 'MISSED'}  {name:28} {time.time() - started:5.0f}s  {first[:150]}", flush=True)
+            if not caught:
+                missed.append(name)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"{len(results) - len(missed)} of {len(results)} mutations caught")
+    sys.exit(1 if missed else 0)
+
+if __name__ == "__main__":
+    main()

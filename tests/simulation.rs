@@ -1,0 +1,88 @@
+//! Whole-system randomized proof of the one rule (issue 15): see `tests/sim/`.
+//!
+//! `cargo test --release --test simulation` plays a bounded sample of seeds (CI);
+//! `NODEFENCE_SIM_SEEDS=10000 cargo test --release --test simulation -- --nocapture`
+//! plays more; `NODEFENCE_SIM_SEED=N` replays one. A failure prints its seed, what
+//! broke, the schedule, and the one-line command that replays it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod sim;
+
+use std::time::Instant;
+
+fn seeds() -> Vec<u64> {
+    if let Ok(one) = std::env::var("NODEFENCE_SIM_SEED") {
+        return vec![one.trim().parse().expect("NODEFENCE_SIM_SEED is a number")];
+    }
+    let n: u64 = std::env::var("NODEFENCE_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(40);
+    let first: u64 = std::env::var("NODEFENCE_SIM_FIRST")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(1);
+    (first..first + n).collect()
+}
+
+#[test]
+fn random_whole_system_schedules_keep_every_invariant() {
+    let seeds = seeds();
+    let started = Instant::now();
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let queue = std::sync::Mutex::new(seeds.clone().into_iter());
+    let results = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                loop {
+                    let Some(seed) = queue.lock().unwrap().next() else {
+                        break;
+                    };
+                    let outcome = sim::world::run(seed);
+                    results.lock().unwrap().push((seed, outcome));
+                }
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap();
+    results.sort_by_key(|(s, _)| *s);
+    let mut total = sim::machine::Counters::default();
+    let mut failed = Vec::new();
+    for (seed, o) in &results {
+        total.readings += o.counters.readings;
+        total.power_offs += o.counters.power_offs;
+        total.power_ons += o.counters.power_ons;
+        total.releases += o.counters.releases;
+        total.writes_checked += o.counters.writes_checked;
+        total.faults += o.counters.faults;
+        total.api_errors += o.counters.api_errors;
+        if !o.violations.is_empty() {
+            failed.push(format!(
+                "seed {seed}:\n  {}\n  schedule:\n    {}\n  replay: NODEFENCE_SIM_SEED={seed} cargo test --release --test simulation -- --nocapture",
+                o.violations.join("\n  "),
+                o.events.join("\n    ")
+            ));
+        }
+    }
+    println!(
+        "simulation: {} schedules in {:.0}s: {} faults played, {} API errors injected, {} power readings, {} power-offs and {} power-ons checked, {} releases and {} writes checked; {} failed",
+        results.len(),
+        started.elapsed().as_secs_f64(),
+        total.faults,
+        total.api_errors,
+        total.readings,
+        total.power_offs,
+        total.power_ons,
+        total.releases,
+        total.writes_checked,
+        failed.len()
+    );
+    assert!(failed.is_empty(), "{}", failed.join("\n\n"));
+    if seeds.len() > 1 {
+        assert!(
+            total.releases > 0 && total.power_offs > 0,
+            "the schedules never fenced anything: {total:?}"
+        );
+    }
+}
