@@ -20,6 +20,8 @@ pub mod controller;
 pub mod daemon;
 pub mod demo;
 pub mod engine;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod identity;
 pub mod power;
 pub mod telemetry;

@@ -111,4 +111,39 @@ mod tests {
         assert!(w.accept(u32::MAX).is_ok(), "late, before the wrap");
         assert!(w.accept(u32::MAX - 1).is_err());
     }
+
+    mod properties {
+        use super::super::*;
+        use proptest::prelude::*;
+        use std::collections::BTreeSet;
+
+        proptest! {
+            /// Against a plain model (a set of what was accepted): a number is accepted
+            /// iff it is not zero and either up to WINDOW ahead of the highest, or up to
+            /// WINDOW behind it and never accepted before. So nothing is accepted twice.
+            #[test]
+            fn the_window_matches_its_model(base: u32, offsets in proptest::collection::vec(0u32..48, 1..80)) {
+                let mut window = Inbound::default();
+                let mut accepted = BTreeSet::new();
+                let mut highest = 0u32;
+                for off in offsets {
+                    let seq = base.wrapping_add(off);
+                    let ahead = seq.wrapping_sub(highest);
+                    let behind = highest.wrapping_sub(seq);
+                    let expected = seq != 0
+                        && (highest == 0
+                            || (1..=WINDOW).contains(&ahead)
+                            || ((1..=WINDOW).contains(&behind) && !accepted.contains(&seq)));
+                    let got = window.accept(seq).is_ok();
+                    prop_assert_eq!(got, expected, "seq {} with highest {}", seq, highest);
+                    if got {
+                        prop_assert!(accepted.insert(seq), "{} accepted twice", seq);
+                        if highest == 0 || (1..=WINDOW).contains(&ahead) {
+                            highest = seq;
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

@@ -155,7 +155,7 @@ pub const DAEMON: &[Access] = &[
         Cluster,
         None,
         Base,
-        "add and remove the out-of-service taint",
+        "add and remove the out-of-service taint; record a power-off on the Node before sending it",
     ),
     access(
         "delete",

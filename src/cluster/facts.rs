@@ -21,6 +21,10 @@ pub const EXCLUDE_ANNOTATION: &str = "nodefence.io/exclude";
 /// Set by nodefence when it adds the out-of-service taint (RFC 3339 time); only a
 /// taint recorded here is ever removed by nodefence.
 pub const TAINTED_ANNOTATION: &str = "nodefence.io/out-of-service-added";
+/// Written by nodefence just before it sends a power-off ("<time> attempt <n>"), so
+/// that a new leader, a restarted replica or a reloaded configuration does not send
+/// a second one for the same failure within `power_off_retry_after`.
+pub const POWER_OFF_ANNOTATION: &str = "nodefence.io/power-off-sent";
 /// Control-plane role labels (current and legacy).
 pub const CONTROL_PLANE_LABELS: &[&str] = &[
     "node-role.kubernetes.io/control-plane",
@@ -63,7 +67,24 @@ pub fn node_facts(node: &Node, lease: Option<&Lease>, in_inventory: bool) -> Nod
         in_inventory,
         our_taint: has_taint && annotations.is_some_and(|a| a.contains_key(TAINTED_ANNOTATION)),
         identity: crate::identity::NodeIdentity::from_node(node),
+        power_off_recorded: annotations
+            .and_then(|a| a.get(POWER_OFF_ANNOTATION))
+            .and_then(|v| parse_power_off(v)),
     }
+}
+
+/// `"<RFC 3339 time> attempt <n>"`, as [`power_off_annotation`] writes it.
+pub fn parse_power_off(value: &str) -> Option<(SystemTime, u32)> {
+    let (at, attempt) = value.trim().split_once(" attempt ")?;
+    Some((
+        humantime::parse_rfc3339(at.trim()).ok()?,
+        attempt.trim().parse().ok()?,
+    ))
+}
+
+/// The value of [`POWER_OFF_ANNOTATION`] for a power-off sent at `at`.
+pub fn power_off_annotation(at: SystemTime, attempt: u32) -> String {
+    format!("{} attempt {attempt}", humantime::format_rfc3339_micros(at))
 }
 
 /// The Ready condition: True → Ready; False or Unknown → NotReady since its last
@@ -156,5 +177,20 @@ mod tests {
             .expect("after epoch");
         assert_eq!(secs.as_secs(), 1_795_341_600);
         assert_eq!(secs.subsec_micros(), 123_456);
+    }
+
+    #[test]
+    fn a_recorded_power_off_reads_back_and_garbage_is_no_record() {
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_micros(1_800_000_000_123_456);
+        let value = power_off_annotation(at, 2);
+        assert_eq!(parse_power_off(&value), Some((at, 2)));
+        for bad in [
+            "",
+            "yesterday attempt 1",
+            "2026-11-25T10:00:00Z",
+            "2026-11-25T10:00:00Z attempt x",
+        ] {
+            assert_eq!(parse_power_off(bad), None, "{bad:?}");
+        }
     }
 }

@@ -168,22 +168,13 @@ impl Releaser {
         proof: &OffProof,
     ) -> Result<Released, ReleaseError> {
         let fresh = self.verify(node, uid, proof).await?;
-        let mut taints: Vec<Taint> = fresh
-            .spec
-            .as_ref()
-            .and_then(|s| s.taints.clone())
-            .unwrap_or_default();
-        if !taints
-            .iter()
-            .any(|t| t.key == OUT_OF_SERVICE_TAINT && t.effect == "NoExecute")
-        {
-            taints.push(Taint {
-                key: OUT_OF_SERVICE_TAINT.into(),
-                value: Some(OUT_OF_SERVICE_VALUE.into()),
-                effect: "NoExecute".into(),
-                time_added: Some(Time(k8s_openapi::jiff::Timestamp::now())),
-            });
-        }
+        let taints = with_out_of_service(
+            fresh
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.clone())
+                .unwrap_or_default(),
+        );
         let patch = json!({
             "metadata": {
                 "resourceVersion": fresh.metadata.resource_version,
@@ -352,6 +343,21 @@ impl Releaser {
         Ok(attachments.items.iter().all(|va| va.spec.node_name != node))
     }
 
+    /// Records on the Node, before it is sent, the power-off about to be sent (see
+    /// [`crate::cluster::facts::POWER_OFF_ANNOTATION`]). A command whose record
+    /// could not be written is not sent.
+    pub async fn record_power_off(&self, node: &str, attempt: u32) -> Result<(), ReleaseError> {
+        self.require_leader()?;
+        let value = crate::cluster::facts::power_off_annotation(crate::clock::now(), attempt);
+        let patch = json!({
+            "metadata": { "annotations": { crate::cluster::facts::POWER_OFF_ANNOTATION: value } },
+        });
+        self.nodes
+            .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        Ok(())
+    }
+
     /// Removes the out-of-service taint, only if nodefence's annotation says it added
     /// it; an administrator's taint is left alone. Ok(false): nothing of ours to remove.
     pub async fn untaint(&self, node: &str) -> Result<bool, ReleaseError> {
@@ -372,16 +378,13 @@ impl Releaser {
                 "Node {node} is not Ready; the taint stays"
             )));
         }
-        let taints: Vec<Taint> = fresh
-            .spec
-            .as_ref()
-            .and_then(|s| s.taints.clone())
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|t| {
-                !(t.key == OUT_OF_SERVICE_TAINT && t.value.as_deref() == Some(OUT_OF_SERVICE_VALUE))
-            })
-            .collect();
+        let taints = without_ours(
+            fresh
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.clone())
+                .unwrap_or_default(),
+        );
         let patch = json!({
             "metadata": {
                 "resourceVersion": fresh.metadata.resource_version,
@@ -395,6 +398,37 @@ impl Releaser {
             .await?;
         Ok(true)
     }
+}
+
+/// The Node's taints with the out-of-service taint added (once): every other taint
+/// is kept, in order; an out-of-service NoExecute taint already there (an
+/// administrator's) is not duplicated.
+pub fn with_out_of_service(mut taints: Vec<Taint>) -> Vec<Taint> {
+    if !taints
+        .iter()
+        .any(|t| t.key == OUT_OF_SERVICE_TAINT && t.effect == "NoExecute")
+    {
+        taints.push(Taint {
+            key: OUT_OF_SERVICE_TAINT.into(),
+            value: Some(OUT_OF_SERVICE_VALUE.into()),
+            effect: "NoExecute".into(),
+            time_added: k8s_openapi::jiff::Timestamp::try_from(crate::clock::now())
+                .ok()
+                .map(Time),
+        });
+    }
+    taints
+}
+
+/// The Node's taints without the out-of-service taint nodefence adds (key and value
+/// both ours); every other taint is kept, in order.
+pub fn without_ours(taints: Vec<Taint>) -> Vec<Taint> {
+    taints
+        .into_iter()
+        .filter(|t| {
+            !(t.key == OUT_OF_SERVICE_TAINT && t.value.as_deref() == Some(OUT_OF_SERVICE_VALUE))
+        })
+        .collect()
 }
 
 /// A sign of life in the Node's status newer than `after`: a transition to Ready, or
@@ -418,4 +452,73 @@ fn alive_after(node: &Node, after: SystemTime) -> Option<String> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn taint() -> impl Strategy<Value = Taint> {
+        let key = prop_oneof![
+            Just(OUT_OF_SERVICE_TAINT.to_string()),
+            Just("node.kubernetes.io/unreachable".to_string()),
+            Just("dedicated".to_string()),
+            "[a-z./-]{1,12}",
+        ];
+        let value = prop_oneof![
+            Just(None),
+            Just(Some(OUT_OF_SERVICE_VALUE.to_string())),
+            Just(Some("maintenance".to_string())),
+        ];
+        let effect = prop_oneof![
+            Just("NoExecute".to_string()),
+            Just("NoSchedule".to_string()),
+            Just("PreferNoSchedule".to_string()),
+        ];
+        (key, value, effect).prop_map(|(key, value, effect)| Taint {
+            key,
+            value,
+            effect,
+            time_added: None,
+        })
+    }
+
+    fn others(taints: &[Taint]) -> Vec<Taint> {
+        taints
+            .iter()
+            .filter(|t| t.key != OUT_OF_SERVICE_TAINT)
+            .cloned()
+            .collect()
+    }
+
+    proptest! {
+        /// Adding keeps every other taint in order, ends with exactly one
+        /// out-of-service NoExecute taint, and is idempotent.
+        #[test]
+        fn adding_the_taint_keeps_every_other_taint(taints in proptest::collection::vec(taint(), 0..8)) {
+            let added = with_out_of_service(taints.clone());
+            prop_assert_eq!(others(&added), others(&taints));
+            prop_assert!(added.len() >= taints.len() && added.len() <= taints.len() + 1);
+            prop_assert!(added.iter().any(|t| t.key == OUT_OF_SERVICE_TAINT && t.effect == "NoExecute"));
+            let again = with_out_of_service(added.clone());
+            prop_assert_eq!(again, added);
+        }
+
+        /// Removing takes away only nodefence's own taint: an administrator's
+        /// out-of-service taint (another value) and every other taint stay, in order.
+        #[test]
+        fn removing_the_taint_leaves_everyone_elses(taints in proptest::collection::vec(taint(), 0..8)) {
+            let removed = without_ours(with_out_of_service(taints.clone()));
+            prop_assert_eq!(others(&removed), others(&taints));
+            prop_assert!(!removed.iter().any(|t| t.key == OUT_OF_SERVICE_TAINT
+                && t.value.as_deref() == Some(OUT_OF_SERVICE_VALUE)));
+            let admins: Vec<_> = taints.iter()
+                .filter(|t| t.key == OUT_OF_SERVICE_TAINT && t.value.as_deref() != Some(OUT_OF_SERVICE_VALUE))
+                .cloned()
+                .collect();
+            let kept: Vec<_> = removed.iter().filter(|t| t.key == OUT_OF_SERVICE_TAINT).cloned().collect();
+            prop_assert_eq!(kept, admins);
+        }
+    }
 }

@@ -300,4 +300,46 @@ mod tests {
         let p = with_entry("p = \"623\"\n", |e| e.integer(1, 65535, 623).unwrap_err());
         assert_eq!(p.help.as_deref(), Some("write it like p = 623"));
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Any duration written in seconds (or its humantime rendering) is accepted
+            /// exactly when it is within the bound, and then read back unchanged; a
+            /// timer built from an accepted one never overflows.
+            #[test]
+            fn durations_are_bounded_and_exact(secs in 0u64..(2 * MAX_DURATION.as_secs()), formatted: bool) {
+                let d = Duration::from_secs(secs);
+                let text = if formatted {
+                    humantime::format_duration(d).to_string()
+                } else {
+                    format!("{secs}s")
+                };
+                let got = with_entry(&format!("t = \"{text}\"\n"), |e| e.duration(true));
+                match got {
+                    Ok(v) => {
+                        prop_assert!(d <= MAX_DURATION);
+                        prop_assert_eq!(v.value, d);
+                        prop_assert!(std::time::Instant::now().checked_add(v.value * 16).is_some());
+                    }
+                    Err(p) => {
+                        prop_assert!(d > MAX_DURATION, "{} refused: {}", text, p.message);
+                        prop_assert!(p.message.contains("above the longest"), "{}", p.message);
+                    }
+                }
+            }
+
+            /// Whatever the string, reading it as a duration returns (an error or a
+            /// value within the bound), never panics.
+            #[test]
+            fn any_string_is_an_answer(raw in "\\PC{0,30}") {
+                let doc = format!("t = {}\n", toml::Value::String(raw));
+                if let Ok(v) = with_entry(&doc, |e| e.duration(true)) {
+                    prop_assert!(v.value <= MAX_DURATION);
+                }
+            }
+        }
+    }
 }

@@ -284,6 +284,26 @@ impl Executor {
         if !self.leadership.is_leader() {
             return Err(PowerError::config("not the leader: power command not sent"));
         }
+        if action == "off" {
+            // Write-ahead: the next leader must know this was sent (a few quick tries;
+            // a command that cannot be recorded is not sent, and retried later).
+            let mut tries = 0;
+            loop {
+                tries += 1;
+                match self.releaser.record_power_off(node, attempt).await {
+                    Ok(()) => break,
+                    Err(e) if tries < 4 && self.leadership.is_leader() => {
+                        tracing::debug!(node, error = %e, "recording the power-off on the Node; retrying");
+                        tokio::time::sleep(std::time::Duration::from_millis(500 * tries)).await;
+                    }
+                    Err(e) => {
+                        return Err(PowerError::unreachable(format!(
+                            "the power-off could not be recorded on the Node first ({e}); not sent"
+                        )));
+                    }
+                }
+            }
+        }
         tracing::warn!(
             node,
             action,

@@ -59,6 +59,10 @@ pub struct NodeFacts {
     /// Which machine the node says it runs on (SMBIOS UUID, provider ID), for the
     /// identity cross-check.
     pub identity: NodeIdentity,
+    /// The last power-off any replica sent for this node's machine (when, which
+    /// attempt), recorded on the Node before it was sent: a new leader does not send
+    /// it again within `power_off_retry_after`.
+    pub power_off_recorded: Option<(SystemTime, u32)>,
 }
 
 impl NodeFacts {
@@ -75,6 +79,7 @@ impl NodeFacts {
             in_inventory: true,
             our_taint: false,
             identity: NodeIdentity::default(),
+            power_off_recorded: None,
         }
     }
 

@@ -106,6 +106,14 @@ pub enum PowerOffStatus {
     Failed { at: SystemTime, attempt: u32 },
 }
 
+/// A power-off recorded on the Node that belongs to the failure since `since`.
+fn recorded_power_off(recorded: &Option<(SystemTime, u32)>, since: SystemTime) -> PowerOffStatus {
+    match *recorded {
+        Some((at, attempt)) if at > since => PowerOffStatus::Sent { at, attempt },
+        _ => PowerOffStatus::NotSent,
+    }
+}
+
 impl PowerOffStatus {
     fn attempts(self) -> u32 {
         match self {
@@ -258,6 +266,7 @@ impl NodeState {
         let health = self.facts.health(now, policy.lease_stale_after);
         let exclusion = self.exclusion(policy);
         let name = self.facts.name.clone();
+        let facts_power_off = self.facts.power_off_recorded;
         let mut out = Vec::new();
         match &mut self.phase {
             Phase::Healthy => {
@@ -296,7 +305,7 @@ impl NodeState {
                     off_readings: Vec::new(),
                     last_state: None,
                     last_error: None,
-                    power_off: PowerOffStatus::NotSent,
+                    power_off: recorded_power_off(&facts_power_off, since),
                     releasing: false,
                     block: None,
                 }));
@@ -327,6 +336,11 @@ impl NodeState {
                     // A newer sign of life: older Off readings prove nothing any more.
                     inc.since = since;
                     inc.off_readings.retain(|t| *t > since);
+                }
+                if inc.power_off == PowerOffStatus::NotSent {
+                    // Another term (a replica that crashed, lost the Lease, or ran an
+                    // older configuration) already sent one for this failure.
+                    inc.power_off = recorded_power_off(&facts_power_off, inc.since);
                 }
                 if let Some(excl) = exclusion
                     && !inc.releasing

@@ -287,3 +287,83 @@ fn node_identity_from_a_node_object() {
         NodeIdentity::default()
     );
 }
+
+mod properties {
+    use super::super::*;
+    use proptest::prelude::*;
+
+    fn node(u: &str) -> NodeIdentity {
+        NodeIdentity {
+            system_uuid: Some(u.to_string()),
+            provider_id: None,
+        }
+    }
+
+    fn uuid_check(a: &str, b: &str) -> IdentityCheck {
+        check(&node(a), &MachineIdentity::Uuid(b.to_string()))
+    }
+
+    /// The forms firmware reports one machine's SMBIOS UUID in.
+    fn forms(u: Uuid) -> [Uuid; 3] {
+        let mut reversed = *u.as_bytes();
+        reversed.reverse();
+        [
+            u,
+            Uuid::from_bytes_le(*u.as_bytes()),
+            Uuid::from_bytes(reversed),
+        ]
+    }
+
+    fn real_uuid() -> impl Strategy<Value = Uuid> {
+        any::<[u8; 16]>()
+            .prop_map(Uuid::from_bytes)
+            .prop_filter("not a firmware placeholder", |u| placeholder(u).is_none())
+    }
+
+    proptest! {
+        /// A machine reported in any accepted byte order, in either case, with
+        /// surrounding white space, is the node's machine; the check is symmetric.
+        #[test]
+        fn every_accepted_byte_order_matches(u in real_uuid(), which in 0usize..3, upper: bool) {
+            let reported = forms(u)[which];
+            let shown = if upper {
+                format!(" {} ", reported.hyphenated().to_string().to_uppercase())
+            } else {
+                reported.to_string()
+            };
+            prop_assert!(uuid_check(&u.to_string(), &shown).is_match());
+            prop_assert!(uuid_check(&shown, &u.to_string()).is_match());
+        }
+
+        /// Two UUIDs that are not one another in any accepted order never match: a
+        /// mismatch, never "unknown" (which a permissive policy would let through).
+        #[test]
+        fn different_machines_are_a_mismatch(u in real_uuid(), v in real_uuid()) {
+            prop_assume!(!forms(u).contains(&v));
+            prop_assert!(uuid_check(&u.to_string(), &v.to_string()).is_mismatch());
+            prop_assert!(uuid_check(&v.to_string(), &u.to_string()).is_mismatch());
+        }
+
+        /// Whatever two strings are compared, the verdict is the same both ways, and
+        /// a placeholder or a non-UUID never matches anything.
+        #[test]
+        fn the_check_is_symmetric_for_any_strings(a in "\\PC{0,40}", b in "\\PC{0,40}") {
+            let ab = uuid_check(&a, &b);
+            let ba = uuid_check(&b, &a);
+            prop_assert_eq!(ab.is_match(), ba.is_match());
+            prop_assert_eq!(ab.is_mismatch(), ba.is_mismatch());
+            if Uuid::parse_str(a.trim()).is_err() {
+                prop_assert!(!ab.is_match());
+            }
+        }
+
+        /// Any placeholder, in any order, proves nothing against any machine.
+        #[test]
+        fn placeholders_prove_nothing(which in 0usize..PLACEHOLDER_UUIDS.len(), order in 0usize..3, v in real_uuid()) {
+            let p = Uuid::parse_str(PLACEHOLDER_UUIDS[which]).unwrap_or_default();
+            let shown = forms(p)[order].to_string();
+            prop_assert!(!uuid_check(&shown, &v.to_string()).is_match());
+            prop_assert!(!uuid_check(&shown, &shown).is_match());
+        }
+    }
+}

@@ -52,6 +52,9 @@ pub struct Machine {
     pub bmc: Bmc,
     /// Readings answered, for the lying BMC's rhythm.
     pub answered: u64,
+    /// Its BMC keeps reporting On until a power-off completes (many do; others report
+    /// PoweringOff meanwhile).
+    pub lags: bool,
     /// When the machine last stopped being able to run pods (power, network, hang).
     pub failed_at: Option<SystemTime>,
     /// When its power last went off (settled), while off.
@@ -78,6 +81,7 @@ impl Machine {
             hung: false,
             bmc: Bmc::Healthy,
             answered: 0,
+            lags: false,
             failed_at: None,
             off_since: None,
             on_since: None,
@@ -94,6 +98,7 @@ impl Machine {
 
     pub fn state(&self) -> PowerState {
         match self.transition {
+            Some((_, false)) if self.lags => PowerState::On,
             Some((_, true)) => PowerState::PoweringOn,
             Some((_, false)) => PowerState::PoweringOff,
             None if self.on => PowerState::On,
@@ -295,11 +300,17 @@ impl SimDriver {
                 let m = &mut ms[target];
                 m.offs_this_incident += 1;
                 m.fenced_by_us = true;
-                m.offs_this_incident > 1 && m.really_off()
+                let going_off = m.transition.is_some_and(|(_, on)| !on);
+                let state = if going_off {
+                    "still powering off after the last one"
+                } else {
+                    "already off"
+                };
+                (m.offs_this_incident > 1 && (m.really_off() || going_off)).then_some(state)
             });
-            if duplicate {
+            if let Some(state) = duplicate {
                 self.truth.violation(format!(
-                    "invariant 4 (one power command per incident): a second power-off for {me}, whose machine was already off"
+                    "invariant 4 (one power command per incident): a second power-off for {me}, whose machine was {state}"
                 ));
             }
             self.truth.count(|c| c.power_offs += 1);

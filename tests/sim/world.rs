@@ -65,12 +65,12 @@ fn schedule(rng: &mut Rng) -> Vec<(Duration, Fault)> {
         let at = Duration::from_secs(20 + rng.below(CHAOS.as_secs() - 60));
         let node = rng.below(WORKERS as u64) as usize;
         let span = Duration::from_secs(10 + rng.below(120));
-        let fault = match rng.below(14) {
+        let fault = match rng.below(15) {
             0 | 1 => Fault::PowerLoss(node),
             2 => Fault::NetworkCut(node),
             3 => Fault::Hang(node),
             4 => Fault::Restore(node),
-            5 | 6 => {
+            5 | 6 | 12 => {
                 let bmc = match rng.below(7) {
                     0 => Bmc::Timeout,
                     1 => Bmc::ServerError,
@@ -80,7 +80,17 @@ fn schedule(rng: &mut Rng) -> Vec<(Duration, Fault)> {
                     5 => Bmc::OtherMachine(node + 1 + rng.below(WORKERS as u64 - 1) as usize),
                     _ => Bmc::LosesReplies,
                 };
-                Fault::Bmc(node, bmc, span)
+                // Half the BMC faults strike a node that fails at the same time: the
+                // moment the fault matters.
+                if rng.below(2) == 1 {
+                    let cut = if rng.below(2) == 1 {
+                        Fault::NetworkCut(node)
+                    } else {
+                        Fault::PowerLoss(node)
+                    };
+                    out.push((at, cut));
+                }
+                Fault::Bmc(node, bmc, span + Duration::from_secs(rng.below(120)))
             }
             7 | 8 => {
                 let mode = match rng.below(5) {
@@ -467,6 +477,9 @@ pub fn run(seed: u64) -> Outcome {
     let _log = tracing::subscriber::set_default(subscriber);
     let outcome = runtime.block_on(play(seed, logs.clone()));
     drop(runtime);
+    if std::env::var_os("NODEFENCE_SIM_LOG").is_some() {
+        eprintln!("{}", String::from_utf8_lossy(&lock(&logs)));
+    }
     outcome
 }
 
@@ -505,7 +518,9 @@ async fn play(seed: u64, logs: Arc<Mutex<Vec<u8>>>) -> Outcome {
     });
     for i in 0..WORKERS {
         sim.add_node(NodeSpec::new(node_name(i)).system_uuid(uuid_of(i).to_uppercase()));
-        truth.with(|ms| ms.push(Machine::new(&node_name(i), &uuid_of(i))));
+        let mut machine = Machine::new(&node_name(i), &uuid_of(i));
+        machine.lags = rng.below(2) == 1;
+        truth.with(|ms| ms.push(machine));
     }
     sim.add_stateful_workload(WorkloadSpec::new("default", "db"));
     let operator_side = Arc::new(ApiSide {
@@ -613,6 +628,28 @@ async fn play(seed: u64, logs: Arc<Mutex<Vec<u8>>>) -> Outcome {
             node_name(i),
             LIVENESS_BOUND.as_secs()
         ));
+    }
+    // Invariant 5, reboot-style: with power_on_after_fence every machine nodefence
+    // powered off is powered on again (once Kubernetes let go, or release_timeout).
+    if power_on_after_fence {
+        let deadline = Instant::now() + policy.release_timeout + Duration::from_secs(120);
+        let still_off = |w: &World| {
+            w.truth.with(|ms| {
+                ms.iter()
+                    .filter(|m| m.fenced_by_us && !m.on && m.transition.is_none())
+                    .map(|m| m.node.clone())
+                    .collect::<Vec<_>>()
+            })
+        };
+        while !still_off(&world).is_empty() && Instant::now() < deadline {
+            world.run_for(Duration::from_secs(1)).await;
+        }
+        for node in still_off(&world) {
+            truth.violation(format!(
+                "invariant 5: {node}'s machine was powered off by nodefence under power_on_after_fence and is still off {}s after the faults ended",
+                (Instant::now() - healed).as_secs()
+            ));
+        }
     }
     // The operator repairs every machine still off; invariant 5: all end Ready and untainted.
     for i in 0..WORKERS {

@@ -394,3 +394,40 @@ fn a_node_policy_overrides_the_cluster_policy() {
     assert!(h.released("w1"));
     assert!(!h.released("gpu1"));
 }
+
+/// A power-off another term already sent for this failure (recorded on the Node before
+/// it was sent) is not sent again by a new leader until `power_off_retry_after` from
+/// it; one recorded for an earlier failure changes nothing. Found by the whole-system
+/// simulation (seed 26): leadership flapping under API conflicts sent a second
+/// ForceOff to a machine still powering off.
+#[test]
+fn a_power_off_recorded_by_an_earlier_term_is_not_sent_again() {
+    for (recorded_after_failure, expected_at_first) in [(true, 0), (false, 1)] {
+        let mut h = Harness::new(Policy {
+            confirm_interval: secs(1),
+            ..Policy::default()
+        });
+        h.add("w1", Bmc::Liar);
+        h.add("w2", Bmc::State(PowerState::On));
+        h.add("w3", Bmc::State(PowerState::On));
+        h.hang_kubelet("w1");
+        h.not_ready("w1");
+        let failed = h.now;
+        let recorded = if recorded_after_failure {
+            failed + secs(55)
+        } else {
+            failed - secs(3600)
+        };
+        h.set_facts("w1", |f| f.power_off_recorded = Some((recorded, 1)));
+        h.advance(secs(70));
+        assert_eq!(
+            h.power_offs("w1"),
+            expected_at_first,
+            "recorded after the failure: {recorded_after_failure}"
+        );
+        // The retry after a recorded power-off counts from the record.
+        h.advance(secs(60));
+        assert_eq!(h.power_offs("w1"), expected_at_first + 1);
+        assert!(!h.released("w1"), "a liar's machine is never released");
+    }
+}

@@ -233,6 +233,41 @@ impl PowerDriver for ExecDriver {
     }
 }
 
+/// [`crate::fuzzing::fence_agent_output`]: `bytes` as what an agent printed (stdout,
+/// then stderr after the first NUL) when it exited with `exit_code`, judged as a
+/// `status` run and as a command, with a password to redact.
+pub(crate) fn judge_for_fuzzing(bytes: &[u8], exit_code: i32) {
+    use std::os::unix::process::ExitStatusExt;
+    let (out, err) = match bytes.iter().position(|b| *b == 0) {
+        Some(i) => (&bytes[..i], &bytes[i + 1..]),
+        None => (bytes, &[][..]),
+    };
+    let done = process::Finished {
+        status: std::process::ExitStatus::from_raw((exit_code & 0xff) << 8),
+        stdout: process::Captured {
+            bytes: out.to_vec(),
+            incomplete: false,
+        },
+        stderr: process::Captured {
+            bytes: err.to_vec(),
+            incomplete: exit_code < 0,
+        },
+        stdin_error: None,
+        elapsed: Duration::from_millis(5),
+    };
+    let redactor = verdict::Redactor::new(Some("fuzz-Secret-1"));
+    let judged = verdict::status("fence_fuzz", &done, &redactor);
+    if let Err(e) = &judged {
+        assert!(
+            !e.to_string().contains("fuzz-Secret-1"),
+            "password not redacted: {e}"
+        );
+    }
+    let _ = verdict::kind(&done, &redactor);
+    let _ = verdict::excerpt(&done, &redactor);
+    let _ = verdict::command("fence_fuzz", "off", &done, &redactor);
+}
+
 /// An option name as fencing.py matches it: lowercase, `_` as `-`.
 fn normalized(key: &str) -> String {
     key.to_ascii_lowercase().replace('_', "-")
