@@ -50,7 +50,7 @@ fn random_whole_system_schedules_keep_every_invariant() {
                     let Some(seed) = queue.lock().unwrap().next() else {
                         break;
                     };
-                    let outcome = sim::world::run(seed);
+                    let outcome = sim::play::run(seed);
                     results.lock().unwrap().push((seed, outcome));
                 }
             });

@@ -7,4 +7,6 @@
 
 pub mod api;
 pub mod machine;
+pub mod play;
+pub mod schedule;
 pub mod world;

@@ -1,0 +1,287 @@
+//! One seeded run: builds the world, plays the schedule, heals, and checks the end.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Api;
+use kube::api::PostParams;
+use nodefence_mocks::kube::FakeKube;
+use nodefence_mocks::kube::resources::{CONFIG_MAPS, CORE_EVENTS, EVENTS_V1};
+use nodefence_mocks::kube::sim::{NodeSpec, SimConfig, Simulation, WorkloadSpec};
+use nodefence_mocks::kube::store::Store;
+use tokio::time::Instant;
+
+use super::api::{self, ApiMode, ApiSide, LEADER};
+use super::machine::{Bmc, Counters, Machine, Rng, Truth, lock};
+use super::schedule::{Fault, schedule};
+use super::world::{
+    CHAOS, LIVENESS_BOUND, PASSWORD, RECOVERY_BOUND, TRANSITION, WORKERS, World, node_name,
+    uuid_of, write_config,
+};
+
+/// What one seed did.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub violations: Vec<String>,
+    pub counters: Counters,
+    pub events: Vec<String>,
+}
+
+/// Plays seed `seed` and returns what broke (nothing, when nodefence is right).
+pub fn run(seed: u64) -> Outcome {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => panic!("runtime: {e}"),
+    };
+    let logs = Arc::new(Mutex::new(Vec::<u8>::new()));
+    let writer = {
+        let logs = logs.clone();
+        move || LogWriter(logs.clone())
+    };
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("nodefence=info"))
+        .with_writer(writer)
+        .with_ansi(false)
+        .finish();
+    let _log = tracing::subscriber::set_default(subscriber);
+    let outcome = runtime.block_on(play(seed, logs.clone()));
+    drop(runtime);
+    if std::env::var_os("NODEFENCE_SIM_LOG").is_some() {
+        eprintln!("{}", String::from_utf8_lossy(&lock(&logs)));
+    }
+    outcome
+}
+
+struct LogWriter(Arc<Mutex<Vec<u8>>>);
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        lock(&self.0).extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+async fn play(seed: u64, logs: Arc<Mutex<Vec<u8>>>) -> Outcome {
+    let _clock =
+        nodefence::clock::virtualize(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000));
+    let mut rng = Rng::new(seed);
+    let power_on_after_fence = rng.below(2) == 1;
+    let dir = match tempfile::tempdir() {
+        Ok(d) => d,
+        Err(e) => panic!("tempdir: {e}"),
+    };
+    let config_path = write_config(dir.path(), power_on_after_fence);
+    let policy = match nodefence::config::load(&config_path) {
+        Ok(c) => c.agent.policy,
+        Err(e) => panic!("the simulation's configuration is invalid: {e}"),
+    };
+    let store = Store::default();
+    let kube = FakeKube::builder().store(store.clone()).in_process();
+    let sim = Arc::new(Simulation::start(store.clone(), SimConfig::default()));
+    sim.add_node(NodeSpec::new("cp-1").control_plane(true));
+    let truth = Arc::new(Truth {
+        rng: Mutex::new(Rng::new(seed ^ 0xA5A5)),
+        ..Truth::default()
+    });
+    for i in 0..WORKERS {
+        sim.add_node(NodeSpec::new(node_name(i)).system_uuid(uuid_of(i).to_uppercase()));
+        let mut machine = Machine::new(&node_name(i), &uuid_of(i));
+        machine.lags = rng.below(2) == 1;
+        truth.with(|ms| ms.push(machine));
+    }
+    sim.add_stateful_workload(WorkloadSpec::new("default", "db"));
+    let operator_side = Arc::new(ApiSide {
+        identity: "operator".into(),
+        alive: Arc::new(AtomicBool::new(true)),
+        mode: Mutex::new(ApiMode::Normal),
+    });
+    // The operator's writes (namespace, pause, opt-out) are not nodefence's: a
+    // separate truth absorbs their checks.
+    let operator = api::client(
+        kube.router(),
+        kube.token(),
+        store.clone(),
+        operator_side,
+        Arc::new(Truth::default()),
+    );
+    let namespaces: Api<Namespace> = Api::all(operator.clone());
+    let ns = serde_json::from_value(serde_json::json!({"metadata": {"name": LEADER.0}}))
+        .unwrap_or_else(|e| panic!("{e}"));
+    if let Err(e) = namespaces.create(&PostParams::default(), &ns).await {
+        panic!("creating the namespace: {e}");
+    }
+    let mut world = World {
+        truth: truth.clone(),
+        sim: sim.clone(),
+        store: store.clone(),
+        router: kube.router(),
+        token: kube.token(),
+        operator,
+        config_path,
+        replicas: vec![None, None],
+        policy: policy.clone(),
+        paused_since: Arc::new(Mutex::new(None)),
+        opted_out: Arc::new(Mutex::new(BTreeMap::new())),
+    };
+    *lock(&truth.gate) = Some(world.gate());
+    world.start_replica(0);
+    world.start_replica(1);
+    world.run_for(Duration::from_secs(20)).await;
+
+    let start = Instant::now();
+    let mut pending: Vec<(Instant, Fault)> = Vec::new();
+    let mut events = Vec::new();
+    for (at, fault) in schedule(&mut rng) {
+        let when = start + at;
+        loop {
+            pending.sort_by_key(|(t, _)| *t);
+            let next_end = pending.first().map(|(t, _)| *t).filter(|t| *t <= when);
+            let until = next_end.unwrap_or(when);
+            while Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(250).min(until - Instant::now())).await;
+                world.physics();
+            }
+            match next_end {
+                Some(_) => {
+                    let (_, f) = pending.remove(0);
+                    world.end(f).await;
+                }
+                None => break,
+            }
+        }
+        events.push(format!("{:>4}s {fault:?}", at.as_secs()));
+        truth.count(|c| c.faults += 1);
+        let mut later = Vec::new();
+        world.apply(&fault, &mut later).await;
+        pending.extend(later);
+    }
+    let chaos_end = start + CHAOS;
+    if Instant::now() < chaos_end {
+        world.run_for(chaos_end - Instant::now()).await;
+    }
+    // Heal everything but power: every fault's end, every replica back, switches off.
+    pending.sort_by_key(|(t, _)| *t);
+    for (_, f) in std::mem::take(&mut pending) {
+        world.end(f).await;
+    }
+    for r in 0..2 {
+        world.set_api(r, ApiMode::Normal);
+        if world.replicas[r].is_none() {
+            world.start_replica(r);
+        }
+    }
+    world.pause(false).await;
+    for i in 0..WORKERS {
+        world.opt_out(&node_name(i), false).await;
+        world.machine(i, |m| {
+            m.bmc = Bmc::Healthy;
+            m.network = true;
+            m.hung = false;
+        });
+    }
+    // Invariant 6: machines really off are released within the bound.
+    let off: Vec<usize> = (0..WORKERS)
+        .filter(|i| world.machine(*i, |m| !m.on))
+        .collect();
+    let healed = Instant::now();
+    let mut waiting = off.clone();
+    while !waiting.is_empty() && Instant::now() < healed + LIVENESS_BOUND {
+        world.run_for(Duration::from_secs(1)).await;
+        waiting.retain(|i| !world.released(&node_name(*i)));
+    }
+    for i in waiting {
+        truth.violation(format!(
+            "invariant 6 (liveness): {} has been really off with a working BMC for {}s after the faults ended and is not released",
+            node_name(i),
+            LIVENESS_BOUND.as_secs()
+        ));
+    }
+    // Invariant 5, reboot-style: with power_on_after_fence every machine nodefence
+    // powered off is powered on again (once Kubernetes let go, or release_timeout).
+    if power_on_after_fence {
+        let deadline = Instant::now() + policy.release_timeout + Duration::from_secs(120);
+        let still_off = |w: &World| {
+            w.truth.with(|ms| {
+                ms.iter()
+                    .filter(|m| m.fenced_by_us && !m.on && m.transition.is_none())
+                    .map(|m| m.node.clone())
+                    .collect::<Vec<_>>()
+            })
+        };
+        while !still_off(&world).is_empty() && Instant::now() < deadline {
+            world.run_for(Duration::from_secs(1)).await;
+        }
+        for node in still_off(&world) {
+            truth.violation(format!(
+                "invariant 5: {node}'s machine was powered off by nodefence under power_on_after_fence and is still off {}s after the faults ended",
+                (Instant::now() - healed).as_secs()
+            ));
+        }
+    }
+    // The operator repairs every machine still off; invariant 5: all end Ready and untainted.
+    for i in 0..WORKERS {
+        world.machine(i, |m| {
+            if !m.on && m.transition.is_none() {
+                m.transition = Some((Instant::now() + TRANSITION, true));
+            }
+        });
+    }
+    let repaired = Instant::now();
+    let whole =
+        |w: &World| (0..WORKERS).all(|i| w.ready(&node_name(i)) && !w.released(&node_name(i)));
+    while !whole(&world) && Instant::now() < repaired + RECOVERY_BOUND {
+        world.run_for(Duration::from_secs(1)).await;
+    }
+    for i in 0..WORKERS {
+        let name = node_name(i);
+        if !world.ready(&name) {
+            truth.violation(format!(
+                "invariant 5: {name} is not Ready {}s after its machine was repaired",
+                RECOVERY_BOUND.as_secs()
+            ));
+        } else if world.released(&name) {
+            truth.violation(format!(
+                "invariant 5: {name} is Ready again but still tainted out-of-service"
+            ));
+        }
+    }
+    // Invariant 7: no password or token in any log line or Event.
+    let text = String::from_utf8_lossy(&lock(&logs)).into_owned();
+    let token = kube.token();
+    let mut shown = text;
+    for rt in [CORE_EVENTS, EVENTS_V1, CONFIG_MAPS] {
+        for e in store.list(rt, None).0 {
+            shown.push_str(&e.to_string());
+        }
+    }
+    for (secret, what) in [
+        (PASSWORD, "the BMC password"),
+        (token.as_str(), "the API token"),
+    ] {
+        if shown.contains(secret) {
+            truth.violation(format!(
+                "invariant 7: {what} appears in a log line or an Event"
+            ));
+        }
+    }
+    for r in 0..2 {
+        world.crash(r);
+    }
+    drop(sim);
+    let violations = lock(&truth.violations).clone();
+    let counters = *lock(&truth.counters);
+    Outcome {
+        violations,
+        counters,
+        events,
+    }
+}

@@ -1,0 +1,82 @@
+//! The faults a seed plays, drawn from its generator.
+
+use std::time::Duration;
+
+use super::api::ApiMode;
+use super::machine::{Bmc, Rng};
+use super::world::{CHAOS, WORKERS};
+
+/// A fault the schedule plays.
+#[derive(Debug, Clone)]
+pub enum Fault {
+    PowerLoss(usize),
+    NetworkCut(usize),
+    Hang(usize),
+    /// Power back (if off), network back, hang over: the machine comes back.
+    Restore(usize),
+    Bmc(usize, Bmc, Duration),
+    Api(usize, ApiMode, Duration),
+    Crash(usize, Duration),
+    /// Most nodes cut at once (a partition on the control-plane side).
+    Storm(Duration),
+    Pause(Duration),
+    OptOut(usize, Duration),
+}
+
+pub fn schedule(rng: &mut Rng) -> Vec<(Duration, Fault)> {
+    let n = 8 + rng.below(12);
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let at = Duration::from_secs(20 + rng.below(CHAOS.as_secs() - 60));
+        let node = rng.below(WORKERS as u64) as usize;
+        let span = Duration::from_secs(10 + rng.below(120));
+        let fault = match rng.below(15) {
+            0 | 1 => Fault::PowerLoss(node),
+            2 => Fault::NetworkCut(node),
+            3 => Fault::Hang(node),
+            4 => Fault::Restore(node),
+            5 | 6 | 12 => {
+                let bmc = match rng.below(7) {
+                    0 => Bmc::Timeout,
+                    1 => Bmc::ServerError,
+                    2 => Bmc::AuthRefused,
+                    3 => Bmc::Lies,
+                    4 => Bmc::Flapping,
+                    5 => Bmc::OtherMachine(node + 1 + rng.below(WORKERS as u64 - 1) as usize),
+                    _ => Bmc::LosesReplies,
+                };
+                // Half the BMC faults strike a node that fails at the same time: the
+                // moment the fault matters.
+                if rng.below(2) == 1 {
+                    let cut = if rng.below(2) == 1 {
+                        Fault::NetworkCut(node)
+                    } else {
+                        Fault::PowerLoss(node)
+                    };
+                    out.push((at, cut));
+                }
+                Fault::Bmc(node, bmc, span + Duration::from_secs(rng.below(120)))
+            }
+            7 | 8 => {
+                let mode = match rng.below(5) {
+                    0 => ApiMode::Errors500,
+                    1 => ApiMode::Conflicts,
+                    2 => ApiMode::TooMany,
+                    3 => ApiMode::Slow(Duration::from_millis(200 + rng.below(3000))),
+                    _ => ApiMode::Cut,
+                };
+                Fault::Api(rng.below(2) as usize, mode, span)
+            }
+            9 => Fault::Crash(rng.below(2) as usize, Duration::from_secs(rng.below(60))),
+            10 | 11 => match rng.below(3) {
+                0 => Fault::Storm(span),
+                1 => Fault::Pause(span),
+                _ => Fault::OptOut(node, span),
+            },
+            _ => Fault::PowerLoss(node),
+        };
+        out.push((at, fault));
+    }
+    out.sort_by_key(|(at, _)| *at);
+    out
+}
