@@ -230,30 +230,7 @@ impl FakeKube {
             (None, false) => None,
         };
         let base_url = base_url(addr, material.is_some());
-        let store = self.store.clone().unwrap_or_default();
-        create_system_namespaces(&store);
-        let token = self
-            .token
-            .clone()
-            .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
-        let (shutdown_tx, shutdown_rx) = signal::channel(false);
-        let shared = Arc::new(Shared {
-            store: store.clone(),
-            token: token.clone(),
-            server_address: addr.to_string(),
-            watch: WatchContext {
-                store: store.clone(),
-                shutdown: shutdown_rx,
-                bookmark_interval: self.bookmark_interval,
-            },
-            admin: self.admin.clone(),
-            identities: self.identities.clone(),
-            log: Mutex::new(Vec::new()),
-        });
-        let app = Router::new()
-            .merge(admin::router())
-            .fallback(routes::handle)
-            .with_state(shared.clone());
+        let (shared, app, shutdown_tx) = self.serve(addr.to_string());
         let tls = material
             .as_ref()
             .map(TlsMaterial::server_config)
@@ -273,11 +250,9 @@ impl FakeKube {
 }
 
 impl FakeKube {
-    /// Serves in this process without a socket: a [`Router`] (a tower `Service`) that a
-    /// `kube::Client` can be built on directly. The whole-system simulation uses it so
-    /// that the daemon, the API server and its simulated kubelets share one thread and
-    /// tokio's paused time. Requests must still carry `Authorization: Bearer <token>`.
-    pub fn in_process(self) -> InProcessKube {
+    /// The server's state (a new store unless one was given, with the system
+    /// namespaces), its routes, and the switch that ends every watch.
+    fn serve(&self, server_address: String) -> (Arc<Shared>, Router, signal::Sender<bool>) {
         let store = self.store.clone().unwrap_or_default();
         create_system_namespaces(&store);
         let token = self
@@ -288,7 +263,7 @@ impl FakeKube {
         let shared = Arc::new(Shared {
             store: store.clone(),
             token,
-            server_address: "in-process".to_string(),
+            server_address,
             watch: WatchContext {
                 store,
                 shutdown: shutdown_rx,
@@ -302,6 +277,15 @@ impl FakeKube {
             .merge(admin::router())
             .fallback(routes::handle)
             .with_state(shared.clone());
+        (shared, router, shutdown_tx)
+    }
+
+    /// Serves in this process without a socket: a [`Router`] (a tower `Service`) that a
+    /// `kube::Client` can be built on directly. The whole-system simulation uses it so
+    /// that the daemon, the API server and its simulated kubelets share one thread and
+    /// tokio's paused time. Requests must still carry `Authorization: Bearer <token>`.
+    pub fn in_process(self) -> InProcessKube {
+        let (shared, router, shutdown_tx) = self.serve("in-process".to_string());
         InProcessKube {
             shared,
             router,
