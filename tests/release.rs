@@ -85,6 +85,7 @@ fn proof_from(last_sign_of_life: SystemTime, machine: Option<MachineIdentity>) -
         readings: (0..3).map(|i| base + Duration::from_secs(i)).collect(),
         machine,
         require_identity: true,
+        max_age: Duration::from_secs(600),
     }
 }
 
@@ -219,6 +220,19 @@ async fn a_replaced_node_an_old_proof_and_a_non_leader_are_refused() {
     assert_refused(
         releaser.taint("w1", &uid(&node), &stale).await,
         "older than",
+    )
+    .await;
+
+    // Readings newer than the failure but older than the proof may be: the machine
+    // may have been switched on since.
+    // (Its newest reading was taken about 8 s ago.)
+    let aged = OffProof {
+        max_age: Duration::from_secs(2),
+        ..proof(sign)
+    };
+    assert_refused(
+        releaser.taint("w1", &uid(&node), &aged).await,
+        "the machine is read again first",
     )
     .await;
 

@@ -109,6 +109,21 @@ impl Releaser {
                 "the Off proof is empty or older than the node's last sign of life".into(),
             ));
         }
+        let newest = proof
+            .readings
+            .iter()
+            .max()
+            .copied()
+            .unwrap_or(proof.last_sign_of_life);
+        let age = crate::clock::now()
+            .duration_since(newest)
+            .unwrap_or_default();
+        if age > proof.max_age {
+            return Err(ReleaseError::Refused(format!(
+                "the Off proof is {}s old (its newest reading); the machine is read again first",
+                age.as_secs()
+            )));
+        }
         let Some(fresh) = self.nodes.get_opt(node).await? else {
             return Err(ReleaseError::Refused(format!(
                 "Node {node} no longer exists"

@@ -31,6 +31,9 @@ pub struct OffProof {
     pub machine: Option<MachineIdentity>,
     /// The release must be refused unless `machine` is proven to be the node's own.
     pub require_identity: bool,
+    /// The release must be refused once the newest reading is older than this: the
+    /// machine may have been switched on since (the engine reads again).
+    pub max_age: std::time::Duration,
 }
 
 /// Progress that must survive a new leader and the deletion of the Node object: a

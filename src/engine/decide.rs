@@ -111,6 +111,12 @@ pub(super) fn identity_gate(
     }
 }
 
+/// How old the newest reading of an Off proof may be when it is acted on: one
+/// reading interval and a second.
+pub fn proof_fresh_for(policy: &Policy) -> Duration {
+    policy.confirm_interval + Duration::from_secs(1)
+}
+
 #[allow(clippy::too_many_arguments)]
 pub(super) fn decide_incident(
     inc: &mut Incident,
@@ -124,6 +130,17 @@ pub(super) fn decide_incident(
 ) {
     if inc.releasing {
         return;
+    }
+    // A proof that waited (paused, a failed release write, release_off_after) needs
+    // one fresh Off reading before it is acted on: the machine may have been switched
+    // on since. Its newest reading is dropped, so the node is read again at once.
+    if inc.off_readings.len() >= policy.confirm_readings.max(1) as usize
+        && inc
+            .off_readings
+            .last()
+            .is_some_and(|t| now.duration_since(*t).unwrap_or_default() > proof_fresh_for(policy))
+    {
+        inc.off_readings.pop();
     }
     let proven = inc.off_readings.len() >= policy.confirm_readings.max(1) as usize
         && inc.off_readings.iter().all(|t| *t > inc.since);
@@ -182,6 +199,8 @@ pub(super) fn decide_incident(
                 readings: inc.off_readings.clone(),
                 machine: machine.cloned(),
                 require_identity: policy.require_identity,
+                // The engine's own bound, plus the time a release write may take.
+                max_age: proof_fresh_for(policy) + Duration::from_secs(30),
             },
         });
         return;

@@ -216,18 +216,19 @@ pub fn tainted(node: &Value) -> bool {
 
 /// Why releasing `node` now would break the one rule, judged from the truth.
 pub fn release_refusal(truth: &Truth, node: &str) -> Option<String> {
-    let now = nodefence::clock::now();
     truth.with(|ms| {
         let Some(m) = ms.iter().find(|m| m.node == node) else {
             return Some("no such machine".into());
         };
-        // The only gap nodefence cannot close: a machine switched on by someone else
-        // in the instant between its last Off reading and this write.
-        let just_on = m
-            .on_since
-            .is_some_and(|t| now.duration_since(t).unwrap_or_default() < Duration::from_secs(1));
-        if !m.really_off() && !just_on {
-            return Some(format!("its machine is really {:?}", m.state()));
+        // What the rule protects is the incarnation that failed: it is dead once the
+        // machine has been off since the failure, whatever it does afterwards (a
+        // machine switched on again boots anew; the taint keeps pods off it, and its
+        // kubelet's first renewal makes the releaser refuse).
+        if !m.off_after_failure {
+            return Some(format!(
+                "its machine has not been off since it failed (it is {:?})",
+                m.state()
+            ));
         }
         let Some(failed) = m.failed_at else {
             return Some("its machine never failed".into());

@@ -61,6 +61,9 @@ pub struct Machine {
     pub off_since: Option<SystemTime>,
     /// When its power last came on.
     pub on_since: Option<SystemTime>,
+    /// Its power was off at some moment since it failed: the incarnation that failed
+    /// (its OS, its pods) is dead, whatever the machine does afterwards.
+    pub off_after_failure: bool,
     /// Newest truthful Off reading of this machine handed to nodefence.
     pub last_off_reading: Option<SystemTime>,
     /// Power-off commands that reached this machine in its current incident.
@@ -85,6 +88,7 @@ impl Machine {
             failed_at: None,
             off_since: None,
             on_since: None,
+            off_after_failure: false,
             last_off_reading: None,
             offs_this_incident: 0,
             fenced_by_us: false,
@@ -217,6 +221,7 @@ impl Truth {
                     } else {
                         m.off_since = Some(wall);
                         m.fail(wall);
+                        m.off_after_failure = true;
                     }
                 }
             }

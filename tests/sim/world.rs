@@ -201,8 +201,10 @@ impl World {
                     let up = m.kubelet_up(now);
                     if up {
                         m.failed_at = None;
+                        m.off_after_failure = false;
                     } else {
                         m.fail(wall);
+                        m.off_after_failure |= m.really_off();
                     }
                     (m.node.clone(), up)
                 })
@@ -272,6 +274,7 @@ impl World {
                     m.transition = None;
                     m.off_since = Some(wall);
                     m.fail(wall);
+                    m.off_after_failure = true;
                 }
             }),
             Fault::NetworkCut(i) => self.machine(i, |m| m.network = false),

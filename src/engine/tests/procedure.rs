@@ -431,3 +431,47 @@ fn a_power_off_recorded_by_an_earlier_term_is_not_sent_again() {
         assert!(!h.released("w1"), "a liar's machine is never released");
     }
 }
+
+/// An Off proof that waited out a pause is read again before anything is released:
+/// the machine may have been switched on meanwhile (its kubelet still booting, so the
+/// node shows no sign of life yet). Found by the whole-system simulation (seed 446):
+/// the release went out the moment fencing resumed, on readings minutes old, while
+/// the machine was powering on.
+#[test]
+fn a_proof_that_waited_out_a_pause_is_read_again_before_a_release() {
+    let mut h = Harness::new(Policy::default());
+    h.add("w1", Bmc::State(PowerState::On));
+    h.add("w2", Bmc::State(PowerState::On));
+    h.add("w3", Bmc::State(PowerState::On));
+    let now = h.now;
+    let a = h.engine.set_paused(true, now);
+    h.run(a);
+    h.lose_power("w1");
+    h.not_ready("w1");
+    h.advance(secs(120));
+    assert!(!h.released("w1"), "paused: nothing is released");
+    // Someone powers the machine on while fencing is paused; its kubelet is still
+    // booting when fencing resumes.
+    h.bmc.insert("w1".into(), Bmc::State(PowerState::On));
+    h.advance(secs(5));
+    let resumed = h.now;
+    let a = h.engine.set_paused(false, resumed);
+    h.run(a);
+    h.advance(secs(30));
+    // The machine is On and its node long NotReady: it is fenced again, and the
+    // release rests on readings taken after fencing resumed, never on the old proof.
+    let proof = h
+        .log
+        .iter()
+        .find_map(|a| match a {
+            Action::Release { node, proof, .. } if node == "w1" => Some(proof.clone()),
+            _ => None,
+        })
+        .expect("released after the new power-off");
+    assert!(
+        proof.readings.iter().all(|t| *t >= resumed),
+        "released on readings taken before fencing resumed: {:?} (resumed {resumed:?})",
+        proof.readings
+    );
+    assert_eq!(h.power_offs("w1"), 1, "fenced again once");
+}
