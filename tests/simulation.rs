@@ -13,7 +13,10 @@ use std::time::Instant;
 /// Seeds that once failed, played on every run: each was a real bug.
 /// - 26: leadership flapping under API conflicts sent a second ForceOff to a machine
 ///   still powering off (fixed: the power-off is recorded on the Node before it is sent).
-const REGRESSIONS: &[u64] = &[26];
+/// - 446: the release went out the moment fencing resumed after a pause, on readings
+///   minutes old, while the machine was powering on (fixed: a proof that waited needs a
+///   fresh Off reading; the releaser refuses a proof older than its bound).
+const REGRESSIONS: &[u64] = &[26, 446];
 
 fn seeds() -> Vec<u64> {
     if let Ok(one) = std::env::var("NODEFENCE_SIM_SEED") {
