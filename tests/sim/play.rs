@@ -48,6 +48,7 @@ pub fn run(seed: u64) -> Outcome {
     let subscriber = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new("nodefence=info"))
         .with_writer(writer)
+        .with_timer(VirtualTime)
         .with_ansi(false)
         .finish();
     let _log = tracing::subscriber::set_default(subscriber);
@@ -57,6 +58,14 @@ pub fn run(seed: u64) -> Outcome {
         eprintln!("{}", String::from_utf8_lossy(&lock(&logs)));
     }
     outcome
+}
+
+/// Log lines carry the simulation's (virtual) wall-clock time.
+struct VirtualTime;
+impl tracing_subscriber::fmt::time::FormatTime for VirtualTime {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        write!(w, "{}", humantime::format_rfc3339_millis(nodefence::clock::now()))
+    }
 }
 
 struct LogWriter(Arc<Mutex<Vec<u8>>>);
