@@ -64,7 +64,11 @@ pub fn run(seed: u64) -> Outcome {
 struct VirtualTime;
 impl tracing_subscriber::fmt::time::FormatTime for VirtualTime {
     fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
-        write!(w, "{}", humantime::format_rfc3339_millis(nodefence::clock::now()))
+        write!(
+            w,
+            "{}",
+            humantime::format_rfc3339_millis(nodefence::clock::now())
+        )
     }
 }
 
