@@ -183,13 +183,7 @@ impl Releaser {
         proof: &OffProof,
     ) -> Result<Released, ReleaseError> {
         let fresh = self.verify(node, uid, proof).await?;
-        let taints = with_out_of_service(
-            fresh
-                .spec
-                .as_ref()
-                .and_then(|s| s.taints.clone())
-                .unwrap_or_default(),
-        );
+        let taints = with_out_of_service(taints_of(&fresh));
         let patch = json!({
             "metadata": {
                 "resourceVersion": fresh.metadata.resource_version,
@@ -393,13 +387,7 @@ impl Releaser {
                 "Node {node} is not Ready; the taint stays"
             )));
         }
-        let taints = without_ours(
-            fresh
-                .spec
-                .as_ref()
-                .and_then(|s| s.taints.clone())
-                .unwrap_or_default(),
-        );
+        let taints = without_ours(taints_of(&fresh));
         let patch = json!({
             "metadata": {
                 "resourceVersion": fresh.metadata.resource_version,
@@ -413,6 +401,14 @@ impl Releaser {
             .await?;
         Ok(true)
     }
+}
+
+/// The Node's taints, as they are.
+fn taints_of(node: &Node) -> Vec<Taint> {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
 }
 
 /// The Node's taints with the out-of-service taint added (once): every other taint

@@ -178,24 +178,13 @@ fn check_write(
             adds.then(|| (name.to_string(), "out-of-service taint"))
         }
         ("DELETE", ["api", "v1", "nodes", name]) => Some((name.to_string(), "Node deletion")),
-        ("DELETE", ["api", "v1", "namespaces", ns, "pods", pod]) => store
-            .get(PODS, Some(ns), pod)
-            .ok()
-            .and_then(|p| {
-                p.pointer("/spec/nodeName")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-            })
-            .map(|n| (n, "pod deletion")),
-        ("DELETE", ["apis", "storage.k8s.io", "v1", "volumeattachments", va]) => store
-            .get(VOLUME_ATTACHMENTS, None, va)
-            .ok()
-            .and_then(|v| {
-                v.pointer("/spec/nodeName")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-            })
-            .map(|n| (n, "VolumeAttachment deletion")),
+        ("DELETE", ["api", "v1", "namespaces", ns, "pods", pod]) => {
+            node_of(store.get(PODS, Some(ns), pod)).map(|n| (n, "pod deletion"))
+        }
+        ("DELETE", ["apis", "storage.k8s.io", "v1", "volumeattachments", va]) => {
+            node_of(store.get(VOLUME_ATTACHMENTS, None, va))
+                .map(|n| (n, "VolumeAttachment deletion"))
+        }
         _ => None,
     };
     if let Some((node, what)) = released {
@@ -206,6 +195,15 @@ fn check_write(
             ));
         }
     }
+}
+
+/// The node a pod or VolumeAttachment names (`spec.nodeName`).
+fn node_of<E>(object: Result<Value, E>) -> Option<String> {
+    object
+        .ok()?
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
 }
 
 pub fn tainted(node: &Value) -> bool {
