@@ -557,3 +557,100 @@ async fn a_new_leader_powers_on_a_node_its_crashed_predecessor_released() {
     assert_eq!(w.power_of(&victim), Some(MockPower::On));
     w.stop().await;
 }
+
+/// Puts [`HOLD`] on the VolumeAttachment of `node`; returns its name.
+fn hold_attachment(w: &World, node: &str) -> String {
+    let held = attachments_on(w, node)[0]["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    w.store()
+        .modify(VOLUME_ATTACHMENTS, None, &held, |va| {
+            let finalizers = &mut va["metadata"]["finalizers"];
+            if !finalizers.is_array() {
+                *finalizers = json!([]);
+            }
+            finalizers.as_array_mut().unwrap().push(json!(HOLD));
+            Ok(())
+        })
+        .unwrap();
+    held
+}
+
+/// Lets [`HOLD`] go: the VolumeAttachment is finalized and the node drained.
+fn let_go(w: &World, held: &str) {
+    w.store()
+        .modify(VOLUME_ATTACHMENTS, None, held, |va| {
+            va["metadata"]["finalizers"]
+                .as_array_mut()
+                .unwrap()
+                .retain(|f| f != HOLD);
+            Ok(())
+        })
+        .unwrap();
+    finalize_if_done(&w.store(), VOLUME_ATTACHMENTS, None, held).unwrap();
+}
+
+/// The BMC address starts answering for another machine between the release and the
+/// power-on (re-cabled, re-addressed, or the mainboard swapped). The power-on reads
+/// the machine's identity in the same exchange as the command, so it is refused, not
+/// sent: no Reset reaches that other machine and a `PowerOnFailed` Warning says why.
+/// Once the BMC answers for the node's own machine again, the
+/// power-on is tried again and done: exactly one On.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_power_on_is_refused_while_the_bmc_answers_for_another_machine_then_retried() {
+    let w = reboot_world().start().await;
+    let victim = db_running(&w).await;
+    let held = hold_attachment(&w, &victim);
+    w.cut_network(&victim);
+    eventually("ForceOff then taint", Duration::from_secs(30), || async {
+        w.has_out_of_service_taint(&victim)
+    })
+    .await;
+    assert_eq!(w.resets_of(&victim), vec!["ForceOff".to_string()]);
+    let system = w.system_of(&victim);
+    let own_uuid = w
+        .bmc
+        .systems()
+        .into_iter()
+        .find(|s| s.id == system)
+        .map(|s| s.uuid)
+        .unwrap();
+    w.bmc
+        .set_uuid(&system, "4c4c4544-0099-4000-8000-0000000000ff");
+    let_go(&w, &held);
+
+    let refused = w
+        .expect_event_where("PowerOnFailed", |e| regards(e, &victim))
+        .await;
+    assert!(
+        refused.iter().all(|e| e["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("identity mismatch") && n.contains("not sent"))),
+        "{refused:#?}"
+    );
+    assert!(
+        power_ons(&w, &victim).is_empty(),
+        "a power-on reached the machine the BMC now answers for: {:?}",
+        w.bmc.reset_log()
+    );
+    assert_eq!(w.power_of(&victim), Some(MockPower::Off));
+    assert!(
+        record_of(&w, &victim).is_some(),
+        "the power-on is still pending"
+    );
+
+    w.bmc.set_uuid(&system, &own_uuid);
+    let (on, _) = watch_until_power_on(&w, &victim, Duration::from_secs(30)).await;
+    assert_eq!(on.reset_type, "On");
+    eventually("the node Ready again", Duration::from_secs(10), || async {
+        ready_status(&w, &victim) == "True"
+    })
+    .await;
+    assert_eq!(
+        w.resets_of(&victim),
+        vec!["ForceOff".to_string(), "On".to_string()],
+        "one power-off, one power-on"
+    );
+    w.stop().await;
+}

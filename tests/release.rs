@@ -14,7 +14,7 @@ use nodefence::cluster::leader::{LeaderElector, LeaderTimings, Leadership};
 use nodefence::cluster::records::RecordStore;
 use nodefence::cluster::release::{ReleaseError, Released, Releaser};
 use nodefence::engine::{OffProof, ReleaseMode, ReleasePlan, ReleaseRecord};
-use nodefence::identity::MachineIdentity;
+use nodefence::identity::{MachineIdentity, NodeIdentity};
 use nodefence_mocks::kube::{FakeKube, FakeKubeHandle};
 use serde_json::json;
 
@@ -573,6 +573,10 @@ async fn release_records_round_trip_and_need_leadership() {
         released_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
         mode: ReleaseMode::DeleteNode,
         power_on_pending: true,
+        identity: NodeIdentity {
+            system_uuid: Some("4c4c4544-0042-3510-8056-b4c04f4d5331".into()),
+            provider_id: Some("metal://rack1/w1".into()),
+        },
     };
     store.put("w1", Some(&record)).await.unwrap();
     store.put("w2", Some(&record)).await.unwrap();

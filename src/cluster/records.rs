@@ -23,6 +23,7 @@ use serde_json::json;
 
 use super::leader::Leadership;
 use crate::engine::{ReleaseMode, ReleaseRecord};
+use crate::identity::NodeIdentity;
 
 /// Name of the ConfigMap.
 pub const STATE_CONFIGMAP: &str = "nodefence-state";
@@ -43,6 +44,20 @@ struct Stored {
     released_at: String,
     release: String,
     power_on_pending: bool,
+    /// The node's `status.nodeInfo.systemUUID` when it was released.
+    #[serde(
+        default,
+        rename = "systemUUID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    system_uuid: Option<String>,
+    /// The node's `spec.providerID` when it was released.
+    #[serde(
+        default,
+        rename = "providerID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    provider_id: Option<String>,
 }
 
 impl Stored {
@@ -55,6 +70,8 @@ impl Stored {
             }
             .into(),
             power_on_pending: r.power_on_pending,
+            system_uuid: r.identity.system_uuid.clone(),
+            provider_id: r.identity.provider_id.clone(),
         }
     }
 
@@ -69,6 +86,10 @@ impl Stored {
             released_at,
             mode,
             power_on_pending: self.power_on_pending,
+            identity: NodeIdentity {
+                system_uuid: self.system_uuid.filter(|s| !s.trim().is_empty()),
+                provider_id: self.provider_id.filter(|s| !s.trim().is_empty()),
+            },
         })
     }
 }
@@ -186,11 +207,29 @@ mod tests {
             released_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
             mode: ReleaseMode::DeleteNode,
             power_on_pending: true,
+            identity: NodeIdentity {
+                system_uuid: Some("4c4c4544-0042-3510-8056-b4c04f4d5331".into()),
+                provider_id: None,
+            },
         };
         let text = serde_json::to_string(&Stored::from_record(&r)).unwrap();
         assert!(text.contains("\"release\":\"delete-node\""), "{text}");
+        assert!(
+            text.contains("\"systemUUID\":\"4c4c4544-0042-3510-8056-b4c04f4d5331\""),
+            "{text}"
+        );
+        assert!(!text.contains("providerID"), "{text}");
         let back: Stored = serde_json::from_str(&text).unwrap();
         assert_eq!(back.into_record(), Some(r));
+    }
+
+    #[test]
+    fn records_written_before_identities_were_kept_still_resume() {
+        let old = r#"{"releasedAt":"2026-01-01T00:00:00Z","release":"delete-node","powerOnPending":true}"#;
+        let s: Stored = serde_json::from_str(old).unwrap();
+        let r = s.into_record().unwrap();
+        assert!(r.power_on_pending);
+        assert_eq!(r.identity, NodeIdentity::default());
     }
 
     #[test]

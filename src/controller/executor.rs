@@ -2,7 +2,9 @@
 //!
 //! Power queries and commands run as tasks (bounded by the driver factory's
 //! semaphore); releases go through [`Releaser`], which re-reads and re-checks the node.
-//! Power commands check leadership right before they are sent. In dry-run mode nothing
+//! Power commands check leadership right before they are sent, and read the machine's
+//! identity in the same exchange (a remapped BMC must not switch another machine,
+//! [`crate::engine::action::Target`]). In dry-run mode nothing
 //! is sent or written: mutations are logged and reported as done, so every decision is
 //! still made and shown.
 
@@ -16,9 +18,10 @@ use crate::cluster::leader::Leadership;
 use crate::cluster::records::RecordStore;
 use crate::cluster::release::ReleaseOutcome;
 use crate::cluster::release::Releaser;
+use crate::engine::action::Target;
 use crate::engine::{Action, Notice, Reason, ReleaseMode, Severity};
-use crate::identity::MachineIdentity;
-use crate::power::{PowerDriver, PowerError, PowerReading};
+use crate::identity::{self, IdentityCheck, MachineIdentity};
+use crate::power::{PowerDriver, PowerError, PowerErrorKind, PowerReading, PowerState};
 use crate::telemetry::Metrics;
 
 /// The result of an action, for the engine.
@@ -154,17 +157,21 @@ impl Executor {
                     this.send(Completion::PowerRead { node, result });
                 });
             }
-            Action::PowerOff { node, attempt } => {
+            Action::PowerOff {
+                node,
+                attempt,
+                target,
+            } => {
                 let this = self.clone();
                 self.tasks.spawn(async move {
-                    let result = this.power(&node, "off", attempt).await;
+                    let result = this.power(&node, "off", attempt, &target).await;
                     this.send(Completion::PowerOff { node, result });
                 });
             }
-            Action::PowerOn { node } => {
+            Action::PowerOn { node, target } => {
                 let this = self.clone();
                 self.tasks.spawn(async move {
-                    let result = this.power(&node, "on", 1).await;
+                    let result = this.power(&node, "on", 1, &target).await;
                     this.send(Completion::PowerOn { node, result });
                 });
             }
@@ -275,7 +282,13 @@ impl Executor {
         }
     }
 
-    async fn power(&self, node: &str, action: &str, attempt: u32) -> Result<(), PowerError> {
+    async fn power(
+        &self,
+        node: &str,
+        action: &str,
+        attempt: u32,
+        target: &Target,
+    ) -> Result<(), PowerError> {
         let driver = self.driver(node)?;
         if self.dry_run {
             tracing::warn!(node, action, attempt, "dry-run: would send a power command");
@@ -304,6 +317,20 @@ impl Executor {
                 }
             }
         }
+        // Nothing may run between this check and the command: the machine read here
+        // is the machine the command reaches.
+        let state = match self.pre_check(node, driver.as_ref(), target).await {
+            Ok(state) => state,
+            Err(e) => {
+                self.metrics
+                    .power_command(driver.driver_name(), action, "refused");
+                return Err(e);
+            }
+        };
+        if action == "on" && matches!(state, PowerState::On | PowerState::PoweringOn) {
+            tracing::info!(node, %state, "the machine is on already: power-on not sent");
+            return Ok(());
+        }
         tracing::warn!(
             node,
             action,
@@ -321,6 +348,55 @@ impl Executor {
             if result.is_ok() { "ok" } else { "error" },
         );
         result
+    }
+
+    /// Reads the machine (its power state and identity, in one exchange) immediately
+    /// before a power command, and refuses the command unless the machine read is
+    /// the node's own (a mismatch always; an unproven identity under
+    /// `require_identity`) and its power source answers. The identity also goes to
+    /// the engine, which then blocks the node on a mismatch.
+    async fn pre_check(
+        &self,
+        node: &str,
+        driver: &dyn PowerDriver,
+        target: &Target,
+    ) -> Result<PowerState, PowerError> {
+        let started = std::time::Instant::now();
+        let (identity, reading) = driver.read_with_identity().await;
+        let latency = reading
+            .as_ref()
+            .map_or_else(|_| started.elapsed(), |r| r.latency);
+        self.metrics.power_query(
+            driver.driver_name(),
+            crate::telemetry::power_query_result(&reading),
+            latency,
+        );
+        let reading = reading.map_err(|e| {
+            PowerError::new(
+                e.kind,
+                format!("the machine could not be read just before the command ({e}); not sent"),
+            )
+        })?;
+        let check = match &identity {
+            Ok(machine) => {
+                self.send(Completion::Identity {
+                    node: node.to_string(),
+                    machine: machine.clone(),
+                });
+                identity::check(&target.node, machine)
+            }
+            Err(e) => IdentityCheck::Unknown(format!("the machine's identity was not read ({e})")),
+        };
+        if check.is_mismatch() || (target.require_identity && !check.is_match()) {
+            return Err(PowerError::new(
+                PowerErrorKind::Identity,
+                format!(
+                    "the power source is not proven to control this node's machine just before the command ({}); not sent",
+                    check.describe()
+                ),
+            ));
+        }
+        Ok(reading.state)
     }
 
     /// Log + metric always; a Kubernetes Event on the Node unless dry-run.

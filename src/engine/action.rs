@@ -8,7 +8,7 @@ use std::fmt;
 use std::time::SystemTime;
 
 use super::policy::ReleaseMode;
-use crate::identity::MachineIdentity;
+use crate::identity::{MachineIdentity, NodeIdentity};
 
 /// What a release does, decided when the proof is complete.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +36,18 @@ pub struct OffProof {
     pub max_age: std::time::Duration,
 }
 
+/// The machine a power command is meant for. The executor reads the power source's
+/// identity again immediately before the command, in the same exchange, and refuses
+/// to send it to a machine proven to be another (or, with `require_identity`, to one
+/// not proven to be the node's own): a BMC remapped since the last reading must not
+/// switch somebody else's machine.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Target {
+    /// What the cluster says about the node's machine.
+    pub node: NodeIdentity,
+    pub require_identity: bool,
+}
+
 /// Progress that must survive a new leader and the deletion of the Node object: a
 /// released node whose machine still has to be powered back on. Kept in the cluster
 /// by the executor (see `cluster::records`); `None` clears it.
@@ -44,6 +56,9 @@ pub struct ReleaseRecord {
     pub released_at: SystemTime,
     pub mode: ReleaseMode,
     pub power_on_pending: bool,
+    /// The released node's identity, for the identity check of its power-on when its
+    /// Node object is gone (delete-node) by the time a new leader resumes it.
+    pub identity: NodeIdentity,
 }
 
 /// One effect.
@@ -52,9 +67,13 @@ pub enum Action {
     /// Read the machine's power state (answer with `Engine::power_read`).
     QueryPower { node: String },
     /// Send a forced power off (answer with `Engine::power_off_done`).
-    PowerOff { node: String, attempt: u32 },
+    PowerOff {
+        node: String,
+        attempt: u32,
+        target: Target,
+    },
     /// Send power on (answer with `Engine::power_on_done`).
-    PowerOn { node: String },
+    PowerOn { node: String, target: Target },
     /// Release the node's volumes (answer with `Engine::release_done`). The executor
     /// must re-read the node and refuse if it is Ready again or changed identity.
     Release {
@@ -82,7 +101,7 @@ impl Action {
         match self {
             Action::QueryPower { node }
             | Action::PowerOff { node, .. }
-            | Action::PowerOn { node }
+            | Action::PowerOn { node, .. }
             | Action::Release { node, .. }
             | Action::RemoveTaint { node }
             | Action::CheckDrained { node }

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use super::action::{Action, Notice, OffProof, Reason, ReleasePlan};
+use super::action::{Action, Notice, OffProof, Reason, ReleasePlan, Target};
 use super::facts::{Health, NodeFacts};
 use super::node::{Block, Gates, Incident, PowerOffStatus, PowerOnStatus, Queries, Released};
 use super::policy::{ForceDeletePods, OnPoweredOn, Policy};
@@ -14,16 +14,19 @@ use crate::power::PowerState;
 
 /// Reboot-style remediation: power the machine back on once Kubernetes has let go of
 /// it (pods gone, no VolumeAttachment names the node) or `release_timeout` passed.
-/// Only reached from `Released`, so the Off proof and the release came first.
+/// Only reached from `Released`, so the Off proof and the release came first. A
+/// failed power-on is tried again with bounded backoff (`power_on_retry`): a machine
+/// nodefence switched off for a reboot-style policy must come back once its BMC does.
 pub(super) fn decide_power_on(
     rel: &mut Released,
     name: &str,
+    target: &Target,
     policy: &Policy,
     gates: Gates,
     now: SystemTime,
     out: &mut Vec<Action>,
 ) {
-    if gates.paused {
+    if gates.paused || rel.power_on_retry.is_some_and(|t| t > now) {
         return;
     }
     let timed_out = now.duration_since(rel.at).unwrap_or_default() >= policy.release_timeout;
@@ -43,6 +46,7 @@ pub(super) fn decide_power_on(
         ));
         out.push(Action::PowerOn {
             node: name.to_string(),
+            target: target.clone(),
         });
         return;
     }
@@ -123,6 +127,7 @@ pub(super) fn decide_incident(
     name: &str,
     health: Health,
     (identity, machine): (Option<Block>, Option<&MachineIdentity>),
+    target: &Target,
     policy: &Policy,
     gates: Gates,
     now: SystemTime,
@@ -214,16 +219,18 @@ pub(super) fn decide_incident(
     match state {
         PowerState::Off => {}
         PowerState::On | PowerState::Paused => {
-            consider_power_off(inc, name, health, policy, gates, now, out)
+            consider_power_off(inc, name, health, target, policy, gates, now, out)
         }
         other => set_block(inc, Block::Undetermined(other), name, out),
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn consider_power_off(
     inc: &mut Incident,
     name: &str,
     health: Health,
+    target: &Target,
     policy: &Policy,
     gates: Gates,
     now: SystemTime,
@@ -280,6 +287,7 @@ fn consider_power_off(
     out.push(Action::PowerOff {
         node: name.to_string(),
         attempt,
+        target: target.clone(),
     });
 }
 

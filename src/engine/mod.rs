@@ -33,7 +33,7 @@ mod tests;
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-pub use action::{Action, Notice, OffProof, Reason, ReleasePlan, ReleaseRecord, Severity};
+pub use action::{Action, Notice, OffProof, Reason, ReleasePlan, ReleaseRecord, Severity, Target};
 pub use facts::{Exclusion, Health, NodeFacts, Readiness};
 pub use node::{Block, NodeState, Phase, PowerOffStatus, PowerOnStatus};
 pub use policy::{ForceDeletePods, MaxUnhealthy, OnPoweredOn, Policy, ReleaseMode};
@@ -110,7 +110,17 @@ impl Engine {
                 state.gone = false;
             }
             None => {
-                self.nodes.insert(name.clone(), NodeState::new(facts, now));
+                let mut state = NodeState::new(facts, now);
+                // Released by an earlier term whose release record was never written
+                // (its leadership ended between the taint and the record): under a
+                // reboot-style policy the machine is still to be powered on. The
+                // command's pre-check reads the machine, so one already on is left be.
+                if let Phase::Released(rel) = &mut state.phase
+                    && self.policy_for(&name).power_on_after_fence
+                {
+                    rel.power_on = PowerOnStatus::Pending;
+                }
+                self.nodes.insert(name.clone(), state);
             }
         }
         self.reevaluate(Some(&name), now)
@@ -172,6 +182,7 @@ impl Engine {
                     since: record.released_at,
                 };
                 facts.lease_renewed = None;
+                facts.identity = record.identity.clone();
                 let mut state = NodeState::new(facts, now);
                 state.phase = Phase::Released(rel);
                 state.gone = true;
@@ -350,27 +361,40 @@ impl Engine {
     ) -> Vec<Action> {
         let mut out = Vec::new();
         let mut forget = false;
+        let policy = self.node_policies.get(name).unwrap_or(&self.policy);
         if let Some(state) = self.nodes.get_mut(name)
             && let Phase::Released(rel) = &mut state.phase
             && rel.power_on == PowerOnStatus::InFlight
         {
-            rel.power_on = match result {
-                Ok(()) => PowerOnStatus::Done,
+            match result {
+                Ok(()) => {
+                    rel.power_on = PowerOnStatus::Done;
+                    out.push(Action::Record {
+                        node: name.to_string(),
+                        record: None,
+                    });
+                    // A deleted Node re-registers as a fresh node once its machine is back.
+                    forget = state.gone;
+                }
                 Err(e) => {
+                    // Not sent, refused or lost: tried again (the record stays, so a
+                    // new leader tries too). Its pre-check reads the machine first, so
+                    // a command that did get through is not repeated.
+                    rel.power_on = PowerOnStatus::Pending;
+                    rel.power_on_failures += 1;
+                    let wait = decide::backoff(policy, rel.power_on_failures);
+                    rel.power_on_retry = Some(now + wait);
                     out.push(Notice::warning(
                         name,
                         Reason::PowerOnFailed,
-                        format!("power-on command failed: {e}; the machine stays off until a person powers it on"),
+                        format!(
+                            "power-on not done ({e}); trying again in {} (attempt {} failed)",
+                            humantime::format_duration(wait),
+                            rel.power_on_failures
+                        ),
                     ));
-                    PowerOnStatus::Failed
                 }
-            };
-            out.push(Action::Record {
-                node: name.to_string(),
-                record: None,
-            });
-            // A deleted Node re-registers as a fresh node once its machine is back.
-            forget = state.gone;
+            }
         }
         if forget {
             self.nodes.remove(name);
@@ -415,6 +439,7 @@ impl Engine {
                                 released_at: now,
                                 mode: policy.release,
                                 power_on_pending: true,
+                                identity: state.facts.identity.clone(),
                             }),
                         });
                     }

@@ -8,7 +8,7 @@
 
 use std::time::SystemTime;
 
-use super::action::{Action, Notice, Reason};
+use super::action::{Action, Notice, Reason, Target};
 use super::decide::{decide_incident, decide_power_on, identity_gate, schedule_query, set_block};
 use super::facts::{Exclusion, Health, NodeFacts};
 use super::policy::Policy;
@@ -146,7 +146,6 @@ pub enum PowerOnStatus {
     Pending,
     InFlight,
     Done,
-    Failed,
 }
 
 /// A node whose volumes were released.
@@ -161,6 +160,10 @@ pub struct Released {
     pub drained: bool,
     /// Drain checks (`Action::CheckDrained`) scheduling.
     pub drain_checks: Queries,
+    /// Power-on commands that failed or were refused so far.
+    pub power_on_failures: u32,
+    /// A failed power-on is not tried again before this.
+    pub power_on_retry: Option<SystemTime>,
 }
 
 impl Released {
@@ -172,6 +175,8 @@ impl Released {
             power_on,
             drained: false,
             drain_checks: Queries::default(),
+            power_on_failures: 0,
+            power_on_retry: None,
         }
     }
 }
@@ -267,6 +272,10 @@ impl NodeState {
         let exclusion = self.exclusion(policy);
         let name = self.facts.name.clone();
         let facts_power_off = self.facts.power_off_recorded;
+        let target = Target {
+            node: self.facts.identity.clone(),
+            require_identity: policy.require_identity,
+        };
         let mut out = Vec::new();
         match &mut self.phase {
             Phase::Healthy => {
@@ -354,6 +363,7 @@ impl NodeState {
                     &name,
                     health,
                     (identity, self.machine.as_ref()),
+                    &target,
                     policy,
                     gates,
                     now,
@@ -390,10 +400,12 @@ impl NodeState {
                 } else {
                     rel.ready_since = None;
                 }
+                // An opted-out node is left alone: a person is working on the machine.
                 if let Phase::Released(rel) = &mut self.phase
                     && rel.power_on == PowerOnStatus::Pending
+                    && !self.facts.opted_out
                 {
-                    decide_power_on(rel, &name, policy, gates, now, &mut out);
+                    decide_power_on(rel, &name, &target, policy, gates, now, &mut out);
                 }
             }
         }
@@ -430,6 +442,7 @@ impl NodeState {
                 consider(rel.ready_since.map(|r| r + policy.recovered_after));
                 if rel.power_on == PowerOnStatus::Pending {
                     consider(Some(rel.at + policy.release_timeout));
+                    consider(rel.power_on_retry);
                     if !rel.drain_checks.in_flight {
                         consider(rel.drain_checks.next_at);
                     }

@@ -119,6 +119,9 @@ pub enum PowerErrorKind {
     Unsupported,
     /// The inventory entry cannot be used (bad credentials reference, driver not built).
     Config,
+    /// The source is not proven to control the node's own machine: a command was not
+    /// sent (read just before it, [`crate::engine::action::Target`]).
+    Identity,
 }
 
 impl PowerErrorKind {
@@ -131,6 +134,7 @@ impl PowerErrorKind {
             PowerErrorKind::Protocol => "protocol",
             PowerErrorKind::Unsupported => "unsupported",
             PowerErrorKind::Config => "config",
+            PowerErrorKind::Identity => "identity",
         }
     }
 }

@@ -405,7 +405,7 @@ impl Metrics {
     /// One power-state reading: `nodefence_power_queries_total{driver, result}` and
     /// `nodefence_power_query_duration_seconds{driver}`. `result` is one of `on`,
     /// `off`, `other`, `error_unreachable`, `error_auth`, `error_protocol`,
-    /// `error_unsupported`, `error_config` (see [`power_query_result`]).
+    /// `error_unsupported`, `error_config`, `error_identity` (see [`power_query_result`]).
     pub fn power_query(&self, driver: &str, result: &str, latency: Duration) {
         let driver = self.open(&self.drivers, driver);
         let result = self.closed("result", result, &POWER_QUERY_RESULTS);
@@ -421,7 +421,8 @@ impl Metrics {
     }
 
     /// One power command: `nodefence_power_commands_total{driver, action, result}`,
-    /// `action` = `off` | `on`, `result` = `ok` | `error`.
+    /// `action` = `off` | `on`, `result` = `ok` | `error` | `refused` (not sent: the
+    /// pre-command read failed or did not prove the machine is the node's own).
     pub fn power_command(&self, driver: &str, action: &str, result: &str) {
         let labels = PowerCommandLabels {
             driver: self.open(&self.drivers, driver),

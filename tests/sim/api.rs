@@ -1,13 +1,14 @@
 //! The API server as each replica incarnation reaches it: fake-kube served in
 //! process (no socket, tokio's paused time), behind a fault layer that can cut the
-//! replica off, slow it down or answer 409/429/500, and that checks every write
+//! replica off (ending its open watches too), slow it down, answer 409/429/500, or
+//! drop its watches (ended streams, `410 Gone` on a new one), and that checks every write
 //! nodefence makes before it reaches the store: a release (taint, Node, pod or
 //! VolumeAttachment deletion) only while the node's own machine is really off with an
 //! Off reading newer than its failure (invariant 1), and any write only from the
 //! replica holding the leader Lease (invariant 3).
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body as AxumBody;
@@ -18,7 +19,7 @@ use nodefence_mocks::kube::store::Store;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use super::machine::{Truth, lock};
+use super::machine::Truth;
 
 pub const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
 
@@ -34,15 +35,31 @@ pub enum ApiMode {
     TooMany,
     /// Every request takes this long.
     Slow(Duration),
-    /// Nothing gets through (a partition between this replica and the API server).
+    /// Nothing gets through (a partition between this replica and the API server);
+    /// open watches end.
     Cut,
+    /// Open watches end and half the new ones get `410 Gone` (their resourceVersion
+    /// compacted away, as after an API server restart or an etcd compaction): the
+    /// client must list again and must not miss what changed meanwhile.
+    DropWatches,
 }
 
 /// One incarnation's side of the wire.
 pub struct ApiSide {
     pub identity: String,
     pub alive: Arc<AtomicBool>,
-    pub mode: Mutex<ApiMode>,
+    /// Watched by open watch streams, which end on `Cut` and `DropWatches`.
+    pub mode: tokio::sync::watch::Sender<ApiMode>,
+}
+
+impl ApiSide {
+    /// Resolves once this side's open watches must end.
+    async fn watches_end(&self) {
+        let mut rx = self.mode.subscribe();
+        let _ = rx
+            .wait_for(|m| matches!(m, ApiMode::Cut | ApiMode::DropWatches))
+            .await;
+    }
 }
 
 /// Where the leader Lease is.
@@ -71,7 +88,11 @@ pub fn client(
                 http::HeaderValue::from_str(&format!("Bearer {token}"))?,
             );
             let body = body.collect().await?.to_bytes();
-            let mode = *lock(&side.mode);
+            let mode = *side.mode.borrow();
+            let watch = parts
+                .uri
+                .query()
+                .is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"));
             if !side.alive.load(Ordering::SeqCst) || mode == ApiMode::Cut {
                 return Err::<Response<AxumBody>, BoxError>(Box::new(std::io::Error::new(
                     std::io::ErrorKind::ConnectionRefused,
@@ -89,6 +110,7 @@ pub fn client(
                 ApiMode::Errors500 if truth.coin() => Some(StatusCode::INTERNAL_SERVER_ERROR),
                 ApiMode::Conflicts if write && truth.coin() => Some(StatusCode::CONFLICT),
                 ApiMode::TooMany if truth.coin() => Some(StatusCode::TOO_MANY_REQUESTS),
+                ApiMode::DropWatches if watch && truth.coin() => Some(StatusCode::GONE),
                 _ => None,
             };
             if let Some(code) = injected {
@@ -103,7 +125,17 @@ pub fn client(
                 .oneshot(req)
                 .await
                 .map_err(|e| -> BoxError { match e {} })?;
-            Ok(resp)
+            if !watch {
+                return Ok(resp);
+            }
+            // An open watch ends when this side is cut off or its watches are dropped.
+            let (parts, body) = resp.into_parts();
+            let end = async move {
+                side.watches_end().await;
+                truth.count(|c| c.watches_ended += 1);
+            };
+            let stream = futures::StreamExt::take_until(body.into_data_stream(), Box::pin(end));
+            Ok(Response::from_parts(parts, AxumBody::from_stream(stream)))
         }
     });
     kube::Client::new(service, "default")
@@ -113,7 +145,7 @@ fn status(code: StatusCode) -> Response<AxumBody> {
     let body = json!({
         "kind": "Status", "apiVersion": "v1", "status": "Failure",
         "message": format!("simulated {}", code.as_u16()),
-        "reason": match code.as_u16() { 409 => "Conflict", 429 => "TooManyRequests", _ => "InternalError" },
+        "reason": match code.as_u16() { 409 => "Conflict", 410 => "Expired", 429 => "TooManyRequests", _ => "InternalError" },
         "code": code.as_u16(),
     });
     let mut resp = Response::new(AxumBody::from(body.to_string()));

@@ -173,6 +173,8 @@ pub struct Counters {
     pub faults: u64,
     /// Requests answered 409/429/500 by the API fault layer.
     pub api_errors: u64,
+    /// Open watch streams ended by the API fault layer.
+    pub watches_ended: u64,
 }
 
 impl Truth {

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use super::api::{self, ApiMode, ApiSide, LEADER};
 use super::machine::{Bmc, Counters, Machine, Rng, Truth, lock};
-use super::schedule::{Fault, schedule};
+use super::schedule::{Fault, schedule, watch_drops};
 use super::world::{
     CHAOS, LIVENESS_BOUND, PASSWORD, RECOVERY_BOUND, TRANSITION, WORKERS, World, node_name,
     uuid_of, write_config,
@@ -115,7 +115,7 @@ async fn play(seed: u64, logs: Arc<Mutex<Vec<u8>>>) -> Outcome {
     let operator_side = Arc::new(ApiSide {
         identity: "operator".into(),
         alive: Arc::new(AtomicBool::new(true)),
-        mode: Mutex::new(ApiMode::Normal),
+        mode: tokio::sync::watch::Sender::new(ApiMode::Normal),
     });
     // The operator's writes (namespace, pause, opt-out) are not nodefence's: a
     // separate truth absorbs their checks.
@@ -153,7 +153,10 @@ async fn play(seed: u64, logs: Arc<Mutex<Vec<u8>>>) -> Outcome {
     let start = Instant::now();
     let mut pending: Vec<(Instant, Fault)> = Vec::new();
     let mut events = Vec::new();
-    for (at, fault) in schedule(&mut rng) {
+    let mut faults = schedule(&mut rng);
+    faults.extend(watch_drops(seed));
+    faults.sort_by_key(|(at, _)| *at);
+    for (at, fault) in faults {
         let when = start + at;
         loop {
             pending.sort_by_key(|(t, _)| *t);
@@ -240,18 +243,23 @@ async fn play(seed: u64, logs: Arc<Mutex<Vec<u8>>>) -> Outcome {
             ));
         }
     }
-    // The operator repairs every machine still off; invariant 5: all end Ready and untainted.
-    for i in 0..WORKERS {
-        world.machine(i, |m| {
-            if !m.on && m.transition.is_none() {
-                m.transition = Some((Instant::now() + TRANSITION, true));
-            }
-        });
-    }
+    // The operator repairs every machine still off, and goes on repairing any that is
+    // off while they wait (a power-off sent just before the faults ended completes
+    // after); invariant 5: all end Ready and untainted.
+    let repair = |w: &World| {
+        for i in 0..WORKERS {
+            w.machine(i, |m| {
+                if !m.on && m.transition.is_none() {
+                    m.transition = Some((Instant::now() + TRANSITION, true));
+                }
+            });
+        }
+    };
     let repaired = Instant::now();
     let whole =
         |w: &World| (0..WORKERS).all(|i| w.ready(&node_name(i)) && !w.released(&node_name(i)));
     while !whole(&world) && Instant::now() < repaired + RECOVERY_BOUND {
+        repair(&world);
         world.run_for(Duration::from_secs(1)).await;
     }
     for i in 0..WORKERS {

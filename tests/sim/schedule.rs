@@ -80,3 +80,21 @@ pub fn schedule(rng: &mut Rng) -> Vec<(Duration, Fault)> {
     out.sort_by_key(|(at, _)| *at);
     out
 }
+
+/// Watch drops, drawn from a generator of their own so that adding them left every
+/// other fault of a seed where it was (a regression seed still plays its scenario).
+pub fn watch_drops(seed: u64) -> Vec<(Duration, Fault)> {
+    let mut rng = Rng::new(seed ^ 0x5741_5443_4845_5321);
+    let mut out: Vec<(Duration, Fault)> = (0..rng.below(4))
+        .map(|_| {
+            let at = Duration::from_secs(20 + rng.below(CHAOS.as_secs() - 60));
+            let span = Duration::from_secs(1 + rng.below(30));
+            (
+                at,
+                Fault::Api(rng.below(2) as usize, ApiMode::DropWatches, span),
+            )
+        })
+        .collect();
+    out.sort_by_key(|(at, _)| *at);
+    out
+}

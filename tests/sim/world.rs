@@ -95,7 +95,7 @@ impl World {
         let side = Arc::new(ApiSide {
             identity: format!("nodefence-{}", ["a", "b"][r]),
             alive: alive.clone(),
-            mode: Mutex::new(ApiMode::Normal),
+            mode: tokio::sync::watch::Sender::new(ApiMode::Normal),
         });
         let client = api::client(
             self.router.clone(),
@@ -146,7 +146,7 @@ impl World {
 
     pub fn set_api(&self, r: usize, mode: ApiMode) {
         if let Some(rep) = &self.replicas[r] {
-            *lock(&rep.side.mode) = mode;
+            rep.side.mode.send_replace(mode);
         }
     }
 

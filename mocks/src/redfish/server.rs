@@ -370,6 +370,19 @@ impl MockRedfishHandle {
         self.shared.set_power(system_id, power).map(|_| ())
     }
 
+    /// The system reports `uuid` from now on: what a client sees when the address it
+    /// was given now reaches another machine (a re-cabled or re-addressed BMC) or the
+    /// machine's mainboard was replaced.
+    ///
+    /// # Panics
+    /// If there is no such system (a mistake in the test).
+    pub fn set_uuid(&self, system_id: &str, uuid: &str) {
+        if let Err(e) = self.shared.set_uuid(system_id, uuid) {
+            let known: Vec<String> = self.systems().into_iter().map(|s| s.id).collect();
+            panic!("set_uuid: {e}; this mock serves {known:?}");
+        }
+    }
+
     /// The system's real state now (`None` if there is no such system).
     pub fn power(&self, system_id: &str) -> Option<MockPower> {
         self.shared.power(system_id)

@@ -58,6 +58,9 @@ struct Harness {
     plans: BTreeMap<String, ReleasePlan>,
     /// What each node's power source says its machine is (default: the node's own).
     machines: BTreeMap<String, MachineIdentity>,
+    /// Power-on commands still to fail (the BMC unreachable, or the executor's
+    /// pre-command identity check refusing).
+    power_on_failures: u32,
 }
 
 /// A distinct, well-formed SMBIOS UUID per node name.
@@ -94,6 +97,7 @@ impl Harness {
             records: BTreeMap::new(),
             plans: BTreeMap::new(),
             machines: BTreeMap::new(),
+            power_on_failures: 0,
         }
     }
 
@@ -228,10 +232,16 @@ impl Harness {
                         self.engine.power_off_done(node, Ok(()), now)
                     }
                 }
-                Action::PowerOn { node } => {
+                Action::PowerOn { node, .. } => {
                     self.power_on_times.push(now);
-                    self.bmc.insert(node.clone(), Bmc::State(PowerState::On));
-                    self.engine.power_on_done(node, Ok(()), now)
+                    if self.power_on_failures > 0 {
+                        self.power_on_failures -= 1;
+                        let e = PowerError::unreachable("connection refused");
+                        self.engine.power_on_done(node, Err(e), now)
+                    } else {
+                        self.bmc.insert(node.clone(), Bmc::State(PowerState::On));
+                        self.engine.power_on_done(node, Ok(()), now)
+                    }
                 }
                 Action::Release { node, proof, plan } => {
                     self.check_release(node, proof);

@@ -63,6 +63,19 @@ fn a_machine_still_on_is_powered_off_after_unhealthy_after_then_released() {
     h.advance(secs(10));
     assert_eq!(h.power_offs("w1"), 1);
     assert!(h.released("w1"));
+    // The command names the machine it is meant for: the executor checks it against
+    // the BMC's identity read in the same exchange.
+    let target = h.log.iter().find_map(|a| match a {
+        Action::PowerOff { target, .. } => Some(target.clone()),
+        _ => None,
+    });
+    assert_eq!(
+        target,
+        Some(Target {
+            node: h.facts["w1"].identity.clone(),
+            require_identity: Policy::default().require_identity,
+        })
+    );
 }
 
 #[test]

@@ -149,6 +149,10 @@ fn a_recorded_release_resumes_its_power_on_without_the_node() {
         released_at: h.now - secs(20),
         mode: ReleaseMode::DeleteNode,
         power_on_pending: true,
+        identity: crate::identity::NodeIdentity {
+            system_uuid: Some(uuid_of("w1")),
+            provider_id: None,
+        },
     };
     h.bmc.insert("w1".into(), Bmc::State(PowerState::Off));
     let now = h.now;
@@ -161,6 +165,83 @@ fn a_recorded_release_resumes_its_power_on_without_the_node() {
     assert_eq!(h.power_on_times.len(), 1);
     assert!(!h.released("w1"), "nothing released again");
     assert_eq!(h.power_offs("w1"), 0, "nothing powered off again");
+    // Its Node is gone: the command is checked against the identity the record kept.
+    let target = h.log.iter().find_map(|a| match a {
+        Action::PowerOn { target, .. } => Some(target.clone()),
+        _ => None,
+    });
+    assert_eq!(
+        target.map(|t| t.node.system_uuid),
+        Some(Some(uuid_of("w1")))
+    );
+}
+
+#[test]
+fn a_failed_power_on_is_tried_again_with_backoff_until_it_is_done() {
+    let mut h = Harness::new(reboot_policy());
+    h.add("w1", Bmc::State(PowerState::On));
+    h.add("w2", Bmc::State(PowerState::On));
+    h.lose_power("w1");
+    h.advance(secs(40));
+    assert!(h.released("w1"));
+    h.power_on_failures = 3;
+    h.drained.insert("w1".into());
+    h.advance(secs(600));
+    assert_eq!(h.power_on_times.len(), 4, "three failures, then done");
+    let gaps: Vec<Duration> = h
+        .power_on_times
+        .windows(2)
+        .map(|w| w[1].duration_since(w[0]).unwrap_or_default())
+        .collect();
+    assert!(
+        gaps.windows(2).all(|g| g[1] > g[0]),
+        "the waits grow: {gaps:?}"
+    );
+    let failed = h
+        .reasons("w1")
+        .iter()
+        .filter(|r| **r == Reason::PowerOnFailed)
+        .count();
+    assert_eq!(failed, 3, "each failure is a Warning Event");
+    assert!(
+        !h.records.contains_key("w1"),
+        "the record is cleared once the power-on is done"
+    );
+}
+
+#[test]
+fn a_failed_power_on_keeps_its_record_for_the_next_leader() {
+    let mut h = Harness::new(reboot_policy());
+    h.add("w1", Bmc::State(PowerState::On));
+    h.add("w2", Bmc::State(PowerState::On));
+    h.lose_power("w1");
+    h.advance(secs(40));
+    h.power_on_failures = u32::MAX;
+    h.drained.insert("w1".into());
+    h.advance(secs(30));
+    assert!(!h.power_on_times.is_empty());
+    assert!(
+        h.records.get("w1").is_some_and(|r| r.power_on_pending),
+        "{:?}",
+        h.records
+    );
+}
+
+#[test]
+fn an_opted_out_released_node_is_not_powered_on_until_the_opt_out_is_lifted() {
+    let mut h = Harness::new(reboot_policy());
+    h.add("w1", Bmc::State(PowerState::On));
+    h.add("w2", Bmc::State(PowerState::On));
+    h.lose_power("w1");
+    h.advance(secs(40));
+    assert!(h.released("w1"));
+    h.set_facts("w1", |f| f.opted_out = true);
+    h.drained.insert("w1".into());
+    h.advance(secs(600));
+    assert!(h.power_on_times.is_empty(), "a person is working on it");
+    h.set_facts("w1", |f| f.opted_out = false);
+    h.advance(secs(1));
+    assert_eq!(h.power_on_times.len(), 1);
 }
 
 #[test]
@@ -205,4 +286,47 @@ fn a_deleted_node_without_a_power_on_is_forgotten_once_released() {
         h.reasons("w1").contains(&Reason::Released),
         "the release is still announced"
     );
+}
+
+/// Found by the whole-system simulation (seed 686): leadership ended between the taint
+/// and the release record, so the next term met a tainted node and no record.
+#[test]
+fn a_new_term_powers_on_a_node_it_finds_tainted_without_a_record() {
+    let mut h = Harness::new(reboot_policy());
+    h.add("w2", Bmc::State(PowerState::On));
+    let now = h.now;
+    let mut facts = NodeFacts::ready("w1", now - secs(120));
+    facts.readiness = Readiness::NotReady {
+        since: now - secs(60),
+    };
+    facts.our_taint = true;
+    facts.identity.system_uuid = Some(uuid_of("w1"));
+    h.bmc.insert("w1".into(), Bmc::State(PowerState::Off));
+    h.facts.insert("w1".into(), facts.clone());
+    let a = h.engine.observe(facts, now);
+    h.run(a);
+    h.drained.insert("w1".into());
+    h.advance(secs(30));
+    assert_eq!(h.power_on_times.len(), 1, "{:?}", h.reasons("w1"));
+    assert_eq!(h.power_offs("w1"), 0, "nothing powered off again");
+    assert!(!h.released("w1"), "nothing released again");
+}
+
+#[test]
+fn without_a_reboot_style_policy_a_tainted_node_found_by_a_new_term_stays_off() {
+    let mut h = Harness::new(Policy::default());
+    h.add("w2", Bmc::State(PowerState::On));
+    let now = h.now;
+    let mut facts = NodeFacts::ready("w1", now - secs(120));
+    facts.readiness = Readiness::NotReady {
+        since: now - secs(60),
+    };
+    facts.our_taint = true;
+    h.bmc.insert("w1".into(), Bmc::State(PowerState::Off));
+    h.facts.insert("w1".into(), facts.clone());
+    let a = h.engine.observe(facts, now);
+    h.run(a);
+    h.drained.insert("w1".into());
+    h.advance(secs(600));
+    assert!(h.power_on_times.is_empty());
 }

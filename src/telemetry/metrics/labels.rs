@@ -16,7 +16,7 @@ pub(super) const MAX_DRIVERS: usize = 16;
 pub(super) const MAX_REASONS: usize = 64;
 
 pub(super) const PHASES: [&str; 3] = ["healthy", "incident", "released"];
-pub(super) const POWER_QUERY_RESULTS: [&str; 10] = [
+pub(super) const POWER_QUERY_RESULTS: [&str; 11] = [
     "on",
     "off",
     "other",
@@ -27,10 +27,11 @@ pub(super) const POWER_QUERY_RESULTS: [&str; 10] = [
     "error_protocol",
     "error_unsupported",
     "error_config",
+    "error_identity",
 ];
 pub(super) const RELOAD_RESULTS: [&str; 2] = ["applied", "refused"];
 pub(super) const POWER_ACTIONS: [&str; 2] = ["off", "on"];
-pub(super) const COMMAND_RESULTS: [&str; 2] = ["ok", "error"];
+pub(super) const COMMAND_RESULTS: [&str; 3] = ["ok", "error", "refused"];
 pub(super) const RELEASE_MODES: [&str; 3] = ["out-of-service-taint", "delete-node", "untaint"];
 pub(super) const RELEASE_RESULTS: [&str; 4] = ["ok", "refused", "conflict", "api_error"];
 pub(super) const IDENTITY_RESULTS: [&str; 3] = ["match", "mismatch", "unknown"];
@@ -131,6 +132,7 @@ pub fn power_error_result(kind: PowerErrorKind) -> &'static str {
         PowerErrorKind::Protocol => "error_protocol",
         PowerErrorKind::Unsupported => "error_unsupported",
         PowerErrorKind::Config => "error_config",
+        PowerErrorKind::Identity => "error_identity",
     }
 }
 
@@ -180,6 +182,7 @@ mod tests {
             PowerErrorKind::Protocol,
             PowerErrorKind::Unsupported,
             PowerErrorKind::Config,
+            PowerErrorKind::Identity,
         ] {
             let label = power_error_result(kind);
             assert_eq!(label, format!("error_{}", kind.as_str()));
