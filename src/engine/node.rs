@@ -278,6 +278,14 @@ impl NodeState {
         };
         let mut out = Vec::new();
         match &mut self.phase {
+            Phase::Healthy if self.facts.our_taint => {
+                // nodefence's taint on a node this term holds healthy: a release of an
+                // earlier term (same process, its leadership lost and won again) that
+                // completed after this term first saw the node. Recover it like any
+                // released node, or the taint stays for good.
+                self.phase = Phase::Released(Released::new(now, PowerOnStatus::NotWanted));
+                out.extend(self.evaluate(policy, gates, now));
+            }
             Phase::Healthy => {
                 let Some(since) = health.since() else {
                     self.excluded_noted = None;
