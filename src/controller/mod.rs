@@ -141,8 +141,10 @@ impl Controller {
         let mut _monitor: Option<AbortOnDrop> = None;
         let mut engine =
             Engine::new(self.policy.clone()).with_node_policies(self.node_policies.clone());
-        // Paused until the pause switch has been read: a new leader never acts in the
-        // moment before it learns that fencing is paused.
+        // Paused until the pause switch, every Node and every kubelet Lease have been
+        // read: a new leader never acts before it knows whether fencing is paused, nor
+        // counts the unhealthy nodes for storm protection on half a picture (Nodes
+        // listed, Leases not yet: a storm seen as one failure).
         engine.set_paused(true, crate::clock::now());
         // Progress an earlier leader recorded (a pending power-on, a deleted Node),
         // resumed before any Node is watched. Without it a new leader could not power
@@ -365,6 +367,7 @@ impl Controller {
                     }
                 }
                 seen.nodes_synced = true;
+                out.extend(self.apply_pause(engine, seen));
             }
         }
         out
@@ -395,7 +398,7 @@ impl Controller {
             WatchEvent::Init => Vec::new(),
             WatchEvent::InitDone => {
                 seen.leases_synced = true;
-                Vec::new()
+                self.apply_pause(engine, seen)
             }
         }
     }
@@ -414,7 +417,13 @@ impl Controller {
             WatchEvent::Delete(_) => seen.pause = None,
             WatchEvent::InitDone => seen.pause_synced = true,
         }
-        if !seen.pause_synced {
+        self.apply_pause(engine, seen)
+    }
+
+    /// Sets the engine's pause gate from the pause switch, once the switch, the Nodes
+    /// and the Leases have all been read (until then the engine stays paused).
+    fn apply_pause(&self, engine: &mut Engine, seen: &Observed) -> Vec<Action> {
+        if !(seen.pause_synced && seen.nodes_synced && seen.leases_synced) {
             return Vec::new();
         }
         let paused = seen.pause.as_ref().is_some_and(|s| s.paused);

@@ -32,6 +32,10 @@ pub struct Outcome {
 
 /// Plays seed `seed` and returns what broke (nothing, when nodefence is right).
 pub fn run(seed: u64) -> Outcome {
+    // The watcher backoff's jitter (kube-runtime through backon) forks this thread's
+    // fastrand generator; seeded here, a seed replays the same retries, whatever the
+    // other threads do.
+    fastrand::seed(seed ^ 0x6a69_7474_6572);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .start_paused(true)
