@@ -418,20 +418,7 @@ async fn a_new_leader_powers_on_a_node_its_crashed_predecessor_released() {
     .await;
     w.start_replica(B);
     let victim = db_running(&w).await;
-    let held = attachments_on(&w, &victim)[0]["metadata"]["name"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    w.store()
-        .modify(VOLUME_ATTACHMENTS, None, &held, |va| {
-            let finalizers = &mut va["metadata"]["finalizers"];
-            if !finalizers.is_array() {
-                *finalizers = json!([]);
-            }
-            finalizers.as_array_mut().unwrap().push(json!(HOLD));
-            Ok(())
-        })
-        .unwrap();
+    let held = hold_attachment(&w, &victim);
     w.cut_network(&victim);
     eventually("ForceOff then taint", Duration::from_secs(30), || async {
         w.has_out_of_service_taint(&victim)
@@ -490,17 +477,8 @@ async fn a_new_leader_powers_on_a_node_its_crashed_predecessor_released() {
         record_of(&w, &victim).is_some(),
         "the power-on is still pending"
     );
-    let let_go = Instant::now();
-    w.store()
-        .modify(VOLUME_ATTACHMENTS, None, &held, |va| {
-            va["metadata"]["finalizers"]
-                .as_array_mut()
-                .unwrap()
-                .retain(|f| f != HOLD);
-            Ok(())
-        })
-        .unwrap();
-    finalize_if_done(&w.store(), VOLUME_ATTACHMENTS, None, &held).unwrap();
+    let released_hold = Instant::now();
+    let_go(&w, &held);
     assert!(attachments_on(&w, &victim).is_empty());
 
     eventually(
@@ -511,7 +489,10 @@ async fn a_new_leader_powers_on_a_node_its_crashed_predecessor_released() {
     .await;
     let on = power_ons(&w, &victim).remove(0);
     assert_eq!(on.reset_type, "On");
-    assert!(on.at > let_go, "powered On before the drain finished");
+    assert!(
+        on.at > released_hold,
+        "powered On before the drain finished"
+    );
     let powering_on = w
         .expect_event_where("PoweringOn", |e| regards(e, &victim))
         .await;
