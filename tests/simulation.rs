@@ -32,11 +32,21 @@ use std::time::Instant;
 ///   until the pause switch, the Nodes and the Leases have all been read). Found before
 ///   the watcher backoff jitter was seeded (`play::run`): it replays that race only
 ///   now and then, and its mutant is not caught reliably (tests/sim/mutations.py).
+/// - 1172: after nodefence removed its taint, a Lease event was paired with the cached
+///   copy of the Node from before the removal (the Node watch was being dropped); the
+///   engine took it for a late release and waited in `Released` while the node hung
+///   and then lost power: never fenced again (fixed: a copy of the taint older than
+///   this term's removal of it is not a release).
 ///
 /// Seeds select schedules of this generator. Faults added later draw from generators
 /// of their own (`sim::schedule::watch_drops`), so an entry keeps its faults; the
 /// mutation script (`--seeds 0` plays only these) shows which still catch what.
-const REGRESSIONS: &[u64] = &[26, 206, 353, 446, 686, 764, 3691];
+/// A seed whose policy powers machines on after fencing (`power_on_after_fence`).
+const POWER_ON_SEED: u64 = 3;
+/// When worker-1's BMC starts failing in the power-on scenario (just after its release).
+const POWER_ON_BMC_FAULT_AT: u64 = 152;
+
+const REGRESSIONS: &[u64] = &[26, 206, 353, 446, 686, 764, 1172, 3691];
 
 fn seeds() -> Vec<u64> {
     if let Ok(one) = std::env::var("NODEFENCE_SIM_SEED") {
@@ -121,4 +131,78 @@ fn random_whole_system_schedules_keep_every_invariant() {
             "the schedules never fenced anything: {total:?}"
         );
     }
+}
+
+/// A scenario random schedules reach only now and then (seed 3691 of the long run): a
+/// new leader term whose Lease list keeps failing while the Node list works, during a
+/// storm the Leases alone show. worker-1 has been NotReady for minutes behind a BMC
+/// that answers 503 (the old term could not fence it); worker-2 and worker-3 lose their
+/// network later, so their Leases are stale but their Nodes are still Ready when both
+/// replicas crash and the next term starts. The BMC comes back just then. A term that
+/// acted on the Nodes alone would count one unhealthy node where there are three and
+/// power worker-1 off in a storm (invariant 2); nodefence waits for the Leases.
+#[test]
+fn a_term_that_cannot_list_the_leases_does_not_fence_during_a_storm_it_cannot_see() {
+    use sim::api::ApiMode;
+    use sim::machine::Bmc;
+    use sim::schedule::Fault;
+    use std::time::Duration;
+    let s = Duration::from_secs;
+    let script = vec![
+        (s(20), Fault::NetworkCut(0)),
+        (s(20), Fault::Bmc(0, Bmc::ServerError, s(132))),
+        (s(125), Fault::NetworkCut(1)),
+        (s(125), Fault::NetworkCut(2)),
+        (s(140), Fault::Crash(0, s(1))),
+        (s(140), Fault::Crash(1, s(1))),
+        // At the instant they restart, before either runs.
+        (s(141), Fault::Api(0, ApiMode::LeaseListsFail, s(90))),
+        (s(141), Fault::Api(1, ApiMode::LeaseListsFail, s(90))),
+        (s(300), Fault::Restore(1)),
+        (s(300), Fault::Restore(2)),
+    ];
+    let outcome = sim::play::run_scripted(1, script);
+    assert!(
+        outcome.violations.is_empty(),
+        "{}",
+        outcome.violations.join("\n")
+    );
+    assert!(
+        outcome.counters.api_errors > 0,
+        "the Lease lists never failed: the scenario did not play"
+    );
+}
+
+/// Reboot-style fencing whose power-on meets a BMC that answers 503 for a while: the
+/// power-on is tried again until the machine is on (invariant 5), not given up after
+/// one failure. worker-1 loses its network (its BMC still On), is powered off and
+/// released; the BMC fails from just after the release until well after the power-on
+/// would have gone out.
+#[test]
+fn a_power_on_that_fails_is_tried_again_until_the_machine_is_on() {
+    use sim::machine::Bmc;
+    use sim::schedule::Fault;
+    use std::time::Duration;
+    let s = Duration::from_secs;
+    let script = vec![
+        (s(20), Fault::NetworkCut(0)),
+        (
+            s(POWER_ON_BMC_FAULT_AT),
+            Fault::Bmc(0, Bmc::ServerError, s(120)),
+        ),
+        // A fault that changes nothing (worker-5 is up): the BMC fault's end is played
+        // before it, not held until the chaos is over.
+        (s(400), Fault::Restore(4)),
+    ];
+    let outcome = sim::play::run_scripted(POWER_ON_SEED, script);
+    assert!(
+        outcome.violations.is_empty(),
+        "{}",
+        outcome.violations.join("\n")
+    );
+    assert!(
+        outcome.counters.power_offs > 0 && outcome.counters.power_ons > 0,
+        "worker-1 was not powered off and on again: the scenario did not play ({:?})",
+        outcome.counters
+    );
 }

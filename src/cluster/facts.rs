@@ -66,6 +66,10 @@ pub fn node_facts(node: &Node, lease: Option<&Lease>, in_inventory: bool) -> Nod
         cordoned: spec.and_then(|s| s.unschedulable).unwrap_or(false),
         in_inventory,
         our_taint: has_taint && annotations.is_some_and(|a| a.contains_key(TAINTED_ANNOTATION)),
+        our_taint_added: annotations
+            .filter(|_| has_taint)
+            .and_then(|a| a.get(TAINTED_ANNOTATION))
+            .and_then(|v| humantime::parse_rfc3339_weak(v.trim()).ok()),
         identity: crate::identity::NodeIdentity::from_node(node),
         power_off_recorded: annotations
             .and_then(|a| a.get(POWER_OFF_ANNOTATION))
@@ -152,6 +156,10 @@ mod tests {
         let f = node_facts(&n, None, true);
         assert_eq!(f.name, "cp-1");
         assert!(f.control_plane && f.opted_out && f.cordoned && f.our_taint);
+        assert_eq!(
+            f.our_taint_added,
+            humantime::parse_rfc3339("2026-11-22T10:00:00Z").ok()
+        );
         assert_eq!(f.lease_renewed, None);
     }
 

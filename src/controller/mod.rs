@@ -145,7 +145,7 @@ impl Controller {
         // read: a new leader never acts before it knows whether fencing is paused, nor
         // counts the unhealthy nodes for storm protection on half a picture (Nodes
         // listed, Leases not yet: a storm seen as one failure).
-        engine.set_paused(true, crate::clock::now());
+        engine.set_syncing(true, crate::clock::now());
         // Progress an earlier leader recorded (a pending power-on, a deleted Node),
         // resumed before any Node is watched. Without it a new leader could not power
         // a deleted node's machine back on; retried until read (no action before).
@@ -421,11 +421,12 @@ impl Controller {
     }
 
     /// Sets the engine's pause gate from the pause switch, once the switch, the Nodes
-    /// and the Leases have all been read (until then the engine stays paused).
+    /// and the Leases have all been read (until then the engine holds everything).
     fn apply_pause(&self, engine: &mut Engine, seen: &Observed) -> Vec<Action> {
         if !(seen.pause_synced && seen.nodes_synced && seen.leases_synced) {
             return Vec::new();
         }
+        let now = crate::clock::now();
         let paused = seen.pause.as_ref().is_some_and(|s| s.paused);
         if paused != engine.paused() {
             let text = seen
@@ -438,7 +439,18 @@ impl Controller {
                 tracing::info!("{text}");
             }
         }
-        engine.set_paused(paused, crate::clock::now())
+        if !engine.syncing() {
+            return engine.set_paused(paused, now);
+        }
+        tracing::info!(
+            nodes = seen.nodes.len(),
+            leases = seen.leases.len(),
+            "every Node, kubelet Lease and the pause switch read: deciding"
+        );
+        // The pause switch first, so that no decision is taken between the two (the
+        // engine still holds everything back: only notices come out of the first).
+        let _ = engine.set_paused(paused, now);
+        engine.set_syncing(false, now)
     }
 
     fn complete(&self, engine: &mut Engine, c: Completion) -> Vec<Action> {

@@ -20,6 +20,7 @@ use std::sync::atomic::Ordering;
 use anyhow::{Context, bail};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client};
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::cluster::leader::{LeaderElector, LeaderTimings, Leadership};
 use crate::cluster::records::RecordStore;
@@ -108,14 +109,16 @@ pub async fn run(
         })?;
     tracing::info!(address = %listener.local_addr()?, "serving /healthz, /readyz and /metrics");
     let (stop_http_tx, stop_http_rx) = tokio::sync::oneshot::channel::<()>();
-    let http = tokio::spawn(crate::telemetry::serve(
+    // Every task the daemon starts ends with it, also when `run` is dropped (a test or
+    // the demo aborting it): none outlives the process's own future.
+    let http = AbortOnDropHandle::new(tokio::spawn(crate::telemetry::serve(
         listener,
         metrics.clone(),
         health.clone(),
         async {
             let _ = stop_http_rx.await;
         },
-    ));
+    )));
 
     let (elector, leadership) = if options.dry_run {
         (None, Leadership::always())
@@ -130,7 +133,7 @@ pub async fn run(
         (Some(e), l)
     };
     let stopper = elector.as_ref().map(LeaderElector::stopper);
-    let election = elector.map(|e| tokio::spawn(e.run()));
+    let election = elector.map(|e| AbortOnDropHandle::new(tokio::spawn(e.run())));
 
     let mut controller = controller_for(&config, &client, &options, &leadership, &metrics, &health);
     let reloader = options.config_check.map(|interval| {

@@ -55,7 +55,7 @@ impl Ready {
 
 /// The running reloader.
 pub struct Running {
-    pub task: tokio::task::JoinHandle<()>,
+    pub task: tokio_util::task::AbortOnDropHandle<()>,
     pub ready: Ready,
     /// Notified when a version is ready.
     pub notify: Arc<Notify>,
@@ -97,7 +97,11 @@ impl Reloader {
     pub fn spawn(self, interval: Duration) -> Running {
         let ready = Ready::default();
         let notify = Arc::new(Notify::new());
-        let task = tokio::spawn(self.run(interval, ready.clone(), notify.clone()));
+        let task = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(self.run(
+            interval,
+            ready.clone(),
+            notify.clone(),
+        )));
         Running {
             task,
             ready,

@@ -26,7 +26,7 @@ pub(super) fn decide_power_on(
     now: SystemTime,
     out: &mut Vec<Action>,
 ) {
-    if gates.paused || rel.power_on_retry.is_some_and(|t| t > now) {
+    if gates.held().is_some() || rel.power_on_retry.is_some_and(|t| t > now) {
         return;
     }
     let timed_out = now.duration_since(rel.at).unwrap_or_default() >= policy.release_timeout;
@@ -160,8 +160,8 @@ pub(super) fn decide_incident(
         inc.block = None;
     }
     if proven {
-        if gates.paused {
-            set_block(inc, Block::Paused, name, out);
+        if let Some(held) = gates.held() {
+            set_block(inc, held, name, out);
             return;
         }
         let due = match health {
@@ -252,8 +252,8 @@ fn consider_power_off(
         set_block(inc, Block::OnAndPolicyWaits, name, out);
         return;
     }
-    if gates.paused {
-        set_block(inc, Block::Paused, name, out);
+    if let Some(held) = gates.held() {
+        set_block(inc, held, name, out);
         return;
     }
     if gates.storm {

@@ -56,6 +56,8 @@ pub struct NodeFacts {
     pub in_inventory: bool,
     /// The out-of-service taint nodefence added is on the node.
     pub our_taint: bool,
+    /// When nodefence added that taint (its annotation, to the second).
+    pub our_taint_added: Option<SystemTime>,
     /// Which machine the node says it runs on (SMBIOS UUID, provider ID), for the
     /// identity cross-check.
     pub identity: NodeIdentity,
@@ -78,6 +80,7 @@ impl NodeFacts {
             cordoned: false,
             in_inventory: true,
             our_taint: false,
+            our_taint_added: None,
             identity: NodeIdentity::default(),
             power_off_recorded: None,
         }

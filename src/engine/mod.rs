@@ -52,6 +52,8 @@ pub struct Engine {
     node_policies: BTreeMap<String, Policy>,
     nodes: BTreeMap<String, NodeState>,
     paused: bool,
+    /// A new term has not read every Node and kubelet Lease yet.
+    syncing: bool,
     storm: bool,
     last_power_off: Option<SystemTime>,
 }
@@ -63,6 +65,7 @@ impl Engine {
             node_policies: BTreeMap::new(),
             nodes: BTreeMap::new(),
             paused: false,
+            syncing: false,
             storm: false,
             last_power_off: None,
         }
@@ -106,6 +109,18 @@ impl Engine {
         let name = facts.name.clone();
         match self.nodes.get_mut(&name) {
             Some(state) => {
+                let mut facts = facts;
+                // The taint this term removed, seen again on an older copy of the Node
+                // (a Lease event paired with the cached Node while the Node watch lags):
+                // not a new release, or the node would wait in `Released` for good.
+                if facts.our_taint
+                    && state.our_taint_removed.is_some_and(|removed| {
+                        facts.our_taint_added.is_none_or(|added| added <= removed)
+                    })
+                {
+                    facts.our_taint = false;
+                    facts.our_taint_added = None;
+                }
                 state.facts = facts;
                 state.gone = false;
             }
@@ -491,6 +506,7 @@ impl Engine {
                     }
                     state.phase = Phase::Healthy;
                     state.facts.our_taint = false;
+                    state.our_taint_removed = Some(now);
                 }
                 Err(reason) => {
                     rel.removing_taint = false;
@@ -511,6 +527,18 @@ impl Engine {
     pub fn set_paused(&mut self, paused: bool, now: SystemTime) -> Vec<Action> {
         self.paused = paused;
         self.reevaluate(None, now)
+    }
+
+    /// Holds everything back while a new term has not read every Node and kubelet
+    /// Lease (set by the controller at the start of each term).
+    pub fn set_syncing(&mut self, syncing: bool, now: SystemTime) -> Vec<Action> {
+        self.syncing = syncing;
+        self.reevaluate(None, now)
+    }
+
+    /// Whether the engine waits for the cluster's first lists.
+    pub fn syncing(&self) -> bool {
+        self.syncing
     }
 
     /// Timers: re-decides every node.
@@ -560,6 +588,7 @@ impl Engine {
         });
         Gates {
             paused: self.paused,
+            syncing: self.syncing,
             storm: self.storm,
             power_off_slot: in_flight < self.policy.max_concurrent_fences && spaced,
         }

@@ -19,9 +19,24 @@ use crate::power::{PowerError, PowerState};
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Gates {
     pub paused: bool,
+    /// A new term has not yet read every Node and kubelet Lease.
+    pub syncing: bool,
     pub storm: bool,
     /// Rate limits allow one more power-off now.
     pub power_off_slot: bool,
+}
+
+impl Gates {
+    /// What holds every power command and release back cluster-wide, if anything.
+    pub fn held(&self) -> Option<Block> {
+        if self.syncing {
+            Some(Block::Syncing)
+        } else if self.paused {
+            Some(Block::Paused)
+        } else {
+            None
+        }
+    }
 }
 
 /// Why nothing (more) is happening for an unhealthy node.
@@ -29,6 +44,9 @@ pub(crate) struct Gates {
 pub enum Block {
     Excluded(Exclusion),
     Paused,
+    /// This term has not yet read every Node and kubelet Lease (its lists fail or
+    /// are under way): it cannot tell one failure from a storm.
+    Syncing,
     Storm,
     /// The machine reads On; powering off waits until the node has been NotReady for
     /// `unhealthy_after`.
@@ -53,6 +71,7 @@ impl Block {
         match self {
             Block::Excluded(e) => format!("left alone: {}", e.as_str()),
             Block::Paused => "fencing is paused cluster-wide".into(),
+            Block::Syncing => "this leader has not yet read every Node and kubelet Lease from the API server: no power command and no release until it has".into(),
             Block::Storm => {
                 "storm protection: too many nodes unhealthy at once; no power-off commands".into()
             }
@@ -209,6 +228,9 @@ pub struct NodeState {
     pub gone: bool,
     /// An excluded unhealthy node was announced once.
     excluded_noted: Option<Exclusion>,
+    /// When this term removed nodefence's taint from the node (a copy of the Node
+    /// older than that still shows it).
+    pub our_taint_removed: Option<SystemTime>,
 }
 
 impl NodeState {
@@ -228,6 +250,7 @@ impl NodeState {
             machine: None,
             gone: false,
             excluded_noted: None,
+            our_taint_removed: None,
         }
     }
 

@@ -42,6 +42,10 @@ pub enum ApiMode {
     /// compacted away, as after an API server restart or an etcd compaction): the
     /// client must list again and must not miss what changed meanwhile.
     DropWatches,
+    /// Every list and watch of the kubelet Leases gets 500 (the rest works): an API
+    /// server whose storage answers for one resource and not another. Played only by
+    /// scripted scenarios.
+    LeaseListsFail,
 }
 
 /// One incarnation's side of the wire.
@@ -106,7 +110,16 @@ pub fn client(
                 }
             }
             let write = parts.method != http::Method::GET;
+            let lease_collection = !write
+                && parts.uri.path().trim_end_matches('/').ends_with("/leases")
+                && !parts
+                    .uri
+                    .path()
+                    .contains(&format!("/namespaces/{}/", LEADER.0));
             let injected = match mode {
+                ApiMode::LeaseListsFail if lease_collection => {
+                    Some(StatusCode::INTERNAL_SERVER_ERROR)
+                }
                 ApiMode::Errors500 if truth.coin() => Some(StatusCode::INTERNAL_SERVER_ERROR),
                 ApiMode::Conflicts if write && truth.coin() => Some(StatusCode::CONFLICT),
                 ApiMode::TooMany if truth.coin() => Some(StatusCode::TOO_MANY_REQUESTS),

@@ -32,6 +32,17 @@ pub struct Outcome {
 
 /// Plays seed `seed` and returns what broke (nothing, when nodefence is right).
 pub fn run(seed: u64) -> Outcome {
+    run_with(seed, None)
+}
+
+/// Plays `faults` (at their offsets from the start of the chaos) instead of the
+/// seed's schedule; the seed still draws everything else (machines, policy, the
+/// API server's coin). For scenarios a random schedule reaches only now and then.
+pub fn run_scripted(seed: u64, faults: Vec<(Duration, Fault)>) -> Outcome {
+    run_with(seed, Some(faults))
+}
+
+fn run_with(seed: u64, script: Option<Vec<(Duration, Fault)>>) -> Outcome {
     // The watcher backoff's jitter (kube-runtime through backon) forks this thread's
     // fastrand generator; seeded here, a seed replays the same retries, whatever the
     // other threads do.
@@ -50,13 +61,15 @@ pub fn run(seed: u64) -> Outcome {
         move || LogWriter(logs.clone())
     };
     let subscriber = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new("nodefence=info"))
+        .with_env_filter(tracing_subscriber::EnvFilter::new(
+            std::env::var("NODEFENCE_SIM_FILTER").unwrap_or_else(|_| "nodefence=info".into()),
+        ))
         .with_writer(writer)
         .with_timer(VirtualTime)
         .with_ansi(false)
         .finish();
     let _log = tracing::subscriber::set_default(subscriber);
-    let outcome = runtime.block_on(play(seed, logs.clone()));
+    let outcome = runtime.block_on(play(seed, script, logs.clone()));
     drop(runtime);
     if std::env::var_os("NODEFENCE_SIM_LOG").is_some() {
         eprintln!("{}", String::from_utf8_lossy(&lock(&logs)));
@@ -87,7 +100,11 @@ impl std::io::Write for LogWriter {
     }
 }
 
-async fn play(seed: u64, logs: Arc<Mutex<Vec<u8>>>) -> Outcome {
+async fn play(
+    seed: u64,
+    script: Option<Vec<(Duration, Fault)>>,
+    logs: Arc<Mutex<Vec<u8>>>,
+) -> Outcome {
     let _clock =
         nodefence::clock::virtualize(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000));
     let mut rng = Rng::new(seed);
@@ -157,8 +174,14 @@ async fn play(seed: u64, logs: Arc<Mutex<Vec<u8>>>) -> Outcome {
     let start = Instant::now();
     let mut pending: Vec<(Instant, Fault)> = Vec::new();
     let mut events = Vec::new();
-    let mut faults = schedule(&mut rng);
-    faults.extend(watch_drops(seed));
+    let mut faults = match script {
+        Some(script) => script,
+        None => {
+            let mut drawn = schedule(&mut rng);
+            drawn.extend(watch_drops(seed));
+            drawn
+        }
+    };
     faults.sort_by_key(|(at, _)| *at);
     for (at, fault) in faults {
         let when = start + at;

@@ -255,6 +255,7 @@ impl Harness {
                         next.extend(self.engine.node_deleted(node, now));
                     } else if let Some(f) = self.facts.get_mut(node) {
                         f.our_taint = true;
+                        f.our_taint_added = Some(now);
                     }
                     next.extend(self.engine.release_done(node, Ok(()), now));
                     next
@@ -262,6 +263,7 @@ impl Harness {
                 Action::RemoveTaint { node } => {
                     if let Some(f) = self.facts.get_mut(node) {
                         f.our_taint = false;
+                        f.our_taint_added = None;
                     }
                     self.engine.taint_removed(node, Ok(()), now)
                 }

@@ -351,3 +351,51 @@ fn a_taint_that_appears_on_a_healthy_node_is_removed_once_it_has_been_ready() {
     assert_eq!(h.power_offs("w1"), 0);
     assert!(!h.released("w1"));
 }
+
+/// Found by the 10,000-seed simulation (seed 1172): after this term removed its taint,
+/// a Lease event was paired with the controller's cached copy of the Node from before
+/// the removal (the Node watch was failing). That copy must not count as a new
+/// release: the node hung a minute later and has to be fenced again, not left
+/// waiting in `Released` with no taint on it.
+#[test]
+fn an_older_copy_of_the_node_still_tainted_after_the_taint_was_removed_is_not_a_release() {
+    let mut h = Harness::new(Policy::default());
+    h.add("w1", Bmc::State(PowerState::On));
+    h.add("w2", Bmc::State(PowerState::On));
+    h.add("w3", Bmc::State(PowerState::On));
+    h.lose_power("w1");
+    h.advance(secs(30));
+    h.not_ready("w1");
+    h.advance(secs(30));
+    assert!(h.released("w1"), "{:?}", h.reasons("w1"));
+    let tainted_copy = h.facts["w1"].clone();
+    assert!(tainted_copy.our_taint);
+    h.bmc.insert("w1".into(), Bmc::State(PowerState::On));
+    h.ready("w1");
+    h.advance(secs(120));
+    assert!(!h.facts["w1"].our_taint, "{:?}", h.reasons("w1"));
+    let removed = h.reasons("w1").len();
+    // The stale copy, with the Lease renewal that came with it.
+    let now = h.now;
+    h.set_facts("w1", |f| {
+        f.our_taint = true;
+        f.our_taint_added = tainted_copy.our_taint_added;
+        f.lease_renewed = Some(now);
+    });
+    h.set_facts("w1", |f| {
+        f.our_taint = false;
+        f.our_taint_added = None;
+    });
+    // The kubelet hangs: the node must be suspected (and fenced) again.
+    h.hang_kubelet("w1");
+    h.advance(secs(40));
+    let after: Vec<Reason> = h.reasons("w1")[removed..].to_vec();
+    assert!(after.contains(&Reason::NodeSuspect), "{after:?}");
+    // A release written later (a new incident) is nodefence's taint again.
+    let later = Some(h.now + secs(1));
+    h.set_facts("w1", |f| {
+        f.our_taint = true;
+        f.our_taint_added = later;
+    });
+    assert!(h.engine.node("w1").is_some_and(|s| s.facts.our_taint));
+}

@@ -24,6 +24,7 @@ pub fn block_reason(block: &Block) -> &'static str {
     match block {
         Block::Excluded(_) => "excluded",
         Block::Paused => "paused",
+        Block::Syncing => "syncing",
         Block::Storm => "storm",
         Block::OnUntil(_) => "waiting_unhealthy_after",
         Block::OnButOnlyLeaseStale => "lease_stale_only",
