@@ -113,6 +113,25 @@ impl Harness {
         self.run(a);
     }
 
+    /// A node an earlier term released, as this term first sees it: NotReady for a
+    /// minute, its machine Off, nodefence's taint on it (and no release record).
+    fn add_released_by_earlier_term(&mut self, name: &str) {
+        let now = self.now;
+        let mut facts = NodeFacts::ready(name, now - secs(120));
+        facts.readiness = Readiness::NotReady {
+            since: now - secs(60),
+        };
+        facts.our_taint = true;
+        facts.our_taint_added = Some(now - secs(50));
+        facts.identity.system_uuid = Some(uuid_of(name));
+        self.bmc.insert(name.into(), Bmc::State(PowerState::Off));
+        self.machines
+            .insert(name.into(), MachineIdentity::Uuid(uuid_of(name)));
+        self.facts.insert(name.into(), facts.clone());
+        let a = self.engine.observe(facts, now);
+        self.run(a);
+    }
+
     fn set_facts(&mut self, name: &str, change: impl FnOnce(&mut NodeFacts)) {
         let f = self.facts.get_mut(name).expect("known node");
         change(f);

@@ -8,16 +8,7 @@ fn a_node_released_by_an_earlier_leader_resumes_without_repeating_anything() {
     h.add("w2", Bmc::State(PowerState::On));
     h.add("w3", Bmc::State(PowerState::On));
     // A new leader first sees w1 NotReady, with the taint nodefence recorded adding.
-    let now = h.now;
-    let mut facts = NodeFacts::ready("w1", now - secs(120));
-    facts.readiness = Readiness::NotReady {
-        since: now - secs(60),
-    };
-    facts.our_taint = true;
-    h.bmc.insert("w1".into(), Bmc::State(PowerState::Off));
-    h.facts.insert("w1".into(), facts.clone());
-    let a = h.engine.observe(facts, now);
-    h.run(a);
+    h.add_released_by_earlier_term("w1");
     h.advance(secs(120));
     assert!(!h.released("w1"), "released already: not again");
     assert_eq!(h.power_offs("w1"), 0);
@@ -294,17 +285,7 @@ fn a_deleted_node_without_a_power_on_is_forgotten_once_released() {
 fn a_new_term_powers_on_a_node_it_finds_tainted_without_a_record() {
     let mut h = Harness::new(reboot_policy());
     h.add("w2", Bmc::State(PowerState::On));
-    let now = h.now;
-    let mut facts = NodeFacts::ready("w1", now - secs(120));
-    facts.readiness = Readiness::NotReady {
-        since: now - secs(60),
-    };
-    facts.our_taint = true;
-    facts.identity.system_uuid = Some(uuid_of("w1"));
-    h.bmc.insert("w1".into(), Bmc::State(PowerState::Off));
-    h.facts.insert("w1".into(), facts.clone());
-    let a = h.engine.observe(facts, now);
-    h.run(a);
+    h.add_released_by_earlier_term("w1");
     h.drained.insert("w1".into());
     h.advance(secs(30));
     assert_eq!(h.power_on_times.len(), 1, "{:?}", h.reasons("w1"));
@@ -316,16 +297,7 @@ fn a_new_term_powers_on_a_node_it_finds_tainted_without_a_record() {
 fn without_a_reboot_style_policy_a_tainted_node_found_by_a_new_term_stays_off() {
     let mut h = Harness::new(Policy::default());
     h.add("w2", Bmc::State(PowerState::On));
-    let now = h.now;
-    let mut facts = NodeFacts::ready("w1", now - secs(120));
-    facts.readiness = Readiness::NotReady {
-        since: now - secs(60),
-    };
-    facts.our_taint = true;
-    h.bmc.insert("w1".into(), Bmc::State(PowerState::Off));
-    h.facts.insert("w1".into(), facts.clone());
-    let a = h.engine.observe(facts, now);
-    h.run(a);
+    h.add_released_by_earlier_term("w1");
     h.drained.insert("w1".into());
     h.advance(secs(600));
     assert!(h.power_on_times.is_empty());
