@@ -44,6 +44,7 @@ pub fn config(agent: &[u8], inventory: &[u8]) {
             p.unhealthy_after,
             p.release_off_after,
             p.power_off_retry_after,
+            p.remind_every,
             p.release_timeout,
             p.recovered_after,
             p.max_query_backoff,

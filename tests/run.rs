@@ -87,6 +87,86 @@ async fn an_unreachable_bmc_releases_nothing_and_says_why() {
     w.stop().await;
 }
 
+/// Issue 16, goal 3: while a node's BMC cannot be read, its Warning is repeated (one
+/// Event series: count, and how long and how many readings in its note) and
+/// `explain` names the BMC first, not the identity it leaves unproven.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_the_bmc_cannot_be_read_the_operator_keeps_hearing_why() {
+    let w = WorldBuilder::new()
+        .policy(|p| p.remind_every = Duration::from_secs(2))
+        .start()
+        .await;
+    eventually("db-0 Running", Duration::from_secs(30), || async {
+        w.db_node().is_some()
+    })
+    .await;
+    let victim = w.db_node().unwrap();
+    w.bmc.inject(Fault::DropConnection { count: 1_000_000 });
+    w.sim.set_kubelet(&victim, false);
+    eventually(
+        "a repeated PowerQueryFailed warning",
+        Duration::from_secs(45),
+        || async {
+            w.events_on(&victim).iter().any(|e| {
+                e["reason"] == "PowerQueryFailed" && e["series"]["count"].as_i64().unwrap_or(0) >= 2
+            })
+        },
+    )
+    .await;
+    let events: Vec<_> = w
+        .events_on(&victim)
+        .into_iter()
+        .filter(|e| e["reason"] == "PowerQueryFailed")
+        .collect();
+    assert_eq!(
+        events.len(),
+        1,
+        "one series, not one Event per reminder: {events:#?}"
+    );
+    let note = events[0]["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains("cannot be read")
+            && note.contains("still so after")
+            && note.contains("failed readings in a row"),
+        "{note}"
+    );
+    assert_eq!(events[0]["type"], "Warning");
+    assert!(!w.has_out_of_service_taint(&victim));
+
+    // `explain` judges health with the configuration's own (unscaled) timings.
+    eventually("NotReady", Duration::from_secs(60), || async {
+        !w.node_ready(&victim)
+    })
+    .await;
+    let kubeconfig = w._dir.path().join("kubeconfig");
+    w.kube.write_kubeconfig(&kubeconfig).unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodefence"))
+        .arg("--config")
+        .arg(w._dir.path().join("nodefence.toml"))
+        .args([
+            "explain",
+            &victim,
+            "--namespace",
+            "kube-system",
+            "--kubeconfig",
+        ])
+        .arg(&kubeconfig)
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let decision = text
+        .lines()
+        .find(|l| l.starts_with("Decision:"))
+        .unwrap_or_default();
+    assert!(
+        decision.contains("nothing: the BMC cannot be read"),
+        "the root cause first:\n{text}"
+    );
+    w.bmc.clear_faults();
+    w.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recovered_node_gets_its_taint_removed() {
     let w = world(false).await;

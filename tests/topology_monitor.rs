@@ -84,7 +84,7 @@ fn topology(levels: &[&Arc<Level>]) -> Arc<dyn PowerDriver> {
 
 struct World {
     kube: nodefence_mocks::kube::FakeKubeHandle,
-    recorder: kube::runtime::events::Recorder,
+    recorder: nodefence::cluster::events::Recorder,
     metrics: Metrics,
     failing: BTreeMap<String, String>,
     state: MonitorState,

@@ -103,6 +103,7 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
     ));
     let power_line;
     let mut power_state = None;
+    let mut power_error = None;
     match target {
         None => {
             lines.push((
@@ -133,7 +134,10 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
                             power_state = Some(r.state.clone());
                             format!("{} (read in {} ms)", r.state, r.latency.as_millis())
                         }
-                        Err(e) => format!("cannot be read: {e}"),
+                        Err(e) => {
+                            power_error = Some(e.to_string());
+                            format!("cannot be read: {e}")
+                        }
                     };
                     driver.close().await;
                 }
@@ -232,7 +236,11 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
             &facts,
             health,
             exclusion,
-            (power_state.as_ref(), identity.as_ref()),
+            (
+                power_state.as_ref(),
+                power_error.as_deref(),
+                identity.as_ref(),
+            ),
             paused,
             policy,
             now,
@@ -286,7 +294,11 @@ fn decide(
     facts: &crate::engine::NodeFacts,
     health: Health,
     exclusion: Option<Exclusion>,
-    (power, identity): (Option<&PowerState>, Option<&crate::identity::IdentityCheck>),
+    (power, power_error, identity): (
+        Option<&PowerState>,
+        Option<&str>,
+        Option<&crate::identity::IdentityCheck>,
+    ),
     paused: bool,
     policy: &Policy,
     now: SystemTime,
@@ -302,6 +314,13 @@ fn decide(
     };
     if paused {
         return "nothing while fencing is paused (`nodefence resume`)".into();
+    }
+    // The root cause first: a BMC that cannot be read also leaves the identity
+    // unproven, but the identity is not what to fix.
+    if let Some(e) = power_error {
+        return format!(
+            "nothing: the BMC cannot be read ({e}); until it answers, the machine is neither proven Off nor proven to be this node's, and nothing is powered off or released (the daemon keeps trying, with backoff)"
+        );
     }
     match identity {
         Some(check) if check.is_mismatch() => {
@@ -345,7 +364,7 @@ fn decide(
             }
         }
         (Some(other), _) => format!("nothing yet: the power state {other} is neither On nor Off"),
-        (None, _) => "nothing: the power state cannot be read (retrying with backoff)".into(),
+        (None, _) => "nothing: the power state is unknown".into(),
     }
 }
 

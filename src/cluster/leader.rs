@@ -164,7 +164,11 @@ impl LeaderElector {
         &self,
         observed: &mut Option<Observed>,
     ) -> Result<bool, kube::Error> {
-        let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+        // The process's clock (virtual in the simulation, so its Lease times follow it).
+        let now = MicroTime(
+            k8s_openapi::jiff::Timestamp::try_from(crate::clock::now())
+                .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now()),
+        );
         let current = match self.api.get_opt(&self.name).await? {
             None => {
                 let lease = Lease {

@@ -2,6 +2,7 @@
 //!
 //! - [`access`]: the table of every call, from which RBAC and the start-up
 //!   permission check are derived.
+//! - [`events`]: Kubernetes Events for nodefence's notices, repeated ones as series.
 //! - [`facts`]: Node and Lease objects → the engine's [`crate::engine::NodeFacts`].
 //! - [`leader`]: fail-stop leader election on a Lease.
 //! - [`pause`]: the cluster-wide pause switch (a ConfigMap).
@@ -9,6 +10,7 @@
 //! - [`records`]: per-node progress that outlives a leader and the Node object.
 
 pub mod access;
+pub mod events;
 pub mod facts;
 pub mod leader;
 pub mod pause;

@@ -36,6 +36,7 @@ const POLICY_KEYS: &[&str] = &[
     "lease_stale_after",
     "on_poll_interval",
     "power_off_retry_after",
+    "remind_every",
     "max_power_off_attempts",
     "max_unhealthy",
     "max_concurrent_fences",
@@ -130,6 +131,7 @@ policy_draft! {
     on_powered_on: OnPoweredOn,
     on_poll_interval: Duration,
     power_off_retry_after: Duration,
+    remind_every: Duration,
     max_power_off_attempts: u32,
     max_unhealthy: MaxUnhealthy,
     max_concurrent_fences: usize,
@@ -240,6 +242,9 @@ pub(crate) fn parse(
             "power_off_retry_after" => entry
                 .duration(false)
                 .map(|v| out.power_off_retry_after = Some(v.value)),
+            "remind_every" => entry
+                .duration(true)
+                .map(|v| out.remind_every = Some(v.value)),
             "max_power_off_attempts" => entry.integer(1, 100, 3).map(|v| {
                 out.max_power_off_attempts = Some(u32::try_from(v.value).unwrap_or(3));
             }),

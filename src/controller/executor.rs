@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use crate::cluster::events::{Event as KubeEvent, EventType, Recorder};
 use tokio::sync::mpsc;
 
 use crate::cluster::leader::Leadership;
@@ -80,13 +80,7 @@ pub struct Executor {
 impl Executor {
     /// Builds the Kubernetes Event recorder for this replica.
     pub fn recorder(client: kube::Client, identity: &str) -> Recorder {
-        Recorder::new(
-            client,
-            Reporter {
-                controller: "nodefence".into(),
-                instance: Some(identity.to_string()),
-            },
-        )
+        Recorder::new(client, "nodefence", identity)
     }
 
     fn driver(&self, node: &str) -> Result<Arc<dyn PowerDriver>, PowerError> {
@@ -208,6 +202,7 @@ impl Executor {
                                             severity: Severity::Normal,
                                             reason: Reason::PodsForceDeleted,
                                             message: forced_deletion_text(&outcome),
+                                            series: None,
                                         },
                                         node_ref.clone(),
                                     );
@@ -435,7 +430,7 @@ impl Executor {
                 action: "Fencing".into(),
                 secondary: None,
             };
-            if let Err(e) = recorder.publish(&event, &reference).await {
+            if let Err(e) = recorder.publish_in(&event, notice.series, &reference).await {
                 tracing::debug!(error = %e, "could not publish a Kubernetes Event");
             }
         });

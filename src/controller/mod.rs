@@ -73,7 +73,7 @@ pub struct ExecutorParts {
     pub releaser: crate::cluster::release::Releaser,
     pub records: crate::cluster::records::RecordStore,
     pub leadership: crate::cluster::leader::Leadership,
-    pub recorder: Option<kube::runtime::events::Recorder>,
+    pub recorder: Option<crate::cluster::events::Recorder>,
     /// Cluster-wide notices are Events on this object (the leader Lease).
     pub cluster_ref: Option<k8s_openapi::api::core::v1::ObjectReference>,
     pub dry_run: bool,

@@ -45,8 +45,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::cluster::events::{Event, EventType, Recorder};
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder};
 use tokio::sync::watch;
 
 use crate::identity::{self, IdentityCheck, MachineIdentity, NodeIdentity};

@@ -20,9 +20,9 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::cluster::events::{Event, EventType, Recorder};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
-use kube::runtime::events::{Event, EventType, Recorder};
 use tokio::sync::Notify;
 
 use super::DaemonOptions;

@@ -183,6 +183,7 @@ fn scale_policy(policy: &mut crate::engine::Policy, speed: f64) {
     policy.on_poll_interval = scale(policy.on_poll_interval);
     policy.release_off_after = scale(policy.release_off_after);
     policy.power_off_retry_after = scale(policy.power_off_retry_after);
+    policy.remind_every = scale(policy.remind_every);
     policy.min_power_off_interval = scale(policy.min_power_off_interval);
     policy.release_timeout = scale(policy.release_timeout);
     policy.max_query_backoff = scale(policy.max_query_backoff).max(policy.confirm_interval);

@@ -201,15 +201,36 @@ pub struct Notice {
     pub severity: Severity,
     pub reason: Reason,
     pub message: String,
+    /// Notices of one series (a block, then its reminders while it lasts) update one
+    /// Kubernetes Event (its count, last time and note); without it, only the same
+    /// message repeated does.
+    pub series: Option<&'static str>,
 }
 
 impl Notice {
+    /// A Warning of series `series` (see [`Notice::series`]).
+    pub fn warning_in(
+        series: &'static str,
+        node: &str,
+        reason: Reason,
+        message: impl Into<String>,
+    ) -> Action {
+        Action::Notify(Self {
+            node: Some(node.to_string()),
+            severity: Severity::Warning,
+            reason,
+            message: message.into(),
+            series: Some(series),
+        })
+    }
+
     pub fn normal(node: &str, reason: Reason, message: impl Into<String>) -> Action {
         Action::Notify(Self {
             node: Some(node.to_string()),
             severity: Severity::Normal,
             reason,
             message: message.into(),
+            series: None,
         })
     }
 
@@ -219,6 +240,7 @@ impl Notice {
             severity: Severity::Warning,
             reason,
             message: message.into(),
+            series: None,
         })
     }
 }

@@ -62,15 +62,13 @@ pub(super) fn decide_power_on(
 
 pub(super) fn set_block(inc: &mut Incident, block: Block, name: &str, out: &mut Vec<Action>) {
     if inc.block.as_ref() != Some(&block) {
-        if let Block::Identity(check) = &block {
-            let reason = if check.is_mismatch() {
-                Reason::IdentityMismatch
-            } else {
-                Reason::IdentityUnproven
-            };
-            out.push(Notice::warning(name, reason, block.describe()));
-        } else if block.is_warning() {
-            out.push(Notice::warning(name, Reason::Blocked, block.describe()));
+        if let Some(reason) = block.warning_reason() {
+            out.push(Notice::warning_in(
+                block.kind(),
+                name,
+                reason,
+                block.describe(),
+            ));
         } else if matches!(block, Block::OnUntil(_)) {
             out.push(Notice::warning(
                 name,

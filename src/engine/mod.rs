@@ -297,7 +297,8 @@ impl Engine {
                         .as_ref()
                         .is_none_or(|b| !matches!(b, Block::QueryFailing(_)))
                     {
-                        out.push(Notice::warning(
+                        out.push(Notice::warning_in(
+                            block.kind(),
                             name,
                             Reason::PowerQueryFailed,
                             block.describe(),
@@ -629,6 +630,7 @@ impl Engine {
             severity,
             reason,
             message,
+            series: None,
         })]
     }
 }

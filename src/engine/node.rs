@@ -109,6 +109,36 @@ impl Block {
         }
     }
 
+    /// The kind of block, a closed set (the `reason` label of the incident metrics).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Block::Excluded(_) => "excluded",
+            Block::Paused => "paused",
+            Block::Syncing => "syncing",
+            Block::Storm => "storm",
+            Block::OnUntil(_) => "waiting_unhealthy_after",
+            Block::OnButOnlyLeaseStale => "lease_stale_only",
+            Block::OnAndPolicyWaits => "policy_waits",
+            Block::PowerOffAttemptsExhausted(_) => "power_off_attempts_exhausted",
+            Block::RateLimited => "rate_limited",
+            Block::Undetermined(_) => "undetermined_power_state",
+            Block::QueryFailing(_) => "power_query_failing",
+            Block::Identity(_) => "identity_unproven",
+        }
+    }
+
+    /// The Event reason a block is announced with, if it is a Warning (and repeated
+    /// while it lasts).
+    pub(super) fn warning_reason(&self) -> Option<Reason> {
+        match self {
+            Block::Identity(check) if check.is_mismatch() => Some(Reason::IdentityMismatch),
+            Block::Identity(_) => Some(Reason::IdentityUnproven),
+            Block::QueryFailing(_) => Some(Reason::PowerQueryFailed),
+            b if b.is_warning() => Some(Reason::Blocked),
+            _ => None,
+        }
+    }
+
     pub(super) fn is_warning(&self) -> bool {
         !matches!(
             self,
@@ -157,6 +187,19 @@ pub struct Incident {
     pub power_off: PowerOffStatus,
     pub releasing: bool,
     pub block: Option<Block>,
+    /// The kind of `block` ([`Block::kind`]), since when it holds the node back, and
+    /// when it was last announced (repeated while it lasts, `blocked_reminder_every`).
+    pub blocked: Option<Blocked>,
+}
+
+/// How long one kind of block has held an incident back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Blocked {
+    pub kind: &'static str,
+    pub since: SystemTime,
+    pub announced: SystemTime,
+    /// Reminders sent so far.
+    pub reminders: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -291,6 +334,61 @@ impl NodeState {
         gates: Gates,
         now: SystemTime,
     ) -> Vec<Action> {
+        let mut out = self.step(policy, gates, now);
+        self.track_block(policy, now, &mut out);
+        out
+    }
+
+    /// Keeps [`Incident::blocked`] current and repeats a Warning block's Event every
+    /// `remind_every` while it lasts: an operator keeps hearing why, with how long
+    /// (and, for a BMC that cannot be read, how many readings failed in a row).
+    fn track_block(&mut self, policy: &Policy, now: SystemTime, out: &mut Vec<Action>) {
+        let failures = self.queries.failures;
+        let Phase::Incident(inc) = &mut self.phase else {
+            return;
+        };
+        let Some(block) = &inc.block else {
+            inc.blocked = None;
+            return;
+        };
+        let kind = block.kind();
+        let Some(blocked) = inc.blocked.as_mut().filter(|b| b.kind == kind) else {
+            inc.blocked = Some(Blocked {
+                kind,
+                since: now,
+                announced: now,
+                reminders: 0,
+            });
+            return;
+        };
+        let every = policy.remind_every;
+        let Some(reason) = block.warning_reason() else {
+            return;
+        };
+        if every.is_zero() || inc.releasing || now < blocked.announced + every {
+            return;
+        }
+        blocked.announced = now;
+        blocked.reminders += 1;
+        let age = humantime::format_duration(std::time::Duration::from_secs(
+            now.duration_since(blocked.since)
+                .unwrap_or_default()
+                .as_secs(),
+        ));
+        let count = if matches!(block, Block::QueryFailing(_)) && failures > 0 {
+            format!(", {failures} failed readings in a row")
+        } else {
+            String::new()
+        };
+        out.push(Notice::warning_in(
+            kind,
+            &self.facts.name,
+            reason,
+            format!("{} (still so after {age}{count})", block.describe()),
+        ));
+    }
+
+    fn step(&mut self, policy: &Policy, gates: Gates, now: SystemTime) -> Vec<Action> {
         let health = self.facts.health(now, policy.lease_stale_after);
         let exclusion = self.exclusion(policy);
         let name = self.facts.name.clone();
@@ -348,6 +446,7 @@ impl NodeState {
                     power_off: recorded_power_off(&facts_power_off, since),
                     releasing: false,
                     block: None,
+                    blocked: None,
                 }));
                 self.queries = Queries {
                     in_flight: self.queries.in_flight,
@@ -462,6 +561,13 @@ impl NodeState {
             Phase::Incident(inc) => {
                 if let Some(Block::OnUntil(at)) = &inc.block {
                     consider(Some(*at));
+                }
+                if let (Some(block), Some(blocked)) = (&inc.block, &inc.blocked)
+                    && block.warning_reason().is_some()
+                    && !policy.remind_every.is_zero()
+                    && !inc.releasing
+                {
+                    consider(Some(blocked.announced + policy.remind_every));
                 }
                 if let PowerOffStatus::Sent { at, .. } | PowerOffStatus::Failed { at, .. } =
                     inc.power_off

@@ -100,6 +100,10 @@ pub struct Policy {
     pub lease_stale_after: Option<Duration>,
     /// Re-send ForceOff if the machine still reads On this long after the last one.
     pub power_off_retry_after: Duration,
+    /// While an incident stays blocked for one reason that is a Warning (a BMC that
+    /// cannot be read, storm protection, an unproven identity, ...), its Event is
+    /// repeated this often; zero: announced once.
+    pub remind_every: Duration,
     /// Give up powering off after this many commands (then alert and wait).
     pub max_power_off_attempts: u32,
     /// How often the power of an unhealthy node's machine is read while it reads On
@@ -140,6 +144,7 @@ impl Default for Policy {
             confirm_interval: Duration::from_secs(1),
             lease_stale_after: Some(Duration::from_secs(25)),
             power_off_retry_after: Duration::from_secs(60),
+            remind_every: Duration::from_secs(120),
             max_power_off_attempts: 3,
             on_poll_interval: Duration::from_secs(5),
             max_query_backoff: Duration::from_secs(60),

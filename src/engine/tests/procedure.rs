@@ -109,7 +109,84 @@ fn an_unreachable_bmc_releases_nothing_and_backs_off() {
         .iter()
         .filter(|r| **r == Reason::PowerQueryFailed)
         .count();
-    assert_eq!(warnings, 1, "one warning, not one per retry");
+    assert_eq!(
+        warnings,
+        1 + 600 / 120,
+        "one warning, then one reminder every remind_every (2m), not one per retry"
+    );
+    let notes: Vec<&Notice> = h
+        .log
+        .iter()
+        .filter_map(|a| match a {
+            Action::Notify(n) if n.reason == Reason::PowerQueryFailed => Some(n),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        notes
+            .iter()
+            .all(|n| n.series == Some("power_query_failing")),
+        "one Event series: {notes:?}"
+    );
+    let last = &notes[notes.len() - 1].message;
+    assert!(
+        last.contains("still so after 10m") && last.contains("failed readings in a row"),
+        "how long, how many: {last}"
+    );
+}
+
+#[test]
+fn a_block_is_announced_once_when_reminders_are_off() {
+    let mut h = Harness::new(Policy {
+        remind_every: Duration::ZERO,
+        ..Policy::default()
+    });
+    h.add("w1", Bmc::Error);
+    h.not_ready("w1");
+    h.advance(secs(600));
+    let warnings = h
+        .reasons("w1")
+        .iter()
+        .filter(|r| **r == Reason::PowerQueryFailed)
+        .count();
+    assert_eq!(warnings, 1);
+}
+
+#[test]
+fn a_new_kind_of_block_starts_its_own_series_and_clock() {
+    let mut h = Harness::new(Policy::default());
+    h.add("w1", Bmc::Error);
+    h.add("w2", Bmc::State(PowerState::On));
+    h.add("w3", Bmc::State(PowerState::On));
+    h.not_ready("w1");
+    h.advance(secs(300));
+    // The BMC answers again: the machine is On, and fencing is paused.
+    let a = h.engine.set_paused(true, h.now);
+    h.run(a);
+    h.bmc.insert("w1".into(), Bmc::State(PowerState::On));
+    h.advance(secs(130));
+    let blocked: Vec<&Notice> = h
+        .log
+        .iter()
+        .filter_map(|a| match a {
+            Action::Notify(n) if n.reason == Reason::Blocked => Some(n),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        blocked.iter().all(|n| n.series == Some("paused")),
+        "{blocked:?}"
+    );
+    assert_eq!(
+        blocked.len(),
+        2,
+        "announced, then reminded once: {blocked:?}"
+    );
+    assert!(
+        blocked[1].message.contains("still so after 2m"),
+        "counted from the pause, not from the failure: {}",
+        blocked[1].message
+    );
 }
 
 #[test]

@@ -4,7 +4,8 @@
 //! why": `nodefence_incident_start_timestamp_seconds{node}` (so `time() - ...` is the
 //! age, as Prometheus conventions prefer timestamps to durations) and
 //! `nodefence_incident_blocked{node, reason}` = 1 for the one reason that holds the
-//! node back now. Series exist only while a node is in an incident: their number is
+//! node back now, with `nodefence_incident_blocked_since_timestamp_seconds{node, reason}`
+//! (`time() - ...`: how long that reason has held it back). Series exist only while a node is in an incident: their number is
 //! bounded by the inventory, and a node that recovers or is released leaves none.
 
 use std::collections::HashMap;
@@ -21,20 +22,7 @@ use crate::engine::{Block, Engine, Phase};
 /// The `reason` label of `nodefence_incident_blocked` for a block (a closed set, one
 /// value per kind of block).
 pub fn block_reason(block: &Block) -> &'static str {
-    match block {
-        Block::Excluded(_) => "excluded",
-        Block::Paused => "paused",
-        Block::Syncing => "syncing",
-        Block::Storm => "storm",
-        Block::OnUntil(_) => "waiting_unhealthy_after",
-        Block::OnButOnlyLeaseStale => "lease_stale_only",
-        Block::OnAndPolicyWaits => "policy_waits",
-        Block::PowerOffAttemptsExhausted(_) => "power_off_attempts_exhausted",
-        Block::RateLimited => "rate_limited",
-        Block::Undetermined(_) => "undetermined_power_state",
-        Block::QueryFailing(_) => "power_query_failing",
-        Block::Identity(_) => "identity_unproven",
-    }
+    block.kind()
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -53,6 +41,7 @@ struct BlockedLabels {
 pub struct IncidentGauges {
     started: Family<NodeLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     blocked: Family<BlockedLabels, Gauge>,
+    blocked_since: Family<BlockedLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     set: Mutex<HashMap<String, Option<&'static str>>>,
 }
 
@@ -71,9 +60,17 @@ impl IncidentGauges {
             "1 for the reason an incident's node is held back now (storm, paused, identity_unproven, power_query_failing, waiting_unhealthy_after, ...); absent when nothing blocks it",
             blocked.clone(),
         );
+        let blocked_since = Family::default();
+        registry.register_with_unit(
+            "incident_blocked_since_timestamp",
+            "Since when the reason in incident_blocked has held the node back; time() minus it is how long (a BMC unreachable for an hour shows here)",
+            Unit::Seconds,
+            blocked_since.clone(),
+        );
         Self {
             started,
             blocked,
+            blocked_since,
             set: Mutex::new(HashMap::new()),
         }
     }
@@ -92,12 +89,14 @@ impl IncidentGauges {
                 .set(unix(incident.started));
             let reason = incident.block.as_ref().map(block_reason);
             if let Some(reason) = reason {
-                self.blocked
-                    .get_or_create(&BlockedLabels {
-                        node: name.clone(),
-                        reason,
-                    })
-                    .set(1);
+                let labels = BlockedLabels {
+                    node: name.clone(),
+                    reason,
+                };
+                self.blocked.get_or_create(&labels).set(1);
+                if let Some(b) = incident.blocked.filter(|b| b.kind == reason) {
+                    self.blocked_since.get_or_create(&labels).set(unix(b.since));
+                }
             }
             now.insert(name, reason);
         }
@@ -109,10 +108,12 @@ impl IncidentGauges {
             if let Some(reason) = reason
                 && current != Some(&Some(*reason))
             {
-                self.blocked.remove(&BlockedLabels {
+                let labels = BlockedLabels {
                     node: node.clone(),
                     reason,
-                });
+                };
+                self.blocked.remove(&labels);
+                self.blocked_since.remove(&labels);
             }
         }
         *set = now;

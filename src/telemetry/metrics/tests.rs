@@ -695,11 +695,35 @@ fn incident_gauges_follow_each_node_and_vanish_when_its_incident_ends() {
         Some(1.0)
     );
     assert_eq!(series(&m, "nodefence_incident_blocked").len(), 1);
+    assert_eq!(
+        value(
+            &m,
+            "nodefence_incident_blocked_since_timestamp_seconds",
+            &[("node", "worker-1"), ("reason", "paused")]
+        ),
+        Some(2_000_090.0),
+        "blocked since the reading"
+    );
+    // Still paused a minute later: the same since.
+    let minute = now + Duration::from_secs(60);
+    engine.observe(NodeFacts::ready("worker-2", minute), minute);
+    engine.tick(minute);
+    m.observe_engine(&engine);
+    assert_eq!(
+        value(
+            &m,
+            "nodefence_incident_blocked_since_timestamp_seconds",
+            &[("node", "worker-1"), ("reason", "paused")]
+        ),
+        Some(2_000_090.0)
+    );
 
     // Recovered: nothing left for the node.
-    let later = now + Duration::from_secs(1);
+    let later = minute + Duration::from_secs(1);
+    engine.observe(NodeFacts::ready("worker-2", later), later);
     engine.observe(NodeFacts::ready("worker-1", later), later);
     m.observe_engine(&engine);
     assert!(series(&m, "nodefence_incident_start_timestamp_seconds").is_empty());
     assert!(series(&m, "nodefence_incident_blocked").is_empty());
+    assert!(series(&m, "nodefence_incident_blocked_since_timestamp_seconds").is_empty());
 }
