@@ -10,6 +10,26 @@ use std::time::Duration;
 use common::world::*;
 use nodefence_mocks::redfish::{Fault, MockPower};
 
+/// `nodefence explain NODE` against the world's API server, as an operator runs it.
+async fn explain(w: &World, node: &str) -> std::process::Output {
+    let kubeconfig = w._dir.path().join("kubeconfig");
+    w.kube.write_kubeconfig(&kubeconfig).unwrap();
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_nodefence"))
+        .arg("--config")
+        .arg(w._dir.path().join("nodefence.toml"))
+        .args([
+            "explain",
+            node,
+            "--namespace",
+            "kube-system",
+            "--kubeconfig",
+        ])
+        .arg(&kubeconfig)
+        .output()
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn power_loss_is_confirmed_off_tainted_and_the_pod_moves() {
     let w = world(false).await;
@@ -138,22 +158,7 @@ async fn while_the_bmc_cannot_be_read_the_operator_keeps_hearing_why() {
         !w.node_ready(&victim)
     })
     .await;
-    let kubeconfig = w._dir.path().join("kubeconfig");
-    w.kube.write_kubeconfig(&kubeconfig).unwrap();
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodefence"))
-        .arg("--config")
-        .arg(w._dir.path().join("nodefence.toml"))
-        .args([
-            "explain",
-            &victim,
-            "--namespace",
-            "kube-system",
-            "--kubeconfig",
-        ])
-        .arg(&kubeconfig)
-        .output()
-        .await
-        .unwrap();
+    let out = explain(&w, &victim).await;
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let decision = text
         .lines()
@@ -272,22 +277,7 @@ async fn explain_shows_what_was_seen_and_decided() {
     })
     .await;
     w.expect_event(&victim, "Released").await;
-    let kubeconfig = w._dir.path().join("kubeconfig");
-    w.kube.write_kubeconfig(&kubeconfig).unwrap();
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodefence"))
-        .arg("--config")
-        .arg(w._dir.path().join("nodefence.toml"))
-        .args([
-            "explain",
-            &victim,
-            "--namespace",
-            "kube-system",
-            "--kubeconfig",
-        ])
-        .arg(&kubeconfig)
-        .output()
-        .await
-        .unwrap();
+    let out = explain(&w, &victim).await;
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert_eq!(
         out.status.code(),
