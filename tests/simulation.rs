@@ -37,6 +37,11 @@ use std::time::Instant;
 ///   engine took it for a late release and waited in `Released` while the node hung
 ///   and then lost power: never fenced again (fixed: a copy of the taint older than
 ///   this term's removal of it is not a release).
+/// - 5121, 5439, 6483: a BMC answered for another machine (On) after nodefence's
+///   ForceOff had switched the node's own machine off; once it answered for the right
+///   machine again, the engine acted on the other machine's On and a second ForceOff
+///   went to a machine already off (fixed: the pre-command reading skips a power-off
+///   to a machine that reads Off, as it skips a power-on to one that reads On).
 ///
 /// Seeds select schedules of this generator. Faults added later draw from generators
 /// of their own (`sim::schedule::watch_drops`), so an entry keeps its faults; the
@@ -46,7 +51,7 @@ const POWER_ON_SEED: u64 = 3;
 /// When worker-1's BMC starts failing in the power-on scenario (just after its release).
 const POWER_ON_BMC_FAULT_AT: u64 = 152;
 
-const REGRESSIONS: &[u64] = &[26, 206, 353, 446, 686, 764, 1172, 3691];
+const REGRESSIONS: &[u64] = &[26, 206, 353, 446, 686, 764, 1172, 3691, 5121, 5439, 6483];
 
 fn seeds() -> Vec<u64> {
     if let Ok(one) = std::env::var("NODEFENCE_SIM_SEED") {

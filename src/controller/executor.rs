@@ -326,6 +326,14 @@ impl Executor {
             tracing::info!(node, %state, "the machine is on already: power-on not sent");
             return Ok(());
         }
+        // The engine may decide on a reading that is no longer the machine's (a BMC
+        // that answered for another machine until just now): a machine already off
+        // gets no second ForceOff (seeds 5121, 5439, 6483). Nothing is released on
+        // this: the proof still needs its fresh Off readings.
+        if action == "off" && state == PowerState::Off {
+            tracing::info!(node, "the machine is off already: power-off not sent");
+            return Ok(());
+        }
         tracing::warn!(
             node,
             action,
