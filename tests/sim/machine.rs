@@ -162,7 +162,7 @@ impl Rng {
 }
 
 /// What a schedule exercised.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Counters {
     pub readings: u64,
     pub power_offs: u64,

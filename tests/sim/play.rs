@@ -28,6 +28,8 @@ pub struct Outcome {
     pub violations: Vec<String>,
     pub counters: Counters,
     pub events: Vec<String>,
+    /// nodefence's log of the run, loopback ports masked (they are the kernel's pick).
+    pub log: String,
 }
 
 /// Plays seed `seed` and returns what broke (nothing, when nodefence is right).
@@ -47,11 +49,13 @@ fn run_with(seed: u64, script: Option<Vec<(Duration, Fault)>>) -> Outcome {
     // fastrand generator; seeded here, a seed replays the same retries, whatever the
     // other threads do.
     fastrand::seed(seed ^ 0x6a69_7474_6572);
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    builder.enable_all().start_paused(true);
+    // `tokio::select!` (nodefence's, kube's, hyper's) polls its branches from a random
+    // start; seeded, a replay takes the same branches (.cargo/config.toml enables it).
+    #[cfg(tokio_unstable)]
+    builder.rng_seed(tokio::runtime::RngSeed::from_bytes(&seed.to_le_bytes()));
+    let runtime = match builder.build() {
         Ok(r) => r,
         Err(e) => panic!("runtime: {e}"),
     };
@@ -69,12 +73,28 @@ fn run_with(seed: u64, script: Option<Vec<(Duration, Fault)>>) -> Outcome {
         .with_ansi(false)
         .finish();
     let _log = tracing::subscriber::set_default(subscriber);
-    let outcome = runtime.block_on(play(seed, script, logs.clone()));
+    let mut outcome = runtime.block_on(play(seed, script, logs.clone()));
     drop(runtime);
+    let log = String::from_utf8_lossy(&lock(&logs)).into_owned();
     if std::env::var_os("NODEFENCE_SIM_LOG").is_some() {
-        eprintln!("{}", String::from_utf8_lossy(&lock(&logs)));
+        eprintln!("{log}");
     }
+    outcome.log = mask_ports(&log);
     outcome
+}
+
+/// `127.0.0.1:43435` → `127.0.0.1:PORT`.
+fn mask_ports(log: &str) -> String {
+    const HOST: &str = "127.0.0.1:";
+    let mut out = String::with_capacity(log.len());
+    let mut rest = log;
+    while let Some(i) = rest.find(HOST) {
+        out.push_str(&rest[..i + HOST.len()]);
+        rest = rest[i + HOST.len()..].trim_start_matches(|c: char| c.is_ascii_digit());
+        out.push_str("PORT");
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Log lines carry the simulation's (virtual) wall-clock time.
@@ -331,5 +351,6 @@ async fn play(
         violations,
         counters,
         events,
+        log: String::new(),
     }
 }

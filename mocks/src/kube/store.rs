@@ -13,7 +13,7 @@
 //! Objects are kept as JSON (`serde_json::Value`): the server must round-trip fields
 //! it does not know, exactly as the real one does.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::{Value, json};
@@ -137,6 +137,9 @@ struct Inner {
     /// Versions at or below this are no longer in `history`.
     compacted: u64,
     uid_counter: u64,
+    /// Every object of a type, shared until the next write of that type: the
+    /// simulated controllers read whole types many times a second and change little.
+    snapshots: HashMap<ResourceType, Arc<[Value]>>,
 }
 
 /// The store; cheap to clone (shared).
@@ -165,6 +168,7 @@ impl Store {
                 history_limit: history.max(1),
                 compacted: 1,
                 uid_counter: 0,
+                snapshots: HashMap::new(),
             })),
             events,
         }
@@ -200,6 +204,18 @@ impl Store {
     pub fn list(&self, rt: ResourceType, namespace: Option<&str>) -> (Vec<Value>, u64) {
         let inner = self.lock();
         (list_locked(&inner, rt, namespace), inner.resource_version)
+    }
+
+    /// Every object of a type (all namespaces), sorted by namespace and name, shared:
+    /// reading it again before the type is written copies nothing.
+    pub fn snapshot(&self, rt: ResourceType) -> Arc<[Value]> {
+        let mut inner = self.lock();
+        if let Some(s) = inner.snapshots.get(&rt) {
+            return Arc::clone(s);
+        }
+        let all: Arc<[Value]> = list_locked(&inner, rt, None).into();
+        inner.snapshots.insert(rt, Arc::clone(&all));
+        all
     }
 
     /// A consistent list plus a receiver for every later write: nothing is missed or
@@ -471,11 +487,14 @@ impl Store {
     }
 }
 
+/// Keys sort by type, then namespace, then name: one type (in one namespace) is one
+/// contiguous range, so a list never walks the other types (Events outnumber Nodes).
 fn list_locked(inner: &Inner, rt: ResourceType, namespace: Option<&str>) -> Vec<Value> {
+    let ns = namespace.unwrap_or("");
     inner
         .objects
-        .iter()
-        .filter(|((t, ns, _), _)| *t == rt && namespace.is_none_or(|n| n == ns))
+        .range((rt, ns.to_string(), String::new())..)
+        .take_while(|((t, n, _), _)| *t == rt && (namespace.is_none() || n == ns))
         .map(|(_, v)| v.clone())
         .collect()
 }
@@ -512,6 +531,7 @@ fn record(
     e: StoreEvent,
     prev: Option<Value>,
 ) {
+    inner.snapshots.remove(&e.resource);
     inner.history.push_back(e.clone());
     inner.history_prev.push_back(prev);
     while inner.history.len() > inner.history_limit {

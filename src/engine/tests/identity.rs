@@ -139,3 +139,36 @@ fn a_changed_identity_discards_the_readings_taken_so_far() {
         released.duration_since(fixed)
     );
 }
+
+#[test]
+fn an_answer_for_another_machine_is_forgotten_once_the_bmc_answers_for_the_node_again() {
+    // Seeds 5121, 5439, 6483 of the long simulation run: the BMC answered for another
+    // machine (On) while the node's own was off; when it answered for the right machine
+    // again, the other machine's On led to a power-off the node's machine did not need.
+    let mut h = Harness::new(Policy::default());
+    for n in ["w1", "w2", "w3", "w4"] {
+        h.add(n, Bmc::State(PowerState::On));
+    }
+    h.machines
+        .insert("w1".into(), MachineIdentity::Uuid(uuid_of("w3")));
+    h.hang_kubelet("w1");
+    h.advance(secs(40));
+    h.not_ready("w1");
+    h.advance(secs(120));
+    assert_eq!(
+        h.power_offs("w1"),
+        0,
+        "another machine's BMC commands nothing"
+    );
+    // w1's own machine is off, and its BMC answers for it again.
+    h.bmc.insert("w1".into(), Bmc::State(PowerState::Off));
+    h.machines
+        .insert("w1".into(), MachineIdentity::Uuid(uuid_of("w1")));
+    h.advance(secs(60));
+    assert_eq!(
+        h.power_offs("w1"),
+        0,
+        "the On was the other machine's: the node's own machine reads Off"
+    );
+    assert!(h.released("w1"), "and its own Off readings prove it");
+}

@@ -26,6 +26,7 @@ use super::attach_detach::{Adc, Attached, Op, OpKind, VolNode, Wanted};
 use super::config::{ATTACH_BACKOFF_INITIAL, ATTACH_BACKOFF_MAX, CSI_ATTACH_TIMEOUT};
 use super::events::EventType;
 use super::names::va_name;
+use super::objects::At;
 use super::objects::{self, str_at};
 use super::timeline::SimEventKind;
 use super::volumes::CsiVolume;
@@ -45,7 +46,7 @@ impl Adc {
             match op.kind {
                 OpKind::Attach => {
                     let attached = va.as_ref().is_some_and(|v| {
-                        v.pointer("/status/attached") == Some(&json!(true))
+                        v.at("/status/attached") == Some(&json!(true))
                             && !objects::is_terminating(v)
                     });
                     if va.is_none() {
@@ -168,14 +169,14 @@ impl Adc {
         }
     }
 
-    pub(super) fn update_node_statuses(&mut self, nodes: &HashMap<String, Value>) {
+    pub(super) fn update_node_statuses(&mut self, nodes: &HashMap<String, &Value>) {
         let touched: Vec<String> = self.status_nodes.iter().cloned().collect();
         for node in touched {
             let Some(n) = nodes.get(&node) else {
                 continue;
             };
             let have: Vec<&str> = n
-                .pointer("/status/volumesAttached")
+                .at("/status/volumesAttached")
                 .and_then(Value::as_array)
                 .map(|l| l.iter().filter_map(|v| str_at(v, "/name")).collect())
                 .unwrap_or_default();
@@ -209,7 +210,7 @@ impl Adc {
             let attached = self
                 .ctx
                 .get(VOLUME_ATTACHMENTS, None, &name)
-                .is_some_and(|v| v.pointer("/status/attached") == Some(&json!(true)));
+                .is_some_and(|v| v.at("/status/attached") == Some(&json!(true)));
             if !attached {
                 let pv = a.vol.pv.clone();
                 self.asw.remove(&vn);

@@ -47,6 +47,7 @@ use super::config::ADC_LOOP_PERIOD;
 use super::context::Ctx;
 use super::events::{EventType, ObjectRef, Source};
 use super::names::{unique_volume_name, va_name};
+use super::objects::At;
 use super::objects::{self, str_at};
 use super::taints::{self, OUT_OF_SERVICE};
 use super::timeline::SimEventKind;
@@ -128,7 +129,7 @@ pub async fn run(mut ctx: Ctx) {
 }
 
 fn volumes_in_use(node: &Value) -> HashSet<String> {
-    node.pointer("/status/volumesInUse")
+    node.at("/status/volumesInUse")
         .and_then(Value::as_array)
         .map(|l| {
             l.iter()
@@ -142,15 +143,15 @@ fn volumes_in_use(node: &Value) -> HashSet<String> {
 impl Adc {
     /// `populateActualStateOfWorld`: volumes already attached when it starts.
     fn populate(&mut self) {
-        let nodes = self.nodes();
-        for va in self.ctx.list(VOLUME_ATTACHMENTS) {
-            if va.pointer("/status/attached") != Some(&json!(true)) || objects::is_terminating(&va)
-            {
+        let node_list = self.ctx.list(NODES);
+        let nodes = Self::nodes(&node_list);
+        for va in self.ctx.list(VOLUME_ATTACHMENTS).iter() {
+            if va.at("/status/attached") != Some(&json!(true)) || objects::is_terminating(va) {
                 continue;
             }
             let (Some(node), Some(pv)) = (
-                str_at(&va, "/spec/nodeName"),
-                str_at(&va, "/spec/source/persistentVolumeName"),
+                str_at(va, "/spec/nodeName"),
+                str_at(va, "/spec/source/persistentVolumeName"),
             ) else {
                 continue;
             };
@@ -187,16 +188,15 @@ impl Adc {
         }
     }
 
-    fn nodes(&self) -> HashMap<String, Value> {
-        self.ctx
-            .list(NODES)
-            .into_iter()
-            .map(|n| (objects::name(&n).to_string(), n))
+    fn nodes(list: &[Value]) -> HashMap<String, &Value> {
+        list.iter()
+            .map(|n| (objects::name(n).to_string(), n))
             .collect()
     }
 
     fn reconcile(&mut self) {
-        let nodes = self.nodes();
+        let node_list = self.ctx.list(NODES);
+        let nodes = Self::nodes(&node_list);
         let dsw = self.desired(&nodes);
         self.drive_ops(&dsw);
         for ((unique, node), a) in self.asw.iter_mut() {
@@ -215,7 +215,7 @@ impl Adc {
     }
 
     /// The desired state of the world.
-    fn desired(&mut self, nodes: &HashMap<String, Value>) -> BTreeMap<VolNode, Wanted> {
+    fn desired(&mut self, nodes: &HashMap<String, &Value>) -> BTreeMap<VolNode, Wanted> {
         let managed: BTreeSet<String> = nodes
             .iter()
             .filter(|(_, n)| objects::annotation(n, MANAGED) == Some("true"))
@@ -223,16 +223,16 @@ impl Adc {
             .collect();
         let index = VolumeIndex::load(&self.ctx.store);
         let mut dsw: BTreeMap<VolNode, Wanted> = BTreeMap::new();
-        for pod in self.ctx.list(PODS) {
-            let Some(node) = objects::pod_node(&pod) else {
+        for pod in self.ctx.list(PODS).iter() {
+            let Some(node) = objects::pod_node(pod) else {
                 continue;
             };
             if !(managed.contains(node) || self.dsw_nodes.contains(node))
-                || objects::is_pod_terminated(&pod)
+                || objects::is_pod_terminated(pod)
             {
                 continue;
             }
-            for (_, _, vol) in index.pod_volumes(&pod) {
+            for (_, _, vol) in index.pod_volumes(pod) {
                 let Some(vol) = vol else { continue };
                 dsw.entry((vol.unique.clone(), node.to_string()))
                     .or_insert_with(|| Wanted {
@@ -270,7 +270,11 @@ impl Adc {
     }
 
     /// The detach half of the reconciler.
-    fn detach_unwanted(&mut self, dsw: &BTreeMap<VolNode, Wanted>, nodes: &HashMap<String, Value>) {
+    fn detach_unwanted(
+        &mut self,
+        dsw: &BTreeMap<VolNode, Wanted>,
+        nodes: &HashMap<String, &Value>,
+    ) {
         let keys: Vec<VolNode> = self.asw.keys().cloned().collect();
         for vn in keys {
             if dsw.contains_key(&vn) {
@@ -289,7 +293,7 @@ impl Adc {
                 .unwrap_or(&mut Instant::now());
             let elapsed = self.ctx.clock.since(requested);
             let node = nodes.get(&vn.1);
-            let healthy = node.is_some_and(objects::node_ready);
+            let healthy = node.is_some_and(|n| objects::node_ready(n));
             let timeout = self
                 .ctx
                 .config

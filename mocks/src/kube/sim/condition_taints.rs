@@ -12,6 +12,7 @@ use serde_json::Value;
 use super::super::resources::NODES;
 use super::super::store::now_rfc3339;
 use super::context::Ctx;
+use super::objects::At;
 use super::objects::{self, condition_status};
 use super::taints::{self, NO_SCHEDULE};
 use super::timeline::SimEventKind;
@@ -46,7 +47,7 @@ fn wanted(node: &Value) -> Vec<&'static str> {
         .filter(|(cond, status, _)| condition_status(node, cond) == Some(*status))
         .map(|(_, _, key)| *key)
         .collect();
-    if node.pointer("/spec/unschedulable") == Some(&Value::Bool(true)) {
+    if node.at("/spec/unschedulable") == Some(&Value::Bool(true)) {
         keys.push(taints::UNSCHEDULABLE);
     }
     keys

@@ -33,9 +33,9 @@ pub struct Ctx {
 }
 
 impl Ctx {
-    /// All objects of a type.
-    pub fn list(&self, rt: ResourceType) -> Vec<Value> {
-        self.store.list(rt, None).0
+    /// All objects of a type (shared until the type is next written).
+    pub fn list(&self, rt: ResourceType) -> Arc<[Value]> {
+        self.store.snapshot(rt)
     }
 
     /// One object, or `None` when it does not exist.

@@ -26,6 +26,7 @@ use super::clock::Wake;
 use super::config::{CSI_ATTACH_LATENCY, CSI_DETACH_LATENCY};
 use super::context::Ctx;
 use super::names::attacher_finalizer;
+use super::objects::At;
 use super::objects::{self, str_at};
 
 /// Runs the sidecar until shutdown.
@@ -41,7 +42,7 @@ pub async fn run(mut ctx: Ctx) {
 }
 
 fn has_finalizer(o: &Value, f: &str) -> bool {
-    o.pointer("/metadata/finalizers")
+    o.at("/metadata/finalizers")
         .and_then(Value::as_array)
         .is_some_and(|l| l.iter().any(|x| x.as_str() == Some(f)))
 }
@@ -57,7 +58,7 @@ fn pass(ctx: &Ctx, pending: &mut HashMap<String, Instant>) -> Duration {
     let vas = ctx.list(VOLUME_ATTACHMENTS);
     let mut next = Duration::from_secs(3600);
     let mut live = Vec::new();
-    for va in &vas {
+    for va in vas.iter() {
         let name = objects::name(va).to_string();
         let driver = str_at(va, "/spec/attacher").unwrap_or_default();
         let finalizer = attacher_finalizer(driver);
@@ -86,14 +87,14 @@ fn pass(ctx: &Ctx, pending: &mut HashMap<String, Instant>) -> Duration {
             pending.remove(&key);
             continue;
         }
-        if va.pointer("/status/attached") == Some(&json!(true)) {
+        if va.at("/status/attached") == Some(&json!(true)) {
             continue;
         }
         let key = format!("attach/{name}");
         live.push(key.clone());
         if ctx.get(NODES, None, node).is_none() {
             let _ = ctx.store.modify(VOLUME_ATTACHMENTS, None, &name, |v| {
-                if v.pointer("/status/attachError").is_none() {
+                if v.at("/status/attachError").is_none() {
                     objects::obj_mut(v, &["status"]).insert(
                         "attachError".into(),
                         json!({"time": now_rfc3339(),
@@ -142,12 +143,12 @@ fn pass(ctx: &Ctx, pending: &mut HashMap<String, Instant>) -> Duration {
 /// Drops the attacher finalizer of PersistentVolumes being deleted that no
 /// VolumeAttachment uses any more.
 fn release_pvs(ctx: &Ctx, vas: &[Value]) {
-    for pv in ctx.list(PERSISTENT_VOLUMES) {
-        if !objects::is_terminating(&pv) {
+    for pv in ctx.list(PERSISTENT_VOLUMES).iter() {
+        if !objects::is_terminating(pv) {
             continue;
         }
-        let name = objects::name(&pv);
-        let Some(driver) = str_at(&pv, "/spec/csi/driver") else {
+        let name = objects::name(pv);
+        let Some(driver) = str_at(pv, "/spec/csi/driver") else {
             continue;
         };
         let finalizer = attacher_finalizer(driver);
@@ -155,7 +156,7 @@ fn release_pvs(ctx: &Ctx, vas: &[Value]) {
             .iter()
             .any(|va| str_at(va, "/spec/source/persistentVolumeName") == Some(name));
         if !used
-            && has_finalizer(&pv, &finalizer)
+            && has_finalizer(pv, &finalizer)
             && let Err(e) = ctx.remove_finalizer(PERSISTENT_VOLUMES, None, name, &finalizer)
         {
             tracing::debug!("external-attacher: finalizer of {name}: {e}");

@@ -13,6 +13,7 @@ use super::clock::Wake;
 use super::config::GC_PERIOD;
 use super::context::Ctx;
 use super::objects;
+use super::objects::At;
 use super::timeline::SimEventKind;
 
 /// Runs the collector until shutdown.
@@ -32,9 +33,9 @@ fn collect(ctx: &Ctx) {
         .iter()
         .map(|n| objects::uid(n).to_string())
         .collect();
-    for lease in ctx.list(LEASES) {
+    for lease in ctx.list(LEASES).iter() {
         let owners: Vec<&Value> = lease
-            .pointer("/metadata/ownerReferences")
+            .at("/metadata/ownerReferences")
             .and_then(Value::as_array)
             .map(|o| {
                 o.iter()
@@ -53,9 +54,9 @@ fn collect(ctx: &Ctx) {
         if !orphaned {
             continue;
         }
-        let ns = objects::namespace(&lease).to_string();
-        let name = objects::name(&lease).to_string();
-        let uid = objects::uid(&lease).to_string();
+        let ns = objects::namespace(lease).to_string();
+        let name = objects::name(lease).to_string();
+        let uid = objects::uid(lease).to_string();
         let opts = DeleteOptions {
             preconditions: Some(super::super::deletion::Preconditions {
                 uid: Some(uid),

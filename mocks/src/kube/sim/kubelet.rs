@@ -31,6 +31,7 @@ use super::events::{EventType, ObjectRef, Source};
 use super::kubelet_pods::PodWork;
 use super::machine::{Machine, lease_object};
 use super::objects;
+use super::objects::At;
 use super::timeline::SimEventKind;
 
 /// The kubelet's "Starting kubelet." event.
@@ -254,7 +255,7 @@ impl Kubelet {
                 spec.insert("leaseDurationSeconds".into(), json!(LEASE_DURATION_SECONDS));
                 spec.insert("renewTime".into(), json!(now_rfc3339_micros()));
                 let owned = l
-                    .pointer("/metadata/ownerReferences")
+                    .at("/metadata/ownerReferences")
                     .and_then(Value::as_array)
                     .is_some_and(|o| !o.is_empty());
                 if let (false, Some(uid)) = (owned, &node_uid) {
@@ -303,7 +304,7 @@ impl Kubelet {
         match result {
             Ok(node) => {
                 self.reported_in_use = node
-                    .pointer("/status/volumesInUse")
+                    .at("/status/volumesInUse")
                     .and_then(Value::as_array)
                     .map(|l| {
                         l.iter()

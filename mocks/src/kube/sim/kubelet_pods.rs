@@ -32,6 +32,7 @@ use super::events::{EventType, ObjectRef, Source};
 use super::kubelet::Kubelet;
 use super::names::{random_hex, va_name};
 use super::objects;
+use super::objects::At;
 use super::pod_status::{Report, apply_pod_status};
 use super::timeline::SimEventKind;
 use super::volumes::VolumeIndex;
@@ -78,8 +79,9 @@ impl Kubelet {
         let pods: Vec<Value> = self
             .ctx
             .list(PODS)
-            .into_iter()
+            .iter()
             .filter(|p| objects::pod_node(p) == Some(me.as_str()))
+            .cloned()
             .collect();
         let live: HashSet<String> = pods.iter().map(|p| objects::uid(p).to_string()).collect();
         let gone: Vec<String> = self
@@ -96,7 +98,7 @@ impl Kubelet {
         }
         let index = VolumeIndex::load(&self.ctx.store);
         let attached: HashSet<String> = node
-            .and_then(|n| n.pointer("/status/volumesAttached"))
+            .and_then(|n| n.at("/status/volumesAttached"))
             .and_then(Value::as_array)
             .map(|list| {
                 list.iter()
@@ -138,11 +140,11 @@ impl Kubelet {
     /// A pod seen for the first time since this kubelet started.
     fn admit(&mut self, pod: &Value, uid: String) -> PodWork {
         let ran_before = pod
-            .pointer("/status/containerStatuses")
+            .at("/status/containerStatuses")
             .and_then(Value::as_array)
             .is_some_and(|cs| cs.iter().any(|c| c.get("containerID").is_some()));
         let restarts = pod
-            .pointer("/status/containerStatuses/0/restartCount")
+            .at("/status/containerStatuses/0/restartCount")
             .and_then(Value::as_i64)
             .unwrap_or(0)
             + i64::from(ran_before);
@@ -267,7 +269,7 @@ impl Kubelet {
                     );
                     self.write_status(work, Report::Running);
                     let image = |c: &str| {
-                        pod.pointer("/spec/containers")
+                        pod.at("/spec/containers")
                             .and_then(Value::as_array)
                             .and_then(|cs| {
                                 cs.iter()
@@ -303,7 +305,7 @@ impl Kubelet {
                         self.pod_event(pod, Some(&c), EventType::Normal, "Killing", &msg);
                     }
                     let grace = pod
-                        .pointer("/metadata/deletionGracePeriodSeconds")
+                        .at("/metadata/deletionGracePeriodSeconds")
                         .and_then(Value::as_u64)
                         .unwrap_or(30);
                     let stop = CONTAINER_STOP.min(std::time::Duration::from_secs(grace));
@@ -379,7 +381,7 @@ impl Kubelet {
         let name = va_name(handle, driver, self.name());
         self.ctx
             .get(VOLUME_ATTACHMENTS, None, &name)
-            .is_some_and(|va| va.pointer("/status/attached") == Some(&json!(true)))
+            .is_some_and(|va| va.at("/status/attached") == Some(&json!(true)))
     }
 
     fn pod_event(

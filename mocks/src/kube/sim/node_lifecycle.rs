@@ -116,7 +116,7 @@ impl Lifecycle {
     fn monitor(&mut self) {
         let nodes = self.ctx.list(NODES);
         let names: HashSet<&str> = nodes.iter().map(objects::name).collect();
-        for node in &nodes {
+        for node in nodes.iter() {
             let name = objects::name(node);
             if !self.known.contains_key(name) {
                 let msg = format!("Node {name} event: Registered Node {name} in Controller");
@@ -156,7 +156,7 @@ impl Lifecycle {
             }
         }
         let mut zone_ready: HashMap<String, Vec<bool>> = HashMap::new();
-        for node in &nodes {
+        for node in nodes.iter() {
             let (observed, current) = self.update_health(node);
             if objects::label(node, EXCLUDE_DISRUPTION).is_none() {
                 zone_ready
@@ -185,7 +185,7 @@ impl Lifecycle {
                 tracing::info!(
                     "node lifecycle: all nodes are not Ready: entering master disruption mode"
                 );
-                for node in &nodes {
+                for node in nodes.iter() {
                     self.mark_reachable(node);
                 }
             }
@@ -368,9 +368,9 @@ impl Lifecycle {
 
     /// `MarkPodsNotReady`.
     fn mark_pods_not_ready(&self, node: &str) {
-        for pod in self.ctx.list(PODS) {
-            if objects::pod_node(&pod) == Some(node) {
-                self.mark_pod_not_ready(&pod, node);
+        for pod in self.ctx.list(PODS).iter() {
+            if objects::pod_node(pod) == Some(node) {
+                self.mark_pod_not_ready(pod, node);
             }
         }
     }
@@ -417,7 +417,7 @@ impl Lifecycle {
     fn process_new_pods(&mut self) {
         let pods = self.ctx.list(PODS);
         let mut seen = HashMap::new();
-        for pod in &pods {
+        for pod in pods.iter() {
             let Some(node) = objects::pod_node(pod) else {
                 continue;
             };

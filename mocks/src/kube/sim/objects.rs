@@ -9,9 +9,43 @@ use serde_json::{Map, Value, json};
 
 use super::super::store::now_rfc3339;
 
+/// `Value::pointer` without its allocations: serde_json un-escapes every token into a
+/// new String, and the simulated controllers read thousands of fields a second.
+/// Same answers (RFC 6901; escaped pointers go to serde_json).
+pub trait At {
+    fn at(&self, pointer: &str) -> Option<&Value>;
+}
+
+impl At for Value {
+    fn at(&self, pointer: &str) -> Option<&Value> {
+        if pointer.is_empty() {
+            return Some(self);
+        }
+        if pointer.contains('~') {
+            return self.pointer(pointer);
+        }
+        pointer
+            .strip_prefix('/')?
+            .split('/')
+            .try_fold(self, |v, token| match v {
+                Value::Object(map) => map.get(token),
+                Value::Array(list) => array_index(token).and_then(|i| list.get(i)),
+                _ => None,
+            })
+    }
+}
+
+/// An array index token as RFC 6901 allows it (no sign, no leading zero).
+fn array_index(token: &str) -> Option<usize> {
+    if token.starts_with('+') || (token.starts_with('0') && token.len() != 1) {
+        return None;
+    }
+    token.parse().ok()
+}
+
 /// A string field at a JSON pointer.
 pub fn str_at<'a>(v: &'a Value, ptr: &str) -> Option<&'a str> {
-    v.pointer(ptr).and_then(Value::as_str)
+    v.at(ptr).and_then(Value::as_str)
 }
 
 /// `metadata.name` ("" when missing).
@@ -36,21 +70,21 @@ pub fn key(v: &Value) -> String {
 
 /// A label value.
 pub fn label<'a>(v: &'a Value, label: &str) -> Option<&'a str> {
-    v.pointer("/metadata/labels")
+    v.at("/metadata/labels")
         .and_then(|l| l.get(label))
         .and_then(Value::as_str)
 }
 
 /// An annotation value.
 pub fn annotation<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
-    v.pointer("/metadata/annotations")
+    v.at("/metadata/annotations")
         .and_then(|l| l.get(key))
         .and_then(Value::as_str)
 }
 
 /// Whether the object has a `deletionTimestamp`.
 pub fn is_terminating(v: &Value) -> bool {
-    v.pointer("/metadata/deletionTimestamp")
+    v.at("/metadata/deletionTimestamp")
         .is_some_and(|t| !t.is_null())
 }
 
@@ -71,7 +105,7 @@ pub fn is_terminal(pod: &Value) -> bool {
 
 /// A condition of `status.conditions` by type.
 pub fn condition<'a>(v: &'a Value, kind: &str) -> Option<&'a Value> {
-    v.pointer("/status/conditions")
+    v.at("/status/conditions")
         .and_then(Value::as_array)?
         .iter()
         .find(|c| c.get("type").and_then(Value::as_str) == Some(kind))
@@ -96,7 +130,7 @@ pub fn pod_running_ready(pod: &Value) -> bool {
 
 /// The `(volume name, claim name)` of each PVC volume of a pod.
 pub fn pod_claims(pod: &Value) -> Vec<(String, String)> {
-    pod.pointer("/spec/volumes")
+    pod.at("/spec/volumes")
         .and_then(Value::as_array)
         .map(|vols| {
             vols.iter()
@@ -112,7 +146,7 @@ pub fn pod_claims(pod: &Value) -> Vec<(String, String)> {
 
 /// The container names of a pod.
 pub fn container_names(pod: &Value) -> Vec<String> {
-    pod.pointer("/spec/containers")
+    pod.at("/spec/containers")
         .and_then(Value::as_array)
         .map(|cs| {
             cs.iter()
@@ -138,7 +172,7 @@ pub fn is_pod_terminated(pod: &Value) -> bool {
             .and_then(Value::as_array)
             .is_some_and(|cs| {
                 cs.iter()
-                    .any(|c| c.pointer("/state/running").is_some_and(|r| !r.is_null()))
+                    .any(|c| c.at("/state/running").is_some_and(|r| !r.is_null()))
             })
     };
     !(running("containerStatuses")
@@ -261,6 +295,32 @@ pub fn remove_at(v: &mut Value, path: &[&str], key: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn at_answers_as_json_pointer_does() {
+        let doc = json!({
+            "a": {"b": [10, {"c": "d"}], "": 1, "0": "zero", "a/b": 2, "m~n": 3},
+            "": {"": "empty"},
+            "list": [[1, 2], {"x": null}],
+        });
+        let tokens = [
+            "", "a", "b", "c", "0", "1", "01", "+1", "2", "list", "x", "a~1b", "m~0n", "~",
+        ];
+        let mut pointers = vec![String::new(), "a".to_string(), "/".to_string()];
+        let mut level = vec![String::new()];
+        for _ in 0..4 {
+            let next: Vec<String> = level
+                .iter()
+                .flat_map(|p| tokens.iter().map(move |t| format!("{p}/{t}")))
+                .collect();
+            pointers.extend(next.iter().cloned());
+            level = next;
+        }
+        for p in &pointers {
+            assert_eq!(doc.at(p), doc.pointer(p), "pointer {p:?}");
+        }
+        assert_eq!(doc.at("/a/b/1/c"), Some(&json!("d")));
+    }
 
     #[test]
     fn accessors_tolerate_garbage() {

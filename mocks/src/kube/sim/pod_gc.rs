@@ -39,11 +39,8 @@ pub async fn run(mut ctx: Ctx) {
 
 fn gc(ctx: &Ctx, quarantine: &mut HashMap<String, Instant>) {
     let pods = ctx.list(PODS);
-    let nodes: HashMap<String, Value> = ctx
-        .list(NODES)
-        .into_iter()
-        .map(|n| (objects::name(&n).to_string(), n))
-        .collect();
+    let node_list = ctx.list(NODES);
+    let nodes: HashMap<&str, &Value> = node_list.iter().map(|n| (objects::name(n), n)).collect();
     // gcTerminating
     for pod in pods.iter().filter(|p| objects::is_terminating(p)) {
         let Some(node) = objects::pod_node(pod).and_then(|n| nodes.get(n)) else {
@@ -59,7 +56,7 @@ fn gc(ctx: &Ctx, quarantine: &mut HashMap<String, Instant>) {
         }
     }
     // gcOrphaned
-    for pod in &pods {
+    for pod in pods.iter() {
         if let Some(node) = objects::pod_node(pod)
             && !nodes.contains_key(node)
         {
@@ -77,11 +74,11 @@ fn gc(ctx: &Ctx, quarantine: &mut HashMap<String, Instant>) {
     let mut deleted_nodes = HashSet::new();
     for node in ready {
         quarantine.remove(&node);
-        if !nodes.contains_key(&node) && ctx.get(NODES, None, &node).is_none() {
+        if !nodes.contains_key(node.as_str()) && ctx.get(NODES, None, &node).is_none() {
             deleted_nodes.insert(node);
         }
     }
-    for pod in &pods {
+    for pod in pods.iter() {
         if objects::pod_node(pod).is_some_and(|n| deleted_nodes.contains(n)) {
             let condition = json!({"type": "DisruptionTarget", "status": "True",
                 "reason": "DeletionByPodGC", "message": "PodGC: node no longer exists"});
@@ -94,7 +91,7 @@ fn gc(ctx: &Ctx, quarantine: &mut HashMap<String, Instant>) {
         }
     }
     // gcUnscheduledTerminating
-    for pod in &pods {
+    for pod in pods.iter() {
         if objects::is_terminating(pod) && objects::pod_node(pod).is_none() {
             force_delete(ctx, pod, None, "deleted: terminating and never scheduled");
         }

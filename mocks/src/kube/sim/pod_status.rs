@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use super::super::store::now_rfc3339;
 use super::kubelet_pods::PodWork;
+use super::objects::At;
 use super::objects::{self, set_condition};
 
 /// Which container state to report.
@@ -23,7 +24,7 @@ pub enum Report {
 pub fn apply_pod_status(p: &mut Value, work: &PodWork, host_ip: &str, report: Report) {
     let now = now_rfc3339();
     let containers: Vec<(String, String)> = p
-        .pointer("/spec/containers")
+        .at("/spec/containers")
         .and_then(Value::as_array)
         .map(|cs| {
             cs.iter()

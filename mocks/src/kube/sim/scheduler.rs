@@ -20,6 +20,7 @@ use super::clock::Wake;
 use super::config::SCHEDULER_RETRY;
 use super::context::Ctx;
 use super::events::{EventType, ObjectRef, Source};
+use super::objects::At;
 use super::objects::{self, set_condition, str_at};
 use super::taints::{self, NO_EXECUTE, NO_SCHEDULE, UNSCHEDULABLE};
 use super::timeline::SimEventKind;
@@ -40,7 +41,7 @@ pub async fn run(mut ctx: Ctx) {
 }
 
 fn owner_uid(pod: &Value) -> Option<&str> {
-    pod.pointer("/metadata/ownerReferences")
+    pod.at("/metadata/ownerReferences")
         .and_then(Value::as_array)?
         .iter()
         .find(|o| o.get("controller") == Some(&json!(true)))
@@ -65,7 +66,7 @@ fn pass(ctx: &Ctx, last_failure: &mut HashMap<String, String>) {
     let index = VolumeIndex::load(&ctx.store);
     let mut load: HashMap<String, usize> = HashMap::new();
     let mut owned: HashMap<(String, String), usize> = HashMap::new();
-    for p in &pods {
+    for p in pods.iter() {
         if let Some(n) = objects::pod_node(p)
             && !objects::is_terminal(p)
         {
@@ -120,7 +121,7 @@ fn choose(
     }
     let tols = taints::tolerations(pod);
     let selector: BTreeMap<String, String> = pod
-        .pointer("/spec/nodeSelector")
+        .at("/spec/nodeSelector")
         .and_then(Value::as_object)
         .map(|m| {
             m.iter()
@@ -132,7 +133,7 @@ fn choose(
     let mut feasible = Vec::new();
     for node in nodes {
         let node_taints = taints::taints(node);
-        let unschedulable = node.pointer("/spec/unschedulable") == Some(&json!(true))
+        let unschedulable = node.at("/spec/unschedulable") == Some(&json!(true))
             && !tols.iter().any(|t| {
                 t.tolerates(&taints::Taint {
                     key: UNSCHEDULABLE.into(),

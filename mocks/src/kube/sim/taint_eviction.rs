@@ -27,6 +27,7 @@ use super::super::store::StoreError;
 use super::clock::Wake;
 use super::context::Ctx;
 use super::events::{EventType, ObjectRef, Source};
+use super::objects::At;
 use super::objects::{self, set_condition};
 use super::taints::{self, Taint, Tolerated, matching, min_toleration};
 use super::timeline::SimEventKind;
@@ -90,7 +91,7 @@ impl TaintEviction {
         let now = Instant::now();
         // Node updates first, as the real workers prioritise them.
         let mut current: HashMap<String, Vec<Taint>> = HashMap::new();
-        for node in &nodes {
+        for node in nodes.iter() {
             let t = taints::no_execute(node);
             if !t.is_empty() {
                 current.insert(objects::name(node).to_string(), t);
@@ -120,10 +121,10 @@ impl TaintEviction {
         }
         // Pod updates: new pods, new binding, new tolerations, or gone.
         let mut seen = HashMap::new();
-        for pod in &pods {
+        for pod in pods.iter() {
             let key = objects::key(pod);
             let node = objects::pod_node(pod).unwrap_or_default().to_string();
-            let tolerations = pod.pointer("/spec/tolerations").cloned();
+            let tolerations = pod.at("/spec/tolerations").cloned();
             let uid = objects::uid(pod).to_string();
             let changed = match self.pods.get(&key) {
                 None => true,

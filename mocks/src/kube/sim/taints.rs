@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::objects::At;
 use super::objects::arr_mut;
 
 pub const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
@@ -39,7 +40,7 @@ impl Taint {
 
 /// A Node's taints (malformed entries skipped).
 pub fn taints(node: &Value) -> Vec<Taint> {
-    node.pointer("/spec/taints")
+    node.at("/spec/taints")
         .and_then(Value::as_array)
         .map(|ts| {
             ts.iter()
@@ -148,7 +149,7 @@ pub fn tolerations(pod: &Value) -> Vec<Toleration> {
             .unwrap_or_default()
             .to_string()
     };
-    pod.pointer("/spec/tolerations")
+    pod.at("/spec/tolerations")
         .and_then(Value::as_array)
         .map(|ts| {
             ts.iter()

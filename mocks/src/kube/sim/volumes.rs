@@ -4,12 +4,14 @@
 //! the real `util.CreateVolumeSpec` + the CSI plugin's `GetVolumeName` do.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use serde_json::Value;
 
 use super::super::resources::{PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES};
 use super::super::store::Store;
 use super::names::unique_volume_name;
+use super::objects::At;
 use super::objects::{self, str_at};
 
 /// A CSI volume as the attach/detach machinery sees it.
@@ -25,43 +27,53 @@ pub struct CsiVolume {
     pub multi_attach: bool,
 }
 
-/// Claims and volumes read once per pass.
+/// Claims and volumes read once per pass (shared snapshots of the store, indexed).
 pub struct VolumeIndex {
-    claims: HashMap<String, Value>,
-    volumes: HashMap<String, Value>,
+    claim_list: Arc<[Value]>,
+    volume_list: Arc<[Value]>,
+    /// `namespace/name` → position in `claim_list`.
+    claims: HashMap<String, usize>,
+    /// name → position in `volume_list`.
+    volumes: HashMap<String, usize>,
 }
 
 impl VolumeIndex {
     pub fn load(store: &Store) -> Self {
-        let claims = store
-            .list(PERSISTENT_VOLUME_CLAIMS, None)
-            .0
-            .into_iter()
-            .map(|c| (objects::key(&c), c))
+        let claim_list = store.snapshot(PERSISTENT_VOLUME_CLAIMS);
+        let volume_list = store.snapshot(PERSISTENT_VOLUMES);
+        let claims = claim_list
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (objects::key(c), i))
             .collect();
-        let volumes = store
-            .list(PERSISTENT_VOLUMES, None)
-            .0
-            .into_iter()
-            .map(|v| (objects::name(&v).to_string(), v))
+        let volumes = volume_list
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (objects::name(v).to_string(), i))
             .collect();
-        Self { claims, volumes }
+        Self {
+            claim_list,
+            volume_list,
+            claims,
+            volumes,
+        }
     }
 
     /// The claim `namespace/name`, if it exists.
     pub fn claim(&self, namespace: &str, claim: &str) -> Option<&Value> {
-        self.claims.get(&format!("{namespace}/{claim}"))
+        let i = *self.claims.get(&format!("{namespace}/{claim}"))?;
+        self.claim_list.get(i)
     }
 
     /// The CSI volume a claim is bound to (`None` while unbound, missing, or not CSI).
     pub fn resolve(&self, namespace: &str, claim: &str) -> Option<CsiVolume> {
         let pvc = self.claim(namespace, claim)?;
         let pv_name = str_at(pvc, "/spec/volumeName").filter(|n| !n.is_empty())?;
-        let pv = self.volumes.get(pv_name)?;
+        let pv = self.volume_list.get(*self.volumes.get(pv_name)?)?;
         let driver = str_at(pv, "/spec/csi/driver")?;
         let handle = str_at(pv, "/spec/csi/volumeHandle")?;
         let multi_attach = pv
-            .pointer("/spec/accessModes")
+            .at("/spec/accessModes")
             .and_then(Value::as_array)
             .is_some_and(|modes| {
                 modes
