@@ -5,27 +5,35 @@
 //! every 10 s, node-monitor-grace-period 50 s, a StatefulSet with one RWO volume, a
 //! mock Redfish BMC) several times and reports, in cluster seconds after the plug was
 //! pulled, when the node was released and when `db-0` ran again on another node with
-//! its volume attached. The target on default settings is ≤ 30 s.
+//! its volume attached.
 //!
-//! `cargo bench --bench power_loss_recovery` (runs: `NODEFENCE_BENCH_RUNS`, default 3;
-//! about a minute each). Exits 1 when the median misses the target.
+//! Where the plug is pulled in the kubelet's 10 s renewal cycle decides most of the
+//! time (nodefence reads the BMC at the first missed renewal), so run `i` of `n` pulls
+//! it `10 s × i / n` after a renewal (`--pull-after-renewal`): run 0 is the worst case.
+//! Targets on default settings (issue 16): median ≤ 15 s, worst ≤ 18 s.
+//!
+//! `cargo bench --bench power_loss_recovery` (runs: `NODEFENCE_BENCH_RUNS`, default 5;
+//! about 40 s each). Exits 1 when a target is missed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
 
-const TARGET_SECONDS: f64 = 30.0;
+const MEDIAN_TARGET: f64 = 15.0;
+const WORST_TARGET: f64 = 18.0;
+const RENEW_EVERY: f64 = 10.0;
 
 fn main() {
     // `cargo bench` passes `--bench`; nothing else is configurable by arguments.
     let runs: usize = std::env::var("NODEFENCE_BENCH_RUNS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(3)
+        .unwrap_or(5)
         .max(1);
     let exe = env!("CARGO_BIN_EXE_nodefence");
     let mut released = Vec::new();
     let mut running = Vec::new();
-    for run in 1..=runs {
+    for run in 0..runs {
+        let phase = RENEW_EVERY * run as f64 / runs as f64;
         let out = Command::new(exe)
             .args([
                 "demo",
@@ -36,6 +44,8 @@ fn main() {
                 "--output",
                 "json",
                 "--no-color",
+                "--pull-after-renewal",
+                &format!("{}ms", (phase * 1000.0).round() as u64),
             ])
             .output()
             .expect("run nodefence demo");
@@ -52,22 +62,29 @@ fn main() {
         let pod = scenario["pod_running_after_s"]
             .as_f64()
             .expect("pod running");
-        println!("run {run}: released +{rel:.1}s, db-0 Running elsewhere +{pod:.1}s");
+        println!(
+            "run {run}: plug pulled {phase:.1}s after a renewal: released +{rel:.1}s, db-0 Running elsewhere +{pod:.1}s"
+        );
         released.push(rel);
         running.push(pod);
     }
     let med = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
+        if v.len() % 2 == 1 {
+            v[v.len() / 2]
+        } else {
+            (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
+        }
     };
     let (rel, pod) = (med(&mut released), med(&mut running));
+    let (best, worst) = (running[0], running[running.len() - 1]);
     println!(
-        "power loss → released: median {rel:.1}s; → replacement pod Running with its volume: median {pod:.1}s (min {:.1}s, max {:.1}s, {runs} runs); target ≤ {TARGET_SECONDS:.0}s",
-        running[0],
-        running[running.len() - 1]
+        "power loss → released: median {rel:.1}s; → replacement pod Running with its volume: \
+         median {pod:.1}s, best {best:.1}s, worst {worst:.1}s ({runs} runs across the renewal \
+         cycle); targets: median ≤ {MEDIAN_TARGET:.0}s, worst ≤ {WORST_TARGET:.0}s"
     );
-    if pod > TARGET_SECONDS {
-        eprintln!("MISSED the target");
+    if pod > MEDIAN_TARGET || worst > WORST_TARGET {
+        eprintln!("MISSED a target");
         std::process::exit(1);
     }
 }

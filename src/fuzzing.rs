@@ -147,7 +147,13 @@ pub fn kubernetes_objects(bytes: &[u8]) {
     };
     let facts = crate::cluster::facts::node_facts(&node, lease.as_ref(), true);
     let now = crate::clock::now();
-    let _ = facts.health(now, Some(Duration::from_secs(25)));
+    let _ = facts.health(now, Some(crate::engine::LeaseStaleAfter::MissedRenewal));
+    let _ = facts.health(
+        now,
+        Some(crate::engine::LeaseStaleAfter::Fixed(Duration::from_secs(
+            25,
+        ))),
+    );
     let _ = facts.health(now, None);
     let ident = NodeIdentity::from_node(&node);
     for machine in [

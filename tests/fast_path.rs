@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use common::world::*;
 use serde_json::Value;
@@ -58,33 +58,50 @@ async fn power_loss_moves_the_pod_before_kubernetes_marks_the_node_not_ready() {
     w.stop().await;
 }
 
+/// When the Node's Ready condition last changed (its `lastTransitionTime`).
+fn ready_transition(w: &World, node: &str) -> Option<SystemTime> {
+    let node = w.node(node)?;
+    let ready = node
+        .pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Ready")?
+        .clone();
+    humantime::parse_rfc3339_weak(ready["lastTransitionTime"].as_str()?).ok()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_lease_with_the_machine_on_is_neither_released_nor_powered_off_until_unhealthy_after()
  {
     let w = WorldBuilder::new().start().await;
     let victim = db_running(&w).await;
+    let cut = tokio::time::Instant::now();
     w.cut_network(&victim); // kubelet silent, machine On
     w.expect_event(&victim, "NodeSuspect").await;
-    // Suspect from 2.5 s; NotReady at 5 s; powered off no sooner than 6 s later.
-    eventually("node NotReady", Duration::from_secs(20), || async {
-        ready_status(&w, &victim) != "True"
-    })
-    .await;
     assert!(
-        w.resets_of(&victim).is_empty(),
-        "a stale Lease alone never powers off"
+        w.resets_of(&victim).is_empty() && !w.has_out_of_service_taint(&victim),
+        "a stale Lease alone never powers off nor releases"
     );
-    assert!(!w.has_out_of_service_taint(&victim));
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    assert!(
-        w.resets_of(&victim).is_empty(),
-        "not before unhealthy_after (6 s here)"
-    );
+    // Suspect from 1.5-2.5 s after the cut; NotReady at 5 s; the ForceOff once the
+    // node is NotReady and unhealthy_after (6 s here) has passed since it was suspect.
     eventually("ForceOff then taint", Duration::from_secs(30), || async {
         w.has_out_of_service_taint(&victim)
     })
     .await;
     assert_eq!(w.resets_of(&victim), vec!["ForceOff".to_string()]);
+    let reset = w.bmc.timed_resets()[0].at;
+    assert!(
+        reset.duration_since(cut) >= Duration::from_secs(7),
+        "not before unhealthy_after from the first missed renewal: {:?} after the cut",
+        reset.duration_since(cut)
+    );
+    let reset_wall = SystemTime::now() - reset.elapsed();
+    let not_ready = ready_transition(&w, &victim).expect("the Ready condition's transition");
+    assert_ne!(ready_status(&w, &victim), "True");
+    assert!(
+        not_ready <= reset_wall,
+        "never before NotReady: NotReady at {not_ready:?}, ForceOff at {reset_wall:?}"
+    );
     w.stop().await;
 }
 

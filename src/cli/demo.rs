@@ -3,6 +3,7 @@
 //! within its deadline (the demo doubles as a smoke test), 130 when interrupted.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::ValueEnum;
 
@@ -30,6 +31,19 @@ pub struct DemoArgs {
     /// in the temporary directory).
     #[arg(long, value_name = "PATH")]
     pub log_file: Option<PathBuf>,
+    /// Power-loss scenario: pull the plug this long (cluster time, e.g. "5s") after the
+    /// node's kubelet renewed its Lease, instead of at once; the recovery bench sweeps
+    /// it across the 10 s renewal interval.
+    #[arg(long, value_name = "DURATION", value_parser = parse_phase)]
+    pub pull_after_renewal: Option<Duration>,
+}
+
+fn parse_phase(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (write it like \"5s\")"))?;
+    if d > Duration::from_secs(60) {
+        return Err("at most 60s: a kubelet renews its Lease every 10 s".into());
+    }
+    Ok(d)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -71,6 +85,7 @@ pub async fn run(args: &DemoArgs) -> u8 {
         no_color: args.no_color,
         json: args.output == OutputFormat::Json,
         log_file: args.log_file.clone(),
+        pull_after_renewal: args.pull_after_renewal,
     })
     .await
 }

@@ -167,8 +167,8 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
             (Some(why), _) => format!("cannot be read: {why}"),
             (None, renewed) => match renewed {
                 Some(t) => {
-                    let stale = policy
-                        .lease_stale_after
+                    let stale = facts
+                        .lease_stale_after(policy.lease_stale_after)
                         .is_some_and(|after| now.duration_since(t).unwrap_or_default() >= after);
                     format!(
                         "renewed {}{}",

@@ -4,7 +4,7 @@
 //! A Node without a Ready condition is not judged: the node lifecycle controller adds
 //! `Ready=Unknown` to nodes that never report, and nodefence waits for that.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
@@ -46,6 +46,11 @@ pub fn node_facts(node: &Node, lease: Option<&Lease>, in_inventory: bool) -> Nod
             .and_then(|l| l.spec.as_ref())
             .and_then(|s| s.renew_time.as_ref())
             .map(|t| SystemTime::from(t.0)),
+        lease_duration: lease
+            .and_then(|l| l.spec.as_ref())
+            .and_then(|s| s.lease_duration_seconds)
+            .and_then(|s| u64::try_from(s).ok())
+            .map(Duration::from_secs),
         last_heartbeat: node
             .status
             .as_ref()

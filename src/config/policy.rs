@@ -22,7 +22,9 @@ use std::time::Duration;
 
 use super::fields::{Entry, Problem, unknown_key};
 use super::layer::Driver;
-use crate::engine::{ForceDeletePods, MaxUnhealthy, OnPoweredOn, Policy, ReleaseMode};
+use crate::engine::{
+    ForceDeletePods, LeaseStaleAfter, MaxUnhealthy, OnPoweredOn, Policy, ReleaseMode,
+};
 
 /// Every policy key, in documentation order.
 const POLICY_KEYS: &[&str] = &[
@@ -92,7 +94,7 @@ macro_rules! policy_draft {
             /// `fast_path` (false: `Policy::lease_stale_after` is None).
             pub fast_path: Option<bool>,
             /// `lease_stale_after` (used only while the fast path is on).
-            pub lease_stale_after: Option<Duration>,
+            pub lease_stale_after: Option<LeaseStaleAfter>,
         }
 
         impl PolicyDraft {
@@ -112,7 +114,7 @@ macro_rules! policy_draft {
                 })*
                 let default_stale = base
                     .lease_stale_after
-                    .unwrap_or(DEFAULT_LEASE_STALE_AFTER);
+                    .unwrap_or(LeaseStaleAfter::MissedRenewal);
                 let fast_path = self.fast_path.unwrap_or(base.lease_stale_after.is_some());
                 base.lease_stale_after =
                     fast_path.then(|| self.lease_stale_after.unwrap_or(default_stale));
@@ -143,9 +145,6 @@ policy_draft! {
     recovered_after: Duration,
     require_identity: bool,
 }
-
-/// The Lease fast path's threshold when `lease_stale_after` is not written.
-const DEFAULT_LEASE_STALE_AFTER: Duration = Duration::from_secs(25);
 
 /// `[policy]` as written, and what every policy starts from.
 #[derive(Debug, Clone, Default)]
@@ -328,8 +327,18 @@ fn cluster_wide(entry: &Entry<'_, '_>, scope: Scope) -> Problem {
     )
 }
 
-fn lease_stale_after(entry: &Entry<'_, '_>) -> Result<Duration, Problem> {
-    let v = entry.duration(false)?;
+fn lease_stale_after(entry: &Entry<'_, '_>) -> Result<LeaseStaleAfter, Problem> {
+    if entry.string().is_ok_and(|v| v.value.trim() == "auto") {
+        return Ok(LeaseStaleAfter::MissedRenewal);
+    }
+    let v = entry.duration(false).map_err(|mut p| {
+        p.help = Some(
+            "write \"auto\" (the first missed renewal, from each Lease's leaseDurationSeconds: \
+             12s by default) or a duration such as \"25s\""
+                .into(),
+        );
+        p
+    })?;
     if v.value < Duration::from_secs(15) {
         return Err(Problem::new(
             &v.span,
@@ -337,10 +346,14 @@ fn lease_stale_after(entry: &Entry<'_, '_>) -> Result<Duration, Problem> {
                 "lease_stale_after ({}) is shorter than one and a half kubelet Lease renewals (10 s each)",
                 humantime::format_duration(v.value)
             ),
-            Some("use at least \"20s\" (two missed renewals); the default is \"25s\"".into()),
+            Some(
+                "use \"auto\" (the default: the first missed renewal, derived from each Lease) \
+                 or at least \"20s\" (two missed renewals)"
+                    .into(),
+            ),
         ));
     }
-    Ok(v.value)
+    Ok(LeaseStaleAfter::Fixed(v.value))
 }
 
 /// One of a fixed set of strings.
@@ -431,7 +444,10 @@ mod tests {
         assert_eq!(p.release_off_after, Duration::from_secs(5));
         assert_eq!(p.unhealthy_after, Duration::from_secs(120));
         assert_eq!(p.on_powered_on, OnPoweredOn::Wait);
-        assert_eq!(p.lease_stale_after, Some(Duration::from_secs(30)));
+        assert_eq!(
+            p.lease_stale_after,
+            Some(LeaseStaleAfter::Fixed(Duration::from_secs(30)))
+        );
         assert_eq!(p.max_power_off_attempts, 5);
         assert_eq!(p.max_unhealthy, MaxUnhealthy::Percent(25.0));
         assert_eq!(p.max_concurrent_fences, 4);
@@ -491,6 +507,25 @@ mod tests {
     }
 
     #[test]
+    fn lease_stale_after_is_auto_unless_a_duration_is_written() {
+        let (p, problems) = parse_str("");
+        assert!(problems.is_empty());
+        assert_eq!(p.lease_stale_after, Some(LeaseStaleAfter::MissedRenewal));
+        let (p, problems) = parse_str("lease_stale_after = \"auto\"\n");
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(p.lease_stale_after, Some(LeaseStaleAfter::MissedRenewal));
+        let (p, _) = parse_str("fast_path = false\n");
+        assert_eq!(p.lease_stale_after, None);
+        let (draft, problems) = draft("lease_stale_after = \"soon\"\n", Scope::Cluster);
+        assert_eq!(draft.lease_stale_after, None);
+        let help = problems[0].help.clone().unwrap_or_default();
+        assert!(
+            problems[0].message.contains("lease_stale_after") && help.contains("\"auto\""),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
     fn overrides_merge_key_by_key_and_the_fast_path_keeps_its_two_keys_apart() {
         let (global, _) = draft(
             "unhealthy_after = \"2m\"\nfast_path = false\nlease_stale_after = \"40s\"\n\
@@ -511,7 +546,10 @@ mod tests {
         assert_eq!(p.unhealthy_after, Duration::from_secs(30));
         assert_eq!(p.on_powered_on, OnPoweredOn::Wait);
         // The group turns the fast path on again; the threshold still comes from [policy].
-        assert_eq!(p.lease_stale_after, Some(Duration::from_secs(40)));
+        assert_eq!(
+            p.lease_stale_after,
+            Some(LeaseStaleAfter::Fixed(Duration::from_secs(40)))
+        );
         assert_eq!(p.max_concurrent_fences, 5);
         let g = cluster.global();
         assert_eq!(g.lease_stale_after, None);

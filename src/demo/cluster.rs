@@ -203,6 +203,18 @@ impl World {
             .unwrap_or(false)
     }
 
+    /// The `renewTime` of the node's kubelet Lease, as written (RFC 3339).
+    pub fn lease_renewed(&self, node: &str) -> Option<String> {
+        let lease = self
+            .store()
+            .get(LEASES, Some("kube-node-lease"), node)
+            .ok()?;
+        lease
+            .pointer("/spec/renewTime")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    }
+
     fn node(&self, name: &str) -> Option<Value> {
         self.store().get(NODES, None, name).ok()
     }

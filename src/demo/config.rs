@@ -18,6 +18,7 @@ use nodefence_mocks::machines::Machine;
 use super::narrate::Wording;
 use crate::cluster::leader::LeaderTimings;
 use crate::config::Config;
+use crate::engine::LeaseStaleAfter;
 
 /// Pause between power readings in a real cluster (`[power] confirm_interval`).
 const CONFIRM_INTERVAL: Duration = Duration::from_secs(1);
@@ -159,7 +160,9 @@ pub fn load(
     }
     let policy = &config.agent.policy;
     let wording = Wording {
-        lease_stale_after: policy.lease_stale_after,
+        lease_stale_after: policy
+            .lease_stale_after
+            .map(|l| l.for_lease(Some(sim_lease_duration()))),
         unhealthy_after: policy.unhealthy_after,
         recovered_after: policy.recovered_after,
         grace_period: sim.node_monitor_grace_period,
@@ -173,11 +176,23 @@ pub fn load(
     Ok((config, wording))
 }
 
+/// The `leaseDurationSeconds` of the simulated kubelets' Leases.
+fn sim_lease_duration() -> Duration {
+    Duration::from_secs(nodefence_mocks::kube::sim::LEASE_DURATION_SECONDS.unsigned_abs())
+}
+
 /// Divides the policy's cluster timings by `speed` (the confirmation interval is the
 /// demo's own, already short).
 fn scale_policy(policy: &mut crate::engine::Policy, speed: f64) {
     let scale = |d: Duration| d.div_f64(speed);
-    policy.lease_stale_after = policy.lease_stale_after.map(scale);
+    // The simulated kubelets write the real leaseDurationSeconds (40) but renew every
+    // 10 s / speed: a derived threshold is scaled like the fixed ones, except at speed 1
+    // (the recovery bench), where it is derived from each Lease as on a cluster.
+    if speed != 1.0 {
+        policy.lease_stale_after = policy
+            .lease_stale_after
+            .map(|l| LeaseStaleAfter::Fixed(scale(l.for_lease(Some(sim_lease_duration())))));
+    }
     policy.unhealthy_after = scale(policy.unhealthy_after);
     policy.recovered_after = scale(policy.recovered_after);
     policy.on_poll_interval = scale(policy.on_poll_interval);

@@ -69,6 +69,9 @@ pub struct DemoOptions {
     pub json: bool,
     /// Where the daemon's and the simulation's logs go (default: in the temp directory).
     pub log_file: Option<PathBuf>,
+    /// Power loss: pull the plug this long (cluster time) after a Lease renewal of the
+    /// node, instead of at once (the recovery bench sweeps it across the interval).
+    pub pull_after_renewal: Option<Duration>,
 }
 
 /// Runs the demo and returns the exit code. Must be called inside a tokio runtime;
@@ -114,7 +117,7 @@ async fn demo(options: DemoOptions, log_path: PathBuf) -> u8 {
         Ok(mut world) => {
             header(&story, style, &world, &log_path);
             let ran = tokio::select! {
-                outcomes = scenarios(&world, &story, style, &options.scenarios) => Some(outcomes),
+                outcomes = scenarios(&world, &story, style, &options.scenarios, options.pull_after_renewal) => Some(outcomes),
                 _ = tokio::signal::ctrl_c() => None,
             };
             if let Some(e) = world.daemon_error().await {
@@ -205,11 +208,13 @@ async fn scenarios(
     story: &Story,
     style: Style,
     which: &[Scenario],
+    pull_after_renewal: Option<Duration>,
 ) -> anyhow::Result<Vec<Outcome>> {
     let ctx = Ctx {
         world,
         story,
         style,
+        pull_after_renewal,
     };
     let started = Instant::now();
     ctx.wait(

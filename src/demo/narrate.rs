@@ -272,7 +272,7 @@ pub fn nodefence_step(event: &Value, at: SystemTime, w: &Wording) -> Option<Step
                 .nth(1)
                 .and_then(|s| s.split_whitespace().next())
                 .unwrap_or("its");
-            format!("force-deletes {pods} pod(s): still Ready in the API, PodGC would not")
+            format!("force-deletes {pods} pod(s) itself: PodGC would not yet")
         }
         "TaintRemoved" => format!(
             "node Ready again for {}: out-of-service taint removed",

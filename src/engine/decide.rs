@@ -187,8 +187,13 @@ pub(super) fn decide_incident(
         let force_delete_pods = match policy.force_delete_pods {
             ForceDeletePods::Never => false,
             ForceDeletePods::Always => true,
-            // PodGC deletes the pods of a tainted node only once it is NotReady.
-            ForceDeletePods::FastPath => matches!(health, Health::LeaseStale { .. }),
+            // PodGC deletes the pods of a tainted node only once it is NotReady, and
+            // then on its own 20 s period: nodefence deletes them on the Lease fast path
+            // and after its own power-off, the two cases where waiting costs most.
+            ForceDeletePods::FastPath => {
+                matches!(health, Health::LeaseStale { .. })
+                    || matches!(inc.power_off, PowerOffStatus::Sent { .. })
+            }
         };
         out.push(Action::Release {
             node: name.to_string(),
@@ -241,7 +246,10 @@ fn consider_power_off(
         set_block(inc, Block::OnButOnlyLeaseStale, name, out);
         return;
     };
-    let at = not_ready_since + policy.unhealthy_after;
+    // Counted from the failure nodefence saw (the first missed Lease renewal, when the
+    // incident started) or from NotReady, whichever came first; never before NotReady.
+    let unhealthy_since = not_ready_since.min(inc.started);
+    let at = unhealthy_since + policy.unhealthy_after;
     if now < at {
         set_block(inc, Block::OnUntil(at), name, out);
         return;
@@ -279,7 +287,8 @@ fn consider_power_off(
     inc.power_off = PowerOffStatus::InFlight { attempt };
     inc.block = None;
     out.push(Notice::warning(name, Reason::PoweringOff, format!(
-        "the machine is still On and the node has been NotReady since {}: forcing power off (attempt {attempt})",
+        "the machine is still On and the node has been unhealthy since {} (NotReady since {}): forcing power off (attempt {attempt})",
+        humantime::format_rfc3339_seconds(unhealthy_since),
         humantime::format_rfc3339_seconds(not_ready_since)
     )));
     out.push(Action::PowerOff {

@@ -5,6 +5,7 @@
 
 use std::time::{Duration, SystemTime};
 
+use super::policy::LeaseStaleAfter;
 use crate::identity::NodeIdentity;
 
 /// The node's Ready condition.
@@ -48,6 +49,8 @@ pub struct NodeFacts {
     pub readiness: Readiness,
     /// Last renewTime of its kubelet Lease, if there is one.
     pub lease_renewed: Option<SystemTime>,
+    /// Its `leaseDurationSeconds` (the kubelet renews every quarter of it).
+    pub lease_duration: Option<Duration>,
     /// Newest `lastHeartbeatTime` among its conditions (the kubelet's status posts).
     pub last_heartbeat: Option<SystemTime>,
     pub control_plane: bool,
@@ -74,6 +77,7 @@ impl NodeFacts {
             name: name.to_string(),
             readiness: Readiness::Ready,
             lease_renewed: Some(now),
+            lease_duration: None,
             last_heartbeat: None,
             control_plane: false,
             opted_out: false,
@@ -89,15 +93,18 @@ impl NodeFacts {
     /// Whether the node is unhealthy at `now`, and since when it was last known alive.
     ///
     /// NotReady counts from the condition's transition time. A Lease not renewed for
-    /// `lease_stale_after` makes the node suspect from its last renewal. The last sign
-    /// of life is the latest of those and of the kubelet's last status heartbeat:
-    /// power readings must be newer than all of them.
-    pub fn health(&self, now: SystemTime, lease_stale_after: Option<Duration>) -> Health {
+    /// `lease_stale_after` (for this node's Lease) makes the node suspect from its
+    /// last renewal. The last sign of life is the latest of those and of the kubelet's
+    /// last status heartbeat: power readings must be newer than all of them.
+    pub fn health(&self, now: SystemTime, lease_stale_after: Option<LeaseStaleAfter>) -> Health {
         let not_ready = match self.readiness {
             Readiness::NotReady { since } => Some(since.min(now)),
             Readiness::Ready => None,
         };
-        let lease_stale = match (lease_stale_after, self.lease_renewed) {
+        let lease_stale = match (
+            self.lease_stale_after(lease_stale_after),
+            self.lease_renewed,
+        ) {
             (Some(after), Some(renewed))
                 if now.duration_since(renewed).unwrap_or_default() >= after =>
             {
@@ -117,6 +124,13 @@ impl NodeFacts {
             },
             (None, None) => Health::Healthy,
         }
+    }
+}
+
+impl NodeFacts {
+    /// How long this node's Lease may go unrenewed before the node is suspect.
+    pub fn lease_stale_after(&self, policy: Option<LeaseStaleAfter>) -> Option<Duration> {
+        policy.map(|p| p.for_lease(self.lease_duration))
     }
 }
 
@@ -157,7 +171,7 @@ mod tests {
     #[test]
     fn health_uses_the_latest_sign_of_life() {
         let mut f = NodeFacts::ready("a", t(0));
-        let stale = Some(Duration::from_secs(25));
+        let stale = Some(LeaseStaleAfter::Fixed(Duration::from_secs(25)));
         assert_eq!(f.health(t(10), stale), Health::Healthy);
         assert_eq!(f.health(t(30), stale), Health::LeaseStale { since: t(0) });
         assert_eq!(f.health(t(30), None), Health::Healthy, "fast path off");
@@ -181,10 +195,35 @@ mod tests {
     }
 
     #[test]
+    fn the_first_missed_renewal_is_read_from_the_lease_itself() {
+        let auto = Some(LeaseStaleAfter::MissedRenewal);
+        let mut f = NodeFacts::ready("a", t(0));
+        // No leaseDurationSeconds: the kubelet's 40 s, renewed every 10 s: 12 s.
+        assert_eq!(f.health(t(11), auto), Health::Healthy);
+        assert_eq!(f.health(t(12), auto), Health::LeaseStale { since: t(0) });
+        f.lease_duration = Some(Duration::from_secs(40));
+        assert_eq!(f.health(t(11), auto), Health::Healthy);
+        assert_eq!(f.health(t(12), auto), Health::LeaseStale { since: t(0) });
+        // A cluster with --node-lease-duration-seconds=100 renews every 25 s: 30 s.
+        f.lease_duration = Some(Duration::from_secs(100));
+        assert_eq!(f.health(t(29), auto), Health::Healthy);
+        assert_eq!(f.health(t(30), auto), Health::LeaseStale { since: t(0) });
+        // A short Lease still allows 2 s of lateness; a zero one is ignored.
+        f.lease_duration = Some(Duration::from_secs(4));
+        assert_eq!(f.lease_stale_after(auto), Some(Duration::from_secs(3)));
+        f.lease_duration = Some(Duration::ZERO);
+        assert_eq!(f.lease_stale_after(auto), Some(Duration::from_secs(12)));
+        // A written threshold is kept whatever the Lease says.
+        let fixed = Some(LeaseStaleAfter::Fixed(Duration::from_secs(25)));
+        assert_eq!(f.lease_stale_after(fixed), Some(Duration::from_secs(25)));
+        assert_eq!(f.lease_stale_after(None), None, "fast path off");
+    }
+
+    #[test]
     fn a_status_heartbeat_after_the_last_renewal_is_the_last_sign_of_life() {
         let mut f = NodeFacts::ready("a", t(0));
         f.last_heartbeat = Some(t(4));
-        let stale = Some(Duration::from_secs(25));
+        let stale = Some(LeaseStaleAfter::Fixed(Duration::from_secs(25)));
         assert_eq!(f.health(t(30), stale), Health::LeaseStale { since: t(4) });
     }
 

@@ -36,7 +36,9 @@ use std::time::SystemTime;
 pub use action::{Action, Notice, OffProof, Reason, ReleasePlan, ReleaseRecord, Severity, Target};
 pub use facts::{Exclusion, Health, NodeFacts, Readiness};
 pub use node::{Block, NodeState, Phase, PowerOffStatus, PowerOnStatus};
-pub use policy::{ForceDeletePods, MaxUnhealthy, OnPoweredOn, Policy, ReleaseMode};
+pub use policy::{
+    ForceDeletePods, LeaseStaleAfter, MaxUnhealthy, OnPoweredOn, Policy, ReleaseMode,
+};
 
 use crate::identity::MachineIdentity;
 use crate::power::{PowerError, PowerReading};

@@ -552,9 +552,10 @@ impl NodeState {
         };
         match &self.phase {
             Phase::Healthy => {
-                if let (Some(after), Some(renewed)) =
-                    (policy.lease_stale_after, self.facts.lease_renewed)
-                {
+                if let (Some(after), Some(renewed)) = (
+                    self.facts.lease_stale_after(policy.lease_stale_after),
+                    self.facts.lease_renewed,
+                ) {
                     consider(Some(renewed + after));
                 }
             }

@@ -17,6 +17,38 @@ pub enum OnPoweredOn {
     Wait,
 }
 
+/// When a node whose kubelet stopped renewing its Lease becomes suspect (its power is
+/// read; a machine proven Off is released; nothing is ever powered off on this alone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseStaleAfter {
+    /// At the first missed renewal, from the Lease's own timing: the kubelet renews
+    /// every `leaseDurationSeconds / 4` (10 s of 40 s by default, with up to 4 %
+    /// jitter); a renewal this much late, plus a fifth of it (at least 2 s) for jitter
+    /// and API latency, was missed: 12 s by default.
+    MissedRenewal,
+    /// A fixed time since the last renewal (`lease_stale_after = "25s"`).
+    Fixed(Duration),
+}
+
+/// `leaseDurationSeconds` when a Lease does not say (the kubelet's default).
+pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(40);
+
+impl LeaseStaleAfter {
+    /// The threshold for a Lease of `lease_duration` (`None`: not written).
+    pub fn for_lease(self, lease_duration: Option<Duration>) -> Duration {
+        match self {
+            LeaseStaleAfter::Fixed(d) => d,
+            LeaseStaleAfter::MissedRenewal => {
+                let duration = lease_duration
+                    .filter(|d| !d.is_zero())
+                    .unwrap_or(DEFAULT_LEASE_DURATION);
+                let renew_every = duration / 4;
+                renew_every + (renew_every / 5).max(Duration::from_secs(2))
+            }
+        }
+    }
+}
+
 /// How a confirmed-off node's volumes are released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReleaseMode {
@@ -32,12 +64,14 @@ pub enum ReleaseMode {
 /// With the out-of-service taint, PodGC force-deletes the pods of a node that is
 /// NotReady. A node released on the Lease fast path is still Ready in the API, so
 /// PodGC leaves its pods alone: nodefence deletes them, or the replacement pods
-/// would wait for NotReady. On clusters without non-graceful node shutdown, `Always`
+/// would wait for NotReady. After nodefence's own power-off it deletes them too:
+/// PodGC would only on its next pass (every 20 s). On clusters without non-graceful node shutdown, `Always`
 /// (with `delete_volume_attachments`) is the forced-deletion fallback.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ForceDeletePods {
     Never,
-    /// Only when released before the node turned NotReady (the Lease fast path).
+    /// When released before the node turned NotReady (the Lease fast path), or after
+    /// nodefence powered the machine off itself.
     FastPath,
     Always,
 }
@@ -79,7 +113,9 @@ impl MaxUnhealthy {
 pub struct Policy {
     /// Release a node confirmed Off once it has been NotReady this long.
     pub release_off_after: Duration,
-    /// Power off a machine still On only after its node has been NotReady this long.
+    /// Power off a machine still On only once its node is NotReady and has been
+    /// unhealthy this long: counted from when nodefence saw the failure (the first
+    /// missed Lease renewal: the incident's start) or from NotReady, whichever came first.
     pub unhealthy_after: Duration,
     pub on_powered_on: OnPoweredOn,
     pub release: ReleaseMode,
@@ -97,7 +133,7 @@ pub struct Policy {
     /// A node whose kubelet Lease has not been renewed for this long is suspect: its
     /// power is checked, and a confirmed-Off machine is released before NotReady.
     /// `None` disables the Lease fast path.
-    pub lease_stale_after: Option<Duration>,
+    pub lease_stale_after: Option<LeaseStaleAfter>,
     /// Re-send ForceOff if the machine still reads On this long after the last one.
     pub power_off_retry_after: Duration,
     /// While an incident stays blocked for one reason that is a Warning (a BMC that
@@ -142,7 +178,7 @@ impl Default for Policy {
             force_delete_pods: ForceDeletePods::FastPath,
             confirm_readings: 3,
             confirm_interval: Duration::from_secs(1),
-            lease_stale_after: Some(Duration::from_secs(25)),
+            lease_stale_after: Some(LeaseStaleAfter::MissedRenewal),
             power_off_retry_after: Duration::from_secs(60),
             remind_every: Duration::from_secs(120),
             max_power_off_attempts: 3,

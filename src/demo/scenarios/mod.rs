@@ -89,6 +89,8 @@ pub struct Ctx<'a> {
     pub world: &'a World,
     pub story: &'a Story,
     pub style: Style,
+    /// Power loss: when to pull the plug after a Lease renewal (`None`: at once).
+    pub pull_after_renewal: Option<Duration>,
 }
 
 impl Ctx<'_> {

@@ -72,7 +72,7 @@ pub async fn run(ctx: &Ctx<'_>, out: &mut Outcome, carry: &mut Carry) -> Result<
         ));
     }
     out.summary = format!(
-        "{victim} forced off at +{} (after {} NotReady), confirmed Off, released at +{}; \
+        "{victim} forced off at +{} (unhealthy for {} since the first missed renewal), confirmed Off, released at +{}; \
          db-0 Running on {now_on} at +{}.",
         secs(forced.unwrap_or_default()),
         crate::demo::narrate::span(world.wording.unhealthy_after),

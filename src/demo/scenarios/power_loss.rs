@@ -24,6 +24,18 @@ pub async fn run(ctx: &Ctx<'_>, out: &mut Outcome, carry: &mut Carry) -> Result<
         "db-0 after 5m and then wait for ever, the volume still attached (Multi-Attach error)."
             .to_string(),
     ]);
+    if let Some(phase) = ctx.pull_after_renewal {
+        // The plug is pulled `phase` after a renewal: right after one is the worst
+        // case for the Lease fast path, just before the next the best.
+        let before = world.lease_renewed(&victim);
+        ctx.wait(
+            "a Lease renewal of the node",
+            Duration::from_secs(30),
+            || world.lease_renewed(&victim) != before,
+        )
+        .await?;
+        tokio::time::sleep(world.real(phase)).await;
+    }
     let mark = world.reset_mark();
     let t0 = crate::clock::now();
     ctx.story.begin(t0);

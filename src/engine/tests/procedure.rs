@@ -16,9 +16,10 @@ fn power_loss_is_released_from_the_stale_lease_before_not_ready() {
         .copied()
         .expect("released on the fast path");
     let took = released.duration_since(lost).unwrap_or_default();
-    // Lease stale after 25 s, then three readings one second apart.
+    // Suspect at the first missed renewal (12 s for the kubelet's 40 s Lease: it
+    // renews every 10 s), then three readings one second apart.
     assert!(
-        took >= secs(25) && took <= secs(30),
+        took >= secs(12) && took <= secs(16),
         "released {took:?} after the power loss"
     );
     assert_eq!(
@@ -76,6 +77,64 @@ fn a_machine_still_on_is_powered_off_after_unhealthy_after_then_released() {
             require_identity: Policy::default().require_identity,
         })
     );
+}
+
+#[test]
+fn a_partitioned_node_is_powered_off_unhealthy_after_its_first_missed_renewal() {
+    // The kubelet is cut off (machine On). nodefence sees the Lease miss a renewal at
+    // 12 s; Kubernetes marks the node NotReady only at 50 s. unhealthy_after (60 s)
+    // counts from the failure nodefence saw, not from NotReady: the power-off comes at
+    // about 72 s, not 110 s. Then nodefence deletes the pods itself, as PodGC would
+    // only on its next 20 s pass.
+    let mut h = Harness::new(Policy::default());
+    for n in ["w1", "w2", "w3"] {
+        h.add(n, Bmc::State(PowerState::On));
+    }
+    let cut = h.now;
+    h.hang_kubelet("w1");
+    h.advance(secs(50));
+    h.not_ready("w1");
+    h.advance(secs(20));
+    assert_eq!(h.power_offs("w1"), 0, "not before unhealthy_after");
+    h.advance(secs(5));
+    assert_eq!(
+        h.power_offs("w1"),
+        1,
+        "unhealthy_after from the missed renewal"
+    );
+    let off_at = h.power_off_times[0].duration_since(cut).unwrap_or_default();
+    assert!(
+        off_at >= secs(71) && off_at <= secs(74),
+        "powered off {off_at:?} after the cut (12 s + 60 s)"
+    );
+    h.advance(secs(10));
+    assert!(h.released("w1"));
+    assert!(
+        h.plans["w1"].force_delete_pods,
+        "after its own power-off nodefence deletes the pods itself"
+    );
+}
+
+#[test]
+fn a_node_not_ready_before_its_lease_went_stale_counts_from_not_ready() {
+    // NotReady first (the kubelet reports itself not ready and keeps renewing, then
+    // stops): unhealthy_after counts from the earlier of the two.
+    let mut h = Harness::new(Policy::default());
+    for n in ["w1", "w2", "w3"] {
+        h.add(n, Bmc::State(PowerState::On));
+    }
+    h.not_ready("w1");
+    let not_ready = h.now;
+    h.advance(secs(30));
+    h.hang_kubelet("w1");
+    h.advance(secs(29));
+    assert_eq!(h.power_offs("w1"), 0);
+    h.advance(secs(2));
+    assert_eq!(h.power_offs("w1"), 1);
+    let off_at = h.power_off_times[0]
+        .duration_since(not_ready)
+        .unwrap_or_default();
+    assert!(off_at >= secs(60) && off_at <= secs(61), "{off_at:?}");
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use nodefence::cluster::leader::LeaderTimings;
 use nodefence::daemon::{self, DaemonOptions};
-use nodefence::engine::Policy;
+use nodefence::engine::{LeaseStaleAfter, Policy};
 use nodefence_mocks::kube::FakeKube;
 use nodefence_mocks::kube::sim::{NodeSpec, SimConfig, Simulation, WorkloadSpec};
 use nodefence_mocks::kube::store::Store;
@@ -431,7 +431,8 @@ impl WorldBuilder {
 /// `on_poll_interval` 500 ms, no `min_power_off_interval`. Applied to the cluster-wide
 /// policy and every node's, before [`WorldBuilder::policy`] tweaks.
 pub fn scaled_timings(policy: &mut Policy) {
-    policy.lease_stale_after = Some(Duration::from_millis(2500));
+    // Fixed: the simulated kubelets renew every 1 s at 10x, while their Leases say 40 s.
+    policy.lease_stale_after = Some(LeaseStaleAfter::Fixed(Duration::from_millis(2500)));
     policy.unhealthy_after = Duration::from_secs(6);
     policy.recovered_after = Duration::from_secs(2);
     policy.min_power_off_interval = Duration::ZERO;

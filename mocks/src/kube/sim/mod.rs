@@ -59,7 +59,7 @@ mod volumes;
 mod workload;
 mod zones;
 
-pub use config::{MAX_WAIT_FOR_UNMOUNT, SimConfig};
+pub use config::{LEASE_DURATION_SECONDS, MAX_WAIT_FOR_UNMOUNT, SimConfig};
 pub use handle::{SimHandle, Simulation};
 pub use specs::{
     DEFAULT_DRIVER, DEFAULT_KUBELET_VERSION, DEFAULT_STORAGE_CLASS, NodeSpec, WorkloadSpec,
