@@ -55,7 +55,31 @@ async fn power_loss_moves_the_pod_before_kubernetes_marks_the_node_not_ready() {
     );
     w.expect_event(&victim, "NodeSuspect").await;
     w.expect_event(&victim, "PodsForceDeleted").await;
+    // Where the time went, in the Released Event (and nodefence_release_step_seconds).
+    let note = released_note(&w, &victim).await;
+    for step in [
+        "detected +",
+        "first reading +",
+        "Off proven +",
+        "released +",
+    ] {
+        assert!(note.contains(step), "{step:?} missing in {note:?}");
+    }
+    assert!(
+        !note.contains("power-off sent"),
+        "no power-off was sent: {note}"
+    );
     w.stop().await;
+}
+
+/// The note of the `Released` Event on `node`.
+async fn released_note(w: &World, node: &str) -> String {
+    w.expect_event(node, "Released").await;
+    w.events_on(node)
+        .into_iter()
+        .find(|e| e["reason"] == "Released")
+        .and_then(|e| e["note"].as_str().map(str::to_string))
+        .unwrap_or_default()
 }
 
 /// When the Node's Ready condition last changed (its `lastTransitionTime`).
@@ -102,6 +126,9 @@ async fn a_stale_lease_with_the_machine_on_is_neither_released_nor_powered_off_u
         not_ready <= reset_wall,
         "never before NotReady: NotReady at {not_ready:?}, ForceOff at {reset_wall:?}"
     );
+    let note = released_note(&w, &victim).await;
+    assert!(note.contains("power-off sent +"), "{note}");
+    w.expect_event(&victim, "PodsForceDeleted").await;
     w.stop().await;
 }
 

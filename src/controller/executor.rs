@@ -169,7 +169,12 @@ impl Executor {
                     this.send(Completion::PowerOn { node, result });
                 });
             }
-            Action::Release { node, plan, proof } => {
+            Action::Release {
+                node,
+                plan,
+                proof,
+                steps,
+            } => {
                 let this = self.clone();
                 self.tasks.spawn(async move {
                     let mode_label = match plan.mode {
@@ -220,11 +225,19 @@ impl Executor {
                         }
                     };
                     if result.is_ok() {
+                        let released = crate::clock::now();
                         this.metrics.time_to_release(
-                            crate::clock::now()
+                            released
                                 .duration_since(last_sign_of_life)
                                 .unwrap_or_default(),
                         );
+                        for (step, at) in steps.list(Some(released)) {
+                            this.metrics.release_step(
+                                step,
+                                at.duration_since(steps.last_sign_of_life)
+                                    .unwrap_or_default(),
+                            );
+                        }
                     }
                     this.send(Completion::Release {
                         node,

@@ -36,6 +36,59 @@ pub struct OffProof {
     pub max_age: std::time::Duration,
 }
 
+/// When each step of an incident happened, for the per-incident breakdown
+/// (`nodefence_release_step_seconds`, the `Released` Event): all measured from the
+/// node's last sign of life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Steps {
+    /// The node's last sign of life when nodefence saw it fail (a later NotReady
+    /// transition does not move it).
+    pub last_sign_of_life: SystemTime,
+    /// nodefence saw the failure (the incident started).
+    pub detected: SystemTime,
+    /// The first power reading answered in this incident.
+    pub first_reading: Option<SystemTime>,
+    /// nodefence's last power-off command, if it sent one.
+    pub power_off_sent: Option<SystemTime>,
+    /// The Off proof was complete (the release was decided).
+    pub off_proven: SystemTime,
+}
+
+impl Steps {
+    /// `(step, time)` in order, the release itself (`released`, at `released`) last.
+    pub fn list(&self, released: Option<SystemTime>) -> Vec<(&'static str, SystemTime)> {
+        let mut out = vec![("detected", self.detected)];
+        out.extend(self.first_reading.map(|t| ("first_reading", t)));
+        out.extend(self.power_off_sent.map(|t| ("power_off_sent", t)));
+        out.push(("off_proven", self.off_proven));
+        out.extend(released.map(|t| ("released", t)));
+        out
+    }
+
+    /// "detected +12.0s, first reading +12.0s, Off proven +14.0s, released +14.1s
+    /// after the last sign of life".
+    pub fn describe(&self, released: Option<SystemTime>) -> String {
+        let parts: Vec<String> = self
+            .list(released)
+            .into_iter()
+            .map(|(step, t)| {
+                let after = t
+                    .duration_since(self.last_sign_of_life)
+                    .unwrap_or_default()
+                    .as_secs_f64();
+                let step = match step {
+                    "first_reading" => "first reading",
+                    "power_off_sent" => "power-off sent",
+                    "off_proven" => "Off proven",
+                    other => other,
+                };
+                format!("{step} +{after:.1}s")
+            })
+            .collect();
+        format!("{} after the last sign of life", parts.join(", "))
+    }
+}
+
 /// The machine a power command is meant for. The executor reads the power source's
 /// identity again immediately before the command, in the same exchange, and refuses
 /// to send it to a machine proven to be another (or, with `require_identity`, to one
@@ -80,6 +133,8 @@ pub enum Action {
         node: String,
         plan: ReleasePlan,
         proof: OffProof,
+        /// Where the time went so far (the executor adds the release's own steps).
+        steps: Steps,
     },
     /// Check whether a released node's pods are gone and its volumes detached
     /// (answer with `Engine::drain_checked`); gates `power_on_after_fence`.

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use super::action::{Action, Notice, OffProof, Reason, ReleasePlan, Target};
+use super::action::{Action, Notice, OffProof, Reason, ReleasePlan, Steps, Target};
 use super::facts::{Health, NodeFacts};
 use super::node::{Block, Gates, Incident, PowerOffStatus, PowerOnStatus, Queries, Released};
 use super::policy::{ForceDeletePods, OnPoweredOn, Policy};
@@ -195,8 +195,20 @@ pub(super) fn decide_incident(
                     || matches!(inc.power_off, PowerOffStatus::Sent { .. })
             }
         };
+        let steps = Steps {
+            last_sign_of_life: inc.failed_at,
+            detected: inc.started,
+            first_reading: inc.first_reading,
+            power_off_sent: match inc.power_off {
+                PowerOffStatus::Sent { at, .. } => Some(at),
+                _ => None,
+            },
+            off_proven: inc.off_readings.last().copied().unwrap_or(now),
+        };
+        inc.steps = Some(steps);
         out.push(Action::Release {
             node: name.to_string(),
+            steps,
             plan: ReleasePlan {
                 mode: policy.release,
                 delete_volume_attachments: policy.delete_volume_attachments,

@@ -33,7 +33,9 @@ mod tests;
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-pub use action::{Action, Notice, OffProof, Reason, ReleasePlan, ReleaseRecord, Severity, Target};
+pub use action::{
+    Action, Notice, OffProof, Reason, ReleasePlan, ReleaseRecord, Severity, Steps, Target,
+};
 pub use facts::{Exclusion, Health, NodeFacts, Readiness};
 pub use node::{Block, NodeState, Phase, PowerOffStatus, PowerOnStatus};
 pub use policy::{
@@ -253,6 +255,7 @@ impl Engine {
             match result {
                 Ok(reading) => {
                     state.queries.failures = 0;
+                    inc.first_reading.get_or_insert(reading.at);
                     if reading.state.is_off() {
                         if reading.at > inc.since {
                             inc.off_readings.push(reading.at);
@@ -449,10 +452,22 @@ impl Engine {
             forget = state.gone && !(result.is_ok() && power_on == PowerOnStatus::Pending);
             match result {
                 Ok(()) => {
-                    out.push(Notice::normal(name, Reason::Released, match policy.release {
-                        ReleaseMode::OutOfServiceTaint => "out-of-service taint added: Kubernetes now force-deletes the node's pods and detaches its volumes",
-                        ReleaseMode::DeleteNode => "Node object deleted: its pods and volumes are released",
-                    }));
+                    let what = match policy.release {
+                        ReleaseMode::OutOfServiceTaint => {
+                            "out-of-service taint added: Kubernetes now force-deletes the node's pods and detaches its volumes"
+                        }
+                        ReleaseMode::DeleteNode => {
+                            "Node object deleted: its pods and volumes are released"
+                        }
+                    };
+                    out.push(Notice::normal(
+                        name,
+                        Reason::Released,
+                        match &inc.steps {
+                            Some(steps) => format!("{what} ({})", steps.describe(Some(now))),
+                            None => what.to_string(),
+                        },
+                    ));
                     if power_on == PowerOnStatus::Pending {
                         out.push(Action::Record {
                             node: name.to_string(),

@@ -8,7 +8,7 @@
 
 use std::time::SystemTime;
 
-use super::action::{Action, Notice, Reason, Target};
+use super::action::{Action, Notice, Reason, Steps, Target};
 use super::decide::{decide_incident, decide_power_on, identity_gate, schedule_query, set_block};
 use super::facts::{Exclusion, Health, NodeFacts};
 use super::policy::Policy;
@@ -179,13 +179,20 @@ impl PowerOffStatus {
 pub struct Incident {
     /// The node's last sign of life: only Off readings newer than this count.
     pub since: SystemTime,
+    /// `since` when the incident started: when the node failed, as far as anyone can
+    /// tell (`since` moves later, e.g. to the NotReady transition; this does not).
+    pub failed_at: SystemTime,
     pub started: SystemTime,
     /// Consecutive Off readings newer than `since`.
     pub off_readings: Vec<SystemTime>,
     pub last_state: Option<(SystemTime, PowerState)>,
     pub last_error: Option<(SystemTime, PowerError)>,
+    /// The first power reading answered in this incident (for the breakdown).
+    pub first_reading: Option<SystemTime>,
     pub power_off: PowerOffStatus,
     pub releasing: bool,
+    /// Where the time went up to the release decision (set with `releasing`).
+    pub steps: Option<Steps>,
     pub block: Option<Block>,
     /// The kind of `block` ([`Block::kind`]), since when it holds the node back, and
     /// when it was last announced (repeated while it lasts, `blocked_reminder_every`).
@@ -439,12 +446,15 @@ impl NodeState {
                 )));
                 self.phase = Phase::Incident(Box::new(Incident {
                     since,
+                    failed_at: since,
                     started: now,
                     off_readings: Vec::new(),
                     last_state: None,
                     last_error: None,
+                    first_reading: None,
                     power_off: recorded_power_off(&facts_power_off, since),
                     releasing: false,
+                    steps: None,
                     block: None,
                     blocked: None,
                 }));

@@ -104,6 +104,11 @@ struct ReloadLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StepLabels {
+    step: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: &'static str,
 }
@@ -112,6 +117,10 @@ type HistogramFamily<S> = Family<S, Histogram, fn() -> Histogram>;
 
 fn power_query_histogram() -> Histogram {
     Histogram::new(POWER_QUERY_BUCKETS)
+}
+
+fn release_histogram() -> Histogram {
+    Histogram::new(RELEASE_BUCKETS)
 }
 
 /// nodefence's Prometheus metrics. Cheap to record into from any thread; share it
@@ -126,6 +135,7 @@ pub struct Metrics {
     power_commands: Family<PowerCommandLabels, Counter>,
     releases: Family<ReleaseLabels, Counter>,
     time_to_release: Histogram,
+    release_steps: HistogramFamily<StepLabels>,
     notices: Family<NoticeLabels, Counter>,
     storm: Gauge,
     leader: Gauge,
@@ -223,6 +233,15 @@ impl Metrics {
             Unit::Seconds,
             time_to_release.clone(),
         );
+        let release_steps: HistogramFamily<StepLabels> =
+            Family::new_with_constructor(release_histogram);
+        registry.register_with_unit(
+            "release_step",
+            "Per released node, when each step happened after its last sign of life: \
+             detected, first_reading, power_off_sent (when nodefence sent one), off_proven, released",
+            Unit::Seconds,
+            release_steps.clone(),
+        );
 
         let notices = Family::<NoticeLabels, Counter>::default();
         registry.register(
@@ -315,6 +334,7 @@ impl Metrics {
             power_commands,
             releases,
             time_to_release,
+            release_steps,
             notices,
             storm,
             leader,
@@ -446,6 +466,14 @@ impl Metrics {
     /// `nodefence_unhealthy_to_release_seconds`: last sign of life → release done.
     pub fn time_to_release(&self, d: Duration) {
         self.time_to_release.observe(d.as_secs_f64());
+    }
+
+    /// `nodefence_release_step_seconds{step}`: one step of a released node's
+    /// incident, measured from its last sign of life ([`crate::engine::Steps`]).
+    pub fn release_step(&self, step: &'static str, after: Duration) {
+        self.release_steps
+            .get_or_create(&StepLabels { step })
+            .observe(after.as_secs_f64());
     }
 
     /// `nodefence_notices_total{reason, type}`: one per engine notice.

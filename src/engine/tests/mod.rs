@@ -262,7 +262,9 @@ impl Harness {
                         self.engine.power_on_done(node, Ok(()), now)
                     }
                 }
-                Action::Release { node, proof, plan } => {
+                Action::Release {
+                    node, proof, plan, ..
+                } => {
                     self.check_release(node, proof);
                     self.plans.insert(node.clone(), *plan);
                     self.release_times.entry(node.clone()).or_insert(now);

@@ -113,6 +113,34 @@ fn a_partitioned_node_is_powered_off_unhealthy_after_its_first_missed_renewal() 
         h.plans["w1"].force_delete_pods,
         "after its own power-off nodefence deletes the pods itself"
     );
+    // The Released Event says where the time went, from the last sign of life.
+    let released = h
+        .log
+        .iter()
+        .find_map(|a| match a {
+            Action::Notify(n) if n.reason == Reason::Released => Some(n.message.clone()),
+            _ => None,
+        })
+        .expect("a Released notice");
+    for step in [
+        "detected +1",
+        "first reading +1",
+        "power-off sent +7",
+        "Off proven +",
+        "released +",
+    ] {
+        assert!(released.contains(step), "{step:?} missing in {released:?}");
+    }
+    let steps = h
+        .log
+        .iter()
+        .find_map(|a| match a {
+            Action::Release { steps, .. } => Some(*steps),
+            _ => None,
+        })
+        .expect("a release");
+    assert!(steps.detected <= steps.first_reading.expect("read"));
+    assert!(steps.power_off_sent.expect("sent") < steps.off_proven);
 }
 
 #[test]

@@ -70,6 +70,7 @@ fn every_family_is_declared_with_its_type_and_unit() {
     m.set_bmc_failing("worker-1", "redfish", false);
     m.set_bmc_identity("worker-1", "match");
     m.set_power_levels("worker-1", &[("redfish", false), ("exec", false)]);
+    m.release_step("released", Duration::from_secs(14));
     let text = m.encode();
     assert!(text.ends_with("# EOF\n"), "{text}");
     let types = types(&m);
@@ -81,6 +82,7 @@ fn every_family_is_declared_with_its_type_and_unit() {
         ("nodefence_power_commands", "counter"),
         ("nodefence_releases", "counter"),
         ("nodefence_unhealthy_to_release_seconds", "histogram"),
+        ("nodefence_release_step_seconds", "histogram"),
         ("nodefence_notices", "counter"),
         ("nodefence_storm_protection_active", "gauge"),
         ("nodefence_is_leader", "gauge"),
@@ -277,6 +279,36 @@ fn time_to_release_fills_its_buckets() {
     assert_eq!(bucket("90.0"), Some(2.0));
     assert_eq!(bucket("900.0"), Some(2.0));
     assert_eq!(bucket("+Inf"), Some(3.0));
+}
+
+#[test]
+fn release_steps_are_one_histogram_per_step() {
+    let m = Metrics::new();
+    m.release_step("detected", Duration::from_secs(12));
+    m.release_step("off_proven", Duration::from_secs(14));
+    m.release_step("released", Duration::from_millis(14_100));
+    m.release_step("released", Duration::from_secs(80));
+    let h = "nodefence_release_step_seconds";
+    assert_eq!(
+        value(&m, &format!("{h}_count"), &[("step", "released")]),
+        Some(2.0)
+    );
+    assert_eq!(
+        value(&m, &format!("{h}_sum"), &[("step", "detected")]),
+        Some(12.0)
+    );
+    assert_eq!(
+        value(
+            &m,
+            &format!("{h}_bucket"),
+            &[("step", "released"), ("le", "60.0")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&m, &format!("{h}_count"), &[("step", "power_off_sent")]),
+        None
+    );
 }
 
 #[test]
