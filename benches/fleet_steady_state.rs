@@ -1,0 +1,252 @@
+//! Fleet scale at steady state (issue 16, goal 4): what `nodefence run` costs while
+//! nothing fails.
+//!
+//! The daemon runs as its own process against fake-kube holding `NODES` Nodes (default
+//! 5,000), each with a kubelet Lease renewed every 10 s (`NODES / 10` writes a second,
+//! spread evenly, as kubelets do), and one mock Redfish BMC serving every node's system
+//! (identities matching). After `WARMUP_S` (default 60 s: start-up lists, the BMC
+//! monitor's first pass over every node) it samples the daemon's CPU time and RSS from
+//! `/proc` over `MEASURE_S` (default 60 s), and counts the API requests it made then
+//! (watches carry the renewals: a steady state makes almost none).
+//!
+//! Targets: RSS ≤ 50 MiB and CPU ≤ 5 % of one core. `cargo bench --bench
+//! fleet_steady_state`; exits 1 when a target is missed. Linux only (`/proc`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use nodefence_mocks::kube::FakeKube;
+use nodefence_mocks::kube::resources::{LEASES, NAMESPACES, NODES};
+use nodefence_mocks::kube::meta::{now_rfc3339, now_rfc3339_micros};
+use nodefence_mocks::kube::store::Store;
+use nodefence_mocks::redfish::{MockPower, MockRedfish, Profile, SystemSpec};
+use serde_json::{Value, json};
+
+const RSS_TARGET_MIB: f64 = 50.0;
+const CPU_TARGET_PERCENT: f64 = 5.0;
+const LEASE_NAMESPACE: &str = "kube-node-lease";
+const RENEW_EVERY: Duration = Duration::from_secs(10);
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn uuid(i: u64) -> String {
+    format!("{i:08x}-0000-4000-8000-{i:012x}")
+}
+
+fn node(i: u64) -> Value {
+    let now = now_rfc3339();
+    let name = format!("worker-{i}");
+    json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "spec": {},
+        "status": {
+            "conditions": [{
+                "type": "Ready", "status": "True", "reason": "KubeletReady",
+                "message": "kubelet is posting ready status",
+                "lastHeartbeatTime": now, "lastTransitionTime": now,
+            }],
+            "nodeInfo": {
+                "systemUUID": uuid(i), "machineID": format!("{i:032x}"),
+                "bootID": uuid(i + 1_000_000), "kubeletVersion": "v1.33.0",
+                "kubeProxyVersion": "", "kernelVersion": "6.1.0", "osImage": "Debian GNU/Linux 12",
+                "containerRuntimeVersion": "containerd://1.7.0", "operatingSystem": "linux",
+                "architecture": "amd64",
+            },
+        },
+    })
+}
+
+fn lease(i: u64) -> Value {
+    json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": format!("worker-{i}"), "namespace": LEASE_NAMESPACE},
+        "spec": {
+            "holderIdentity": format!("worker-{i}"),
+            "leaseDurationSeconds": 40,
+            "renewTime": now_rfc3339_micros(),
+        },
+    })
+}
+
+/// Renews every Lease once per `RENEW_EVERY`, spread evenly (ticks of 100 ms).
+async fn kubelets(store: Store, nodes: u64) {
+    let ticks = RENEW_EVERY.as_millis() as u64 / 100;
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let mut k = 0u64;
+    loop {
+        tick.tick().await;
+        let slot = k % ticks;
+        for i in (1..=nodes).filter(|i| i % ticks == slot) {
+            let _ = store.modify(LEASES, Some(LEASE_NAMESPACE), &format!("worker-{i}"), |l| {
+                l["spec"]["renewTime"] = json!(now_rfc3339_micros());
+                Ok(())
+            });
+        }
+        k += 1;
+    }
+}
+
+/// `(utime + stime)` of `pid` in seconds, and its RSS and peak RSS in MiB.
+fn sample(pid: u32) -> (f64, f64, f64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+    // Fields after the `(comm)`, which may hold spaces: state is field 3, utime 14.
+    let after = &stat[stat.rfind(')').expect("comm") + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let kib = |key: &str| -> f64 {
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    (
+        ticks / clock_ticks(),
+        kib("VmRSS:") / 1024.0,
+        kib("VmHWM:") / 1024.0,
+    )
+}
+
+fn clock_ticks() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+#[tokio::main]
+async fn main() {
+    let nodes = env_or("NODES", 5000);
+    let warmup = Duration::from_secs(env_or("WARMUP_S", 60));
+    let measure = Duration::from_secs(env_or("MEASURE_S", 60));
+    let started = Instant::now();
+    let bmc = MockRedfish::builder()
+        .profile(Profile::MultiSystem)
+        .systems((1..=nodes).map(|i| {
+            SystemSpec::new(format!("Blade{i}"))
+                .power(MockPower::On)
+                .uuid(uuid(i))
+        }))
+        .credentials("fence", "bench-password")
+        .start()
+        .await
+        .expect("mock BMC");
+    let kube = FakeKube::builder().start().await.expect("fake-kube");
+    let store = kube.store();
+    for ns in ["kube-system", LEASE_NAMESPACE] {
+        let _ = store.create(
+            NAMESPACES,
+            None,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        );
+    }
+    for i in 1..=nodes {
+        store.create(NODES, None, node(i)).expect("node");
+        store
+            .create(LEASES, Some(LEASE_NAMESPACE), lease(i))
+            .expect("lease");
+    }
+    tokio::spawn(kubelets(store.clone(), nodes));
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let password = dir.path().join("bmc-password");
+    std::fs::write(&password, "bench-password").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&password, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    std::fs::write(
+        dir.path().join("nodefence.toml"),
+        "inventory = \"inventory.toml\"\n",
+    )
+    .unwrap();
+    let mut inventory = format!(
+        "[defaults]\ndriver = \"redfish\"\nendpoint = \"{}\"\nusername = \"fence\"\n\
+         password_file = \"bmc-password\"\n",
+        bmc.base_url()
+    );
+    for i in 1..=nodes {
+        inventory.push_str(&format!("[nodes.worker-{i}]\nsystem_id = \"Blade{i}\"\n"));
+    }
+    std::fs::write(dir.path().join("inventory.toml"), inventory).unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    kube.write_kubeconfig(&kubeconfig).unwrap();
+
+    let mut daemon = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodefence"))
+        .arg("--config")
+        .arg(dir.path().join("nodefence.toml"))
+        .args(["run", "--listen", "127.0.0.1:0", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .args(["--namespace", "kube-system", "--identity", "fleet-bench"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("nodefence run");
+    let pid = daemon.id().expect("pid");
+    println!(
+        "fleet steady state: {nodes} Nodes, their Leases renewed every 10 s ({} writes/s), \
+         one mock BMC with {nodes} systems; set up in {:.1}s",
+        nodes / 10,
+        started.elapsed().as_secs_f64()
+    );
+    let leads = || {
+        store
+            .get(LEASES, Some("kube-system"), "nodefence")
+            .ok()
+            .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_string))
+            .is_some_and(|h| h == "fleet-bench")
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !leads() {
+        if Instant::now() > deadline {
+            panic!("the daemon did not take the leader Lease within 2 minutes");
+        }
+        if let Ok(Some(status)) = daemon.try_wait() {
+            panic!("the daemon exited: {status}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let leading = Instant::now();
+    tokio::time::sleep(warmup).await;
+    let (cpu0, _, _) = sample(pid);
+    let requests0 = kube.requests().len();
+    let t0 = Instant::now();
+    tokio::time::sleep(measure).await;
+    let (cpu1, rss, peak) = sample(pid);
+    let elapsed = t0.elapsed().as_secs_f64();
+    let requests = kube.requests().len() - requests0;
+    let cpu = (cpu1 - cpu0) / elapsed * 100.0;
+    println!(
+        "  leader {:.1}s after start; measured {elapsed:.0}s after a {}s warm-up",
+        leading.duration_since(started).as_secs_f64() - 0.0,
+        warmup.as_secs()
+    );
+    println!(
+        "  CPU {cpu:.2} % of one core (target ≤ {CPU_TARGET_PERCENT:.0} %), RSS {rss:.1} MiB \
+         (peak {peak:.1} MiB; target ≤ {RSS_TARGET_MIB:.0} MiB), {requests} API requests \
+         ({:.2}/s)",
+        requests as f64 / elapsed
+    );
+    let _ = daemon.start_kill();
+    let _ = daemon.wait().await;
+    if cpu > CPU_TARGET_PERCENT || rss > RSS_TARGET_MIB {
+        eprintln!("MISSED a target");
+        std::process::exit(1);
+    }
+}
