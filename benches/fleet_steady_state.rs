@@ -186,7 +186,10 @@ async fn main() {
     let kubeconfig = dir.path().join("kubeconfig");
     kube.write_kubeconfig(&kubeconfig).unwrap();
 
-    let mut daemon = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodefence"))
+    // NODEFENCE_BIN: another build of the daemon (to compare two commits).
+    let exe = std::env::var_os("NODEFENCE_BIN")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_nodefence").into());
+    let mut daemon = tokio::process::Command::new(exe)
         .arg("--config")
         .arg(dir.path().join("nodefence.toml"))
         .args(["run", "--listen", "127.0.0.1:0", "--kubeconfig"])
@@ -230,7 +233,18 @@ async fn main() {
     tokio::time::sleep(measure).await;
     let (cpu1, rss, peak) = sample(pid);
     let elapsed = t0.elapsed().as_secs_f64();
-    let requests = kube.requests().len() - requests0;
+    let window: Vec<_> = kube.requests().into_iter().skip(requests0).collect();
+    let requests = window.len();
+    let mut by_kind: std::collections::BTreeMap<String, usize> = Default::default();
+    for r in &window {
+        let path = r.path_and_query.split('?').next().unwrap_or_default();
+        // `/api/v1/nodes/worker-17` → `PATCH /api/v1/nodes/*`.
+        let shape: Vec<&str> = path
+            .split('/')
+            .map(|seg| if seg.starts_with("worker-") { "*" } else { seg })
+            .collect();
+        *by_kind.entry(format!("{} {}", r.method, shape.join("/"))).or_default() += 1;
+    }
     let cpu = (cpu1 - cpu0) / elapsed * 100.0;
     println!(
         "  leader {:.1}s after start; measured {elapsed:.0}s after a {}s warm-up",
@@ -243,6 +257,11 @@ async fn main() {
          ({:.2}/s)",
         requests as f64 / elapsed
     );
+    let mut kinds: Vec<_> = by_kind.into_iter().collect();
+    kinds.sort_by(|a, b| b.1.cmp(&a.1));
+    for (kind, n) in kinds.iter().take(5) {
+        println!("    {n:>6}  {kind}");
+    }
     let _ = daemon.start_kill();
     let _ = daemon.wait().await;
     if cpu > CPU_TARGET_PERCENT || rss > RSS_TARGET_MIB {
