@@ -17,8 +17,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use nodefence_mocks::kube::FakeKube;
-use nodefence_mocks::kube::resources::{LEASES, NAMESPACES, NODES};
 use nodefence_mocks::kube::meta::{now_rfc3339, now_rfc3339_micros};
+use nodefence_mocks::kube::resources::{LEASES, NAMESPACES, NODES};
 use nodefence_mocks::kube::store::Store;
 use nodefence_mocks::redfish::{MockPower, MockRedfish, Profile, SystemSpec};
 use serde_json::{Value, json};

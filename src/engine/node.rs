@@ -277,7 +277,7 @@ pub struct NodeState {
     /// (delete-node deletes it before it reports back) or a pending power-on.
     pub gone: bool,
     /// An excluded unhealthy node was announced once.
-    excluded_noted: Option<Exclusion>,
+    pub(super) excluded_noted: Option<Exclusion>,
     /// When this term removed nodefence's taint from the node (a copy of the Node
     /// older than that still shows it).
     pub our_taint_removed: Option<SystemTime>,

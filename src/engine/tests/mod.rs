@@ -367,3 +367,38 @@ impl Harness {
 pub(super) fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
 }
+
+#[test]
+fn walking_nodes_and_policies_together_finds_each_nodes_policy() {
+    let mut policies = BTreeMap::new();
+    for (n, s) in [("a0", 5), ("b", 7), ("d", 9), ("zz", 11)] {
+        policies.insert(
+            n.to_string(),
+            Policy {
+                unhealthy_after: secs(s),
+                ..Policy::default()
+            },
+        );
+    }
+    let mut engine = Engine::new(Policy::default()).with_node_policies(policies);
+    for n in ["a", "b", "c", "d", "e"] {
+        engine.observe(NodeFacts::ready(n, t0()), t0());
+    }
+    let walked: Vec<(String, Duration)> = engine
+        .nodes_with_policies()
+        .map(|(n, p)| (n.name().to_string(), p.unhealthy_after))
+        .collect();
+    let looked_up: Vec<(String, Duration)> = engine
+        .nodes()
+        .map(|n| {
+            let p = engine.policy_for(n.name());
+            (n.name().to_string(), p.unhealthy_after)
+        })
+        .collect();
+    assert_eq!(walked, looked_up);
+    assert_eq!(walked[1], ("b".to_string(), secs(7)));
+    assert_eq!(
+        walked[2],
+        ("c".to_string(), Policy::default().unhealthy_after)
+    );
+}
