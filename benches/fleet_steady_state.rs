@@ -187,8 +187,8 @@ async fn main() {
     kube.write_kubeconfig(&kubeconfig).unwrap();
 
     // NODEFENCE_BIN: another build of the daemon (to compare two commits).
-    let exe = std::env::var_os("NODEFENCE_BIN")
-        .unwrap_or_else(|| env!("CARGO_BIN_EXE_nodefence").into());
+    let exe =
+        std::env::var_os("NODEFENCE_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_nodefence").into());
     let mut daemon = tokio::process::Command::new(exe)
         .arg("--config")
         .arg(dir.path().join("nodefence.toml"))
@@ -243,12 +243,14 @@ async fn main() {
             .split('/')
             .map(|seg| if seg.starts_with("worker-") { "*" } else { seg })
             .collect();
-        *by_kind.entry(format!("{} {}", r.method, shape.join("/"))).or_default() += 1;
+        *by_kind
+            .entry(format!("{} {}", r.method, shape.join("/")))
+            .or_default() += 1;
     }
     let cpu = (cpu1 - cpu0) / elapsed * 100.0;
     println!(
         "  leader {:.1}s after start; measured {elapsed:.0}s after a {}s warm-up",
-        leading.duration_since(started).as_secs_f64() - 0.0,
+        leading.duration_since(started).as_secs_f64(),
         warmup.as_secs()
     );
     println!(
@@ -258,7 +260,7 @@ async fn main() {
         requests as f64 / elapsed
     );
     let mut kinds: Vec<_> = by_kind.into_iter().collect();
-    kinds.sort_by(|a, b| b.1.cmp(&a.1));
+    kinds.sort_by_key(|k| std::cmp::Reverse(k.1));
     for (kind, n) in kinds.iter().take(5) {
         println!("    {n:>6}  {kind}");
     }
