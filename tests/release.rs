@@ -595,3 +595,55 @@ async fn release_records_round_trip_and_need_leadership() {
     assert!(!store.load().await.unwrap().contains_key("w3"));
     kube.shutdown().await;
 }
+
+/// The executor's last look at the pause switch before a power command or a release:
+/// a switch the watch has not delivered yet is read from the API server, the watch's
+/// own view refuses without asking, and a switch that cannot be read refuses too.
+#[tokio::test]
+async fn the_pause_switch_is_read_again_before_each_command_and_an_unreadable_one_refuses() {
+    use nodefence::cluster::pause::{self, PauseCheck};
+    let (kube, client) = setup().await;
+    let check = PauseCheck::new(client.clone(), "kube-system");
+    // No switch at all: fencing is active.
+    check.allows("power-off not sent").await.unwrap();
+
+    // An operator pauses; the controller's watch has not shown it yet.
+    pause::set(
+        client.clone(),
+        "kube-system",
+        true,
+        Some("BMC firmware update"),
+        "alice",
+    )
+    .await
+    .unwrap();
+    assert!(!check.seen_paused());
+    let why = check.allows("power-off not sent").await.unwrap_err();
+    assert!(why.starts_with("fencing is PAUSED since "), "{why}");
+    assert!(why.contains("by alice: BMC firmware update"), "{why}");
+    assert!(why.ends_with(": power-off not sent"), "{why}");
+    // What was read is kept until the watch says otherwise.
+    assert!(check.seen_paused());
+
+    // Resumed, and the watch shows it: allowed again.
+    pause::set(client.clone(), "kube-system", false, None, "alice")
+        .await
+        .unwrap();
+    check.saw(false);
+    check.allows("nothing released").await.unwrap();
+
+    // The watch shows a pause the API server no longer has (or not yet): refused.
+    check.saw(true);
+    let why = check.allows("nothing released").await.unwrap_err();
+    assert_eq!(why, "fencing is paused cluster-wide: nothing released");
+
+    // The API server cannot be reached: nothing is sent on a switch nobody can read.
+    check.saw(false);
+    kube.shutdown().await;
+    let why = check.allows("power-off not sent").await.unwrap_err();
+    assert!(
+        why.starts_with("the pause switch (ConfigMap nodefence-pause) could not be read"),
+        "{why}"
+    );
+    assert!(why.ends_with("power-off not sent"), "{why}");
+}

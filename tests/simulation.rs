@@ -42,6 +42,12 @@ use std::time::Instant;
 ///   machine again, the engine acted on the other machine's On and a second ForceOff
 ///   went to a machine already off (fixed: the pre-command reading skips a power-off
 ///   to a machine that reads Off, as it skips a power-on to one that reads On).
+/// - 10400, 11586, 11834: a ForceOff while fencing was paused. 10400 and 11586: the
+///   pause was switched on while the API server was ending nodefence's watches, so the
+///   pause watch did not deliver it for 35 s; 11834: the power-off was decided just
+///   before the pause was seen and sent 1 s after it, at the end of its pre-command
+///   reading (fixed: the executor reads the switch again, and checks what the watch
+///   last showed, right before every power command and release: `PauseCheck`).
 ///
 /// Seeds select schedules of this generator. Faults added later draw from generators
 /// of their own (`sim::schedule::watch_drops`), so an entry keeps its faults; the
@@ -51,7 +57,9 @@ const POWER_ON_SEED: u64 = 3;
 /// When worker-1's BMC starts failing in the power-on scenario (just after its release).
 const POWER_ON_BMC_FAULT_AT: u64 = 152;
 
-const REGRESSIONS: &[u64] = &[26, 206, 353, 446, 686, 764, 1172, 3691, 5121, 5439, 6483];
+const REGRESSIONS: &[u64] = &[
+    26, 206, 353, 446, 686, 764, 1172, 3691, 5121, 5439, 6483, 10400, 11586, 11834,
+];
 
 fn seeds() -> Vec<u64> {
     if let Ok(one) = std::env::var("NODEFENCE_SIM_SEED") {

@@ -5,9 +5,13 @@
 //! works while nodefence is down, and every replica sees the same value. While it says
 //! paused, no machine is powered off or on and no node is released (power is still
 //! read, so `status`, metrics and Events stay informative). `nodefence pause` and
-//! `nodefence resume` write it; the daemon watches it.
+//! `nodefence resume` write it; the daemon watches it, and [`PauseCheck`] reads it
+//! again right before every power command and release.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams};
@@ -118,4 +122,73 @@ pub async fn get(client: Client, namespace: &str) -> Result<PauseState, kube::Er
         },
         |cm| PauseState::from_config_map(&cm),
     ))
+}
+
+/// The longest a read of the switch before a command may take; a slower read refuses
+/// the command (it is retried later).
+pub const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The pause switch as the executor checks it immediately before a power command or
+/// a release. The controller's watch alone is not enough: a decision taken just
+/// before the watch delivered the pause can reach the executor after it (simulation
+/// seed 11834), and a watch the API server keeps ending may not deliver it for a long
+/// time (seeds 10400, 11586). So the executor asks twice: the controller's latest
+/// view (a flag, set the moment the watch shows the pause), and the API server (a
+/// fresh GET, whose failure refuses the command: nothing is sent on a switch that
+/// cannot be read).
+#[derive(Clone)]
+pub struct PauseCheck {
+    api: Api<ConfigMap>,
+    seen_paused: Arc<AtomicBool>,
+}
+
+impl PauseCheck {
+    pub fn new(client: Client, namespace: &str) -> Self {
+        Self {
+            api: Api::namespaced(client, namespace),
+            seen_paused: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// What the controller's watch shows now.
+    pub fn saw(&self, paused: bool) {
+        self.seen_paused.store(paused, Ordering::SeqCst);
+    }
+
+    /// Whether the controller's watch shows the switch on (no await: safe to ask
+    /// between the last read of a machine and its command).
+    pub fn seen_paused(&self) -> bool {
+        self.seen_paused.load(Ordering::SeqCst)
+    }
+
+    /// `Ok` if the watch and a fresh read of the switch both say fencing is active;
+    /// otherwise why not, ending with `outcome` ("power-off not sent").
+    pub async fn allows(&self, outcome: &str) -> Result<(), String> {
+        if self.seen_paused() {
+            return Err(format!("fencing is paused cluster-wide: {outcome}"));
+        }
+        let read = tokio::time::timeout(CHECK_TIMEOUT, self.api.get_opt(PAUSE_CONFIGMAP)).await;
+        let state = match read {
+            Ok(Ok(cm)) => cm.as_ref().map(PauseState::from_config_map),
+            Ok(Err(e)) => {
+                return Err(format!(
+                    "the pause switch (ConfigMap {PAUSE_CONFIGMAP}) could not be read just before ({e}): {outcome}"
+                ));
+            }
+            Err(_) => {
+                return Err(format!(
+                    "the pause switch (ConfigMap {PAUSE_CONFIGMAP}) could not be read within {}s just before: {outcome}",
+                    CHECK_TIMEOUT.as_secs()
+                ));
+            }
+        };
+        match state {
+            Some(s) if s.paused => {
+                self.saw(true);
+                Err(format!("{}: {outcome}", s.describe()))
+            }
+            _ if self.seen_paused() => Err(format!("fencing is paused cluster-wide: {outcome}")),
+            _ => Ok(()),
+        }
+    }
 }

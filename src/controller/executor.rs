@@ -4,7 +4,8 @@
 //! semaphore); releases go through [`Releaser`], which re-reads and re-checks the node.
 //! Power commands check leadership right before they are sent, and read the machine's
 //! identity in the same exchange (a remapped BMC must not switch another machine,
-//! [`crate::engine::action::Target`]). In dry-run mode nothing
+//! [`crate::engine::action::Target`]). Power commands and releases also read the pause
+//! switch right before ([`PauseCheck`]). In dry-run mode nothing
 //! is sent or written: mutations are logged and reported as done, so every decision is
 //! still made and shown.
 
@@ -15,6 +16,7 @@ use crate::cluster::events::{Event as KubeEvent, EventType, Recorder};
 use tokio::sync::mpsc;
 
 use crate::cluster::leader::Leadership;
+use crate::cluster::pause::PauseCheck;
 use crate::cluster::records::RecordStore;
 use crate::cluster::release::ReleaseOutcome;
 use crate::cluster::release::Releaser;
@@ -65,6 +67,8 @@ pub struct Executor {
     pub releaser: Releaser,
     pub records: RecordStore,
     pub leadership: Leadership,
+    /// The pause switch, read again before every power command and release.
+    pub pause: PauseCheck,
     pub recorder: Option<Recorder>,
     /// What cluster-wide notices (storm protection) are attached to: the leader Lease.
     pub cluster_ref: Option<k8s_openapi::api::core::v1::ObjectReference>,
@@ -182,7 +186,15 @@ impl Executor {
                         ReleaseMode::DeleteNode => "delete-node",
                     };
                     let last_sign_of_life = proof.last_sign_of_life;
-                    let result = if this.dry_run {
+                    let paused = if this.dry_run {
+                        Ok(())
+                    } else {
+                        this.pause.allows("nothing released").await
+                    };
+                    let result = if let Err(why) = paused {
+                        this.metrics.release(mode_label, "refused");
+                        Err(why)
+                    } else if this.dry_run {
                         tracing::warn!(
                             node,
                             mode = mode_label,
@@ -303,8 +315,13 @@ impl Executor {
             return Ok(());
         }
         if !self.leadership.is_leader() {
-            return Err(PowerError::config("not the leader: power command not sent"));
+            return Err(PowerError::new(
+                PowerErrorKind::Refused,
+                "not the leader: power command not sent",
+            ));
         }
+        let what = format!("power-{action} not sent");
+        self.pause_allows(driver.as_ref(), action, &what).await?;
         if action == "off" {
             // Write-ahead: the next leader must know this was sent (a few quick tries;
             // a command that cannot be recorded is not sent, and retried later).
@@ -325,8 +342,8 @@ impl Executor {
                 }
             }
         }
-        // Nothing may run between this check and the command: the machine read here
-        // is the machine the command reaches.
+        // Only the pause switch is read between this check and the command (bounded
+        // by its timeout): the machine read here is the machine the command reaches.
         let state = match self.pre_check(node, driver.as_ref(), target).await {
             Ok(state) => state,
             Err(e) => {
@@ -335,6 +352,8 @@ impl Executor {
                 return Err(e);
             }
         };
+        // Again: the pause may have been switched on while the machine was read.
+        self.pause_allows(driver.as_ref(), action, &what).await?;
         if action == "on" && matches!(state, PowerState::On | PowerState::PoweringOn) {
             tracing::info!(node, %state, "the machine is on already: power-on not sent");
             return Ok(());
@@ -364,6 +383,20 @@ impl Executor {
             if result.is_ok() { "ok" } else { "error" },
         );
         result
+    }
+
+    /// Refuses a power command while fencing is paused or the switch cannot be read.
+    async fn pause_allows(
+        &self,
+        driver: &dyn PowerDriver,
+        action: &str,
+        what: &str,
+    ) -> Result<(), PowerError> {
+        self.pause.allows(what).await.map_err(|why| {
+            self.metrics
+                .power_command(driver.driver_name(), action, "refused");
+            PowerError::new(PowerErrorKind::Refused, why)
+        })
     }
 
     /// Reads the machine (its power state and identity, in one exchange) immediately

@@ -78,6 +78,8 @@ pub struct ExecutorParts {
     pub releaser: crate::cluster::release::Releaser,
     pub records: crate::cluster::records::RecordStore,
     pub leadership: crate::cluster::leader::Leadership,
+    /// The pause switch as the executor reads it before each power command and release.
+    pub pause: crate::cluster::pause::PauseCheck,
     pub recorder: Option<crate::cluster::events::Recorder>,
     /// Cluster-wide notices are Events on this object (the leader Lease).
     pub cluster_ref: Option<k8s_openapi::api::core::v1::ObjectReference>,
@@ -103,6 +105,8 @@ struct Observed {
     nodes_synced: bool,
     leases_synced: bool,
     pause_synced: bool,
+    /// The switch was in the current (re-)list.
+    pause_listed: bool,
     pause: Option<PauseState>,
     /// A Node changed since the identities were last sent to the BMC monitor.
     identities_stale: bool,
@@ -128,6 +132,7 @@ impl Controller {
             releaser: parts.releaser,
             records: parts.records,
             leadership: parts.leadership.clone(),
+            pause: parts.pause,
             recorder: parts.recorder,
             cluster_ref: parts.cluster_ref,
             metrics: self.metrics.clone(),
@@ -426,13 +431,30 @@ impl Controller {
         ev: WatchEvent<ConfigMap>,
     ) -> Vec<Action> {
         match ev {
-            WatchEvent::Init => return Vec::new(),
-            WatchEvent::InitApply(cm) | WatchEvent::Apply(cm) => {
-                seen.pause = Some(PauseState::from_config_map(&cm))
+            // A re-list keeps the last state until it is done (a switch deleted
+            // meanwhile is simply not listed).
+            WatchEvent::Init => {
+                seen.pause_listed = false;
+                return Vec::new();
             }
+            WatchEvent::InitApply(cm) => {
+                seen.pause_listed = true;
+                seen.pause = Some(PauseState::from_config_map(&cm));
+            }
+            WatchEvent::Apply(cm) => seen.pause = Some(PauseState::from_config_map(&cm)),
             WatchEvent::Delete(_) => seen.pause = None,
-            WatchEvent::InitDone => seen.pause_synced = true,
+            WatchEvent::InitDone => {
+                if !seen.pause_listed {
+                    seen.pause = None;
+                }
+                seen.pause_synced = true;
+            }
         }
+        // The executor reads this flag between its last reading of a machine and the
+        // command, before the engine has even heard of the pause.
+        self.executor_template
+            .pause
+            .saw(seen.pause.as_ref().is_some_and(|s| s.paused));
         self.apply_pause(engine, seen)
     }
 

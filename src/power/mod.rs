@@ -122,6 +122,9 @@ pub enum PowerErrorKind {
     /// The source is not proven to control the node's own machine: a command was not
     /// sent (read just before it, [`crate::engine::action::Target`]).
     Identity,
+    /// nodefence itself did not send the command: this replica is not the leader, or
+    /// fencing is paused cluster-wide (or the pause switch could not be read).
+    Refused,
 }
 
 impl PowerErrorKind {
@@ -135,6 +138,7 @@ impl PowerErrorKind {
             PowerErrorKind::Unsupported => "unsupported",
             PowerErrorKind::Config => "config",
             PowerErrorKind::Identity => "identity",
+            PowerErrorKind::Refused => "refused",
         }
     }
 }

@@ -425,7 +425,7 @@ impl Metrics {
     /// One power-state reading: `nodefence_power_queries_total{driver, result}` and
     /// `nodefence_power_query_duration_seconds{driver}`. `result` is one of `on`,
     /// `off`, `other`, `error_unreachable`, `error_auth`, `error_protocol`,
-    /// `error_unsupported`, `error_config`, `error_identity` (see [`power_query_result`]).
+    /// `error_unsupported`, `error_config`, `error_identity`, `error_refused` (see [`power_query_result`]).
     pub fn power_query(&self, driver: &str, result: &str, latency: Duration) {
         let driver = self.open(&self.drivers, driver);
         let result = self.closed("result", result, &POWER_QUERY_RESULTS);

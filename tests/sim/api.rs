@@ -239,6 +239,11 @@ fn check_write(
                 "invariant 1 (the one rule): {what} for {node}: {why}"
             ));
         }
+        if let Some(why) = truth.pause_refusal() {
+            truth.violation(format!(
+                "invariant 2 (nothing released while paused): {what} for {node}: {why}"
+            ));
+        }
     }
 }
 

@@ -134,9 +134,21 @@ pub struct Truth {
     pub violations: Mutex<Vec<String>>,
     /// Refuses power-offs while set (the check's view of pause/opt-out/storm/identity).
     pub gate: Mutex<Option<Arc<Gate>>>,
+    /// Since when an operator has had fencing paused (set before the switch is written).
+    pub paused_since: Mutex<Option<Instant>>,
     pub counters: Mutex<Counters>,
     /// The schedule's own generator, for the faults decided per request.
     pub rng: Mutex<Rng>,
+}
+
+impl Truth {
+    /// Why nothing may be powered or released now: fencing has been paused for a
+    /// second (the time nodefence is given to hear of it).
+    pub fn pause_refusal(&self) -> Option<String> {
+        lock(&self.paused_since)
+            .is_some_and(|since| Instant::now().duration_since(since) >= Duration::from_secs(1))
+            .then(|| "fencing is paused".to_string())
+    }
 }
 
 /// A small deterministic generator (xorshift64*), so that a seed replays exactly.
@@ -322,6 +334,11 @@ impl SimDriver {
             }
             self.truth.count(|c| c.power_offs += 1);
         } else {
+            if let Some(why) = self.truth.pause_refusal() {
+                self.truth.violation(format!(
+                    "invariant 2 (nothing powered while paused): power-on for {me}: {why}"
+                ));
+            }
             self.truth.with(|ms| ms[target].fenced_by_us = false);
             self.truth.count(|c| c.power_ons += 1);
         }

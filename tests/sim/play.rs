@@ -183,7 +183,6 @@ async fn play(
         config_path,
         replicas: vec![None, None],
         policy: policy.clone(),
-        paused_since: Arc::new(Mutex::new(None)),
         opted_out: Arc::new(Mutex::new(BTreeMap::new())),
     };
     *lock(&truth.gate) = Some(world.gate());

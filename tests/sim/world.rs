@@ -50,8 +50,7 @@ pub struct World {
     pub replicas: Vec<Option<Replica>>,
     /// The policy the invariants are judged by.
     pub policy: nodefence::engine::Policy,
-    /// Pause and opt-out switches: (since when, set).
-    pub paused_since: Arc<Mutex<Option<Instant>>>,
+    /// Opt-out switches: since when, per node (the pause is in the truth).
     pub opted_out: Arc<Mutex<BTreeMap<String, Instant>>>,
 }
 
@@ -156,7 +155,7 @@ impl World {
 
     pub async fn pause(&self, on: bool) {
         if on {
-            *lock(&self.paused_since) = Some(Instant::now());
+            *lock(&self.truth.paused_since) = Some(Instant::now());
         }
         let _ = nodefence::cluster::pause::set(
             self.operator.clone(),
@@ -167,7 +166,7 @@ impl World {
         )
         .await;
         if !on {
-            *lock(&self.paused_since) = None;
+            *lock(&self.truth.paused_since) = None;
         }
     }
 
@@ -220,14 +219,14 @@ impl World {
     /// Why a power-off sent now breaks invariant 2, if it does.
     pub fn gate(&self) -> Arc<Gate> {
         let store = self.store.clone();
-        let paused = self.paused_since.clone();
+        let truth = self.truth.clone();
         let opted = self.opted_out.clone();
         let policy = self.policy.clone();
         Arc::new(move |node: &str| {
             let settled =
                 |since: Instant| Instant::now().duration_since(since) >= Duration::from_secs(1);
-            if lock(&paused).is_some_and(settled) {
-                return Some("fencing is paused".into());
+            if let Some(why) = truth.pause_refusal() {
+                return Some(why);
             }
             if lock(&opted).get(node).copied().is_some_and(settled) {
                 return Some("the node is opted out".into());

@@ -16,7 +16,7 @@ pub(super) const MAX_DRIVERS: usize = 16;
 pub(super) const MAX_REASONS: usize = 64;
 
 pub(super) const PHASES: [&str; 3] = ["healthy", "incident", "released"];
-pub(super) const POWER_QUERY_RESULTS: [&str; 11] = [
+pub(super) const POWER_QUERY_RESULTS: [&str; 12] = [
     "on",
     "off",
     "other",
@@ -28,6 +28,7 @@ pub(super) const POWER_QUERY_RESULTS: [&str; 11] = [
     "error_unsupported",
     "error_config",
     "error_identity",
+    "error_refused",
 ];
 pub(super) const RELOAD_RESULTS: [&str; 2] = ["applied", "refused"];
 pub(super) const POWER_ACTIONS: [&str; 2] = ["off", "on"];
@@ -133,6 +134,7 @@ pub fn power_error_result(kind: PowerErrorKind) -> &'static str {
         PowerErrorKind::Unsupported => "error_unsupported",
         PowerErrorKind::Config => "error_config",
         PowerErrorKind::Identity => "error_identity",
+        PowerErrorKind::Refused => "error_refused",
     }
 }
 
@@ -183,6 +185,7 @@ mod tests {
             PowerErrorKind::Unsupported,
             PowerErrorKind::Config,
             PowerErrorKind::Identity,
+            PowerErrorKind::Refused,
         ] {
             let label = power_error_result(kind);
             assert_eq!(label, format!("error_{}", kind.as_str()));
