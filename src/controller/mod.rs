@@ -232,7 +232,7 @@ impl Controller {
                     Ok(ev) => self.lease_event(&mut engine, &mut seen, ev),
                     Err(e) => { tracing::warn!(error = %e, "Lease watch failed; retrying"); Vec::new() }
                 },
-                () = tokio::time::sleep(sleep) => engine.tick(crate::clock::now()),
+                () = tokio::time::sleep(sleep) => engine.wake(crate::clock::now()),
                 () = tokio::time::sleep_until(published + PUBLISH_EVERY), if unpublished => Vec::new(),
             };
             let acted = !actions.is_empty();

@@ -60,6 +60,21 @@ pub struct Engine {
     syncing: bool,
     storm: bool,
     last_power_off: Option<SystemTime>,
+    /// No node's deadline is earlier than this (`Some(None)`: no node has one);
+    /// `None`: not known, computed on the next ask. Lowered as nodes change, made
+    /// exact again after a pass over every node: the loop asks after every event,
+    /// and a pass over 5,000 nodes per kubelet renewal was most of the daemon's CPU.
+    /// Waking early is harmless ([`Engine::wake`] re-checks).
+    deadline_bound: Option<Option<SystemTime>>,
+}
+
+/// The earlier of two optional deadlines (none: never).
+fn earliest(a: Option<SystemTime>, b: Option<SystemTime>) -> Option<SystemTime> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
 }
 
 impl Engine {
@@ -72,6 +87,7 @@ impl Engine {
             syncing: false,
             storm: false,
             last_power_off: None,
+            deadline_bound: None,
         }
     }
 
@@ -158,6 +174,7 @@ impl Engine {
                 state.facts = facts;
                 state.gone = false;
                 if stays_healthy {
+                    self.lower_deadline(&name);
                     return Vec::new();
                 }
             }
@@ -600,11 +617,46 @@ impl Engine {
         self.reevaluate(None, now)
     }
 
-    /// When the engine next wants a `tick` without new observations.
-    pub fn next_deadline(&self) -> Option<SystemTime> {
+    /// The timer of [`Engine::next_deadline`] fired: re-decides every node if a
+    /// deadline is really due (the bound may be early), else only makes the bound
+    /// exact.
+    pub fn wake(&mut self, now: SystemTime) -> Vec<Action> {
+        let exact = self.exact_deadline();
+        self.deadline_bound = Some(exact);
+        if exact.is_some_and(|d| d <= now) {
+            self.tick(now)
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// When the engine next wants a [`Engine::wake`] without new observations: never
+    /// later than the earliest node deadline, possibly earlier.
+    pub fn next_deadline(&mut self) -> Option<SystemTime> {
+        match self.deadline_bound {
+            Some(bound) => bound,
+            None => {
+                let exact = self.exact_deadline();
+                self.deadline_bound = Some(exact);
+                exact
+            }
+        }
+    }
+
+    /// The earliest node deadline, from every node.
+    fn exact_deadline(&self) -> Option<SystemTime> {
         self.nodes_with_policies()
             .filter_map(|(n, policy)| n.next_deadline(policy))
             .min()
+    }
+
+    /// Keeps the bound at or before `name`'s deadline (after `name` changed).
+    fn lower_deadline(&mut self, name: &str) {
+        if let Some(bound) = self.deadline_bound {
+            let policy = self.node_policies.get(name).unwrap_or(&self.policy);
+            let node = self.nodes.get(name).and_then(|n| n.next_deadline(policy));
+            self.deadline_bound = Some(earliest(bound, node));
+        }
     }
 
     /// Re-decides one node (or all), keeping the cluster-wide gates current.
@@ -615,27 +667,43 @@ impl Engine {
             Some(_) => Vec::new(),
             None => self.nodes.keys().cloned().collect(),
         };
+        // Counted once; each power-off decided below takes a slot.
+        let mut in_flight = self.power_offs_in_flight();
         for name in names {
-            let gates = self.gates(now);
+            let gates = self.gates(in_flight, now);
             let policy = self.node_policies.get(&name).unwrap_or(&self.policy);
             let Some(state) = self.nodes.get_mut(&name) else {
                 continue;
             };
+            let was_in_flight = state.power_off_in_flight();
             let actions = state.evaluate(policy, gates, now);
             if actions.iter().any(|a| matches!(a, Action::PowerOff { .. })) {
                 self.last_power_off = Some(now);
             }
+            match (was_in_flight, state.power_off_in_flight()) {
+                (false, true) => in_flight += 1,
+                (true, false) => in_flight = in_flight.saturating_sub(1),
+                _ => {}
+            }
             out.extend(actions);
+            if only.is_some() {
+                self.lower_deadline(&name);
+            }
+        }
+        if only.is_none() {
+            self.deadline_bound = None;
         }
         out
     }
 
-    fn gates(&self, now: SystemTime) -> Gates {
-        let in_flight = self
-            .nodes
+    fn power_offs_in_flight(&self) -> usize {
+        self.nodes
             .values()
             .filter(|n| n.power_off_in_flight())
-            .count();
+            .count()
+    }
+
+    fn gates(&self, in_flight: usize, now: SystemTime) -> Gates {
         let spaced = self.last_power_off.is_none_or(|t| {
             now.duration_since(t).unwrap_or_default() >= self.policy.min_power_off_interval
         });

@@ -55,6 +55,11 @@ pub struct Machine {
     /// Its BMC keeps reporting On until a power-off completes (many do; others report
     /// PoweringOff meanwhile).
     pub lags: bool,
+    /// Its BMC goes on reporting On for this long after a power-off command, whatever
+    /// the machine does (iDRAC and iLO take seconds to reflect a ForceOff).
+    pub report_lag: Option<Duration>,
+    /// Until when its BMC reports On because of `report_lag`.
+    pub stale_on_until: Option<Instant>,
     /// When the machine last stopped being able to run pods (power, network, hang).
     pub failed_at: Option<SystemTime>,
     /// When its power last went off (settled), while off.
@@ -85,6 +90,8 @@ impl Machine {
             bmc: Bmc::Healthy,
             answered: 0,
             lags: false,
+            report_lag: None,
+            stale_on_until: None,
             failed_at: None,
             off_since: None,
             on_since: None,
@@ -333,13 +340,22 @@ impl SimDriver {
                 ));
             }
             self.truth.count(|c| c.power_offs += 1);
+            self.truth.with(|ms| {
+                let m = &mut ms[target];
+                if let Some(lag) = m.report_lag {
+                    m.stale_on_until = Some(Instant::now() + lag);
+                }
+            });
         } else {
             if let Some(why) = self.truth.pause_refusal() {
                 self.truth.violation(format!(
                     "invariant 2 (nothing powered while paused): power-on for {me}: {why}"
                 ));
             }
-            self.truth.with(|ms| ms[target].fenced_by_us = false);
+            self.truth.with(|ms| {
+                ms[target].fenced_by_us = false;
+                ms[target].stale_on_until = None;
+            });
             self.truth.count(|c| c.power_ons += 1);
         }
         self.truth.command(target, on, self.transition);
@@ -372,6 +388,9 @@ impl PowerDriver for SimDriver {
             let m = &mut ms[target];
             let truth = m.state();
             m.answered += 1;
+            if m.stale_on_until.is_some_and(|until| Instant::now() < until) {
+                return PowerState::On;
+            }
             if bmc == Bmc::Lies && m.answered % 3 == 0 {
                 return PowerState::Off;
             }

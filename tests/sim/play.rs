@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use super::api::{self, ApiMode, ApiSide, LEADER};
 use super::machine::{Bmc, Counters, Machine, Rng, Truth, lock};
-use super::schedule::{Fault, schedule, watch_drops};
+use super::schedule::{Fault, report_lags, schedule, watch_drops};
 use super::world::{
     CHAOS, LIVENESS_BOUND, PASSWORD, RECOVERY_BOUND, TRANSITION, WORKERS, World, node_name,
     uuid_of, write_config,
@@ -146,10 +146,16 @@ async fn play(
         rng: Mutex::new(Rng::new(seed ^ 0xA5A5)),
         ..Truth::default()
     });
-    for i in 0..WORKERS {
+    // Scripted scenarios keep their BMCs prompt.
+    let lags = match script {
+        Some(_) => vec![None; WORKERS],
+        None => report_lags(seed),
+    };
+    for (i, lag) in lags.iter().enumerate() {
         sim.add_node(NodeSpec::new(node_name(i)).system_uuid(uuid_of(i).to_uppercase()));
         let mut machine = Machine::new(&node_name(i), &uuid_of(i));
         machine.lags = rng.below(2) == 1;
+        machine.report_lag = *lag;
         truth.with(|ms| ms.push(machine));
     }
     sim.add_stateful_workload(WorkloadSpec::new("default", "db"));
@@ -192,7 +198,19 @@ async fn play(
 
     let start = Instant::now();
     let mut pending: Vec<(Instant, Fault)> = Vec::new();
-    let mut events = Vec::new();
+    let mut events: Vec<String> = lags
+        .iter()
+        .enumerate()
+        .filter_map(|(i, lag)| {
+            lag.map(|d| {
+                format!(
+                    "   0s {}'s BMC reports On for {}s after a power-off",
+                    node_name(i),
+                    d.as_secs()
+                )
+            })
+        })
+        .collect();
     let mut faults = match script {
         Some(script) => script,
         None => {

@@ -98,3 +98,12 @@ pub fn watch_drops(seed: u64) -> Vec<(Duration, Fault)> {
     out.sort_by_key(|(at, _)| *at);
     out
 }
+
+/// The BMCs that go on reporting On for a while after a power-off command (per
+/// machine: the lag, if any), from a generator of their own like [`watch_drops`].
+pub fn report_lags(seed: u64) -> Vec<Option<Duration>> {
+    let mut rng = Rng::new(seed ^ 0x534C_4F57_5245_5054);
+    (0..WORKERS)
+        .map(|_| (rng.below(3) == 0).then(|| Duration::from_secs(5 + rng.below(36))))
+        .collect()
+}

@@ -192,7 +192,14 @@ impl Harness {
             {
                 self.renew_leases();
             }
-            let a = self.engine.tick(self.now);
+            // The bound the controller sleeps on is never later than a node's deadline.
+            let bound = self.engine.next_deadline();
+            let exact = self.engine.exact_deadline();
+            assert!(
+                exact.is_none() || bound.is_some_and(|b| Some(b) <= exact),
+                "the engine's wake-up {bound:?} is later than a node's deadline {exact:?}"
+            );
+            let a = self.engine.wake(self.now);
             self.run(a);
         }
     }
