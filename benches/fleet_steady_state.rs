@@ -39,20 +39,54 @@ fn uuid(i: u64) -> String {
     format!("{i:08x}-0000-4000-8000-{i:012x}")
 }
 
+/// A Node as a kubelet writes it: five conditions, addresses, capacity, the images on
+/// the node (40 here; kubelet reports up to 50), annotations of the CSI and CNI
+/// plugins. About 9 KB of JSON, as on a real worker.
 fn node(i: u64) -> Value {
     let now = now_rfc3339();
     let name = format!("worker-{i}");
+    let condition = |t: &str, status: &str, reason: &str| {
+        json!({"type": t, "status": status, "reason": reason,
+               "message": format!("kubelet reports {t} {status}"),
+               "lastHeartbeatTime": now, "lastTransitionTime": now})
+    };
+    let images: Vec<Value> = (0..40)
+        .map(|k| {
+            json!({"names": [format!("registry.example.com/platform/service-{k}@sha256:{:064x}", i * 100 + k),
+                             format!("registry.example.com/platform/service-{k}:v1.{k}.{i}")],
+                   "sizeBytes": 50_000_000 + k * 1_000_003})
+        })
+        .collect();
     json!({
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-        "spec": {},
+        "metadata": {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                       "kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
+                       "beta.kubernetes.io/arch": "amd64",
+                       "topology.kubernetes.io/zone": format!("rack-{}", i / 40)},
+            "annotations": {"node.alpha.kubernetes.io/ttl": "0",
+                            "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+                            "csi.volume.kubernetes.io/nodeid": format!("{{\"rbd.csi.ceph.com\":\"{name}\"}}"),
+                            "projectcalico.org/IPv4Address": format!("10.{}.{}.{}/16", i / 65536, (i / 256) % 256, i % 256)},
+        },
+        "spec": {"podCIDR": format!("10.244.{}.0/24", i % 256)},
         "status": {
-            "conditions": [{
-                "type": "Ready", "status": "True", "reason": "KubeletReady",
-                "message": "kubelet is posting ready status",
-                "lastHeartbeatTime": now, "lastTransitionTime": now,
-            }],
+            "conditions": [
+                condition("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+                condition("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+                condition("PIDPressure", "False", "KubeletHasSufficientPID"),
+                condition("Ready", "True", "KubeletReady"),
+            ],
+            "addresses": [{"type": "InternalIP", "address": format!("10.0.{}.{}", i / 256, i % 256)},
+                          {"type": "Hostname", "address": name}],
+            "capacity": {"cpu": "64", "ephemeral-storage": "960173592Ki", "hugepages-2Mi": "0",
+                         "memory": "527988912Ki", "pods": "110"},
+            "allocatable": {"cpu": "63", "ephemeral-storage": "884894868258", "hugepages-2Mi": "0",
+                            "memory": "527886512Ki", "pods": "110"},
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "images": images,
             "nodeInfo": {
                 "systemUUID": uuid(i), "machineID": format!("{i:032x}"),
                 "bootID": uuid(i + 1_000_000), "kubeletVersion": "v1.33.0",

@@ -249,3 +249,34 @@ fn a_power_on_that_fails_is_tried_again_until_the_machine_is_on() {
         outcome.counters
     );
 }
+
+/// Invariant 4 across a crash, scripted: the leader dies right after its ForceOff to
+/// worker-2 (partitioned, its BMC still On), and the BMC goes on reporting On for 55 s
+/// after the command (iDRAC and iLO take seconds; this one is slow). The new leader
+/// (18 s later) must take the power-off recorded on the Node as sent and wait
+/// `power_off_retry_after` (60 s after the command: the BMC tells the truth by then),
+/// not send a second one on the stale On once `unhealthy_after` has passed for it
+/// (48 s after the command). Catches `power-off-record-ignored`.
+#[test]
+fn a_new_leader_does_not_power_off_again_a_machine_its_bmc_still_reports_on() {
+    use sim::schedule::Fault;
+    use std::time::Duration;
+    let s = Duration::from_secs;
+    let script = vec![
+        (s(20), Fault::ReportLag(1, s(55))),
+        (s(20), Fault::CrashOnNextPowerOff),
+        (s(21), Fault::NetworkCut(1)),
+        (s(400), Fault::Restore(4)),
+    ];
+    let outcome = sim::play::run_scripted(1, script);
+    assert!(
+        outcome.violations.is_empty(),
+        "{}",
+        outcome.violations.join("\n")
+    );
+    assert_eq!(
+        outcome.counters.power_offs, 1,
+        "worker-2 must be powered off once, by the leader that then died ({:?})",
+        outcome.counters
+    );
+}

@@ -82,6 +82,82 @@ pub fn node_facts(node: &Node, lease: Option<&Lease>, in_inventory: bool) -> Nod
     }
 }
 
+/// The part of a Node the controller keeps between events: what [`node_facts`],
+/// [`crate::identity::NodeIdentity::from_node`] and an Event's object reference read,
+/// nothing else. A kubelet's Node carries its image list, managed fields, capacity
+/// and addresses (10-20 KB each); kept whole, 5,000 of them were most of the daemon's
+/// memory. Releases read the Node again from the API server, never from this.
+pub fn slim_node(node: Node) -> Node {
+    use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    let Node {
+        metadata,
+        spec,
+        status,
+    } = node;
+    let metadata = ObjectMeta {
+        name: metadata.name,
+        uid: metadata.uid,
+        resource_version: metadata.resource_version,
+        creation_timestamp: metadata.creation_timestamp,
+        labels: metadata.labels.map(|labels| {
+            labels
+                .into_iter()
+                .filter(|(k, _)| CONTROL_PLANE_LABELS.contains(&k.as_str()))
+                .collect()
+        }),
+        annotations: metadata.annotations.map(|annotations| {
+            annotations
+                .into_iter()
+                .filter(|(k, _)| k.starts_with("nodefence.io/"))
+                .collect()
+        }),
+        ..ObjectMeta::default()
+    };
+    let spec = spec.map(|s| NodeSpec {
+        taints: s.taints,
+        unschedulable: s.unschedulable,
+        provider_id: s.provider_id,
+        ..NodeSpec::default()
+    });
+    let status = status.map(|s| NodeStatus {
+        conditions: s.conditions.map(|conditions| {
+            conditions
+                .into_iter()
+                .map(|c| NodeCondition {
+                    message: None,
+                    reason: None,
+                    ..c
+                })
+                .collect()
+        }),
+        node_info: s.node_info,
+        ..NodeStatus::default()
+    });
+    Node {
+        metadata,
+        spec,
+        status,
+    }
+}
+
+/// The part of a kubelet Lease [`node_facts`] reads (its renewal and duration).
+pub fn slim_lease(lease: Lease) -> Lease {
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    Lease {
+        metadata: ObjectMeta {
+            name: lease.metadata.name,
+            ..ObjectMeta::default()
+        },
+        spec: lease.spec.map(|s| LeaseSpec {
+            renew_time: s.renew_time,
+            lease_duration_seconds: s.lease_duration_seconds,
+            ..LeaseSpec::default()
+        }),
+    }
+}
+
 /// `"<RFC 3339 time> attempt <n>"`, as [`power_off_annotation`] writes it.
 pub fn parse_power_off(value: &str) -> Option<(SystemTime, u32)> {
     let (at, attempt) = value.trim().split_once(" attempt ")?;
@@ -129,6 +205,93 @@ mod tests {
 
     fn node(v: serde_json::Value) -> Node {
         serde_json::from_value(v).expect("valid Node")
+    }
+
+    /// A Node as a kubelet writes it, with what nodefence reads and much it does not.
+    fn kubelet_node() -> Node {
+        let images: Vec<_> = (0..60)
+            .map(|i| {
+                json!({"names": [format!("registry.example.com/team/app-{i}@sha256:{i:064x}"),
+                                      format!("registry.example.com/team/app-{i}:v1.{i}.0")],
+                            "sizeBytes": 123_456_789 + i})
+            })
+            .collect();
+        let condition = |t: &str, status: &str| {
+            json!({"type": t, "status": status,
+            "lastHeartbeatTime": "2026-11-22T10:00:00Z", "lastTransitionTime": "2026-11-20T08:00:00Z",
+            "reason": format!("Kubelet{t}"), "message": format!("kubelet reports {t} is {status}")})
+        };
+        node(json!({
+            "metadata": {"name": "worker-7", "uid": "3f1c0b9e-1111-4222-8333-444455556666",
+                "resourceVersion": "987654", "creationTimestamp": "2026-01-01T00:00:00Z",
+                "labels": {"kubernetes.io/hostname": "worker-7", "kubernetes.io/os": "linux",
+                    "node-role.kubernetes.io/master": "", "topology.kubernetes.io/zone": "rack-3"},
+                "annotations": {"nodefence.io/exclude": "true",
+                    POWER_OFF_ANNOTATION: "2026-11-22T10:00:05.000000Z attempt 2",
+                    "node.alpha.kubernetes.io/ttl": "0",
+                    "csi.volume.kubernetes.io/nodeid": "{\"rbd.csi.ceph.com\":\"worker-7\"}",
+                    "projectcalico.org/IPv4Address": "10.0.3.7/24"},
+                "managedFields": [{"manager": "kubelet", "operation": "Update", "apiVersion": "v1",
+                    "time": "2026-11-22T10:00:00Z", "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:status": {"f:images": {}, "f:conditions": {}}}}]},
+            "spec": {"podCIDR": "10.244.7.0/24", "providerID": "metal://rack-3/worker-7",
+                "taints": [{"key": "dedicated", "value": "db", "effect": "NoSchedule"}]},
+            "status": {
+                "conditions": [condition("MemoryPressure", "False"), condition("DiskPressure", "False"),
+                    condition("PIDPressure", "False"), condition("Ready", "Unknown")],
+                "addresses": [{"type": "InternalIP", "address": "10.0.3.7"},
+                    {"type": "Hostname", "address": "worker-7"}],
+                "capacity": {"cpu": "64", "memory": "527988912Ki", "pods": "110"},
+                "allocatable": {"cpu": "63", "memory": "527886512Ki", "pods": "110"},
+                "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+                "images": images,
+                "volumesInUse": ["kubernetes.io/csi/rbd.csi.ceph.com^0001-0009-rook-ceph"],
+                "nodeInfo": {"machineID": "ab", "systemUUID": "4C4C4544-0042-3510-8051-C4C04F4B4E32",
+                    "bootID": "b", "kernelVersion": "6.1.0", "osImage": "Debian GNU/Linux 12",
+                    "containerRuntimeVersion": "containerd://1.7.0", "kubeletVersion": "v1.33.0",
+                    "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"}}
+        }))
+    }
+
+    #[test]
+    fn a_slim_node_gives_the_same_facts_identity_and_reference_in_a_fraction_of_the_memory() {
+        use kube::Resource;
+        let full = kubelet_node();
+        let slim = slim_node(full.clone());
+        assert_eq!(node_facts(&slim, None, true), node_facts(&full, None, true));
+        assert_eq!(
+            crate::identity::NodeIdentity::from_node(&slim),
+            crate::identity::NodeIdentity::from_node(&full)
+        );
+        assert_eq!(slim.object_ref(&()), full.object_ref(&()));
+        let facts = node_facts(&slim, None, true);
+        assert!(facts.control_plane && facts.opted_out);
+        assert!(facts.power_off_recorded.is_some() && facts.last_heartbeat.is_some());
+        assert!(matches!(facts.readiness, Readiness::NotReady { .. }));
+        let size = |n: &Node| serde_json::to_vec(n).map(|v| v.len()).unwrap_or_default();
+        assert!(
+            size(&slim) * 10 < size(&full),
+            "slim {} bytes, full {} bytes",
+            size(&slim),
+            size(&full)
+        );
+        let lease: Lease = serde_json::from_value(json!({
+            "metadata": {"name": "worker-7", "namespace": "kube-node-lease", "uid": "u",
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "worker-7", "uid": "3f1c"}],
+                "managedFields": [{"manager": "kubelet", "operation": "Update"}]},
+            "spec": {"holderIdentity": "worker-7", "leaseDurationSeconds": 40,
+                "renewTime": "2026-11-22T10:00:01.123456Z"}}))
+        .expect("valid Lease");
+        let slim_lease = slim_lease(lease.clone());
+        assert_eq!(
+            node_facts(&slim, Some(&slim_lease), true),
+            node_facts(&slim, Some(&lease), true)
+        );
+        assert!(
+            node_facts(&slim, Some(&slim_lease), true)
+                .lease_renewed
+                .is_some()
+        );
     }
 
     #[test]

@@ -23,7 +23,7 @@ use kube::runtime::{WatchStreamExt, reflector::Lookup};
 use kube::{Api, Client, Resource};
 use tokio::sync::mpsc;
 
-use crate::cluster::facts::node_facts;
+use crate::cluster::facts::{node_facts, slim_lease, slim_node};
 use crate::cluster::pause::{PAUSE_CONFIGMAP, PauseState};
 use crate::engine::{Action, Engine, Policy};
 use crate::identity::NodeIdentity;
@@ -98,6 +98,7 @@ impl Drop for AbortOnDrop {
 /// Watch state for one term.
 #[derive(Default)]
 struct Observed {
+    /// Slimmed to what the decisions read ([`slim_node`], [`slim_lease`]).
     nodes: BTreeMap<String, Node>,
     leases: BTreeMap<String, Lease>,
     /// Names seen during a re-list (watch restart): the others were deleted meanwhile.
@@ -358,7 +359,7 @@ impl Controller {
                     tracing::info!(node = %name, "node is not in the inventory: nodefence will never touch it");
                 }
                 seen.deleted_refs.remove(&name);
-                seen.nodes.insert(name.clone(), node);
+                seen.nodes.insert(name.clone(), slim_node(node));
                 if let Some(f) = self.facts(seen, &name) {
                     out.extend(engine.observe(f, now));
                 }
@@ -406,7 +407,7 @@ impl Controller {
                 let Some(name) = lease.metadata.name.clone() else {
                     return Vec::new();
                 };
-                seen.leases.insert(name.clone(), lease);
+                seen.leases.insert(name.clone(), slim_lease(lease));
                 self.facts(seen, &name)
                     .map_or_else(Vec::new, |f| engine.observe(f, now))
             }

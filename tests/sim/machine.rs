@@ -143,6 +143,8 @@ pub struct Truth {
     pub gate: Mutex<Option<Arc<Gate>>>,
     /// Since when an operator has had fencing paused (set before the switch is written).
     pub paused_since: Mutex<Option<Instant>>,
+    /// The replica that sends the next power-off dies once it is sent.
+    pub crash_on_power_off: AtomicBool,
     pub counters: Mutex<Counters>,
     /// The schedule's own generator, for the faults decided per request.
     pub rng: Mutex<Rng>,
@@ -346,6 +348,11 @@ impl SimDriver {
                     m.stale_on_until = Some(Instant::now() + lag);
                 }
             });
+            if self.truth.crash_on_power_off.swap(false, Ordering::SeqCst) {
+                // Its process is gone: no request of it reaches anything any more
+                // (the replica is started again when the faults are healed).
+                self.alive.store(false, Ordering::SeqCst);
+            }
         } else {
             if let Some(why) = self.truth.pause_refusal() {
                 self.truth.violation(format!(

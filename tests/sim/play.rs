@@ -255,6 +255,9 @@ async fn play(
     }
     for r in 0..2 {
         world.set_api(r, ApiMode::Normal);
+        if world.frozen(r) {
+            world.crash(r);
+        }
         if world.replicas[r].is_none() {
             world.start_replica(r);
         }

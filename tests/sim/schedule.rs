@@ -21,6 +21,11 @@ pub enum Fault {
     Storm(Duration),
     Pause(Duration),
     OptOut(usize, Duration),
+    /// From now on, a BMC of this machine reports On for this long after a power-off.
+    ReportLag(usize, Duration),
+    /// The replica that sends the next power-off dies right after sending it (scripted
+    /// scenarios: the moment a new term must remember the command).
+    CrashOnNextPowerOff,
 }
 
 pub fn schedule(rng: &mut Rng) -> Vec<(Duration, Fault)> {

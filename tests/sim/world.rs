@@ -143,6 +143,13 @@ impl World {
         }
     }
 
+    /// Replica `r` died without being aborted (`Fault::CrashOnNextPowerOff`).
+    pub fn frozen(&self, r: usize) -> bool {
+        self.replicas[r]
+            .as_ref()
+            .is_some_and(|rep| !rep.side.alive.load(Ordering::SeqCst))
+    }
+
     pub fn set_api(&self, r: usize, mode: ApiMode) {
         if let Some(rep) = &self.replicas[r] {
             rep.side.mode.send_replace(mode);
@@ -300,6 +307,10 @@ impl World {
                         Fault::Api(r, ApiMode::Normal, Duration::ZERO),
                     ));
                 }
+            }
+            Fault::ReportLag(i, lag) => self.machine(i, |m| m.report_lag = Some(lag)),
+            Fault::CrashOnNextPowerOff => {
+                self.truth.crash_on_power_off.store(true, Ordering::SeqCst);
             }
             Fault::Crash(r, down) => {
                 self.crash(r);
