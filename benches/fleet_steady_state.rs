@@ -3,9 +3,10 @@
 //!
 //! The daemon runs as its own process against fake-kube holding `NODES` Nodes (default
 //! 5,000), each with a kubelet Lease renewed every 10 s (`NODES / 10` writes a second,
-//! spread evenly, as kubelets do), and one mock Redfish BMC serving every node's system
-//! (identities matching). After `WARMUP_S` (default 60 s: start-up lists, the BMC
-//! monitor's first pass over every node) it samples the daemon's CPU time and RSS from
+//! spread evenly, as kubelets do), and a mock HTTPS Redfish BMC per node (identities
+//! matching; `BMCS=shared`: one chassis manager serving every node's system). After
+//! `WARMUP_S` (default 60 s: start-up lists, the BMC monitor's first pass over every
+//! node) it samples the daemon's CPU time and RSS from
 //! `/proc` over `MEASURE_S` (default 60 s), and counts the API requests it made then
 //! (watches carry the renewals: a steady state makes almost none).
 //!
@@ -21,6 +22,7 @@ use nodefence_mocks::kube::meta::{now_rfc3339, now_rfc3339_micros};
 use nodefence_mocks::kube::resources::{LEASES, NAMESPACES, NODES};
 use nodefence_mocks::kube::store::Store;
 use nodefence_mocks::redfish::{MockPower, MockRedfish, Profile, SystemSpec};
+use nodefence_mocks::tls::TlsMaterial;
 use serde_json::{Value, json};
 
 const RSS_TARGET_MIB: f64 = 50.0;
@@ -168,17 +170,46 @@ async fn main() {
     let warmup = Duration::from_secs(env_or("WARMUP_S", 60));
     let measure = Duration::from_secs(env_or("MEASURE_S", 60));
     let started = Instant::now();
-    let bmc = MockRedfish::builder()
-        .profile(Profile::MultiSystem)
-        .systems((1..=nodes).map(|i| {
-            SystemSpec::new(format!("Blade{i}"))
-                .power(MockPower::On)
-                .uuid(uuid(i))
-        }))
-        .credentials("fence", "bench-password")
-        .start()
-        .await
-        .expect("mock BMC");
+    // BMCS=per-node (default): one HTTPS BMC per node, as in a rack of servers (iDRAC
+    // profile, one system each, a certificate from one private CA). BMCS=shared: one
+    // chassis manager serving every node's system over HTTP (each driver then reads
+    // a collection of NODES members).
+    let shared = std::env::var("BMCS").is_ok_and(|v| v == "shared");
+    let tls = TlsMaterial::generate().expect("TLS material");
+    let mut bmcs = Vec::new();
+    if shared {
+        bmcs.push(
+            MockRedfish::builder()
+                .profile(Profile::MultiSystem)
+                .systems((1..=nodes).map(|i| {
+                    SystemSpec::new(format!("Blade{i}"))
+                        .power(MockPower::On)
+                        .uuid(uuid(i))
+                }))
+                .credentials("fence", "bench-password")
+                .start()
+                .await
+                .expect("mock BMC"),
+        );
+    } else {
+        for i in 1..=nodes {
+            bmcs.push(
+                MockRedfish::builder()
+                    .profile(Profile::Idrac)
+                    .system(
+                        SystemSpec::new("System.Embedded.1")
+                            .power(MockPower::On)
+                            .uuid(uuid(i)),
+                    )
+                    .credentials("fence", "bench-password")
+                    .tls(true)
+                    .tls_material(tls.clone())
+                    .start()
+                    .await
+                    .expect("mock BMC"),
+            );
+        }
+    }
     let kube = FakeKube::builder().start().await.expect("fake-kube");
     let store = kube.store();
     for ns in ["kube-system", LEASE_NAMESPACE] {
@@ -208,13 +239,22 @@ async fn main() {
         "inventory = \"inventory.toml\"\n",
     )
     .unwrap();
-    let mut inventory = format!(
-        "[defaults]\ndriver = \"redfish\"\nendpoint = \"{}\"\nusername = \"fence\"\n\
-         password_file = \"bmc-password\"\n",
-        bmc.base_url()
-    );
+    std::fs::write(dir.path().join("bmc-ca.pem"), tls.ca_pem()).unwrap();
+    let mut inventory = "[defaults]\ndriver = \"redfish\"\nusername = \"fence\"\n\
+         password_file = \"bmc-password\"\n"
+        .to_string();
+    if shared {
+        inventory.push_str(&format!("endpoint = \"{}\"\n", bmcs[0].base_url()));
+    } else {
+        inventory.push_str("ca_file = \"bmc-ca.pem\"\n");
+    }
     for i in 1..=nodes {
-        inventory.push_str(&format!("[nodes.worker-{i}]\nsystem_id = \"Blade{i}\"\n"));
+        if shared {
+            inventory.push_str(&format!("[nodes.worker-{i}]\nsystem_id = \"Blade{i}\"\n"));
+        } else {
+            let url = bmcs[usize::try_from(i - 1).unwrap()].base_url();
+            inventory.push_str(&format!("[nodes.worker-{i}]\nendpoint = \"{url}\"\n"));
+        }
     }
     std::fs::write(dir.path().join("inventory.toml"), inventory).unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
@@ -238,8 +278,13 @@ async fn main() {
     let pid = daemon.id().expect("pid");
     println!(
         "fleet steady state: {nodes} Nodes, their Leases renewed every 10 s ({} writes/s), \
-         one mock BMC with {nodes} systems; set up in {:.1}s",
+         {}; set up in {:.1}s",
         nodes / 10,
+        if shared {
+            format!("one mock BMC with {nodes} systems (BMCS=shared)")
+        } else {
+            format!("{nodes} mock HTTPS BMCs, one per node")
+        },
         started.elapsed().as_secs_f64()
     );
     let leads = || {

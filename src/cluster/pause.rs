@@ -3,7 +3,7 @@
 //!
 //! Stored in the cluster, not in a replica: it survives restarts and leader changes,
 //! works while nodefence is down, and every replica sees the same value. While it says
-//! paused, no machine is powered off or on and no node is released (power is still
+//! paused, no machine is powered off or on and no release begins (power is still
 //! read, so `status`, metrics and Events stay informative). `nodefence pause` and
 //! `nodefence resume` write it; the daemon watches it, and [`PauseCheck`] reads it
 //! again right before every power command and release.

@@ -26,6 +26,31 @@ use crate::identity::{self, IdentityCheck, MachineIdentity};
 use crate::power::{PowerDriver, PowerError, PowerErrorKind, PowerReading, PowerState};
 use crate::telemetry::Metrics;
 
+/// Why power-offs are held cluster-wide right now, shared between the controller
+/// (which sets it from the engine after every event) and the executor (which reads
+/// it between its last reading of a machine and the command). A power-off decided
+/// just before a storm was seen must not go out seconds later, after it (simulation
+/// seed 2702: sent 7 s after the decision, through a slow API server, 1 s after the
+/// storm was seen).
+#[derive(Clone, Default)]
+pub struct PowerOffHold(Arc<std::sync::Mutex<Option<&'static str>>>);
+
+impl PowerOffHold {
+    pub fn set(&self, why: Option<&'static str>) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = why;
+    }
+
+    pub fn held(&self) -> Option<&'static str> {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 /// The result of an action, for the engine.
 #[derive(Debug)]
 pub enum Completion {
@@ -69,6 +94,9 @@ pub struct Executor {
     pub leadership: Leadership,
     /// The pause switch, read again before every power command and release.
     pub pause: PauseCheck,
+    /// The engine's cluster-wide hold on power-offs (storm protection, a term not yet
+    /// synced), as the controller last saw it: checked right before a power-off.
+    pub power_off_hold: PowerOffHold,
     pub recorder: Option<Recorder>,
     /// What cluster-wide notices (storm protection) are attached to: the leader Lease.
     pub cluster_ref: Option<k8s_openapi::api::core::v1::ObjectReference>,
@@ -163,6 +191,12 @@ impl Executor {
                 let this = self.clone();
                 self.tasks.spawn(async move {
                     let result = this.power(&node, "off", attempt, &target).await;
+                    if let Err(e) = &result
+                        && e.kind == PowerErrorKind::Refused
+                    {
+                        // Also when the term that asked has ended and nobody reads it.
+                        tracing::warn!(node, error = %e, "power-off not sent");
+                    }
                     this.send(Completion::PowerOff { node, result });
                 });
             }
@@ -354,6 +388,27 @@ impl Executor {
         };
         // Again: the pause may have been switched on while the machine was read.
         self.pause_allows(driver.as_ref(), action, &what).await?;
+        // And leadership, right before the command: the checks above can take
+        // seconds against a slow API server or BMC (seed 2702: a deposed leader's
+        // ForceOff went out 7 s after its decision, 7 s after it lost the Lease).
+        if !self.leadership.is_leader() {
+            self.metrics
+                .power_command(driver.driver_name(), action, "refused");
+            return Err(PowerError::new(
+                PowerErrorKind::Refused,
+                "no longer the leader: power command not sent",
+            ));
+        }
+        if action == "off"
+            && let Some(why) = self.power_off_hold.held()
+        {
+            self.metrics
+                .power_command(driver.driver_name(), action, "refused");
+            return Err(PowerError::new(
+                PowerErrorKind::Refused,
+                format!("{why}: power-off not sent"),
+            ));
+        }
         if action == "on" && matches!(state, PowerState::On | PowerState::PoweringOn) {
             tracing::info!(node, %state, "the machine is on already: power-on not sent");
             return Ok(());

@@ -80,6 +80,8 @@ pub struct ExecutorParts {
     pub leadership: crate::cluster::leader::Leadership,
     /// The pause switch as the executor reads it before each power command and release.
     pub pause: crate::cluster::pause::PauseCheck,
+    /// The engine's cluster-wide hold on power-offs, for the executor.
+    pub power_off_hold: executor::PowerOffHold,
     pub recorder: Option<crate::cluster::events::Recorder>,
     /// Cluster-wide notices are Events on this object (the leader Lease).
     pub cluster_ref: Option<k8s_openapi::api::core::v1::ObjectReference>,
@@ -134,6 +136,7 @@ impl Controller {
             records: parts.records,
             leadership: parts.leadership.clone(),
             pause: parts.pause,
+            power_off_hold: parts.power_off_hold.clone(),
             recorder: parts.recorder,
             cluster_ref: parts.cluster_ref,
             metrics: self.metrics.clone(),
@@ -236,6 +239,15 @@ impl Controller {
                 () = tokio::time::sleep(sleep) => engine.wake(crate::clock::now()),
                 () = tokio::time::sleep_until(published + PUBLISH_EVERY), if unpublished => Vec::new(),
             };
+            // Before any action of this event goes out: a power-off already on its
+            // way checks this right before it is sent.
+            executor.power_off_hold.set(if engine.syncing() {
+                Some("this leader has not yet read every Node and kubelet Lease")
+            } else if engine.storm_active() {
+                Some("storm protection: too many nodes unhealthy at once")
+            } else {
+                None
+            });
             let acted = !actions.is_empty();
             if !executor.leadership.is_leader() {
                 tracing::warn!("leadership lost: stopping all fencing at once");

@@ -322,6 +322,7 @@ fn controller_for(
             records: RecordStore::new(client.clone(), &options.lease_namespace, leadership.clone()),
             leadership: leadership.clone(),
             pause: crate::cluster::pause::PauseCheck::new(client.clone(), &options.lease_namespace),
+            power_off_hold: Default::default(),
             recorder: (!options.dry_run)
                 .then(|| Executor::recorder(client.clone(), &options.identity)),
             cluster_ref: Some(k8s_openapi::api::core::v1::ObjectReference {

@@ -149,13 +149,21 @@ impl DriverFactory {
     }
 }
 
+/// How long an idle connection to a BMC is kept for the next request.
+pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+
 fn build_client(profile: &ClientProfile) -> Result<reqwest::Client, PowerError> {
     let builder = reqwest::Client::builder()
         .user_agent(crate::cluster::USER_AGENT)
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(profile.connect_timeout)
-        .pool_idle_timeout(Duration::from_secs(60))
-        .pool_max_idle_per_host(4)
+        // Long enough to keep a connection between the readings of an incident (1 s
+        // apart while confirming, 5 s while the machine is On), short enough that a
+        // BMC monitor pass over thousands of BMCs (every 5 min by default: it never
+        // reused a connection anyway) does not hold one open TLS connection per BMC:
+        // about 35 KB each, 220 MiB of the daemon's memory at 5,000 nodes with 60 s.
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+        .pool_max_idle_per_host(2)
         .tcp_keepalive(Duration::from_secs(30));
     // nodefence's own verifier (src/tls): a BMC's self-signed certificate can be
     // trusted as itself, pins work, and a refusal says which check failed.
