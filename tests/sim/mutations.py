@@ -46,10 +46,16 @@ MUTATIONS = [
        "    pub async fn allows(&self, outcome: &str) -> Result<(), String> {\n",
        "    pub async fn allows(&self, outcome: &str) -> Result<(), String> {\n        if outcome.len() < usize::MAX {\n            return Ok(());\n        }\n")],
      "invariant 2"),
+    # Two layers since seed 2702: leadership checked again right before the command,
+    # and the engine's storm/sync hold shared with the executor (a deposed leader that
+    # leads again holds its old command through its new term's sync).
     ("leader-not-rechecked-before-command",
      [("src/controller/executor.rs",
        "ForceOff went out 7 s after its decision, 7 s after it lost the Lease).\n        if !self.leadership.is_leader() {",
-       "ForceOff went out 7 s after its decision, 7 s after it lost the Lease).\n        if !self.leadership.is_leader() && false {")],
+       "ForceOff went out 7 s after its decision, 7 s after it lost the Lease).\n        if !self.leadership.is_leader() && false {"),
+      ("src/controller/executor.rs",
+       "        if action == \"off\"\n            && let Some(why) = self.power_off_hold.held()",
+       "        if action == \"off\"\n            && false\n            && let Some(why) = self.power_off_hold.held()")],
      "invariant 2|invariant 3|invariant 4"),
     ("pause-not-read-before-commands",
      [("src/cluster/pause.rs",
