@@ -224,7 +224,26 @@ fn check_write(
         }
         ("DELETE", ["api", "v1", "nodes", name]) => Some((name.to_string(), "Node deletion")),
         ("DELETE", ["api", "v1", "namespaces", ns, "pods", pod]) => {
-            node_of(store.get(PODS, Some(ns), pod)).map(|n| (n, "pod deletion"))
+            // A delete whose uid precondition names another pod is refused (409):
+            // it deletes nothing (seed 3815: a StatefulSet pod re-created under the
+            // same name on another node).
+            let current = store.get(PODS, Some(ns), pod).ok();
+            let wanted = serde_json::from_slice::<Value>(body).ok().and_then(|b| {
+                b.pointer("/preconditions/uid")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            });
+            let same = match (&wanted, &current) {
+                (Some(uid), Some(p)) => {
+                    p.pointer("/metadata/uid").and_then(Value::as_str) == Some(uid)
+                }
+                _ => true,
+            };
+            if same {
+                node_of(current.ok_or(())).map(|n| (n, "pod deletion"))
+            } else {
+                None
+            }
         }
         ("DELETE", ["apis", "storage.k8s.io", "v1", "volumeattachments", va]) => {
             node_of(store.get(VOLUME_ATTACHMENTS, None, va))
@@ -243,7 +262,13 @@ fn check_write(
         // deletions that follow belong to it (seed 1503: a release begun before the
         // pause deleted its pods 3 s into it, through a slow API server).
         let begins = matches!(what, "out-of-service taint" | "Node deletion");
-        if let Some(why) = truth.pause_refusal().filter(|_| begins) {
+        // The switch is read right before a release begins; through a slow API server
+        // that read and the write each take the delay (seed 4623).
+        let latency = match *side.mode.borrow() {
+            ApiMode::Slow(d) => d * 3,
+            _ => Duration::ZERO,
+        };
+        if let Some(why) = truth.pause_refusal_after(latency).filter(|_| begins) {
             truth.violation(format!(
                 "invariant 2 (no release begun while paused): {what} for {node}: {why}"
             ));

@@ -154,8 +154,15 @@ impl Truth {
     /// Why nothing may be powered or released now: fencing has been paused for a
     /// second (the time nodefence is given to hear of it).
     pub fn pause_refusal(&self) -> Option<String> {
+        self.pause_refusal_after(Duration::ZERO)
+    }
+
+    /// [`Truth::pause_refusal`] for a replica whose requests take `latency` more.
+    pub fn pause_refusal_after(&self, latency: Duration) -> Option<String> {
         lock(&self.paused_since)
-            .is_some_and(|since| Instant::now().duration_since(since) >= Duration::from_secs(1))
+            .is_some_and(|since| {
+                Instant::now().duration_since(since) >= Duration::from_secs(1) + latency
+            })
             .then(|| "fencing is paused".to_string())
     }
 }
