@@ -647,3 +647,41 @@ async fn the_pause_switch_is_read_again_before_each_command_and_an_unreadable_on
     );
     assert!(why.ends_with("power-off not sent"), "{why}");
 }
+
+/// The write-ahead record of a power-off reads the Node back from the API server:
+/// a Node an operator has opted out gets no power-off, even when the controller's
+/// watch has not shown the opt-out yet (seed 6386).
+#[tokio::test]
+async fn a_power_off_is_refused_for_a_node_opted_out_since_the_decision() {
+    let (kube, client) = setup().await;
+    dead_node(&client, "w1", died()).await;
+    let releaser = Releaser::new(client.clone(), Leadership::always());
+    releaser.record_power_off("w1", 1).await.unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let recorded = |n: &Node| {
+        n.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(nodefence::cluster::facts::POWER_OFF_ANNOTATION))
+            .cloned()
+    };
+    let first = recorded(&nodes.get("w1").await.unwrap()).expect("the first record is written");
+    assert!(first.ends_with("attempt 1"), "{first}");
+
+    let optout = json!({"metadata": {"annotations": {"nodefence.io/exclude": " True "}}});
+    nodes
+        .patch("w1", &PatchParams::default(), &Patch::Merge(&optout))
+        .await
+        .unwrap();
+    match releaser.record_power_off("w1", 2).await {
+        Err(ReleaseError::Refused(why)) => assert!(
+            why.contains("w1 is opted out (nodefence.io/exclude"),
+            "{why}"
+        ),
+        other => panic!("a power-off for an opted-out node must be refused: {other:?}"),
+    }
+    // The opt-out itself is untouched.
+    let now = nodes.get("w1").await.unwrap();
+    assert!(nodefence::cluster::facts::opted_out(&now));
+    kube.shutdown().await;
+}

@@ -31,6 +31,16 @@ pub const CONTROL_PLANE_LABELS: &[&str] = &[
     "node-role.kubernetes.io/master",
 ];
 
+/// True when the Node carries `nodefence.io/exclude: "true"` (any case, spaces
+/// around ignored).
+pub fn opted_out(node: &Node) -> bool {
+    node.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(EXCLUDE_ANNOTATION))
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+}
+
 /// The facts the engine needs about `node`.
 pub fn node_facts(node: &Node, lease: Option<&Lease>, in_inventory: bool) -> NodeFacts {
     let meta = &node.metadata;
@@ -65,9 +75,7 @@ pub fn node_facts(node: &Node, lease: Option<&Lease>, in_inventory: bool) -> Nod
             .max(),
         control_plane: labels
             .is_some_and(|l| CONTROL_PLANE_LABELS.iter().any(|k| l.contains_key(*k))),
-        opted_out: annotations
-            .and_then(|a| a.get(EXCLUDE_ANNOTATION))
-            .is_some_and(|v| v.trim().eq_ignore_ascii_case("true")),
+        opted_out: opted_out(node),
         cordoned: spec.and_then(|s| s.unschedulable).unwrap_or(false),
         in_inventory,
         our_taint: has_taint && annotations.is_some_and(|a| a.contains_key(TAINTED_ANNOTATION)),

@@ -355,15 +355,28 @@ impl Releaser {
     /// Records on the Node, before it is sent, the power-off about to be sent (see
     /// [`crate::cluster::facts::POWER_OFF_ANNOTATION`]). A command whose record
     /// could not be written is not sent.
+    ///
+    /// The write returns the Node as the API server has it now, fresher than the
+    /// controller's watch: a Node opted out (`nodefence.io/exclude`) is refused here,
+    /// even when the watch has not shown the opt-out yet (seed 6386: a ForceOff sent
+    /// 22 s after the opt-out, behind a lagging watch). The record stays; it only
+    /// delays a later power-off, never allows one.
     pub async fn record_power_off(&self, node: &str, attempt: u32) -> Result<(), ReleaseError> {
         self.require_leader()?;
         let value = crate::cluster::facts::power_off_annotation(crate::clock::now(), attempt);
         let patch = json!({
             "metadata": { "annotations": { crate::cluster::facts::POWER_OFF_ANNOTATION: value } },
         });
-        self.nodes
+        let now = self
+            .nodes
             .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
+        if crate::cluster::facts::opted_out(&now) {
+            return Err(ReleaseError::Refused(format!(
+                "Node {node} is opted out ({}: \"true\")",
+                crate::cluster::facts::EXCLUDE_ANNOTATION
+            )));
+        }
         Ok(())
     }
 

@@ -18,8 +18,7 @@ use tokio::sync::mpsc;
 use crate::cluster::leader::Leadership;
 use crate::cluster::pause::PauseCheck;
 use crate::cluster::records::RecordStore;
-use crate::cluster::release::ReleaseOutcome;
-use crate::cluster::release::Releaser;
+use crate::cluster::release::{ReleaseError, ReleaseOutcome, Releaser};
 use crate::engine::action::Target;
 use crate::engine::{Action, Notice, Reason, ReleaseMode, Severity};
 use crate::identity::{self, IdentityCheck, MachineIdentity};
@@ -364,6 +363,14 @@ impl Executor {
                 tries += 1;
                 match self.releaser.record_power_off(node, attempt).await {
                     Ok(()) => break,
+                    Err(ReleaseError::Refused(why)) => {
+                        self.metrics
+                            .power_command(driver.driver_name(), action, "refused");
+                        return Err(PowerError::new(
+                            PowerErrorKind::Refused,
+                            format!("{why}: power-off not sent"),
+                        ));
+                    }
                     Err(e) if tries < 4 && self.leadership.is_leader() => {
                         tracing::debug!(node, error = %e, "recording the power-off on the Node; retrying");
                         tokio::time::sleep(std::time::Duration::from_millis(500 * tries)).await;

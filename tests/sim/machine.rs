@@ -73,7 +73,9 @@ pub struct Machine {
     pub last_off_reading: Option<SystemTime>,
     /// Power-off commands that reached this machine in its current incident.
     pub offs_this_incident: u32,
-    /// nodefence powered it off (for the power-on-after-fence check).
+    /// nodefence powered it off, and it has not been on since (for the
+    /// power-on-after-fence check: a machine that came back on by any means and lost
+    /// power later is a new failure, not one nodefence left off; seed 7791).
     pub fenced_by_us: bool,
 }
 
@@ -245,6 +247,7 @@ impl Truth {
                     m.transition = None;
                     m.on = on;
                     if on {
+                        m.fenced_by_us = false;
                         m.on_since = Some(wall);
                         m.off_since = None;
                         m.booted_at = Some(now + boot);

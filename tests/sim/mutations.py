@@ -62,6 +62,13 @@ MUTATIONS = [
        "    pub async fn allows(&self, outcome: &str) -> Result<(), String> {\n",
        "    pub async fn allows(&self, outcome: &str) -> Result<(), String> {\n        if outcome.len() < usize::MAX {\n            return Ok(());\n        }\n")],
      "invariant 2"),
+    # Seed 6386: the engine's opt-out gate holds unless its Node watch lags; the
+    # write-ahead record's fresh Node is the second layer.
+    ("opt-out-not-rechecked-at-record",
+     [("src/cluster/release.rs",
+       "if crate::cluster::facts::opted_out(&now) {",
+       "if crate::cluster::facts::opted_out(&now) && false {")],
+     "invariant 2"),
     ("storm-ignored",
      [("src/engine/decide.rs",
        "    if gates.storm {\n        set_block(inc, Block::Storm, name, out);\n        return;\n    }",
