@@ -10,12 +10,23 @@
 //! `/proc` over `MEASURE_S` (default 60 s), and counts the API requests it made then
 //! (watches carry the renewals: a steady state makes almost none).
 //!
+//! Then a rack of `RACK` nodes (default 50; 0 skips it) loses power at once: their
+//! BMCs read Off and their kubelets stop renewing, at one moment (so each node is at
+//! its own point of its 10 s renewal cycle, as in a real rack). The bench reports when
+//! each of them carries the out-of-service taint (first, median, last; after the plug
+//! and after the node's own last renewal), within the configured concurrency
+//! (`max_concurrent_requests`, default 16; `CONCURRENCY` sets it), and the daemon's RSS
+//! and CPU while it works.
+//!
 //! Targets: RSS ≤ 50 MiB and CPU ≤ 5 % of one core. `cargo bench --bench
-//! fleet_steady_state`; exits 1 when a target is missed. Linux only (`/proc`).
+//! fleet_steady_state`; exits 1 when a target is missed or a rack node is not released
+//! within 60 s. Linux only (`/proc`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
 
 use nodefence_mocks::kube::FakeKube;
 use nodefence_mocks::kube::meta::{now_rfc3339, now_rfc3339_micros};
@@ -113,15 +124,17 @@ fn lease(i: u64) -> Value {
     })
 }
 
-/// Renews every Lease once per `RENEW_EVERY`, spread evenly (ticks of 100 ms).
-async fn kubelets(store: Store, nodes: u64) {
+/// Renews every Lease once per `RENEW_EVERY`, spread evenly (ticks of 100 ms), but
+/// those of nodes `1..=dead` (their machines lost power).
+async fn kubelets(store: Store, nodes: u64, dead: Arc<AtomicU64>) {
     let ticks = RENEW_EVERY.as_millis() as u64 / 100;
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let mut k = 0u64;
     loop {
         tick.tick().await;
         let slot = k % ticks;
-        for i in (1..=nodes).filter(|i| i % ticks == slot) {
+        let dead = dead.load(Ordering::SeqCst);
+        for i in (dead + 1..=nodes).filter(|i| i % ticks == slot) {
             let _ = store.modify(LEASES, Some(LEASE_NAMESPACE), &format!("worker-{i}"), |l| {
                 l["spec"]["renewTime"] = json!(now_rfc3339_micros());
                 Ok(())
@@ -225,7 +238,8 @@ async fn main() {
             .create(LEASES, Some(LEASE_NAMESPACE), lease(i))
             .expect("lease");
     }
-    tokio::spawn(kubelets(store.clone(), nodes));
+    let dead = Arc::new(AtomicU64::new(0));
+    tokio::spawn(kubelets(store.clone(), nodes, dead.clone()));
 
     let dir = tempfile::tempdir().expect("temp dir");
     let password = dir.path().join("bmc-password");
@@ -234,9 +248,12 @@ async fn main() {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&password, std::fs::Permissions::from_mode(0o600)).unwrap();
     }
+    let concurrency = env_or("CONCURRENCY", 16);
     std::fs::write(
         dir.path().join("nodefence.toml"),
-        "inventory = \"inventory.toml\"\n",
+        format!(
+            "inventory = \"inventory.toml\"\n[power]\nmax_concurrent_requests = {concurrency}\n"
+        ),
     )
     .unwrap();
     std::fs::write(dir.path().join("bmc-ca.pem"), tls.ca_pem()).unwrap();
@@ -271,7 +288,12 @@ async fn main() {
         .args(["--namespace", "kube-system", "--identity", "fleet-bench"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        // DAEMON_LOG=FILE: the daemon's log, to see what it did.
+        .stderr(
+            std::env::var_os("DAEMON_LOG")
+                .and_then(|p| std::fs::File::create(p).ok())
+                .map_or_else(Stdio::null, Stdio::from),
+        )
         .kill_on_drop(true)
         .spawn()
         .expect("nodefence run");
@@ -343,10 +365,120 @@ async fn main() {
     for (kind, n) in kinds.iter().take(5) {
         println!("    {n:>6}  {kind}");
     }
+    let rack = env_or("RACK", 50).min(nodes);
+    let rack_ok = rack == 0 || {
+        let system = |i: u64| {
+            if shared {
+                (&bmcs[0], format!("Blade{i}"))
+            } else {
+                (
+                    &bmcs[usize::try_from(i - 1).unwrap()],
+                    "System.Embedded.1".to_string(),
+                )
+            }
+        };
+        rack_loses_power(&store, pid, rack, concurrency, &dead, |i| {
+            let (bmc, id) = system(i);
+            bmc.set_power(&id, MockPower::Off);
+        })
+        .await
+    };
     let _ = daemon.start_kill();
     let _ = daemon.wait().await;
-    if cpu > CPU_TARGET_PERCENT || rss > RSS_TARGET_MIB {
+    if cpu > CPU_TARGET_PERCENT || rss > RSS_TARGET_MIB || !rack_ok {
         eprintln!("MISSED a target");
         std::process::exit(1);
     }
+}
+
+/// Nodes `1..=rack` lose power at one moment; waits (at most 60 s) until each carries
+/// the out-of-service taint and prints when. False if one was not released in time.
+async fn rack_loses_power(
+    store: &Store,
+    pid: u32,
+    rack: u64,
+    concurrency: u64,
+    dead: &AtomicU64,
+    pull_plug: impl Fn(u64),
+) -> bool {
+    let name = |i: u64| format!("worker-{i}");
+    let (cpu0, _, _) = sample(pid);
+    dead.store(rack, Ordering::SeqCst);
+    let pulled = Instant::now();
+    let pulled_wall = SystemTime::now();
+    for i in 1..=rack {
+        pull_plug(i);
+    }
+    // Each node's last renewal (the kubelets' task has stopped renewing them).
+    let last_renewal = |i: u64| -> Option<SystemTime> {
+        let lease = store.get(LEASES, Some(LEASE_NAMESPACE), &name(i)).ok()?;
+        humantime::parse_rfc3339_weak(lease["spec"]["renewTime"].as_str()?).ok()
+    };
+    let renewed: Vec<Option<SystemTime>> = (1..=rack).map(last_renewal).collect();
+    let tainted = |i: u64| {
+        store.get(NODES, None, &name(i)).ok().is_some_and(|n| {
+            n["spec"]["taints"].as_array().is_some_and(|ts| {
+                ts.iter()
+                    .any(|t| t["key"] == "node.kubernetes.io/out-of-service")
+            })
+        })
+    };
+    let mut released: Vec<Option<Duration>> = vec![None; usize::try_from(rack).unwrap()];
+    let mut peak_rss = 0.0f64;
+    while released.iter().any(Option::is_none) && pulled.elapsed() < Duration::from_secs(60) {
+        for (k, slot) in released.iter_mut().enumerate() {
+            if slot.is_none() && tainted(k as u64 + 1) {
+                *slot = Some(pulled.elapsed());
+            }
+        }
+        peak_rss = peak_rss.max(sample(pid).1);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let took = pulled.elapsed().as_secs_f64();
+    let (cpu1, rss, _) = sample(pid);
+    let missing = released.iter().filter(|r| r.is_none()).count();
+    let mut after_plug: Vec<f64> = released
+        .iter()
+        .flatten()
+        .map(Duration::as_secs_f64)
+        .collect();
+    after_plug.sort_by(f64::total_cmp);
+    // After each node's own last renewal: what its Lease lets nodefence see.
+    let mut after_renewal: Vec<f64> = released
+        .iter()
+        .zip(&renewed)
+        .filter_map(|(r, renewal)| {
+            let renewal = (*renewal)?;
+            let since = pulled_wall.duration_since(renewal).unwrap_or_default();
+            Some((r.as_ref()?.as_secs_f64()) + since.as_secs_f64())
+        })
+        .collect();
+    after_renewal.sort_by(f64::total_cmp);
+    let q = |v: &[f64], p: f64| {
+        v.get(((v.len().max(1) - 1) as f64 * p).round() as usize)
+            .copied()
+            .unwrap_or(f64::NAN)
+    };
+    println!(
+        "rack: {rack} nodes lose power at once (max_concurrent_requests {concurrency}): \
+         released (tainted) {}/{rack} within {took:.1}s",
+        rack as usize - missing
+    );
+    println!(
+        "  after the plug:          first {:.1}s, median {:.1}s, last {:.1}s",
+        q(&after_plug, 0.0),
+        q(&after_plug, 0.5),
+        q(&after_plug, 1.0)
+    );
+    println!(
+        "  after its last renewal:  first {:.1}s, median {:.1}s, last {:.1}s",
+        q(&after_renewal, 0.0),
+        q(&after_renewal, 0.5),
+        q(&after_renewal, 1.0)
+    );
+    println!(
+        "  daemon while releasing: CPU {:.1} % of one core, RSS {rss:.1} MiB (peak seen {peak_rss:.1} MiB)",
+        (cpu1 - cpu0) / took * 100.0
+    );
+    missing == 0
 }

@@ -7,7 +7,8 @@
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use kube::Resource;
 
 use crate::engine::{NodeFacts, Readiness};
 
@@ -49,18 +50,12 @@ pub fn node_facts(node: &Node, lease: Option<&Lease>, in_inventory: bool) -> Nod
     let spec = node.spec.as_ref();
     let taints = spec.and_then(|s| s.taints.as_deref()).unwrap_or_default();
     let has_taint = taints.iter().any(|t| t.key == OUT_OF_SERVICE_TAINT);
+    let lease = lease.map(KeptLease::new).unwrap_or_default();
     NodeFacts {
         name: meta.name.clone().unwrap_or_default(),
         readiness: readiness(node),
-        lease_renewed: lease
-            .and_then(|l| l.spec.as_ref())
-            .and_then(|s| s.renew_time.as_ref())
-            .map(|t| SystemTime::from(t.0)),
-        lease_duration: lease
-            .and_then(|l| l.spec.as_ref())
-            .and_then(|s| s.lease_duration_seconds)
-            .and_then(|s| u64::try_from(s).ok())
-            .map(Duration::from_secs),
+        lease_renewed: lease.renewed,
+        lease_duration: lease.duration,
         last_heartbeat: node
             .status
             .as_ref()
@@ -90,79 +85,73 @@ pub fn node_facts(node: &Node, lease: Option<&Lease>, in_inventory: bool) -> Nod
     }
 }
 
-/// The part of a Node the controller keeps between events: what [`node_facts`],
-/// [`crate::identity::NodeIdentity::from_node`] and an Event's object reference read,
-/// nothing else. A kubelet's Node carries its image list, managed fields, capacity
-/// and addresses (10-20 KB each); kept whole, 5,000 of them were most of the daemon's
-/// memory. Releases read the Node again from the API server, never from this.
-pub fn slim_node(node: Node) -> Node {
-    use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-    let Node {
-        metadata,
-        spec,
-        status,
-    } = node;
-    let metadata = ObjectMeta {
-        name: metadata.name,
-        uid: metadata.uid,
-        resource_version: metadata.resource_version,
-        creation_timestamp: metadata.creation_timestamp,
-        labels: metadata.labels.map(|labels| {
-            labels
-                .into_iter()
-                .filter(|(k, _)| CONTROL_PLANE_LABELS.contains(&k.as_str()))
-                .collect()
-        }),
-        annotations: metadata.annotations.map(|annotations| {
-            annotations
-                .into_iter()
-                .filter(|(k, _)| k.starts_with("nodefence.io/"))
-                .collect()
-        }),
-        ..ObjectMeta::default()
-    };
-    let spec = spec.map(|s| NodeSpec {
-        taints: s.taints,
-        unschedulable: s.unschedulable,
-        provider_id: s.provider_id,
-        ..NodeSpec::default()
-    });
-    let status = status.map(|s| NodeStatus {
-        conditions: s.conditions.map(|conditions| {
-            conditions
-                .into_iter()
-                .map(|c| NodeCondition {
-                    message: None,
-                    reason: None,
-                    ..c
-                })
-                .collect()
-        }),
-        node_info: s.node_info,
-        ..NodeStatus::default()
-    });
-    Node {
-        metadata,
-        spec,
-        status,
+/// What the controller keeps of a Node between events: the facts the engine reads
+/// from it and the reference its Events name, nothing else (a few hundred bytes). A
+/// kubelet's Node carries its image list, managed fields, capacity and addresses
+/// (10-20 KB of JSON, and 1.5 KB inline even emptied); kept, 5,000 of them were most
+/// of the daemon's memory. Releases read the Node again from the API server, never
+/// this.
+#[derive(Debug, Clone)]
+pub struct KeptNode {
+    /// [`node_facts`] of the Node without a Lease (the Lease's part and
+    /// `in_inventory` are filled in by [`KeptNode::facts`]).
+    facts: NodeFacts,
+    reference: ObjectReference,
+}
+
+impl KeptNode {
+    pub fn new(node: &Node) -> Self {
+        Self {
+            facts: node_facts(node, None, false),
+            reference: node.object_ref(&()),
+        }
+    }
+
+    /// [`node_facts`] of the Node kept, with its kubelet `lease`.
+    pub fn facts(&self, lease: Option<&KeptLease>, in_inventory: bool) -> NodeFacts {
+        let lease = lease.copied().unwrap_or_default();
+        NodeFacts {
+            in_inventory,
+            lease_renewed: lease.renewed,
+            lease_duration: lease.duration,
+            ..self.facts.clone()
+        }
+    }
+
+    /// Which machine the Node says it runs on.
+    pub fn identity(&self) -> &crate::identity::NodeIdentity {
+        &self.facts.identity
+    }
+
+    /// The object an Event about this Node names.
+    pub fn reference(&self) -> &ObjectReference {
+        &self.reference
+    }
+
+    pub fn uid(&self) -> Option<&str> {
+        self.reference.uid.as_deref()
     }
 }
 
-/// The part of a kubelet Lease [`node_facts`] reads (its renewal and duration).
-pub fn slim_lease(lease: Lease) -> Lease {
-    use k8s_openapi::api::coordination::v1::LeaseSpec;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-    Lease {
-        metadata: ObjectMeta {
-            name: lease.metadata.name,
-            ..ObjectMeta::default()
-        },
-        spec: lease.spec.map(|s| LeaseSpec {
-            renew_time: s.renew_time,
-            lease_duration_seconds: s.lease_duration_seconds,
-            ..LeaseSpec::default()
-        }),
+/// What [`node_facts`] reads of a kubelet Lease: its last renewal and its duration.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KeptLease {
+    renewed: Option<SystemTime>,
+    duration: Option<Duration>,
+}
+
+impl KeptLease {
+    pub fn new(lease: &Lease) -> Self {
+        let spec = lease.spec.as_ref();
+        Self {
+            renewed: spec
+                .and_then(|s| s.renew_time.as_ref())
+                .map(|t| SystemTime::from(t.0)),
+            duration: spec
+                .and_then(|s| s.lease_duration_seconds)
+                .and_then(|s| u64::try_from(s).ok())
+                .map(Duration::from_secs),
+        }
     }
 }
 
@@ -262,26 +251,30 @@ mod tests {
     }
 
     #[test]
-    fn a_slim_node_gives_the_same_facts_identity_and_reference_in_a_fraction_of_the_memory() {
-        use kube::Resource;
+    fn a_kept_node_gives_the_same_facts_identity_and_reference_in_a_fraction_of_the_memory() {
         let full = kubelet_node();
-        let slim = slim_node(full.clone());
-        assert_eq!(node_facts(&slim, None, true), node_facts(&full, None, true));
+        let kept = KeptNode::new(&full);
+        for in_inventory in [true, false] {
+            assert_eq!(
+                kept.facts(None, in_inventory),
+                node_facts(&full, None, in_inventory)
+            );
+        }
         assert_eq!(
-            crate::identity::NodeIdentity::from_node(&slim),
-            crate::identity::NodeIdentity::from_node(&full)
+            kept.identity(),
+            &crate::identity::NodeIdentity::from_node(&full)
         );
-        assert_eq!(slim.object_ref(&()), full.object_ref(&()));
-        let facts = node_facts(&slim, None, true);
+        assert_eq!(kept.reference(), &full.object_ref(&()));
+        assert_eq!(kept.uid(), full.metadata.uid.as_deref());
+        let facts = kept.facts(None, true);
         assert!(facts.control_plane && facts.opted_out);
         assert!(facts.power_off_recorded.is_some() && facts.last_heartbeat.is_some());
         assert!(matches!(facts.readiness, Readiness::NotReady { .. }));
-        let size = |n: &Node| serde_json::to_vec(n).map(|v| v.len()).unwrap_or_default();
         assert!(
-            size(&slim) * 10 < size(&full),
-            "slim {} bytes, full {} bytes",
-            size(&slim),
-            size(&full)
+            std::mem::size_of::<KeptNode>() * 3 < std::mem::size_of::<Node>(),
+            "kept {} bytes inline, a Node {}",
+            std::mem::size_of::<KeptNode>(),
+            std::mem::size_of::<Node>()
         );
         let lease: Lease = serde_json::from_value(json!({
             "metadata": {"name": "worker-7", "namespace": "kube-node-lease", "uid": "u",
@@ -290,16 +283,10 @@ mod tests {
             "spec": {"holderIdentity": "worker-7", "leaseDurationSeconds": 40,
                 "renewTime": "2026-11-22T10:00:01.123456Z"}}))
         .expect("valid Lease");
-        let slim_lease = slim_lease(lease.clone());
-        assert_eq!(
-            node_facts(&slim, Some(&slim_lease), true),
-            node_facts(&slim, Some(&lease), true)
-        );
-        assert!(
-            node_facts(&slim, Some(&slim_lease), true)
-                .lease_renewed
-                .is_some()
-        );
+        let with_lease = kept.facts(Some(&KeptLease::new(&lease)), true);
+        assert_eq!(with_lease, node_facts(&full, Some(&lease), true));
+        assert_eq!(with_lease.lease_duration, Some(Duration::from_secs(40)));
+        assert!(with_lease.lease_renewed.is_some());
     }
 
     #[test]

@@ -18,15 +18,14 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event as WatchEvent};
-use kube::runtime::{WatchStreamExt, reflector::Lookup};
 use kube::{Api, Client, Resource};
 use tokio::sync::mpsc;
 
-use crate::cluster::facts::{node_facts, slim_lease, slim_node};
+use crate::cluster::facts::{KeptLease, KeptNode};
 use crate::cluster::pause::{PAUSE_CONFIGMAP, PauseState};
 use crate::engine::{Action, Engine, Policy};
-use crate::identity::NodeIdentity;
 use crate::telemetry::{Health, Metrics};
 use executor::{Completion, Executor};
 
@@ -97,12 +96,18 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// Nodes per page of the Node list at the start of a term (and at each re-list).
+/// Kubelets' Nodes are 10-20 KB of JSON each; a page of kube's default 500 is text and
+/// objects of 10+ MiB at once, which set the daemon's peak memory at 5,000 nodes
+/// (the allocator keeps it). 100 is 50 requests for 5,000 Nodes, once per term.
+const NODE_LIST_PAGE: u32 = 100;
+
 /// Watch state for one term.
 #[derive(Default)]
 struct Observed {
-    /// Slimmed to what the decisions read ([`slim_node`], [`slim_lease`]).
-    nodes: BTreeMap<String, Node>,
-    leases: BTreeMap<String, Lease>,
+    /// What the decisions read of each Node and kubelet Lease.
+    nodes: BTreeMap<String, KeptNode>,
+    leases: BTreeMap<String, KeptLease>,
     /// Names seen during a re-list (watch restart): the others were deleted meanwhile.
     relist_nodes: Option<BTreeSet<String>>,
     nodes_synced: bool,
@@ -195,7 +200,7 @@ impl Controller {
         .boxed();
         let mut nodes = watcher::watcher(
             Api::<Node>::all(self.client.clone()),
-            watcher::Config::default(),
+            watcher::Config::default().page_size(NODE_LIST_PAGE),
         )
         .default_backoff()
         .boxed();
@@ -258,7 +263,7 @@ impl Controller {
                 let node = action.node().and_then(|n| seen.nodes.get(n));
                 // A Node deleted by a delete-node release still gets its Events
                 // (released, powering on) on the object it was.
-                let node_ref = node.map(|n| n.object_ref(&())).or_else(|| {
+                let node_ref = node.map(|n| n.reference().clone()).or_else(|| {
                     action
                         .node()
                         .and_then(|n| seen.deleted_refs.get(n).cloned())
@@ -274,7 +279,7 @@ impl Controller {
                         .nodes
                         .iter()
                         .filter(|(name, _)| self.inventory.contains(*name))
-                        .map(|(name, node)| (name.clone(), NodeIdentity::from_node(node)))
+                        .map(|(name, node)| (name.clone(), node.identity().clone()))
                         .collect();
                     let changed = *known != now;
                     if changed {
@@ -341,11 +346,7 @@ impl Controller {
 
     fn facts(&self, seen: &Observed, name: &str) -> Option<crate::engine::NodeFacts> {
         let node = seen.nodes.get(name)?;
-        Some(node_facts(
-            node,
-            seen.leases.get(name),
-            self.inventory.contains(name),
-        ))
+        Some(node.facts(seen.leases.get(name), self.inventory.contains(name)))
     }
 
     fn node_event(
@@ -371,7 +372,7 @@ impl Controller {
                     tracing::info!(node = %name, "node is not in the inventory: nodefence will never touch it");
                 }
                 seen.deleted_refs.remove(&name);
-                seen.nodes.insert(name.clone(), slim_node(node));
+                seen.nodes.insert(name.clone(), KeptNode::new(&node));
                 if let Some(f) = self.facts(seen, &name) {
                     out.extend(engine.observe(f, now));
                 }
@@ -419,7 +420,7 @@ impl Controller {
                 let Some(name) = lease.metadata.name.clone() else {
                     return Vec::new();
                 };
-                seen.leases.insert(name.clone(), slim_lease(lease));
+                seen.leases.insert(name.clone(), KeptLease::new(&lease));
                 self.facts(seen, &name)
                     .map_or_else(Vec::new, |f| engine.observe(f, now))
             }

@@ -23,13 +23,18 @@ MUTATIONS = [
        "                        }\n                        inc.off_readings.clear();\n                        let recently_commanded",
        "                        }\n                        let recently_commanded")],
      "invariant 1"),
+    # Two layers since seeds 206/764: the engine's gate and the executor's identity
+    # check in the reading right before each command (either alone holds).
     ("no-identity-gate",
      [("src/engine/decide.rs",
        "IdentityCheck::Mismatch { .. } => Some(Block::Identity(check)),",
        "IdentityCheck::Mismatch { .. } => None,"),
       ("src/engine/decide.rs",
        "IdentityCheck::Unknown(_) if policy.require_identity => Some(Block::Identity(check)),",
-       "IdentityCheck::Unknown(_) if policy.require_identity => None,")],
+       "IdentityCheck::Unknown(_) if policy.require_identity => None,"),
+      ("src/controller/executor.rs",
+       "if check.is_mismatch() || (target.require_identity && !check.is_match()) {",
+       "if false {")],
      "invariant 2"),
     ("every-replica-leads",
      [("src/cluster/leader.rs",
@@ -69,10 +74,15 @@ MUTATIONS = [
        "if crate::cluster::facts::opted_out(&now) {",
        "if crate::cluster::facts::opted_out(&now) && false {")],
      "invariant 2"),
+    # Two layers since seed 2702: the engine's gate and its hold shared with the
+    # executor, checked right before each power-off (either alone holds).
     ("storm-ignored",
      [("src/engine/decide.rs",
        "    if gates.storm {\n        set_block(inc, Block::Storm, name, out);\n        return;\n    }",
-       "")],
+       ""),
+      ("src/controller/executor.rs",
+       "        if action == \"off\"\n            && let Some(why) = self.power_off_hold.held()",
+       "        if action == \"off\"\n            && false\n            && let Some(why) = self.power_off_hold.held()")],
      "invariant 2"),
     # Invariant 4 has two layers since seeds 5121/5439/6483: the engine's (retry timer,
     # the power-off recorded on the Node) and the executor's (no ForceOff to a machine

@@ -131,8 +131,11 @@ pub(crate) async fn get(shared: &Arc<Shared>, target: Target, request: Request) 
     let store = &shared.store;
     let ns = target.namespace.as_deref();
     let Some(name) = target.name.as_deref() else {
-        let (items, rv) = store.list(target.rt, ns);
-        return respond(paginate(target.rt, items, rv, &q).map(|page| {
+        let (all, rv) = store.snapshot_at(target.rt);
+        let in_namespace = all.iter().filter(|o| {
+            ns.is_none_or(|ns| o.pointer("/metadata/namespace").and_then(Value::as_str) == Some(ns))
+        });
+        return respond(paginate(target.rt, in_namespace, rv, &q).map(|page| {
             let mut meta = json!({"resourceVersion": page.resource_version.to_string()});
             if let Some(c) = &page.continue_token {
                 meta["continue"] = json!(c);

@@ -209,13 +209,19 @@ impl Store {
     /// Every object of a type (all namespaces), sorted by namespace and name, shared:
     /// reading it again before the type is written copies nothing.
     pub fn snapshot(&self, rt: ResourceType) -> Arc<[Value]> {
+        self.snapshot_at(rt).0
+    }
+
+    /// [`Store::snapshot`] and the store's resource version it is current at.
+    pub fn snapshot_at(&self, rt: ResourceType) -> (Arc<[Value]>, u64) {
         let mut inner = self.lock();
+        let version = inner.resource_version;
         if let Some(s) = inner.snapshots.get(&rt) {
-            return Arc::clone(s);
+            return (Arc::clone(s), version);
         }
         let all: Arc<[Value]> = list_locked(&inner, rt, None).into();
         inner.snapshots.insert(rt, Arc::clone(&all));
-        all
+        (all, version)
     }
 
     /// A consistent list plus a receiver for every later write: nothing is missed or

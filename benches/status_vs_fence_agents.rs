@@ -1,0 +1,550 @@
+//! `nodefence status` over a fleet of BMCs next to the ClusterLabs agents run one by
+//! one over the same BMCs (issue 16, goal 4): how much faster is one `nodefence
+//! status` than the shell loop an operator would otherwise write?
+//!
+//! The bench starts NODES mock HTTPS Redfish BMCs (iDRAC profile, one system
+//! `System.Embedded.1` each, powered On, certificates from one private CA) and NODES
+//! mock IPMI BMCs (RMCP+, cipher suite 17), all on loopback in this process, and
+//! writes one configuration directory per protocol, as the daemon would be
+//! configured: `nodefence.toml`, an inventory with one node per BMC (Redfish:
+//! `endpoint` and `ca_file`; IPMI: `address`, `port`, `cipher_suite = 17`) and the
+//! password in a 0600 `password_file`. For each protocol it then times:
+//!
+//! 1. **nodefence**: the real binary, `nodefence --config DIR/nodefence.toml status
+//!    -o json`, as its own process and cold (process start, configuration load, TLS
+//!    handshakes or RMCP+ sessions, `max_concurrent_requests` = CONCURRENCY in
+//!    flight). Every node must read On in the JSON, or the bench fails.
+//! 2. **agents**: `fence_redfish` (`--ssl-insecure --systems-uri
+//!    /redfish/v1/Systems/System.Embedded.1`) or `fence_ipmilan` (`--lanplus
+//!    --cipher 17`) with `-o status`, one process per BMC, one after the other, as a
+//!    shell loop runs them (options on the command line). Each must exit 0 and print
+//!    `Status: ON`, or the bench fails.
+//!
+//! The ratio is the agents' total over nodefence's, for the same BMCs. Sequential
+//! Python agents take minutes over a thousand BMCs: AGENT_NODES=K runs them over the
+//! first K only; nodefence is then also timed over those K (`status NODE...`) for a
+//! measured ratio, and the agents' total for all NODES is extrapolated from their mean
+//! per call (labelled as such). "CPU" is the user + system time of this process's
+//! reaped children (`nodefence`, or the agents and their `ipmitool`s) from
+//! `/proc/self/stat`; "mocks" is this process's own (the BMCs' side). An agent not
+//! installed in /usr/sbin, /sbin or /usr/local/sbin skips its part with the reason.
+//!
+//! Run: `cargo bench --bench status_vs_fence_agents`. Environment: NODES (default
+//! 1000), AGENT_NODES (default NODES), CONCURRENCY (nodefence's
+//! `max_concurrent_requests`, default 16). Linux only (`/proc`). The BMCs hold two
+//! sockets per node in this process (2,000 descriptors for the default 1,000): raise
+//! `ulimit -n` above the usual 1,024 first; `nodefence status` itself needs few (at
+//! most CONCURRENCY connections open).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use nodefence_mocks::ipmi::{MockIpmi, MockIpmiHandle, Privilege};
+use nodefence_mocks::redfish::{MockPower, MockRedfish, MockRedfishHandle, Profile, SystemSpec};
+use nodefence_mocks::tls::TlsMaterial;
+use tokio::process::Command;
+
+const USER: &str = "fence";
+const PASSWORD: &str = "bench-password";
+const SYSTEM: &str = "System.Embedded.1";
+/// Longer than any agent call or status run here can take unless something hangs.
+const PROCESS_TIMEOUT: Duration = Duration::from_secs(600);
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// User + system CPU time of this process and of its reaped children (fields 14–17
+/// of `/proc/self/stat`, in clock ticks of 10 ms).
+fn cpu() -> (Duration, Duration) {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    // The command name (field 2) is in parentheses and may hold spaces; `rest` starts
+    // at field 3 (state): field n is f[n - 3].
+    let rest = stat.rsplit_once(')').expect("comm").1;
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(4)
+        .map(|v| v.parse().unwrap())
+        .collect();
+    let ticks = |t: u64| Duration::from_millis(t * 10);
+    (ticks(f[0] + f[1]), ticks(f[2] + f[3]))
+}
+
+/// What a timed stretch cost: wall-clock time, children's CPU, this process's CPU.
+struct Cost {
+    wall: Duration,
+    children: Duration,
+    mocks: Duration,
+}
+
+/// Times `work`; children's CPU counts once they are reaped (awaited) inside it.
+async fn measured<T>(work: impl std::future::Future<Output = T>) -> (T, Cost) {
+    let ((own0, children0), at) = (cpu(), Instant::now());
+    let out = work.await;
+    let wall = at.elapsed();
+    let (own1, children1) = cpu();
+    (
+        out,
+        Cost {
+            wall,
+            children: children1 - children0,
+            mocks: own1 - own0,
+        },
+    )
+}
+
+fn find_agent(name: &str) -> Option<PathBuf> {
+    ["/usr/sbin", "/sbin", "/usr/local/sbin"]
+        .iter()
+        .map(|dir| Path::new(dir).join(name))
+        .find(|p| p.is_file())
+}
+
+/// A command with a clean proxy environment (everything here is on loopback).
+fn command(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut cmd = Command::new(program);
+    for var in [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    cmd
+}
+
+async fn output(mut cmd: Command, what: &str) -> std::process::Output {
+    tokio::time::timeout(PROCESS_TIMEOUT, cmd.output())
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not finish within {PROCESS_TIMEOUT:?}"))
+        .unwrap_or_else(|e| panic!("{what} could not be started: {e}"))
+}
+
+fn write_secret(path: &Path, content: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, content).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+/// `dir/nodefence.toml` naming `dir/inventory.toml` (`[defaults]` with the username
+/// and password file, then `nodes`), and the password file; returns the config path.
+fn write_config(dir: &Path, concurrency: usize, defaults: &str, nodes: &str) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    write_secret(&dir.join("bmc-password"), PASSWORD);
+    std::fs::write(
+        dir.join("nodefence.toml"),
+        format!(
+            "inventory = \"inventory.toml\"\n[power]\nmax_concurrent_requests = {concurrency}\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("inventory.toml"),
+        format!(
+            "[defaults]\nusername = \"{USER}\"\npassword_file = \"bmc-password\"\n{defaults}{nodes}"
+        ),
+    )
+    .unwrap();
+    dir.join("nodefence.toml")
+}
+
+fn node_name(i: usize) -> String {
+    format!("worker-{i}")
+}
+
+/// One cold `nodefence status -o json` process (over `names`, or every node when
+/// empty); fails unless it exits 0 with every expected node On.
+async fn nodefence_status(config: &Path, names: &[String], expected: usize) -> (Cost, Vec<u64>) {
+    let mut cmd = command(env!("CARGO_BIN_EXE_nodefence"));
+    cmd.arg("--config")
+        .arg(config)
+        .args(["status", "-o", "json"])
+        .args(names);
+    let (out, cost) = measured(output(cmd, "nodefence status")).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "nodefence status ({}) printed no JSON: {e}\nstderr: {stderr}",
+            out.status
+        )
+    });
+    let not_on: Vec<&serde_json::Value> = rows.iter().filter(|r| r["power"] != "On").collect();
+    assert!(
+        out.status.success() && rows.len() == expected && not_on.is_empty(),
+        "nodefence status ({}): {} rows, {} not On, e.g. {:?}\nstderr: {stderr}",
+        out.status,
+        rows.len(),
+        not_on.len(),
+        not_on.first()
+    );
+    if !stderr.trim().is_empty() {
+        println!("  (nodefence status wrote to stderr: {})", stderr.trim());
+    }
+    let mut latencies: Vec<u64> = rows
+        .iter()
+        .map(|r| r["latency_ms"].as_u64().expect("latency_ms"))
+        .collect();
+    latencies.sort_unstable();
+    (cost, latencies)
+}
+
+/// Runs `agent` with each argument list, one after the other; fails unless each exits
+/// 0 and prints `Status: ON`. Each call's wall-clock time, sorted.
+async fn agents_one_by_one(agent: &Path, calls: &[Vec<String>]) -> (Cost, Vec<Duration>) {
+    let name = agent.file_name().unwrap().to_string_lossy().into_owned();
+    let (mut latencies, cost) = measured(async {
+        let mut latencies = Vec::with_capacity(calls.len());
+        for (i, args) in calls.iter().enumerate() {
+            let mut cmd = command(agent);
+            cmd.args(args);
+            let at = Instant::now();
+            let out = output(cmd, &name).await;
+            latencies.push(at.elapsed());
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && stdout.contains("Status: ON"),
+                "{name} {} ({}): stdout {stdout:?}, stderr {:?}",
+                args.join(" ").replace(PASSWORD, "***"),
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            if (i + 1) % 100 == 0 {
+                eprintln!("  … {name}: {}/{}", i + 1, calls.len());
+            }
+        }
+        latencies
+    })
+    .await;
+    latencies.sort();
+    (cost, latencies)
+}
+
+/// One protocol's BMCs, configuration and agent command lines.
+struct Protocol {
+    label: &'static str,
+    agent: &'static str,
+    config: PathBuf,
+    /// The agent's arguments for each BMC, in node order.
+    agent_args: Vec<Vec<String>>,
+}
+
+/// The agents' common options against the BMC listening on `port`.
+fn agent_args(port: u16, extra: &[&str]) -> Vec<String> {
+    let port = port.to_string();
+    let mut args: Vec<String> = [
+        "--ip",
+        "127.0.0.1",
+        "--ipport",
+        &port,
+        "--username",
+        USER,
+        "--password",
+        PASSWORD,
+    ]
+    .iter()
+    .chain(extra)
+    .map(|s| (*s).to_string())
+    .collect();
+    args.extend(["-o".into(), "status".into()]);
+    args
+}
+
+fn redfish(dir: &Path, concurrency: usize, bmcs: &[MockRedfishHandle], ca: &str) -> Protocol {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("bmc-ca.pem"), ca).unwrap();
+    let mut nodes = String::new();
+    for (i, bmc) in bmcs.iter().enumerate() {
+        nodes.push_str(&format!(
+            "[nodes.{}]\nendpoint = \"{}\"\n",
+            node_name(i + 1),
+            bmc.base_url()
+        ));
+    }
+    let systems_uri = format!("/redfish/v1/Systems/{SYSTEM}");
+    Protocol {
+        label: "redfish",
+        agent: "fence_redfish",
+        config: write_config(
+            dir,
+            concurrency,
+            "driver = \"redfish\"\nca_file = \"bmc-ca.pem\"\n",
+            &nodes,
+        ),
+        agent_args: bmcs
+            .iter()
+            .map(|b| {
+                agent_args(
+                    b.addr().port(),
+                    &["--ssl-insecure", "--systems-uri", &systems_uri],
+                )
+            })
+            .collect(),
+    }
+}
+
+fn ipmi(dir: &Path, concurrency: usize, bmcs: &[MockIpmiHandle]) -> Protocol {
+    let mut nodes = String::new();
+    for (i, bmc) in bmcs.iter().enumerate() {
+        nodes.push_str(&format!(
+            "[nodes.{}]\naddress = \"127.0.0.1\"\nport = {}\n",
+            node_name(i + 1),
+            bmc.port()
+        ));
+    }
+    Protocol {
+        label: "ipmi",
+        agent: "fence_ipmilan",
+        config: write_config(
+            dir,
+            concurrency,
+            "driver = \"ipmi\"\ncipher_suite = 17\n",
+            &nodes,
+        ),
+        agent_args: bmcs
+            .iter()
+            .map(|b| agent_args(b.port(), &["--lanplus", "--cipher", "17"]))
+            .collect(),
+    }
+}
+
+/// One line of the summary table.
+struct Summary {
+    protocol: &'static str,
+    bmcs: usize,
+    nodefence: Duration,
+    agents: Option<(Duration, bool)>,
+}
+
+fn cpu_note(cost: &Cost, calls: usize) -> String {
+    format!(
+        "CPU {:.0} ms ({:.1} ms per BMC), mocks {:.0} ms",
+        ms(cost.children),
+        ms(cost.children) / calls as f64,
+        ms(cost.mocks)
+    )
+}
+
+fn nodefence_row(label: &str, cost: &Cost, bmcs: usize, readings: &[u64]) {
+    println!(
+        "  {label:<44} {:>10.1} ms total, {:>6.2} ms per BMC; readings p50 {} ms p99 {} ms; {}",
+        ms(cost.wall),
+        ms(cost.wall) / bmcs as f64,
+        readings[readings.len() / 2],
+        readings[((readings.len() - 1) as f64 * 0.99).round() as usize],
+        cpu_note(cost, bmcs)
+    );
+}
+
+async fn section(p: &Protocol, nodes: usize, agent_nodes: usize) -> Vec<Summary> {
+    println!("{}:", p.label);
+    let (all, readings) = nodefence_status(&p.config, &[], nodes).await;
+    nodefence_row(
+        &format!("nodefence status, {nodes} BMCs (one process)"),
+        &all,
+        nodes,
+        &readings,
+    );
+    let Some(agent) = find_agent(p.agent) else {
+        println!(
+            "  {}: skipped: not installed in /usr/sbin, /sbin or /usr/local/sbin \
+             (apt-get install fence-agents)",
+            p.agent
+        );
+        return vec![Summary {
+            protocol: p.label,
+            bmcs: nodes,
+            nodefence: all.wall,
+            agents: None,
+        }];
+    };
+    // nodefence over the agents' BMCs only, when that is a subset: a measured ratio.
+    let subset = if agent_nodes < nodes {
+        let names: Vec<String> = (1..=agent_nodes).map(node_name).collect();
+        let (cost, readings) = nodefence_status(&p.config, &names, agent_nodes).await;
+        nodefence_row(
+            &format!("nodefence status, first {agent_nodes} BMCs (named)"),
+            &cost,
+            agent_nodes,
+            &readings,
+        );
+        Some(cost)
+    } else {
+        None
+    };
+
+    let (cost, lat) = agents_one_by_one(&agent, &p.agent_args[..agent_nodes]).await;
+    println!(
+        "  {:<44} {:>10.1} ms total, per call p50 {:.1} ms p99 {:.1} ms; {}",
+        format!("{} one by one, {agent_nodes} BMCs", p.agent),
+        ms(cost.wall),
+        ms(pct(&lat, 0.5)),
+        ms(pct(&lat, 0.99)),
+        cpu_note(&cost, agent_nodes)
+    );
+    let mut out = Vec::new();
+    if let Some(subset) = subset {
+        let ratio = ms(cost.wall) / ms(subset.wall);
+        println!(
+            "  {:<44} {ratio:>10.1}×",
+            format!("ratio, {agent_nodes} BMCs (measured)")
+        );
+        out.push(Summary {
+            protocol: p.label,
+            bmcs: agent_nodes,
+            nodefence: subset.wall,
+            agents: Some((cost.wall, false)),
+        });
+        let extrapolated = cost.wall.mul_f64(nodes as f64 / agent_nodes as f64);
+        println!(
+            "  {:<44} {:>10.1} ms total (EXTRAPOLATED: {agent_nodes} calls' mean {:.1} ms × {nodes})",
+            format!("{} one by one, {nodes} BMCs", p.agent),
+            ms(extrapolated),
+            ms(cost.wall) / agent_nodes as f64,
+        );
+        println!(
+            "  {:<44} {:>10.1}× (EXTRAPOLATED)",
+            format!("ratio, {nodes} BMCs"),
+            ms(extrapolated) / ms(all.wall)
+        );
+        out.push(Summary {
+            protocol: p.label,
+            bmcs: nodes,
+            nodefence: all.wall,
+            agents: Some((extrapolated, true)),
+        });
+    } else {
+        println!(
+            "  {:<44} {:>10.1}×",
+            format!("ratio, {nodes} BMCs (measured)"),
+            ms(cost.wall) / ms(all.wall)
+        );
+        out.push(Summary {
+            protocol: p.label,
+            bmcs: nodes,
+            nodefence: all.wall,
+            agents: Some((cost.wall, false)),
+        });
+    }
+    out
+}
+
+#[tokio::main]
+async fn main() {
+    nodefence_mocks::tls::install_crypto_provider();
+    let nodes = env_or("NODES", 1000).max(1);
+    let agent_nodes = env_or("AGENT_NODES", nodes).clamp(1, nodes);
+    let concurrency = env_or("CONCURRENCY", 16).max(1);
+
+    let started = Instant::now();
+    let tls = TlsMaterial::generate().expect("TLS material");
+    let mut redfish_bmcs = Vec::with_capacity(nodes);
+    let mut ipmi_bmcs = Vec::with_capacity(nodes);
+    for i in 1..=nodes {
+        redfish_bmcs.push(
+            MockRedfish::builder()
+                .profile(Profile::Idrac)
+                .system(
+                    SystemSpec::new(SYSTEM)
+                        .power(MockPower::On)
+                        .uuid(format!("{i:08x}-0000-4000-8000-{i:012x}")),
+                )
+                .credentials(USER, PASSWORD)
+                .tls(true)
+                .tls_material(tls.clone())
+                .start()
+                .await
+                .expect("mock Redfish BMC"),
+        );
+        ipmi_bmcs.push(
+            MockIpmi::builder()
+                .name(node_name(i))
+                .user(USER, PASSWORD, Privilege::Administrator)
+                .start()
+                .await
+                .expect("mock IPMI BMC"),
+        );
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let protocols = [
+        redfish(
+            &dir.path().join("redfish"),
+            concurrency,
+            &redfish_bmcs,
+            tls.ca_pem(),
+        ),
+        ipmi(&dir.path().join("ipmi"), concurrency, &ipmi_bmcs),
+    ];
+    println!(
+        "status vs fence agents: {nodes} mock HTTPS Redfish BMCs (iDRAC profile) and {nodes} mock \
+         IPMI BMCs (cipher suite 17) on loopback, set up in {:.1} s; nodefence \
+         max_concurrent_requests {concurrency}; agents over {}",
+        started.elapsed().as_secs_f64(),
+        if agent_nodes < nodes {
+            format!("the first {agent_nodes} BMCs (AGENT_NODES)")
+        } else {
+            format!("all {nodes} BMCs")
+        }
+    );
+
+    let mut summary = Vec::new();
+    for p in &protocols {
+        println!();
+        summary.extend(section(p, nodes, agent_nodes).await);
+    }
+
+    println!();
+    println!("| protocol | BMCs | nodefence status (one process) | agents one by one | ratio |");
+    println!("|---|---|---|---|---|");
+    for s in &summary {
+        let (agents, ratio) = match s.agents {
+            Some((total, extrapolated)) => {
+                let mark = if extrapolated { " (extrapolated)" } else { "" };
+                (
+                    format!(
+                        "{:.1} s ({:.0} ms per BMC){mark}",
+                        total.as_secs_f64(),
+                        ms(total) / s.bmcs as f64
+                    ),
+                    format!("{:.0}×{mark}", ms(total) / ms(s.nodefence)),
+                )
+            }
+            None => ("skipped".into(), "-".into()),
+        };
+        println!(
+            "| {} | {} | {:.1} ms ({:.2} ms per BMC) | {agents} | {ratio} |",
+            s.protocol,
+            s.bmcs,
+            ms(s.nodefence),
+            ms(s.nodefence) / s.bmcs as f64
+        );
+    }
+
+    for bmc in redfish_bmcs {
+        bmc.shutdown().await;
+    }
+    for bmc in ipmi_bmcs {
+        bmc.shutdown().await;
+    }
+}
