@@ -41,7 +41,7 @@
 #[allow(dead_code)]
 mod moto;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -51,26 +51,13 @@ use nodefence::power::registry::DriverFactory;
 use nodefence::power::{PowerDriver, PowerReading};
 use nodefence_mocks::ipmi::{MockIpmi, MockIpmiHandle, Privilege};
 
+mod common;
+use common::{env_or, find_agent, ms, pct, write_secret};
+
 const USER: &str = "fence";
 const PASSWORD: &str = "bench-password";
 const AWS_REGION: &str = "us-east-1";
 const AWS_PROFILE: &str = "nodefence";
-
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
 
 /// One `status()` per driver, at most `concurrency` at a time: the pass's total time
 /// and each call's wall-clock time, sorted.
@@ -118,15 +105,6 @@ fn sessions_opened(bmcs: &[MockIpmiHandle]) -> u64 {
     bmcs.iter().map(|b| b.counters().sessions_opened).sum()
 }
 
-fn write_secret(path: &Path, content: &str) {
-    std::fs::write(path, content).unwrap();
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    }
-}
-
 /// Writes `nodefence.toml` (`inventory = "inventory.toml"` and `extra`) and the
 /// inventory into `dir`, and loads them.
 fn load(dir: &Path, extra: &str, inventory: &str) -> Config {
@@ -164,13 +142,6 @@ async fn ipmi_bmcs(n: usize) -> Vec<MockIpmiHandle> {
         );
     }
     bmcs
-}
-
-fn find_agent(name: &str) -> Option<PathBuf> {
-    ["/usr/sbin", "/sbin", "/usr/local/sbin"]
-        .iter()
-        .map(|dir| Path::new(dir).join(name))
-        .find(|p| p.is_file())
 }
 
 fn row(label: &str, total: Duration, lat: &[Duration], extra: &str) {

@@ -36,17 +36,13 @@ use nodefence_mocks::redfish::{MockPower, MockRedfish, Profile, SystemSpec};
 use nodefence_mocks::tls::TlsMaterial;
 use serde_json::{Value, json};
 
+mod common;
+use common::env_or;
+
 const RSS_TARGET_MIB: f64 = 50.0;
 const CPU_TARGET_PERCENT: f64 = 5.0;
 const LEASE_NAMESPACE: &str = "kube-node-lease";
 const RENEW_EVERY: Duration = Duration::from_secs(10);
-
-fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn uuid(i: u64) -> String {
     format!("{i:08x}-0000-4000-8000-{i:012x}")

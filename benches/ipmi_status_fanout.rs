@@ -43,15 +43,11 @@ use nodefence_mocks::ipmi::{
     CipherSuite, Counters, Fault, MockIpmi, MockIpmiHandle, Privilege, RequestRecord,
 };
 
+mod common;
+use common::{env_or, ms, pct};
+
 const USER: &str = "fence";
 const PASSWORD: &str = "bench-password";
-
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// One `status()` per driver, at most `concurrency` at a time: for each driver (in
 /// order), when its call started and the latency the reading reports.
@@ -75,15 +71,6 @@ async fn pass(
         total,
         results.into_iter().map(|(_, at, l)| (at, l)).collect(),
     )
-}
-
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
 }
 
 /// The sum of every BMC's counters (only the fields this bench reads).

@@ -18,12 +18,8 @@ use nodefence::power::PowerDriver;
 use nodefence::power::registry::DriverFactory;
 use nodefence_mocks::redfish::{Fault, MockPower, MockRedfish, Profile, SystemSpec};
 
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+mod common;
+use common::{env_or, pct};
 
 async fn pass(drivers: &[Arc<dyn PowerDriver>], concurrency: usize) -> (Duration, Vec<Duration>) {
     let started = Instant::now();
@@ -34,11 +30,6 @@ async fn pass(drivers: &[Arc<dyn PowerDriver>], concurrency: usize) -> (Duration
         .await;
     latencies.sort();
     (started.elapsed(), latencies)
-}
-
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
 }
 
 #[tokio::main]

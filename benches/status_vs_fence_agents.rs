@@ -46,27 +46,14 @@ use nodefence_mocks::redfish::{MockPower, MockRedfish, MockRedfishHandle, Profil
 use nodefence_mocks::tls::TlsMaterial;
 use tokio::process::Command;
 
+mod common;
+use common::{env_or, find_agent, ms, pct, write_secret};
+
 const USER: &str = "fence";
 const PASSWORD: &str = "bench-password";
 const SYSTEM: &str = "System.Embedded.1";
 /// Longer than any agent call or status run here can take unless something hangs.
 const PROCESS_TIMEOUT: Duration = Duration::from_secs(600);
-
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
 
 /// User + system CPU time of this process and of its reaped children (fields 14–17
 /// of `/proc/self/stat`, in clock ticks of 10 ms).
@@ -108,24 +95,10 @@ async fn measured<T>(work: impl std::future::Future<Output = T>) -> (T, Cost) {
     )
 }
 
-fn find_agent(name: &str) -> Option<PathBuf> {
-    ["/usr/sbin", "/sbin", "/usr/local/sbin"]
-        .iter()
-        .map(|dir| Path::new(dir).join(name))
-        .find(|p| p.is_file())
-}
-
 /// A command with a clean proxy environment (everything here is on loopback).
 fn command(program: impl AsRef<std::ffi::OsStr>) -> Command {
     let mut cmd = Command::new(program);
-    for var in [
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "ALL_PROXY",
-        "http_proxy",
-        "https_proxy",
-        "all_proxy",
-    ] {
+    for var in nodefence_mocks::PROXY_VARIABLES {
         cmd.env_remove(var);
     }
     cmd.stdin(Stdio::null())
@@ -140,12 +113,6 @@ async fn output(mut cmd: Command, what: &str) -> std::process::Output {
         .await
         .unwrap_or_else(|_| panic!("{what} did not finish within {PROCESS_TIMEOUT:?}"))
         .unwrap_or_else(|e| panic!("{what} could not be started: {e}"))
-}
-
-fn write_secret(path: &Path, content: &str) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::write(path, content).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
 }
 
 /// `dir/nodefence.toml` naming `dir/inventory.toml` (`[defaults]` with the username

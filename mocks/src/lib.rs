@@ -16,3 +16,15 @@ pub mod machines;
 pub mod redfish;
 pub mod serve;
 pub mod tls;
+
+/// The environment variables that would send a peer's HTTP requests (a fence agent's,
+/// a CLI's) to a proxy instead of the mock on loopback: remove them from its
+/// environment (`Command::env_remove`).
+pub const PROXY_VARIABLES: [&str; 6] = [
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+];

@@ -44,14 +44,7 @@ async fn fence(agent: &Path, options: &[(&str, String)], env: &[(&str, &str)]) -
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    for var in [
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "ALL_PROXY",
-        "http_proxy",
-        "https_proxy",
-        "all_proxy",
-    ] {
+    for var in nodefence_mocks::PROXY_VARIABLES {
         cmd.env_remove(var);
     }
     for (k, v) in env {

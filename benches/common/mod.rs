@@ -1,0 +1,43 @@
+//! Helpers the benches share (`mod common;` in each): settings from the environment,
+//! percentiles, milliseconds, files and peers.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+/// The environment variable `name` parsed, or `default` when unset or unparsable (a
+/// bench's shape: `NODES`, `CONCURRENCY`, ...).
+pub fn env_or<T: FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The `p` quantile (0.0–1.0) of `sorted`, nearest rank; `sorted` must not be empty.
+pub fn pct(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// `d` in milliseconds.
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Writes `content` to `path`, readable by its owner only (as the loader asks of a
+/// file that holds a password).
+pub fn write_secret(path: &Path, content: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, content).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+/// A ClusterLabs fence agent (`fence_redfish`, ...) where Debian installs it.
+pub fn find_agent(name: &str) -> Option<PathBuf> {
+    ["/usr/sbin", "/sbin", "/usr/local/sbin"]
+        .iter()
+        .map(|dir| Path::new(dir).join(name))
+        .find(|p| p.is_file())
+}
