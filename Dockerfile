@@ -7,8 +7,8 @@
 FROM docker.io/library/rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked -p nodefence --bin nodefence \
- && install -m 0755 target/release/nodefence /usr/local/bin/nodefence
+RUN cargo build --profile dist --locked -p nodefence --bin nodefence \
+ && install -m 0755 target/dist/nodefence /usr/local/bin/nodefence
 
 # The default: glibc, the CA bundle, a non-root user (65532) and nothing else.
 FROM gcr.io/distroless/cc-debian12:nonroot AS default

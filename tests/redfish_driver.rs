@@ -214,6 +214,50 @@ async fn sessions_are_reused_renewed_and_closed() {
     m.shutdown().await;
 }
 
+/// Readings that prove Off (1 s apart) reuse one pooled connection, and an idle one is
+/// closed within twice `POOL_IDLE_TIMEOUT` (the pool's reaper runs at that interval):
+/// what keeps a monitor pass over thousands of BMCs from holding a TLS connection
+/// (about 35 KB of the daemon's memory) per BMC. The session outlives the connection.
+#[tokio::test]
+async fn readings_a_second_apart_share_a_connection_and_an_idle_one_is_closed() {
+    use nodefence::power::registry::POOL_IDLE_TIMEOUT;
+    let m = mock(Profile::OpenBmc, MockPower::Off).await;
+    let t = target(&m, None);
+    let d = driver(&t.target);
+    for i in 0..3 {
+        assert_eq!(d.status().await.unwrap().state, PowerState::Off);
+        assert_eq!(
+            m.open_connections(),
+            1,
+            "reading {i}: one connection (a new one per reading would leave the last one pooled too)"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let deadline = std::time::Instant::now() + POOL_IDLE_TIMEOUT * 2 + Duration::from_secs(5);
+    while m.open_connections() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "an idle connection is still open {:?} after the last reading",
+            POOL_IDLE_TIMEOUT * 2 + Duration::from_secs(5)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(d.status().await.unwrap().state, PowerState::Off);
+    assert_eq!(
+        m.active_sessions(),
+        1,
+        "the session is kept across connections"
+    );
+    let logins = m
+        .request_log()
+        .iter()
+        .filter(|r| r.method == "POST" && r.path.contains("Sessions"))
+        .count();
+    assert_eq!(logins, 1);
+    d.close().await;
+    m.shutdown().await;
+}
+
 #[tokio::test]
 async fn basic_auth_when_the_service_has_no_sessions() {
     let m = mock(Profile::Minimal, MockPower::On).await;

@@ -144,7 +144,6 @@ pub async fn check_all_paced(
         .map(|(node, driver)| (node.clone(), driver.clone()))
         .collect();
     let results = probe(entries, Probe::PowerAndIdentity, concurrency, spacing).await;
-    let known = identities.borrow().clone();
     let mut failed = 0;
     for outcome in results {
         let Outcome {
@@ -162,7 +161,8 @@ pub async fn check_all_paced(
             level_transitions(&node, &levels, identity, metrics, recorder).await;
         }
         if let Some(machine) = machine {
-            judge_identity(&node, driver, machine, &known, identity, metrics, recorder).await;
+            let known = known_identity(identities, &node);
+            judge_identity(&node, driver, machine, known, identity, metrics, recorder).await;
         }
     }
     failed
@@ -181,18 +181,20 @@ pub async fn recheck_identities(
     recorder: Option<&Recorder>,
     concurrency: usize,
 ) -> usize {
-    let known = identities.borrow().clone();
-    let entries: Vec<Entry> = drivers
-        .iter()
-        .filter(|(node, driver)| {
-            driver.is_ok()
-                && !failing.contains_key(*node)
-                && known
-                    .get(*node)
-                    .is_some_and(|id| identity.against.get(*node) != Some(id))
-        })
-        .map(|(node, driver)| (node.clone(), driver.clone()))
-        .collect();
+    let entries: Vec<Entry> = {
+        let known = identities.borrow();
+        drivers
+            .iter()
+            .filter(|(node, driver)| {
+                driver.is_ok()
+                    && !failing.contains_key(*node)
+                    && known
+                        .get(*node)
+                        .is_some_and(|id| identity.against.get(*node) != Some(id))
+            })
+            .map(|(node, driver)| (node.clone(), driver.clone()))
+            .collect()
+    };
     let checked = entries.len();
     for outcome in probe(entries, Probe::IdentityOnly, concurrency, Duration::ZERO).await {
         if let Some(machine) = outcome.machine {
@@ -200,7 +202,7 @@ pub async fn recheck_identities(
                 &outcome.node,
                 outcome.driver,
                 machine,
-                &known,
+                known_identity(identities, &outcome.node),
                 identity,
                 metrics,
                 recorder,
@@ -239,31 +241,48 @@ struct LevelOutcome {
     result: Result<(), String>,
 }
 
-/// Runs the checks concurrently (at most `concurrency` at once).
+/// What the cluster says about `node`'s machine now (one node's copy: the whole map is
+/// not cloned for a pass).
+fn known_identity(
+    identities: &watch::Receiver<NodeIdentities>,
+    node: &str,
+) -> Option<NodeIdentity> {
+    identities.borrow().get(node).cloned()
+}
+
+/// Runs the checks concurrently (at most `concurrency` at once), the `i`-th starting no
+/// earlier than `i × spacing` into the pass. A check is spawned when its turn comes and
+/// collected when it ends, so at most `concurrency` tasks exist at once (spawning a
+/// whole pass up front kept one task per node alive for the pass).
 async fn probe(
     entries: Vec<Entry>,
     what: Probe,
     concurrency: usize,
     spacing: Duration,
 ) -> Vec<Outcome> {
-    let permits = Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
+    let concurrency = concurrency.max(1);
     let mut checks = tokio::task::JoinSet::new();
-    let total = entries.len();
-    let start = tokio::time::Instant::now();
-    for (i, entry) in entries.into_iter().enumerate() {
-        let permits = permits.clone();
-        let at = start + spacing * u32::try_from(i).unwrap_or(u32::MAX);
-        checks.spawn(async move {
-            tokio::time::sleep_until(at).await;
-            let _permit = permits.acquire_owned().await;
-            check_one(entry, what).await
-        });
-    }
-    let mut results = Vec::with_capacity(total);
-    while let Some(done) = checks.join_next().await {
+    let mut results = Vec::with_capacity(entries.len());
+    let collect = |done: Result<Outcome, tokio::task::JoinError>, results: &mut Vec<Outcome>| {
         if let Ok(outcome) = done {
             results.push(outcome);
         }
+    };
+    let start = tokio::time::Instant::now();
+    for (i, entry) in entries.into_iter().enumerate() {
+        tokio::time::sleep_until(start + spacing * u32::try_from(i).unwrap_or(u32::MAX)).await;
+        while let Some(done) = checks.try_join_next() {
+            collect(done, &mut results);
+        }
+        while checks.len() >= concurrency {
+            if let Some(done) = checks.join_next().await {
+                collect(done, &mut results);
+            }
+        }
+        checks.spawn(check_one(entry, what));
+    }
+    while let Some(done) = checks.join_next().await {
+        collect(done, &mut results);
     }
     results.sort_by(|a, b| a.node.cmp(&b.node));
     results
@@ -454,24 +473,22 @@ async fn judge_identity(
     node: &str,
     driver: &'static str,
     machine: Result<MachineIdentity, PowerError>,
-    known: &NodeIdentities,
+    known: Option<NodeIdentity>,
     state: &mut MonitorState,
     metrics: &Metrics,
     recorder: Option<&Recorder>,
 ) {
-    let Some(node_identity) = known.get(node) else {
+    let Some(node_identity) = known else {
         return;
     };
     let result = match machine {
-        Ok(m) => identity::check(node_identity, &m),
+        Ok(m) => identity::check(&node_identity, &m),
         Err(e) => IdentityCheck::Unknown(format!(
             "the {driver} power source could not report the machine's identity: {e}"
         )),
     };
     metrics.set_bmc_identity(node, result.label());
-    state
-        .against
-        .insert(node.to_string(), node_identity.clone());
+    state.against.insert(node.to_string(), node_identity);
     let before = state.results.insert(node.to_string(), result.clone());
     match (&result, before.as_ref()) {
         (IdentityCheck::Mismatch { .. }, Some(b)) if *b == result => {}
@@ -628,7 +645,66 @@ pub async fn run(
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::power::{PowerReading, PowerState};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Counts the checks in flight and the most seen at once.
+    #[derive(Default)]
+    struct Counting {
+        now: AtomicUsize,
+        most: AtomicUsize,
+    }
+
+    struct Slow(Arc<Counting>);
+
+    #[async_trait::async_trait]
+    impl PowerDriver for Slow {
+        fn driver_name(&self) -> &'static str {
+            "slow"
+        }
+        fn endpoint(&self) -> String {
+            "nowhere".into()
+        }
+        async fn status(&self) -> Result<PowerReading, PowerError> {
+            let n = self.0.now.fetch_add(1, Ordering::SeqCst) + 1;
+            self.0.most.fetch_max(n, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            self.0.now.fetch_sub(1, Ordering::SeqCst);
+            Ok(PowerReading {
+                state: PowerState::On,
+                at: crate::clock::now(),
+                latency: Duration::ZERO,
+            })
+        }
+        async fn power_off(&self) -> Result<(), PowerError> {
+            Err(PowerError::unsupported("read-only"))
+        }
+        async fn power_on(&self) -> Result<(), PowerError> {
+            Err(PowerError::unsupported("read-only"))
+        }
+        async fn reboot(&self) -> Result<(), PowerError> {
+            Err(PowerError::unsupported("read-only"))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pass_keeps_at_most_its_concurrency_in_flight_and_answers_for_every_node() {
+        let counting = Arc::new(Counting::default());
+        let entries: Vec<Entry> = (0..60)
+            .map(|i| {
+                let driver: Arc<dyn PowerDriver> = Arc::new(Slow(counting.clone()));
+                (format!("node-{i:02}"), Ok(driver))
+            })
+            .collect();
+        let outcomes = probe(entries, Probe::PowerAndIdentity, 4, Duration::ZERO).await;
+        assert_eq!(counting.most.load(Ordering::SeqCst), 4);
+        let nodes: Vec<&str> = outcomes.iter().map(|o| o.node.as_str()).collect();
+        let expected: Vec<String> = (0..60).map(|i| format!("node-{i:02}")).collect();
+        assert_eq!(nodes, expected, "every node once, in name order");
+        assert!(outcomes.iter().all(|o| matches!(o.power, Some(Ok(())))));
+    }
 
     #[test]
     fn a_pass_is_spread_over_half_the_interval_and_a_small_one_is_quick() {

@@ -153,7 +153,9 @@ pub async fn run(
         || Arc::new(tokio::sync::Notify::new()),
         |r| r.notify.clone(),
     );
-    let mut running = config;
+    // The loaded configuration is dropped here: the control loop keeps what it built.
+    let mut running = reload::RunningConfig::of(&config);
+    drop(config);
     if options.dry_run {
         tracing::warn!("dry-run: nothing will be powered off, on, tainted or deleted");
     }
@@ -352,7 +354,7 @@ fn controller_for(
 #[allow(clippy::too_many_arguments)]
 async fn apply(
     controller: &mut Controller,
-    running: &mut Config,
+    running: &mut reload::RunningConfig,
     ready: &reload::Ready,
     client: &Client,
     options: &DaemonOptions,
@@ -372,8 +374,9 @@ async fn apply(
         health,
     );
     let old = std::mem::replace(controller, new);
-    let summary = reload::summary(running, &prepared.config);
-    *running = prepared.config;
+    let summary = running.summary(&prepared.config);
+    *running = reload::RunningConfig::of(&prepared.config);
+    drop(prepared.config);
     for d in old.executor_template.drivers.values().flatten() {
         d.close().await;
     }

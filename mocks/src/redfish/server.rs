@@ -441,6 +441,12 @@ impl MockRedfishHandle {
         self.shared.active_sessions()
     }
 
+    /// TCP connections open to the mock now (HTTP keep-alive: a client's pooled
+    /// connections count until it closes them).
+    pub fn open_connections(&self) -> usize {
+        self.server.connection_count()
+    }
+
     /// Ends every session: the next request with an old token gets 401.
     pub fn expire_sessions(&self) {
         self.shared.expire_sessions();
