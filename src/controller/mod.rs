@@ -106,7 +106,9 @@ const NODE_LIST_PAGE: u32 = 100;
 #[derive(Default)]
 struct Observed {
     /// What the decisions read of each Node and kubelet Lease.
-    nodes: BTreeMap<String, KeptNode>,
+    /// Boxed: a `BTreeMap` leaf holds eleven values inline and fills about half of
+    /// them, so a 352-byte value would cost twice that per node.
+    nodes: BTreeMap<String, Box<KeptNode>>,
     leases: BTreeMap<String, KeptLease>,
     /// Names seen during a re-list (watch restart): the others were deleted meanwhile.
     relist_nodes: Option<BTreeSet<String>>,
@@ -372,7 +374,8 @@ impl Controller {
                     tracing::info!(node = %name, "node is not in the inventory: nodefence will never touch it");
                 }
                 seen.deleted_refs.remove(&name);
-                seen.nodes.insert(name.clone(), KeptNode::new(&node));
+                seen.nodes
+                    .insert(name.clone(), Box::new(KeptNode::new(&node)));
                 if let Some(f) = self.facts(seen, &name) {
                     out.extend(engine.observe(f, now));
                 }

@@ -63,8 +63,11 @@ pub type NodeIdentities = BTreeMap<String, NodeIdentity>;
 pub struct MonitorState {
     /// node → latest result.
     results: BTreeMap<String, IdentityCheck>,
-    /// node → the cluster's identity that result was computed against.
-    against: BTreeMap<String, NodeIdentity>,
+    /// node → the cluster's identity that result was computed against, hashed (to tell
+    /// a changed one; a copy per node would cost 5,000 of them), with `hasher`'s keys
+    /// (random per process: a Node cannot be written to collide).
+    against: BTreeMap<String, u64>,
+    hasher: std::hash::RandomState,
     /// node → level number (1 = primary) → error text, for the levels of topology
     /// nodes whose last check failed.
     levels: BTreeMap<String, BTreeMap<usize, String>>,
@@ -79,6 +82,10 @@ impl MonitorState {
     /// Every node's latest cross-check.
     pub fn results(&self) -> &BTreeMap<String, IdentityCheck> {
         &self.results
+    }
+
+    fn hash(&self, identity: &NodeIdentity) -> u64 {
+        std::hash::BuildHasher::hash_one(&self.hasher, identity)
     }
 
     /// The levels (1 = primary) of topology node `node` whose last check failed.
@@ -190,7 +197,7 @@ pub async fn recheck_identities(
                     && !failing.contains_key(*node)
                     && known
                         .get(*node)
-                        .is_some_and(|id| identity.against.get(*node) != Some(id))
+                        .is_some_and(|id| identity.against.get(*node) != Some(&identity.hash(id)))
             })
             .map(|(node, driver)| (node.clone(), driver.clone()))
             .collect()
@@ -488,7 +495,8 @@ async fn judge_identity(
         )),
     };
     metrics.set_bmc_identity(node, result.label());
-    state.against.insert(node.to_string(), node_identity);
+    let hash = state.hash(&node_identity);
+    state.against.insert(node.to_string(), hash);
     let before = state.results.insert(node.to_string(), result.clone());
     match (&result, before.as_ref()) {
         (IdentityCheck::Mismatch { .. }, Some(b)) if *b == result => {}

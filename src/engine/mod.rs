@@ -19,12 +19,14 @@
 //! cluster's.
 //!
 //! Layout: [`policy`] (settings), [`facts`] (what the cluster says), [`node`] (one
-//! node's state machine), [`action`] (effects and notices).
+//! node's state machine), [`action`] (effects and notices), `outcomes` (the results
+//! of the actions the executor carried out: readings, commands, releases).
 
 pub mod action;
 mod decide;
 pub mod facts;
 pub mod node;
+mod outcomes;
 pub mod policy;
 
 #[cfg(test)]
@@ -54,7 +56,9 @@ pub struct Engine {
     policy: Policy,
     /// Nodes whose group or inventory entry overrides the policy.
     node_policies: BTreeMap<String, Policy>,
-    nodes: BTreeMap<String, NodeState>,
+    /// Boxed: a `BTreeMap` leaf holds eleven values inline and fills about half of
+    /// them, so a large value costs twice its size per node (at 5,000 nodes).
+    nodes: BTreeMap<String, Box<NodeState>>,
     paused: bool,
     /// A new term has not read every Node and kubelet Lease yet.
     syncing: bool,
@@ -109,7 +113,7 @@ impl Engine {
 
     /// One node's state, for `explain`, metrics and tests.
     pub fn node(&self, name: &str) -> Option<&NodeState> {
-        self.nodes.get(name)
+        self.nodes.get(name).map(|state| &**state)
     }
 
     /// Every node with the policy that governs it, without a lookup per node: both
@@ -126,12 +130,12 @@ impl Engine {
                 Some((p, policy)) if *p == name => policy,
                 _ => &self.policy,
             };
-            (state, policy)
+            (&**state, policy)
         })
     }
 
     pub fn nodes(&self) -> impl Iterator<Item = &NodeState> {
-        self.nodes.values()
+        self.nodes.values().map(|state| &**state)
     }
 
     pub fn storm_active(&self) -> bool {
@@ -189,7 +193,7 @@ impl Engine {
                 {
                     rel.power_on = PowerOnStatus::Pending;
                 }
-                self.nodes.insert(name.clone(), state);
+                self.nodes.insert(name.clone(), Box::new(state));
             }
         }
         self.reevaluate(Some(&name), now)
@@ -255,7 +259,7 @@ impl Engine {
                 let mut state = NodeState::new(facts, now);
                 state.phase = Phase::Released(rel);
                 state.gone = true;
-                self.nodes.insert(name.to_string(), state);
+                self.nodes.insert(name.to_string(), Box::new(state));
             }
         }
         self.reevaluate(Some(name), now)
@@ -284,314 +288,6 @@ impl Engine {
             }
         }
         self.reevaluate(Some(name), now)
-    }
-
-    /// The answer to a [`Action::QueryPower`].
-    pub fn power_read(
-        &mut self,
-        name: &str,
-        result: Result<PowerReading, PowerError>,
-        now: SystemTime,
-    ) -> Vec<Action> {
-        let policy = self.node_policies.get(name).unwrap_or(&self.policy);
-        let confirm_interval = policy.confirm_interval;
-        let on_poll = policy.on_poll_interval;
-        let mut out = Vec::new();
-        let Some(state) = self.nodes.get_mut(name) else {
-            return out;
-        };
-        state.queries.in_flight = false;
-        if let Phase::Incident(inc) = &mut state.phase {
-            match result {
-                Ok(reading) => {
-                    state.queries.failures = 0;
-                    inc.first_reading.get_or_insert(reading.at);
-                    if reading.state.is_off() {
-                        if reading.at > inc.since {
-                            inc.off_readings.push(reading.at);
-                        }
-                        // Blocked on identity: no proof is being built, poll gently.
-                        let poll = if matches!(inc.block, Some(node::Block::Identity(_))) {
-                            on_poll.max(confirm_interval)
-                        } else {
-                            confirm_interval
-                        };
-                        state.queries.next_at = Some(now + poll);
-                    } else {
-                        if !inc.off_readings.is_empty() {
-                            out.push(Notice::warning(name, Reason::ContradictingPowerReadings, format!(
-                                "the machine read Off {} time(s), then {}: the proof starts over",
-                                inc.off_readings.len(),
-                                reading.state
-                            )));
-                        }
-                        inc.off_readings.clear();
-                        let recently_commanded = matches!(
-                            inc.power_off,
-                            PowerOffStatus::Sent { .. } | PowerOffStatus::InFlight { .. }
-                        );
-                        let poll = if recently_commanded {
-                            confirm_interval
-                        } else {
-                            on_poll.max(confirm_interval)
-                        };
-                        state.queries.next_at = Some(now + poll);
-                    }
-                    inc.last_state = Some((reading.at, reading.state));
-                    if matches!(inc.block, Some(Block::QueryFailing(_))) {
-                        inc.block = None;
-                    }
-                }
-                Err(error) => {
-                    inc.off_readings.clear();
-                    state.queries.failures += 1;
-                    state.queries.next_at = Some(now + backoff(policy, state.queries.failures));
-                    let block = Block::QueryFailing(error.to_string());
-                    if inc
-                        .block
-                        .as_ref()
-                        .is_none_or(|b| !matches!(b, Block::QueryFailing(_)))
-                    {
-                        out.push(Notice::warning_in(
-                            block.kind(),
-                            name,
-                            Reason::PowerQueryFailed,
-                            block.describe(),
-                        ));
-                    }
-                    inc.block = Some(block);
-                    inc.last_error = Some((now, error));
-                }
-            }
-        }
-        out.extend(self.reevaluate(Some(name), now));
-        out
-    }
-
-    /// Which machine the node's power source controls, read together with the power
-    /// state (before it). A changed identity discards what was read of the other
-    /// machine: the Off readings taken so far and the last state, which must not decide
-    /// a power command for this one (seeds 5121, 5439, 6483 of the simulation).
-    pub fn machine_identified(
-        &mut self,
-        name: &str,
-        machine: MachineIdentity,
-        now: SystemTime,
-    ) -> Vec<Action> {
-        let Some(state) = self.nodes.get_mut(name) else {
-            return Vec::new();
-        };
-        if state.machine.as_ref() == Some(&machine) {
-            return Vec::new();
-        }
-        if let Phase::Incident(inc) = &mut state.phase
-            && !inc.releasing
-        {
-            inc.off_readings.clear();
-            inc.last_state = None;
-        }
-        state.machine = Some(machine);
-        self.reevaluate(Some(name), now)
-    }
-
-    /// The answer to a [`Action::PowerOff`].
-    pub fn power_off_done(
-        &mut self,
-        name: &str,
-        result: Result<(), PowerError>,
-        now: SystemTime,
-    ) -> Vec<Action> {
-        let mut out = Vec::new();
-        if let Some(state) = self.nodes.get_mut(name)
-            && let Phase::Incident(inc) = &mut state.phase
-            && let PowerOffStatus::InFlight { attempt } = inc.power_off
-        {
-            match result {
-                Ok(()) => {
-                    inc.power_off = PowerOffStatus::Sent { at: now, attempt };
-                    inc.off_readings.clear();
-                }
-                Err(e) => {
-                    inc.power_off = PowerOffStatus::Failed { at: now, attempt };
-                    out.push(Notice::warning(
-                        name,
-                        Reason::PowerOffFailed,
-                        format!("power-off command failed: {e}"),
-                    ));
-                }
-            }
-            state.queries.next_at = Some(now);
-        }
-        out.extend(self.reevaluate(Some(name), now));
-        out
-    }
-
-    /// The answer to a [`Action::PowerOn`].
-    pub fn power_on_done(
-        &mut self,
-        name: &str,
-        result: Result<(), PowerError>,
-        now: SystemTime,
-    ) -> Vec<Action> {
-        let mut out = Vec::new();
-        let mut forget = false;
-        let policy = self.node_policies.get(name).unwrap_or(&self.policy);
-        if let Some(state) = self.nodes.get_mut(name)
-            && let Phase::Released(rel) = &mut state.phase
-            && rel.power_on == PowerOnStatus::InFlight
-        {
-            match result {
-                Ok(()) => {
-                    rel.power_on = PowerOnStatus::Done;
-                    out.push(Action::Record {
-                        node: name.to_string(),
-                        record: None,
-                    });
-                    // A deleted Node re-registers as a fresh node once its machine is back.
-                    forget = state.gone;
-                }
-                Err(e) => {
-                    // Not sent, refused or lost: tried again (the record stays, so a
-                    // new leader tries too). Its pre-check reads the machine first, so
-                    // a command that did get through is not repeated.
-                    rel.power_on = PowerOnStatus::Pending;
-                    rel.power_on_failures += 1;
-                    let wait = decide::backoff(policy, rel.power_on_failures);
-                    rel.power_on_retry = Some(now + wait);
-                    out.push(Notice::warning(
-                        name,
-                        Reason::PowerOnFailed,
-                        format!(
-                            "power-on not done ({e}); trying again in {} (attempt {} failed)",
-                            humantime::format_duration(wait),
-                            rel.power_on_failures
-                        ),
-                    ));
-                }
-            }
-        }
-        if forget {
-            self.nodes.remove(name);
-        }
-        out.extend(self.reevaluate(Some(name), now));
-        out
-    }
-
-    /// The answer to a [`Action::Release`]. `Err` carries the executor's reason (it
-    /// refused, or the API call failed); the proof is kept and re-checked.
-    pub fn release_done(
-        &mut self,
-        name: &str,
-        result: Result<(), String>,
-        now: SystemTime,
-    ) -> Vec<Action> {
-        let mut out = Vec::new();
-        let power_on = if self.policy_for(name).power_on_after_fence {
-            PowerOnStatus::Pending
-        } else {
-            PowerOnStatus::NotWanted
-        };
-        let policy = self.node_policies.get(name).unwrap_or(&self.policy);
-        let mut forget = false;
-        if let Some(state) = self.nodes.get_mut(name)
-            && let Phase::Incident(inc) = &mut state.phase
-            && inc.releasing
-        {
-            // Its Node is gone already (deleted by this release): nothing is left to
-            // do for it unless its machine is to be powered back on.
-            forget = state.gone && !(result.is_ok() && power_on == PowerOnStatus::Pending);
-            match result {
-                Ok(()) => {
-                    let what = match policy.release {
-                        ReleaseMode::OutOfServiceTaint => {
-                            "out-of-service taint added: Kubernetes now force-deletes the node's pods and detaches its volumes"
-                        }
-                        ReleaseMode::DeleteNode => {
-                            "Node object deleted: its pods and volumes are released"
-                        }
-                    };
-                    out.push(Notice::normal(
-                        name,
-                        Reason::Released,
-                        match &inc.steps {
-                            Some(steps) => format!("{what} ({})", steps.describe(Some(now))),
-                            None => what.to_string(),
-                        },
-                    ));
-                    if power_on == PowerOnStatus::Pending {
-                        out.push(Action::Record {
-                            node: name.to_string(),
-                            record: Some(ReleaseRecord {
-                                released_at: now,
-                                mode: policy.release,
-                                power_on_pending: true,
-                                identity: state.facts.identity.clone(),
-                            }),
-                        });
-                    }
-                    state.phase = Phase::Released(Released::new(now, power_on));
-                    state.queries = Default::default();
-                }
-                Err(reason) => {
-                    inc.releasing = false;
-                    inc.off_readings.clear();
-                    state.queries.next_at = Some(now + policy.confirm_interval);
-                    out.push(Notice::warning(
-                        name,
-                        Reason::ReleaseFailed,
-                        format!("release not done: {reason}; the proof starts over"),
-                    ));
-                }
-            }
-        }
-        if forget {
-            self.nodes.remove(name);
-        }
-        out.extend(self.reevaluate(Some(name), now));
-        out
-    }
-
-    /// The answer to a [`Action::RemoveTaint`].
-    pub fn taint_removed(
-        &mut self,
-        name: &str,
-        result: Result<(), String>,
-        now: SystemTime,
-    ) -> Vec<Action> {
-        let mut out = Vec::new();
-        if let Some(state) = self.nodes.get_mut(name)
-            && let Phase::Released(rel) = &mut state.phase
-        {
-            match result {
-                Ok(()) => {
-                    out.push(Notice::normal(
-                        name,
-                        Reason::TaintRemoved,
-                        "node is Ready again: out-of-service taint removed",
-                    ));
-                    if rel.power_on == PowerOnStatus::Pending {
-                        out.push(Action::Record {
-                            node: name.to_string(),
-                            record: None,
-                        });
-                    }
-                    state.phase = Phase::Healthy;
-                    state.facts.our_taint = false;
-                    state.our_taint_removed = Some(now);
-                }
-                Err(reason) => {
-                    rel.removing_taint = false;
-                    rel.ready_since = Some(now);
-                    out.push(Notice::warning(
-                        name,
-                        Reason::ReleaseFailed,
-                        format!("could not remove the out-of-service taint: {reason}"),
-                    ));
-                }
-            }
-        }
-        out.extend(self.reevaluate(Some(name), now));
-        out
     }
 
     /// Cluster-wide pause (planned maintenance): no power command and no release.

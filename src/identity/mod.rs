@@ -61,7 +61,7 @@ pub const PLACEHOLDER_UUIDS: [&str; 3] = [
 const MAX_QUOTED: usize = 64;
 
 /// What the cluster says about a node's machine.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct NodeIdentity {
     /// `status.nodeInfo.systemUUID`; `None` when absent or empty.
     pub system_uuid: Option<String>,
