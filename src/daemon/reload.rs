@@ -343,29 +343,17 @@ mod tests {
         }
         let agent = "inventory = \"inventory.toml\"\n";
         let node = |name: &str, address: &str| format!("[nodes.{name}]\naddress = \"{address}\"\n");
-        let old = load(
-            dir.path(),
-            agent,
-            &[
-                node("a", "10.0.0.1"),
-                node("b", "10.0.0.2"),
-                node("c", "10.0.0.3"),
-            ]
-            .concat(),
-        );
+        let three = [
+            node("a", "10.0.0.1"),
+            node("b", "10.0.0.2"),
+            node("c", "10.0.0.3"),
+        ]
+        .concat();
+        let old = load(dir.path(), agent, &three);
         let running = RunningConfig::of(&old);
         drop(old);
 
-        let same = load(
-            dir.path(),
-            agent,
-            &[
-                node("a", "10.0.0.1"),
-                node("b", "10.0.0.2"),
-                node("c", "10.0.0.3"),
-            ]
-            .concat(),
-        );
+        let same = load(dir.path(), agent, &three);
         assert_eq!(
             running.summary(&same),
             "3 node(s); added: none; removed: none; changed: none"
