@@ -41,7 +41,7 @@ fn load(dir: &Path) -> Config {
 fn assert_resolved_values(config: &Config) {
     let power = &config.agent.power;
     assert_eq!(power.confirm.readings, 3);
-    assert_eq!(power.confirm.interval, Duration::from_secs(1));
+    assert_eq!(power.confirm.interval, Duration::from_millis(500));
     assert_eq!(power.confirm.timeout, Duration::from_secs(120));
     assert_eq!(power.max_concurrent_requests, 16);
     assert!(!config.agent.security.allow_inline_passwords);

@@ -693,6 +693,66 @@ async fn healthy_pod_moves_without_forcing() {
     sim.shutdown().await;
 }
 
+/// A kubelet whose status loop runs `status_after_lease` after its Lease renewals
+/// reports a new pod's volume in `volumesInUse` at that phase of its renewal cycle,
+/// not together with a renewal: the wait a replacement pod sees for its mount depends
+/// on it (the recovery bench sweeps it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_loop_runs_its_offset_after_the_lease() {
+    let speed = 5.0;
+    let offset = 4.0;
+    let store = Store::default();
+    let sim = Simulation::start(
+        store.clone(),
+        SimConfig {
+            speed,
+            ..SimConfig::default()
+        },
+    );
+    sim.add_node(NodeSpec::new("cp-1").control_plane(true));
+    sim.add_node(NodeSpec::new("worker-1"));
+    sim.add_node(NodeSpec::new("worker-2").status_after_lease(Duration::from_secs_f64(offset)));
+    store
+        .modify(NODES, None, "worker-1", |n| {
+            n["spec"]["unschedulable"] = json!(true);
+            Ok(())
+        })
+        .unwrap();
+    let renewal = |s: &Store| {
+        get(s, LEASES, Some("kube-node-lease"), "worker-2").unwrap()["spec"]["renewTime"].clone()
+    };
+    // Watch worker-2's renewals for one, then create the workload and see when its
+    // volume shows up in worker-2's status.
+    let mut last = renewal(&store);
+    let mut renewed_at = None;
+    let mut created = false;
+    let deadline = Instant::now() + sim_timeout(speed, 40.0);
+    let since_renewal = loop {
+        assert!(Instant::now() < deadline, "no volumesInUse on worker-2");
+        let now = renewal(&store);
+        if now != last {
+            last = now;
+            renewed_at = Some(Instant::now());
+            if !created {
+                sim.add_stateful_workload(WorkloadSpec::new("default", "db").replicas(1));
+                created = true;
+            }
+        }
+        let in_use = get(&store, NODES, None, "worker-2")
+            .and_then(|n| n["status"]["volumesInUse"].as_array().map(Vec::len))
+            .unwrap_or(0);
+        if in_use > 0 {
+            break renewed_at.unwrap().elapsed().as_secs_f64() * speed;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert!(
+        (since_renewal - offset).abs() <= 1.0,
+        "volumesInUse posted {since_renewal:.1}s (simulated) after a Lease renewal; expected {offset}s"
+    );
+    sim.shutdown().await;
+}
+
 /// All nodes of the (single) zone down: the node lifecycle controller enters
 /// "master disruption mode" and adds no NoExecute taint, so nothing is evicted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -36,12 +36,26 @@ pub struct DemoArgs {
     /// it across the 10 s renewal interval.
     #[arg(long, value_name = "DURATION", value_parser = parse_phase)]
     pub pull_after_renewal: Option<Duration>,
+    /// Every worker's kubelet computes its node status this long (cluster time, under
+    /// 10s) after its Lease renewals instead of with them, as on nodes that have run
+    /// for a while; the recovery bench sweeps it (a replacement pod mounts its volume
+    /// only once its kubelet has reported it in `volumesInUse`).
+    #[arg(long, value_name = "DURATION", value_parser = parse_status_offset)]
+    pub status_after_lease: Option<Duration>,
 }
 
 fn parse_phase(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s).map_err(|e| format!("{e} (write it like \"5s\")"))?;
     if d > Duration::from_secs(60) {
         return Err("at most 60s: a kubelet renews its Lease every 10 s".into());
+    }
+    Ok(d)
+}
+
+fn parse_status_offset(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (write it like \"4s\")"))?;
+    if d >= Duration::from_secs(10) {
+        return Err("under 10s: a kubelet computes its node status every 10 s".into());
     }
     Ok(d)
 }
@@ -86,6 +100,7 @@ pub async fn run(args: &DemoArgs) -> u8 {
         json: args.output == OutputFormat::Json,
         log_file: args.log_file.clone(),
         pull_after_renewal: args.pull_after_renewal,
+        status_after_lease: args.status_after_lease.unwrap_or_default(),
     })
     .await
 }
@@ -100,5 +115,18 @@ mod tests {
         assert!(parse_speed("0").is_err());
         assert!(parse_speed("NaN").is_err());
         assert!(parse_speed("fast").is_err());
+    }
+
+    #[test]
+    fn phases() {
+        assert_eq!(parse_phase("5s"), Ok(Duration::from_secs(5)));
+        assert!(parse_phase("2m").is_err());
+        assert_eq!(
+            parse_status_offset("4500ms"),
+            Ok(Duration::from_millis(4500))
+        );
+        let too_long = parse_status_offset("10s").unwrap_err();
+        assert!(too_long.contains("every 10 s"), "{too_long}");
+        assert!(parse_status_offset("soon").unwrap_err().contains("\"4s\""));
     }
 }

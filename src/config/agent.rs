@@ -2,8 +2,8 @@
 //!
 //! Only `inventory` is required: which machines the agent may power off must be
 //! written down, never guessed. Everything else has a default that is safe for a
-//! production cluster (three consecutive Off readings one second apart, two minutes
-//! to get them, at most 16 BMC requests in flight, inline passwords refused). Unknown
+//! production cluster (three consecutive Off readings half a second apart, two
+//! minutes to get them, at most 16 BMC requests in flight, inline passwords refused). Unknown
 //! keys are errors: a misspelt `confirm_reading` silently falling back to a default is
 //! exactly the kind of surprise a fencing daemon must not have.
 

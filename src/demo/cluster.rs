@@ -54,7 +54,11 @@ pub struct World {
 
 impl World {
     /// Starts everything; steps go to `story` from the first moment.
-    pub async fn start(speed: f64, story: &Story) -> anyhow::Result<World> {
+    pub async fn start(
+        speed: f64,
+        status_after_lease: Duration,
+        story: &Story,
+    ) -> anyhow::Result<World> {
         let store = Store::default();
         let kube = FakeKube::builder()
             .store(store.clone())
@@ -131,7 +135,11 @@ impl World {
         ));
         sim.add_node(NodeSpec::new(CONTROL_PLANE).control_plane(true));
         for (w, u) in WORKERS.iter().zip(&uuids) {
-            sim.add_node(NodeSpec::new(*w).system_uuid(u.to_string().to_uppercase()));
+            sim.add_node(
+                NodeSpec::new(*w)
+                    .system_uuid(u.to_string().to_uppercase())
+                    .status_after_lease(status_after_lease),
+            );
         }
         sim.add_stateful_workload(WorkloadSpec::new(NAMESPACE, WORKLOAD));
         let link = machines::link(

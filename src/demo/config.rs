@@ -19,9 +19,8 @@ use super::narrate::Wording;
 use crate::cluster::leader::LeaderTimings;
 use crate::config::Config;
 use crate::engine::LeaseStaleAfter;
+use crate::power::confirm::ConfirmPolicy;
 
-/// Pause between power readings in a real cluster (`[power] confirm_interval`).
-const CONFIRM_INTERVAL: Duration = Duration::from_secs(1);
 /// Consecutive Off readings that prove a machine is off.
 pub const CONFIRM_READINGS: u32 = 3;
 
@@ -62,7 +61,7 @@ impl DemoConfig {
         format!(
             "inventory = \"inventory.toml\"\n\n[power]\nconfirm_readings = {CONFIRM_READINGS}\n\
              confirm_interval = \"{}\"\nconfirm_timeout = \"{}\"\n",
-            ms(self.scaled(CONFIRM_INTERVAL, Duration::from_millis(20))),
+            ms(self.scaled(ConfirmPolicy::default().interval, Duration::from_millis(20))),
             ms(self.scaled(Duration::from_secs(120), Duration::from_secs(5))),
         )
     }
@@ -220,7 +219,7 @@ mod tests {
             &config.inventory.nodes["worker-1"].policy, p,
             "each node's policy is scaled too"
         );
-        assert_eq!(p.confirm_interval, Duration::from_millis(100));
+        assert_eq!(p.confirm_interval, Duration::from_millis(50));
         assert_eq!(p.confirm_readings, CONFIRM_READINGS);
         assert_eq!(wording.grace_period, Duration::from_secs(50));
         assert!(config.inventory.nodes.contains_key("worker-1"));

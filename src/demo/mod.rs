@@ -72,6 +72,9 @@ pub struct DemoOptions {
     /// Power loss: pull the plug this long (cluster time) after a Lease renewal of the
     /// node, instead of at once (the recovery bench sweeps it across the interval).
     pub pull_after_renewal: Option<Duration>,
+    /// How long after its Lease renewals each worker's kubelet computes its node
+    /// status (zero: together; the recovery bench sweeps it).
+    pub status_after_lease: Duration,
 }
 
 /// Runs the demo and returns the exit code. Must be called inside a tokio runtime;
@@ -109,7 +112,7 @@ async fn demo(options: DemoOptions, log_path: PathBuf) -> u8 {
     story.line(style.bold(
         "nodefence demo: a simulated cluster, a mock BMC and the real nodefence daemon, in this process",
     ));
-    let code = match World::start(options.speed, &story).await {
+    let code = match World::start(options.speed, options.status_after_lease, &story).await {
         Err(e) => {
             story.line(style.red(&format!("error: the demo could not start: {e:#}")));
             exit::FAILED
@@ -181,10 +184,11 @@ fn header(story: &Story, style: Style, world: &World, log: &Path) {
     row(
         "nodefence",
         format!(
-            "lease_stale_after {}, unhealthy_after {}, {} Off readings 1s apart, recovered_after {}",
+            "lease_stale_after {}, unhealthy_after {}, {} Off readings {} apart, recovered_after {}",
             w.lease_stale_after.map_or("off".into(), narrate::span),
             narrate::span(w.unhealthy_after),
             config::CONFIRM_READINGS,
+            humantime::format_duration(crate::power::confirm::ConfirmPolicy::default().interval),
             narrate::span(w.recovered_after),
         ),
     );

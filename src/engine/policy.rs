@@ -177,7 +177,7 @@ impl Default for Policy {
             delete_volume_attachments: false,
             force_delete_pods: ForceDeletePods::FastPath,
             confirm_readings: 3,
-            confirm_interval: Duration::from_secs(1),
+            confirm_interval: Duration::from_millis(500),
             lease_stale_after: Some(LeaseStaleAfter::MissedRenewal),
             power_off_retry_after: Duration::from_secs(60),
             remind_every: Duration::from_secs(120),

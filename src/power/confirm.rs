@@ -27,7 +27,7 @@ impl Default for ConfirmPolicy {
     fn default() -> Self {
         Self {
             readings: 3,
-            interval: Duration::from_secs(1),
+            interval: Duration::from_millis(500),
             timeout: Duration::from_secs(120),
         }
     }

@@ -8,7 +8,9 @@
 //!   when it changed (e.g. `volumesInUse` after an unmount, Ready after a restart) or
 //!   every `node_status_interval` (5m); conditions MemoryPressure, DiskPressure,
 //!   PIDPressure=False and Ready=True/KubeletReady, other conditions and fields (the
-//!   attach/detach controller's `volumesAttached`, taints, labels) left alone.
+//!   attach/detach controller's `volumesAttached`, taints, labels) left alone. On the
+//!   first boot, the status loop runs `NodeSpec::status_after_lease` after the Lease
+//!   loop (a reboot restarts both together).
 //! - A stopped kubelet (`set_kubelet(.., false)`: power loss or a network cut) does
 //!   nothing at all. Starting it again is a reboot: new boot ID (`Rebooted` event),
 //!   mounts and containers gone, the Node re-created if it was deleted (registration
@@ -167,6 +169,24 @@ impl Kubelet {
         self.register();
         self.post_status(true);
         self.renew_lease();
+        if !reboot {
+            self.offset_status_loop();
+        }
+    }
+
+    /// Moves the status loop `status_after_lease` after the Lease loop (see
+    /// [`NodeSpec::status_after_lease`](super::NodeSpec::status_after_lease)): the
+    /// next status check comes that long from now, not a whole period.
+    fn offset_status_loop(&mut self) {
+        let every = self.ctx.config.node_status_update_frequency;
+        let offset = self.machine.spec.status_after_lease;
+        if offset.is_zero() || offset >= every {
+            return;
+        }
+        let already = self.ctx.clock.real(every - offset);
+        if let Some(t) = Instant::now().checked_sub(already) {
+            self.last_status_check = Some(t);
+        }
     }
 
     /// Registers the Node: creates it when missing, otherwise reconciles the

@@ -2,6 +2,7 @@
 //! stateful applications ([`WorkloadSpec`]), as builders with stock defaults.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -23,6 +24,7 @@ pub struct NodeSpec {
     pub(crate) kubelet_version: String,
     pub(crate) zone: Option<String>,
     pub(crate) provider_id: Option<String>,
+    pub(crate) status_after_lease: Duration,
 }
 
 impl NodeSpec {
@@ -37,6 +39,7 @@ impl NodeSpec {
             kubelet_version: DEFAULT_KUBELET_VERSION.to_string(),
             zone: None,
             provider_id: None,
+            status_after_lease: Duration::ZERO,
         }
     }
 
@@ -88,6 +91,18 @@ impl NodeSpec {
     /// controller's disruption modes).
     pub fn zone(mut self, zone: impl Into<String>) -> Self {
         self.zone = Some(zone.into());
+        self
+    }
+
+    /// The kubelet computes its node status this long after each Lease renewal
+    /// (simulated time, within one `node_status_update_frequency`) instead of
+    /// together with it. A kubelet starts both loops at once, but each waits its
+    /// period plus up to 4 % jitter, so on a node that has run for a while they have
+    /// drifted apart, and nodes started at different times are out of phase with each
+    /// other: how long a replacement pod waits for `volumesInUse` depends on it. Only
+    /// the first boot is offset; a reboot restarts both loops together.
+    pub fn status_after_lease(mut self, offset: Duration) -> Self {
+        self.status_after_lease = offset;
         self
     }
 
