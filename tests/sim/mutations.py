@@ -3,6 +3,8 @@
 the source, plays the simulation's seeds against it, and expects a failure naming the
 invariant the bug breaks. Run: python3 tests/sim/mutations.py [--seeds N] [NAME ...]
 (default: the 150 seeds CI plays, plus the regression seeds and the scripted scenarios).
+`--check` only verifies that every mutation still applies (CI runs it: moving code must
+move its mutations too).
 
 A mutation whose text is no longer in the source is an error (the list must follow the
 code); a mutation the simulation does not catch makes the script exit 1.
@@ -19,7 +21,7 @@ MUTATIONS = [
        "let proven = !inc.off_readings.is_empty()")],
      "invariant 1"),
     ("contradicting-reading-kept",
-     [("src/engine/mod.rs",
+     [("src/engine/outcomes.rs",
        "                        }\n                        inc.off_readings.clear();\n                        let recently_commanded",
        "                        }\n                        let recently_commanded")],
      "invariant 1"),
@@ -110,7 +112,7 @@ MUTATIONS = [
        "if false {")],
      "invariant 2|invariant 5"),
     ("power-on-not-retried",
-     [("src/engine/mod.rs",
+     [("src/engine/outcomes.rs",
        "rel.power_on = PowerOnStatus::Pending;\n                    rel.power_on_failures += 1;",
        "rel.power_on = PowerOnStatus::Done;\n                    rel.power_on_failures += 1;")],
      "invariant 5"),
@@ -136,9 +138,16 @@ EQUIVALENT = {
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=150)
+    ap.add_argument("--check", action="store_true", help="only check that each mutation applies")
     ap.add_argument("names", nargs="*")
     args = ap.parse_args()
     chosen = [m for m in MUTATIONS if m[2] and (not args.names or m[0] in args.names)]
+    if args.check:
+        stale = [f"{name}: {path} does not hold exactly one {old!r}"
+                 for name, edits, _ in chosen for path, old, _ in edits
+                 if open(os.path.join(ROOT, path)).read().count(old) != 1]
+        print("\n".join(stale) or f"{len(chosen)} mutations apply")
+        sys.exit(1 if stale else 0)
     work = tempfile.mkdtemp(prefix="nodefence-mutant-")
     target = os.path.join(ROOT, "target", "mutants")
     missed, results = [], []
