@@ -191,3 +191,29 @@ async fn a_bmc_reporting_the_uuid_byte_swapped_is_the_same_machine() {
     assert!(mismatches.is_empty(), "{mismatches:?}");
     w.stop().await;
 }
+
+/// A kubelet whose machine's clock runs 2 s behind (no NTP) writes renewTimes that
+/// look 2-3 s old when they arrive, and at this speed the Lease reads stale after
+/// 2.5 s. Measured from when nodefence saw each renewal, the node is not suspect
+/// while it keeps renewing; its power loss is still found and released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubelet_clock_behind_is_not_a_missed_renewal() {
+    let w = WorldBuilder::new()
+        .node("worker-1", |n| n.clock_behind = Duration::from_secs(2))
+        .start()
+        .await;
+    // Ten renewals (one a second at 10x).
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let reasons = w.event_reasons("worker-1");
+    assert!(
+        !reasons.iter().any(|r| r == "NodeSuspect"),
+        "a renewing node was suspect: {reasons:?}"
+    );
+    assert!(w.resets_of("worker-1").is_empty());
+    w.pull_plug("worker-1");
+    w.expect_event("worker-1", "NodeSuspect").await;
+    w.expect_event("worker-1", "Released").await;
+    assert!(w.has_out_of_service_taint("worker-1"));
+    assert!(w.resets_of("worker-1").is_empty(), "it was Off already");
+    w.stop().await;
+}

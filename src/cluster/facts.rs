@@ -55,6 +55,7 @@ pub fn node_facts(node: &Node, lease: Option<&Lease>, in_inventory: bool) -> Nod
         name: meta.name.clone().unwrap_or_default(),
         readiness: readiness(node),
         lease_renewed: lease.renewed,
+        lease_seen: lease.seen,
         lease_duration: lease.duration,
         last_heartbeat: node
             .status
@@ -113,6 +114,7 @@ impl KeptNode {
         NodeFacts {
             in_inventory,
             lease_renewed: lease.renewed,
+            lease_seen: lease.seen,
             lease_duration: lease.duration,
             ..self.facts.clone()
         }
@@ -138,9 +140,12 @@ impl KeptNode {
 pub struct KeptLease {
     renewed: Option<SystemTime>,
     duration: Option<Duration>,
+    /// When this renewal was seen, by nodefence's clock (see `NodeFacts::lease_seen`).
+    seen: Option<SystemTime>,
 }
 
 impl KeptLease {
+    /// `lease` as it says (no time of sight).
     pub fn new(lease: &Lease) -> Self {
         let spec = lease.spec.as_ref();
         Self {
@@ -151,7 +156,24 @@ impl KeptLease {
                 .and_then(|s| s.lease_duration_seconds)
                 .and_then(|s| u64::try_from(s).ok())
                 .map(Duration::from_secs),
+            seen: None,
         }
+    }
+
+    /// `lease` as the watch delivered it at `now`, after `before` (the version kept
+    /// until then). A new renewTime was seen now, whatever the kubelet's clock wrote; an
+    /// unchanged one keeps its time of sight. At first sight (start-up, a new leader)
+    /// it counts as seen now too: a renewTime read against another clock could make a
+    /// renewing node suspect at every start, and a node that had already stopped
+    /// renewing is only found one threshold later (12 s by default; one already
+    /// NotReady is unhealthy anyway).
+    pub fn observed(lease: &Lease, before: Option<&KeptLease>, now: SystemTime) -> Self {
+        let mut kept = Self::new(lease);
+        kept.seen = match before {
+            Some(b) if b.renewed == kept.renewed => b.seen,
+            _ => kept.renewed.map(|_| now),
+        };
+        kept
     }
 }
 
@@ -348,6 +370,37 @@ mod tests {
             .expect("after epoch");
         assert_eq!(secs.as_secs(), 1_795_341_600);
         assert_eq!(secs.subsec_micros(), 123_456);
+    }
+
+    #[test]
+    fn a_renewal_counts_as_seen_when_the_watch_delivered_it() {
+        let lease = |renew: &str| -> Lease {
+            serde_json::from_value(json!({"metadata": {"name": "w"},
+                "spec": {"holderIdentity": "w", "renewTime": renew, "leaseDurationSeconds": 40}}))
+            .expect("lease")
+        };
+        let at =
+            |s: u64| SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000 + s);
+        // The kubelet's clock is a minute behind ours: its renewTime says so.
+        let first = KeptLease::observed(&lease("2027-01-15T07:59:00Z"), None, at(0));
+        assert_eq!(first.seen, Some(at(0)), "first sight: seen now");
+        assert_eq!(
+            first.renewed,
+            humantime::parse_rfc3339("2027-01-15T07:59:00Z").ok()
+        );
+        // The same renewal again (a resync, a relist): still seen when it first was.
+        let again = KeptLease::observed(&lease("2027-01-15T07:59:00Z"), Some(&first), at(7));
+        assert_eq!(again.seen, Some(at(0)));
+        // The next renewal: seen now, whatever its renewTime says.
+        let next = KeptLease::observed(&lease("2027-01-15T07:59:10Z"), Some(&again), at(10));
+        assert_eq!(next.seen, Some(at(10)));
+        let n = node(json!({"metadata": {"name": "w"}}));
+        let f = KeptNode::new(&n).facts(Some(&next), true);
+        assert_eq!((f.lease_seen, f.lease_renewed), (next.seen, next.renewed));
+        // A Lease without a renewTime was never renewed: nothing seen.
+        let empty: Lease =
+            serde_json::from_value(json!({"metadata": {"name": "w"}, "spec": {}})).expect("lease");
+        assert_eq!(KeptLease::observed(&empty, Some(&next), at(20)).seen, None);
     }
 
     #[test]

@@ -423,7 +423,8 @@ impl Controller {
                 let Some(name) = lease.metadata.name.clone() else {
                     return Vec::new();
                 };
-                seen.leases.insert(name.clone(), KeptLease::new(&lease));
+                let kept = KeptLease::observed(&lease, seen.leases.get(&name), now);
+                seen.leases.insert(name.clone(), kept);
                 self.facts(seen, &name)
                     .map_or_else(Vec::new, |f| engine.observe(f, now))
             }

@@ -47,8 +47,13 @@ impl Exclusion {
 pub struct NodeFacts {
     pub name: String,
     pub readiness: Readiness,
-    /// Last renewTime of its kubelet Lease, if there is one.
+    /// Last renewTime of its kubelet Lease, if there is one (the kubelet's clock).
     pub lease_renewed: Option<SystemTime>,
+    /// When nodefence saw that renewal, by its own clock (`None`: not watched, e.g.
+    /// a one-off CLI read). The Lease's age is measured from it, so a kubelet whose
+    /// clock runs behind does not look late at every renewal (and one ahead does not
+    /// look fresh for longer), as the node lifecycle controller measures it.
+    pub lease_seen: Option<SystemTime>,
     /// Its `leaseDurationSeconds` (the kubelet renews every quarter of it).
     pub lease_duration: Option<Duration>,
     /// Newest `lastHeartbeatTime` among its conditions (the kubelet's status posts).
@@ -77,6 +82,7 @@ impl NodeFacts {
             name: name.to_string(),
             readiness: Readiness::Ready,
             lease_renewed: Some(now),
+            lease_seen: None,
             lease_duration: None,
             last_heartbeat: None,
             control_plane: false,
@@ -93,9 +99,10 @@ impl NodeFacts {
     /// Whether the node is unhealthy at `now`, and since when it was last known alive.
     ///
     /// NotReady counts from the condition's transition time. A Lease not renewed for
-    /// `lease_stale_after` (for this node's Lease) makes the node suspect from its
-    /// last renewal. The last sign of life is the latest of those and of the kubelet's
-    /// last status heartbeat: power readings must be newer than all of them.
+    /// `lease_stale_after` (for this node's Lease, counted from when nodefence saw the
+    /// renewal) makes the node suspect from its last renewal. The last sign of life is
+    /// the latest of those and of the kubelet's last status heartbeat: power readings
+    /// must be newer than all of them.
     pub fn health(&self, now: SystemTime, lease_stale_after: Option<LeaseStaleAfter>) -> Health {
         let not_ready = match self.readiness {
             Readiness::NotReady { since } => Some(since.min(now)),
@@ -106,7 +113,10 @@ impl NodeFacts {
             self.lease_renewed,
         ) {
             (Some(after), Some(renewed))
-                if now.duration_since(renewed).unwrap_or_default() >= after =>
+                if now
+                    .duration_since(self.lease_seen.unwrap_or(renewed))
+                    .unwrap_or_default()
+                    >= after =>
             {
                 Some(renewed)
             }
@@ -131,6 +141,37 @@ impl NodeFacts {
     /// How long this node's Lease may go unrenewed before the node is suspect.
     pub fn lease_stale_after(&self, policy: Option<LeaseStaleAfter>) -> Option<Duration> {
         policy.map(|p| p.for_lease(self.lease_duration))
+    }
+
+    /// Whether the node counts as unhealthy for storm protection: unhealthy, or its
+    /// Lease stale by the kubelet's own renewTime. The gate must see a failure as early
+    /// as any reading of it allows (acting waits for the later one): a renewal seen late
+    /// (a slow watch, a new leader's first sight) must not make a partition look
+    /// smaller than it is.
+    pub fn counts_unhealthy(
+        &self,
+        now: SystemTime,
+        lease_stale_after: Option<LeaseStaleAfter>,
+    ) -> bool {
+        if self.health(now, lease_stale_after) != Health::Healthy {
+            return true;
+        }
+        match (
+            self.lease_stale_after(lease_stale_after),
+            self.lease_renewed,
+        ) {
+            (Some(after), Some(renewed)) => {
+                now.duration_since(renewed).unwrap_or_default() >= after
+            }
+            _ => false,
+        }
+    }
+
+    /// When the Lease goes stale if it is not renewed again (`None`: no Lease, or the
+    /// fast path is off).
+    pub fn lease_stale_at(&self, policy: Option<LeaseStaleAfter>) -> Option<SystemTime> {
+        let renewed = self.lease_seen.or(self.lease_renewed)?;
+        Some(renewed + self.lease_stale_after(policy)?)
     }
 }
 
@@ -217,6 +258,41 @@ mod tests {
         let fixed = Some(LeaseStaleAfter::Fixed(Duration::from_secs(25)));
         assert_eq!(f.lease_stale_after(fixed), Some(Duration::from_secs(25)));
         assert_eq!(f.lease_stale_after(None), None, "fast path off");
+    }
+
+    #[test]
+    fn the_lease_ages_from_when_nodefence_saw_the_renewal() {
+        let fixed = Some(LeaseStaleAfter::Fixed(Duration::from_secs(12)));
+        let mut f = NodeFacts::ready("a", t(0));
+        // A kubelet 30 s behind: its renewal, seen at t(100), says t(70). Not late.
+        f.lease_renewed = Some(t(70));
+        f.lease_seen = Some(t(100));
+        assert_eq!(f.lease_stale_at(fixed), Some(t(112)));
+        assert_eq!(f.health(t(111), fixed), Health::Healthy);
+        // Stale one threshold after it was seen; the last sign of life stays the
+        // kubelet's own word (the releaser compares the Lease with it).
+        assert_eq!(f.health(t(112), fixed), Health::LeaseStale { since: t(70) });
+        // 30 s ahead: says t(130), seen at t(100). Stale as soon, not 30 s later.
+        f.lease_renewed = Some(t(130));
+        assert_eq!(f.health(t(111), fixed), Health::Healthy);
+        assert_eq!(
+            f.health(t(112), fixed),
+            Health::LeaseStale { since: t(130) }
+        );
+        // Storm protection counts it unhealthy by either clock, the earlier one.
+        f.lease_renewed = Some(t(70));
+        assert!(
+            f.counts_unhealthy(t(82), fixed),
+            "stale by its own renewTime"
+        );
+        assert_eq!(f.health(t(82), fixed), Health::Healthy, "not acted on yet");
+        f.lease_renewed = Some(t(130));
+        assert!(!f.counts_unhealthy(t(111), fixed));
+        assert!(f.counts_unhealthy(t(112), fixed), "stale since it was seen");
+        // Not watched (a one-off read): the renewTime is all there is.
+        f.lease_seen = None;
+        assert_eq!(f.lease_stale_at(fixed), Some(t(142)));
+        assert_eq!(f.health(t(141), fixed), Health::Healthy);
     }
 
     #[test]

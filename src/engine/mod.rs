@@ -416,7 +416,7 @@ impl Engine {
         let (mut total, mut unhealthy) = (0, 0);
         for (n, policy) in self.nodes_with_policies().filter(|(n, _)| !n.node_gone()) {
             total += 1;
-            if n.facts.health(now, policy.lease_stale_after) != Health::Healthy {
+            if n.facts.counts_unhealthy(now, policy.lease_stale_after) {
                 unhealthy += 1;
             }
         }

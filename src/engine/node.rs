@@ -562,12 +562,7 @@ impl NodeState {
         };
         match &self.phase {
             Phase::Healthy => {
-                if let (Some(after), Some(renewed)) = (
-                    self.facts.lease_stale_after(policy.lease_stale_after),
-                    self.facts.lease_renewed,
-                ) {
-                    consider(Some(renewed + after));
-                }
+                consider(self.facts.lease_stale_at(policy.lease_stale_after));
             }
             Phase::Incident(inc) => {
                 if let Some(Block::OnUntil(at)) = &inc.block {

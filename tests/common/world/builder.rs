@@ -44,6 +44,9 @@ pub struct NodeSetup {
     /// own mock IPMI BMC (GUID = the UUID's bytes reversed, as SMBIOS sends it); one
     /// with [`Method::Aws`] is an EC2 instance in the world's moto server.
     pub methods: Vec<Method>,
+    /// How far the machine's clock runs behind (its kubelet's `renewTime`s and
+    /// heartbeats look that much older).
+    pub clock_behind: Duration,
 }
 
 impl NodeSetup {
@@ -59,6 +62,7 @@ impl NodeSetup {
             in_inventory: true,
             inventory_lines: Vec::new(),
             methods: vec![Method::Redfish],
+            clock_behind: Duration::ZERO,
         }
     }
 }
@@ -308,7 +312,7 @@ impl WorldBuilder {
             if let Some(id) = hw.provider_id(&n.name) {
                 spec = spec.provider_id(id);
             }
-            sim.add_node(spec);
+            sim.add_node(spec.clock_behind(n.clock_behind));
         }
         for w in &self.workloads {
             sim.add_stateful_workload(w.clone());

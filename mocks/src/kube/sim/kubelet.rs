@@ -25,7 +25,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::super::resources::{LEASES, NODES, PODS, VOLUME_ATTACHMENTS};
-use super::super::store::{StoreError, now_rfc3339, now_rfc3339_micros};
+use super::super::store::StoreError;
 use super::clock::Wake;
 use super::config::{KUBELET_SYNC, LEASE_DURATION_SECONDS, NODE_LEASE_NAMESPACE};
 use super::context::Ctx;
@@ -262,6 +262,7 @@ impl Kubelet {
     fn renew_lease(&mut self) {
         self.last_lease = Some(Instant::now());
         let name = self.name().to_string();
+        let renew_time = self.clock(humantime::format_rfc3339_micros);
         let node_uid = self
             .ctx
             .get(NODES, None, &name)
@@ -273,7 +274,7 @@ impl Kubelet {
                 let spec = objects::obj_mut(l, &["spec"]);
                 spec.insert("holderIdentity".into(), json!(name));
                 spec.insert("leaseDurationSeconds".into(), json!(LEASE_DURATION_SECONDS));
-                spec.insert("renewTime".into(), json!(now_rfc3339_micros()));
+                spec.insert("renewTime".into(), json!(renew_time));
                 let owned = l
                     .at("/metadata/ownerReferences")
                     .and_then(Value::as_array)
@@ -303,6 +304,7 @@ impl Kubelet {
     /// passed, or the kubelet just started).
     fn post_status(&mut self, report: bool) {
         self.last_status_check = Some(Instant::now());
+        let heartbeat = self.clock(humantime::format_rfc3339_seconds);
         let name = self.name().to_string();
         let in_use = self.volumes_in_use();
         let mut was_ready: Option<bool> = None;
@@ -315,7 +317,7 @@ impl Kubelet {
                 return Ok(());
             }
             self.machine
-                .apply_status(node, &self.boot_id, &in_use, &now_rfc3339());
+                .apply_status(node, &self.boot_id, &in_use, &heartbeat);
             was_ready = objects::condition_status(&before, "Ready").map(|s| s == "True");
             old_boot = objects::str_at(&before, "/status/nodeInfo/bootID").map(str::to_string);
             posted = true;
@@ -372,6 +374,16 @@ impl Kubelet {
                 );
             }
         }
+    }
+
+    /// The machine's time (`NodeSpec::clock_behind`), formatted by `format`.
+    fn clock<F: std::fmt::Display>(&self, format: impl Fn(std::time::SystemTime) -> F) -> String {
+        let now = nodefence_clock::now();
+        format(
+            now.checked_sub(self.machine.spec.clock_behind)
+                .unwrap_or(now),
+        )
+        .to_string()
     }
 
     /// `volumesInUse`: volumes of the pods the kubelet runs or prepares, plus the

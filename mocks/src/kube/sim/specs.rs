@@ -25,6 +25,7 @@ pub struct NodeSpec {
     pub(crate) zone: Option<String>,
     pub(crate) provider_id: Option<String>,
     pub(crate) status_after_lease: Duration,
+    pub(crate) clock_behind: Duration,
 }
 
 impl NodeSpec {
@@ -40,6 +41,7 @@ impl NodeSpec {
             zone: None,
             provider_id: None,
             status_after_lease: Duration::ZERO,
+            clock_behind: Duration::ZERO,
         }
     }
 
@@ -103,6 +105,14 @@ impl NodeSpec {
     /// the first boot is offset; a reboot restarts both loops together.
     pub fn status_after_lease(mut self, offset: Duration) -> Self {
         self.status_after_lease = offset;
+        self
+    }
+
+    /// The machine's clock runs this far behind the control plane's (no NTP): its
+    /// kubelet writes Lease `renewTime`s and status heartbeats that look that much
+    /// older than they are.
+    pub fn clock_behind(mut self, behind: Duration) -> Self {
+        self.clock_behind = behind;
         self
     }
 
