@@ -12,8 +12,13 @@ use std::time::Instant;
 
 /// A seed whose policy powers machines on after fencing (`power_on_after_fence`).
 const POWER_ON_SEED: u64 = 3;
-/// When worker-1's BMC starts failing in the power-on scenario (just after its release).
-const POWER_ON_BMC_FAULT_AT: u64 = 152;
+/// When worker-1's BMC starts failing in the power-on scenario (seconds into the
+/// chaos, as the script's): just after its release (97.5 s: the network cut at 20 s,
+/// ForceOff `unhealthy_after` after the first missed renewal, Off proven 5.5 s later),
+/// before its power-on (102.5 s, once the release is done). The scenario checks that a
+/// power-on did fail, so a change of timing that moves these apart fails the test
+/// instead of leaving a scenario that no longer tests anything.
+const POWER_ON_BMC_FAULT_AT: u64 = 99;
 
 /// Seeds that once failed, played on every run: each was a real bug, or a check of
 /// the simulation that was wrong (said so below).
@@ -269,6 +274,11 @@ fn a_power_on_that_fails_is_tried_again_until_the_machine_is_on() {
         outcome.counters.power_offs > 0 && outcome.counters.power_ons > 0,
         "worker-1 was not powered off and on again: the scenario did not play ({:?})",
         outcome.counters
+    );
+    assert!(
+        outcome.log.contains("reason=\"PowerOnFailed\""),
+        "no power-on met the failing BMC: the scenario did not play (move \
+         POWER_ON_BMC_FAULT_AT between the release and the power-on)"
     );
 }
 
