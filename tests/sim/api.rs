@@ -130,14 +130,20 @@ pub fn client(
                 truth.count(|c| c.api_errors += 1);
                 return Ok(status(code));
             }
-            if write {
-                check_write(&parts, &body, &store, &side, &truth);
-            }
+            let begins_release = write && check_write(&parts, &body, &store, &side, &truth);
             let req = Request::from_parts(parts, AxumBody::from(body));
             let resp = router
                 .oneshot(req)
                 .await
                 .map_err(|e| -> BoxError { match e {} })?;
+            if begins_release
+                && resp.status().is_success()
+                && truth.crash_on_release.swap(false, Ordering::SeqCst)
+            {
+                // Its process is gone right after the write (Fault::CrashOnNextRelease).
+                side.alive.store(false, Ordering::SeqCst);
+                truth.count(|c| c.scripted_crashes += 1);
+            }
             if !watch {
                 return Ok(resp);
             }
@@ -176,14 +182,15 @@ fn status(code: StatusCode) -> Response<AxumBody> {
     resp
 }
 
-/// Invariants 1 and 3 on one write, before it reaches the store.
+/// Invariants 1 and 3 on one write, before it reaches the store; whether the write
+/// begins a release (a taint added, a Node deleted).
 fn check_write(
     parts: &http::request::Parts,
     body: &[u8],
     store: &Store,
     side: &ApiSide,
     truth: &Truth,
-) {
+) -> bool {
     let path = parts.uri.path();
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     // The leader election's own Lease writes and Events are not the cluster's state;
@@ -199,7 +206,7 @@ fn check_write(
             && parts.method == http::Method::POST
             && path.ends_with("/namespaces")
     {
-        return;
+        return false;
     }
     truth.count(|c| c.writes_checked += 1);
     let holder = store
@@ -251,29 +258,31 @@ fn check_write(
         }
         _ => None,
     };
-    if let Some((node, what)) = released {
-        truth.count(|c| c.releases += 1);
-        if let Some(why) = release_refusal(truth, &node) {
-            truth.violation(format!(
-                "invariant 1 (the one rule): {what} for {node}: {why}"
-            ));
-        }
-        // A release begins with its taint or Node deletion; the pod and attachment
-        // deletions that follow belong to it (seed 1503: a release begun before the
-        // pause deleted its pods 3 s into it, through a slow API server).
-        let begins = matches!(what, "out-of-service taint" | "Node deletion");
-        // The switch is read right before a release begins; through a slow API server
-        // that read and the write each take the delay (seed 4623).
-        let latency = match *side.mode.borrow() {
-            ApiMode::Slow(d) => d * 3,
-            _ => Duration::ZERO,
-        };
-        if let Some(why) = truth.pause_refusal_after(latency).filter(|_| begins) {
-            truth.violation(format!(
-                "invariant 2 (no release begun while paused): {what} for {node}: {why}"
-            ));
-        }
+    let Some((node, what)) = released else {
+        return false;
+    };
+    truth.count(|c| c.releases += 1);
+    if let Some(why) = release_refusal(truth, &node) {
+        truth.violation(format!(
+            "invariant 1 (the one rule): {what} for {node}: {why}"
+        ));
     }
+    // A release begins with its taint or Node deletion; the pod and attachment
+    // deletions that follow belong to it (seed 1503: a release begun before the
+    // pause deleted its pods 3 s into it, through a slow API server).
+    let begins = matches!(what, "out-of-service taint" | "Node deletion");
+    // The switch is read right before a release begins; through a slow API server
+    // that read and the write each take the delay (seed 4623).
+    let latency = match *side.mode.borrow() {
+        ApiMode::Slow(d) => d * 3,
+        _ => Duration::ZERO,
+    };
+    if let Some(why) = truth.pause_refusal_after(latency).filter(|_| begins) {
+        truth.violation(format!(
+            "invariant 2 (no release begun while paused): {what} for {node}: {why}"
+        ));
+    }
+    begins
 }
 
 /// The node a pod or VolumeAttachment names (`spec.nodeName`).

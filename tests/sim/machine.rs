@@ -147,6 +147,8 @@ pub struct Truth {
     pub paused_since: Mutex<Option<Instant>>,
     /// The replica that sends the next power-off dies once it is sent.
     pub crash_on_power_off: AtomicBool,
+    /// The replica that begins the next release dies once that write is done.
+    pub crash_on_release: AtomicBool,
     pub counters: Mutex<Counters>,
     /// The schedule's own generator, for the faults decided per request.
     pub rng: Mutex<Rng>,
@@ -205,6 +207,8 @@ pub struct Counters {
     pub api_errors: u64,
     /// Open watch streams ended by the API fault layer.
     pub watches_ended: u64,
+    /// Replicas killed right after a power-off or a release began (scripted faults).
+    pub scripted_crashes: u64,
 }
 
 impl Truth {
@@ -362,6 +366,7 @@ impl SimDriver {
                 // Its process is gone: no request of it reaches anything any more
                 // (the replica is started again when the faults are healed).
                 self.alive.store(false, Ordering::SeqCst);
+                self.truth.count(|c| c.scripted_crashes += 1);
             }
         } else {
             if let Some(why) = self.truth.pause_refusal() {

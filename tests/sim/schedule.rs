@@ -26,6 +26,9 @@ pub enum Fault {
     /// The replica that sends the next power-off dies right after sending it (scripted
     /// scenarios: the moment a new term must remember the command).
     CrashOnNextPowerOff,
+    /// The replica that begins the next release (its taint or Node deletion) dies
+    /// right after that write, before it can record the release.
+    CrashOnNextRelease,
 }
 
 pub fn schedule(rng: &mut Rng) -> Vec<(Duration, Fault)> {

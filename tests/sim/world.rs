@@ -143,7 +143,8 @@ impl World {
         }
     }
 
-    /// Replica `r` died without being aborted (`Fault::CrashOnNextPowerOff`).
+    /// Replica `r` died without being aborted (`Fault::CrashOnNextPowerOff`,
+    /// `Fault::CrashOnNextRelease`).
     pub fn frozen(&self, r: usize) -> bool {
         self.replicas[r]
             .as_ref()
@@ -311,6 +312,9 @@ impl World {
             Fault::ReportLag(i, lag) => self.machine(i, |m| m.report_lag = Some(lag)),
             Fault::CrashOnNextPowerOff => {
                 self.truth.crash_on_power_off.store(true, Ordering::SeqCst);
+            }
+            Fault::CrashOnNextRelease => {
+                self.truth.crash_on_release.store(true, Ordering::SeqCst);
             }
             Fault::Crash(r, down) => {
                 self.crash(r);
