@@ -345,3 +345,42 @@ fn a_new_leader_powers_on_a_machine_whose_release_was_never_recorded() {
         "the leader did not die right after its taint: the scenario did not play"
     );
 }
+
+/// A power-off decided just before a storm, through an API server that makes every
+/// request of the replicas take 4 s: worker-1 (partitioned at 20 s) is to be powered
+/// off at 92 s; workers 2 and 3 are cut at 91 s, right after a renewal, so from 102 s
+/// three of six nodes are unhealthy. Before the command the executor reads the pause
+/// switch, writes the power-off record and reads the switch again (12 s here), and by
+/// then storm protection holds and the replica has lost the Lease: it checks both
+/// right before the command, and nothing is sent. Catches
+/// `leader-not-rechecked-before-command`, which timing changes took from regression
+/// seed 2702.
+#[test]
+fn a_power_off_decided_before_a_storm_is_held_when_the_storm_comes_first() {
+    use sim::api::ApiMode;
+    use sim::schedule::Fault;
+    use std::time::Duration;
+    let s = Duration::from_secs;
+    let script = vec![
+        (s(20), Fault::NetworkCut(0)),
+        (s(91), Fault::NetworkCut(1)),
+        (s(91), Fault::NetworkCut(2)),
+        (s(89), Fault::Api(0, ApiMode::Slow(s(4)), s(30))),
+        (s(89), Fault::Api(1, ApiMode::Slow(s(4)), s(30))),
+        (s(400), Fault::Restore(4)),
+    ];
+    let outcome = sim::play::run_scripted(1, script);
+    assert!(
+        outcome.violations.is_empty(),
+        "{}",
+        outcome.violations.join("\n")
+    );
+    assert!(
+        outcome.log.contains("forcing power off (attempt 1)")
+            && (outcome
+                .log
+                .contains("no longer the leader: power command not sent")
+                || outcome.log.contains("power-off not sent")),
+        "no power-off was decided and then held: the scenario did not play"
+    );
+}
