@@ -187,6 +187,21 @@ fn random_whole_system_schedules_keep_every_invariant() {
 /// Seed 764 has API errors, dropped watches, a leader change and a BMC that answers
 /// for another machine; before tokio's select! was seeded it played two ways.
 #[cfg(tokio_unstable)]
+/// Plays a scripted scenario (see `sim::play::run_scripted`) and fails on any broken
+/// invariant; what the scenario must have done is the caller's to check.
+fn scripted(
+    seed: u64,
+    script: Vec<(std::time::Duration, sim::schedule::Fault)>,
+) -> sim::play::Outcome {
+    let outcome = sim::play::run_scripted(seed, script);
+    assert!(
+        outcome.violations.is_empty(),
+        "{}",
+        outcome.violations.join("\n")
+    );
+    outcome
+}
+
 #[test]
 fn a_seed_played_twice_does_exactly_the_same_thing() {
     let seed = 764;
@@ -231,12 +246,7 @@ fn a_term_that_cannot_list_the_leases_does_not_fence_during_a_storm_it_cannot_se
         (s(300), Fault::Restore(1)),
         (s(300), Fault::Restore(2)),
     ];
-    let outcome = sim::play::run_scripted(1, script);
-    assert!(
-        outcome.violations.is_empty(),
-        "{}",
-        outcome.violations.join("\n")
-    );
+    let outcome = scripted(1, script);
     assert!(
         outcome.counters.api_errors > 0,
         "the Lease lists never failed: the scenario did not play"
@@ -264,12 +274,7 @@ fn a_power_on_that_fails_is_tried_again_until_the_machine_is_on() {
         // before it, not held until the chaos is over.
         (s(400), Fault::Restore(4)),
     ];
-    let outcome = sim::play::run_scripted(POWER_ON_SEED, script);
-    assert!(
-        outcome.violations.is_empty(),
-        "{}",
-        outcome.violations.join("\n")
-    );
+    let outcome = scripted(POWER_ON_SEED, script);
     assert!(
         outcome.counters.power_offs > 0 && outcome.counters.power_ons > 0,
         "worker-1 was not powered off and on again: the scenario did not play ({:?})",
@@ -300,12 +305,7 @@ fn a_new_leader_does_not_power_off_again_a_machine_its_bmc_still_reports_on() {
         (s(21), Fault::NetworkCut(1)),
         (s(400), Fault::Restore(4)),
     ];
-    let outcome = sim::play::run_scripted(1, script);
-    assert!(
-        outcome.violations.is_empty(),
-        "{}",
-        outcome.violations.join("\n")
-    );
+    let outcome = scripted(1, script);
     assert_eq!(
         outcome.counters.power_offs, 1,
         "worker-2 must be powered off once, by the leader that then died ({:?})",
@@ -329,12 +329,7 @@ fn a_new_leader_powers_on_a_machine_whose_release_was_never_recorded() {
         (s(20), Fault::NetworkCut(0)),
         (s(400), Fault::Restore(4)),
     ];
-    let outcome = sim::play::run_scripted(POWER_ON_SEED, script);
-    assert!(
-        outcome.violations.is_empty(),
-        "{}",
-        outcome.violations.join("\n")
-    );
+    let outcome = scripted(POWER_ON_SEED, script);
     assert!(
         outcome.counters.power_offs == 1 && outcome.counters.power_ons >= 1,
         "worker-1 was not powered off and on again: the scenario did not play ({:?})",
@@ -369,12 +364,7 @@ fn a_power_off_decided_before_a_storm_is_held_when_the_storm_comes_first() {
         (s(89), Fault::Api(1, ApiMode::Slow(s(4)), s(30))),
         (s(400), Fault::Restore(4)),
     ];
-    let outcome = sim::play::run_scripted(1, script);
-    assert!(
-        outcome.violations.is_empty(),
-        "{}",
-        outcome.violations.join("\n")
-    );
+    let outcome = scripted(1, script);
     assert!(
         outcome.log.contains("forcing power off (attempt 1)")
             && (outcome
