@@ -82,6 +82,8 @@ fn proof_from(last_sign_of_life: SystemTime, machine: Option<MachineIdentity>) -
     let base = last_sign_of_life + Duration::from_secs(60);
     OffProof {
         last_sign_of_life,
+        readings_after: last_sign_of_life,
+        lease_renewed: None,
         readings: (0..3).map(|i| base + Duration::from_secs(i)).collect(),
         machine,
         require_identity: true,
@@ -170,6 +172,68 @@ async fn a_node_ready_again_is_refused_and_untouched() {
     assert_eq!(
         nodes.get("w1").await.unwrap().metadata.resource_version,
         before.metadata.resource_version
+    );
+    kube.shutdown().await;
+}
+
+/// A kubelet whose clock runs behind: its renewal's renewTime is older than the last
+/// sign of life, yet it is a renewal all the same, and readings older than when
+/// nodefence saw the previous one prove nothing.
+#[tokio::test]
+async fn a_renewal_from_a_clock_behind_and_readings_before_the_seen_renewal_are_refused() {
+    let (kube, client) = setup().await;
+    let died = died();
+    let node = dead_node(&client, "w1", died).await;
+    let sign = died + Duration::from_secs(50);
+    let releaser = Releaser::new(client.clone(), Leadership::always());
+    let renewed_at_death = proof(sign);
+    let seen_late = OffProof {
+        // nodefence saw the renewal after the first reading was taken: the kubelet's
+        // clock wrote it more than 110 s behind.
+        readings_after: sign + Duration::from_secs(61),
+        ..renewed_at_death.clone()
+    };
+    assert_refused(
+        releaser.taint("w1", &uid(&node), &seen_late).await,
+        "older than",
+    )
+    .await;
+
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let renew_time = |lease: Lease| {
+        lease
+            .spec
+            .and_then(|s| s.renew_time)
+            .map(|t| SystemTime::from(t.0))
+    };
+    let seen = renew_time(leases.get("w1").await.unwrap());
+    let behind = json!({"spec": {"renewTime": rfc3339(died + Duration::from_secs(10))}});
+    leases
+        .patch("w1", &PatchParams::default(), &Patch::Merge(&behind))
+        .await
+        .unwrap();
+    let renewed_since = OffProof {
+        lease_renewed: seen,
+        ..renewed_at_death.clone()
+    };
+    assert_refused(
+        releaser.taint("w1", &uid(&node), &renewed_since).await,
+        "renewed its Lease",
+    )
+    .await;
+    assert_eq!(
+        taint_keys(&Api::<Node>::all(client.clone()).get("w1").await.unwrap()).len(),
+        1,
+        "nothing released"
+    );
+    // The renewal the proof already knew of is no contradiction.
+    let known = OffProof {
+        lease_renewed: renew_time(leases.get("w1").await.unwrap()),
+        ..renewed_at_death
+    };
+    assert_eq!(
+        releaser.taint("w1", &uid(&node), &known).await.unwrap(),
+        Released::Tainted
     );
     kube.shutdown().await;
 }

@@ -5,9 +5,12 @@
 //! cache) and refused unless all of these hold at that moment:
 //! - this replica is the leader;
 //! - the Node is the one the engine judged (same uid) and is still not Ready;
-//! - its kubelet has not renewed its Lease since the proof's last sign of life
-//!   (a renewal means the machine was alive after it read Off: contradiction);
-//! - the [`OffProof`] has readings, all newer than that last sign of life;
+//! - its kubelet has not renewed its Lease since the proof's last sign of life: its
+//!   renewTime is neither later than it nor other than the one the engine last saw,
+//!   whichever way the kubelet's clock is off (a renewal means the machine was alive
+//!   after it read Off: contradiction);
+//! - the [`OffProof`] has readings, all newer than that last sign of life and than
+//!   the moment nodefence saw the last renewal (by its own clock, the readings' clock);
 //! - the machine those readings came from is the node's own: its identity matches
 //!   the fresh Node's `systemUUID`/`providerID` (unless the policy accepts an
 //!   unprovable source, and never on a mismatch).
@@ -103,8 +106,8 @@ impl Releaser {
     /// Re-reads and re-checks `node` against `proof`; returns the fresh Node.
     async fn verify(&self, node: &str, uid: &str, proof: &OffProof) -> Result<Node, ReleaseError> {
         self.require_leader()?;
-        if proof.readings.is_empty() || proof.readings.iter().any(|t| *t <= proof.last_sign_of_life)
-        {
+        let floor = proof.readings_after.max(proof.last_sign_of_life);
+        if proof.readings.is_empty() || proof.readings.iter().any(|t| *t <= floor) {
             return Err(ReleaseError::Refused(
                 "the Off proof is empty or older than the node's last sign of life".into(),
             ));
@@ -154,10 +157,11 @@ impl Releaser {
                 .spec
                 .and_then(|s| s.renew_time)
                 .map(|t| SystemTime::from(t.0))
-            && renewed > proof.last_sign_of_life
+            && (renewed > proof.last_sign_of_life
+                || proof.lease_renewed.is_some_and(|seen| seen != renewed))
         {
             return Err(ReleaseError::Refused(format!(
-                "the kubelet of {node} renewed its Lease at {} after the machine's last sign of life; its Off readings are contradicted",
+                "the kubelet of {node} renewed its Lease (renewTime {}) after the last renewal the Off proof knew of; its Off readings are contradicted",
                 humantime::format_rfc3339_micros(renewed)
             )));
         }

@@ -24,7 +24,15 @@ pub struct ReleasePlan {
 /// than the node's last sign of life.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OffProof {
+    /// The node's last sign of life as the clocks that wrote it tell it: a fresh Node
+    /// or Lease showing a later one refuses the release.
     pub last_sign_of_life: SystemTime,
+    /// Every reading must be newer than this: the last sign of life, and when
+    /// nodefence saw the last Lease renewal, by its own clock.
+    pub readings_after: SystemTime,
+    /// The kubelet's renewTime as the engine last saw it. A fresh Lease with any other
+    /// renewTime was renewed since, whichever way the kubelet's clock is off.
+    pub lease_renewed: Option<SystemTime>,
     pub readings: Vec<SystemTime>,
     /// The machine the readings came from, as its source identified it; re-checked
     /// against a fresh read of the Node before the release.

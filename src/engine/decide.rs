@@ -146,7 +146,7 @@ pub(super) fn decide_incident(
         inc.off_readings.pop();
     }
     let proven = inc.off_readings.len() >= policy.confirm_readings.max(1) as usize
-        && inc.off_readings.iter().all(|t| *t > inc.since);
+        && inc.off_readings.iter().all(|t| *t > inc.readings_after);
     if let Some(block) = identity {
         // Only once something would be done: an identity not read yet is no news.
         if proven || inc.last_state.is_some() {
@@ -216,6 +216,8 @@ pub(super) fn decide_incident(
             },
             proof: OffProof {
                 last_sign_of_life: inc.since,
+                readings_after: inc.readings_after,
+                lease_renewed: inc.lease_renewed,
                 readings: inc.off_readings.clone(),
                 machine: machine.cloned(),
                 require_identity: policy.require_identity,
@@ -228,7 +230,7 @@ pub(super) fn decide_incident(
     let Some((read_at, state)) = inc.last_state.clone() else {
         return;
     };
-    if read_at <= inc.since || inc.last_error.as_ref().is_some_and(|(t, _)| *t > read_at) {
+    if read_at <= inc.readings_after || inc.last_error.as_ref().is_some_and(|(t, _)| *t > read_at) {
         return;
     }
     match state {

@@ -167,6 +167,14 @@ impl NodeFacts {
         }
     }
 
+    /// The time power readings must be newer than, for an unhealthy node last alive at
+    /// `since`: also later than nodefence saw the Lease's last renewal, by its own
+    /// clock, the clock the readings are taken on. A kubelet whose clock runs behind
+    /// writes a renewTime older than readings nodefence took before that renewal.
+    pub fn readings_after(&self, since: SystemTime) -> SystemTime {
+        self.lease_seen.map_or(since, |seen| seen.max(since))
+    }
+
     /// When the Lease goes stale if it is not renewed again (`None`: no Lease, or the
     /// fast path is off).
     pub fn lease_stale_at(&self, policy: Option<LeaseStaleAfter>) -> Option<SystemTime> {
@@ -293,6 +301,22 @@ mod tests {
         f.lease_seen = None;
         assert_eq!(f.lease_stale_at(fixed), Some(t(142)));
         assert_eq!(f.health(t(141), fixed), Health::Healthy);
+    }
+
+    #[test]
+    fn readings_must_follow_the_renewal_by_either_clock() {
+        let mut f = NodeFacts::ready("a", t(0));
+        // A clock behind: written at 0, seen at 20; a reading at 10 predates it.
+        f.lease_seen = Some(t(20));
+        assert_eq!(f.readings_after(t(0)), t(20));
+        // A later sign of life (the NotReady transition) still counts.
+        assert_eq!(f.readings_after(t(50)), t(50));
+        // A clock ahead: the renewTime is the later one, kept.
+        f.lease_seen = Some(t(0));
+        assert_eq!(f.readings_after(t(20)), t(20));
+        // No Lease watched: the last sign of life alone.
+        f.lease_seen = None;
+        assert_eq!(f.readings_after(t(7)), t(7));
     }
 
     #[test]

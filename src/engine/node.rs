@@ -177,13 +177,20 @@ impl PowerOffStatus {
 /// An unhealthy node being handled.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Incident {
-    /// The node's last sign of life: only Off readings newer than this count.
+    /// The node's last sign of life, as the clocks that wrote it tell it (the
+    /// kubelet's renewTime, the NotReady transition): the releaser compares the fresh
+    /// Node and Lease with it.
     pub since: SystemTime,
+    /// Only readings newer than this count: `since`, and no earlier than nodefence
+    /// saw the last Lease renewal ([`NodeFacts::readings_after`]).
+    pub readings_after: SystemTime,
+    /// The kubelet's renewTime as last seen, for the Off proof.
+    pub lease_renewed: Option<SystemTime>,
     /// `since` when the incident started: when the node failed, as far as anyone can
     /// tell (`since` moves later, e.g. to the NotReady transition; this does not).
     pub failed_at: SystemTime,
     pub started: SystemTime,
-    /// Consecutive Off readings newer than `since`.
+    /// Consecutive Off readings newer than `readings_after`.
     pub off_readings: Vec<SystemTime>,
     pub last_state: Option<(SystemTime, PowerState)>,
     pub last_error: Option<(SystemTime, PowerError)>,
@@ -444,8 +451,11 @@ impl NodeState {
                     "{what} (last sign of life {}); checking the machine's power through its out-of-band controller",
                     humantime::format_rfc3339_seconds(since)
                 )));
+                let readings_after = self.facts.readings_after(since);
                 self.phase = Phase::Incident(Box::new(Incident {
                     since,
+                    readings_after,
+                    lease_renewed: self.facts.lease_renewed,
                     failed_at: since,
                     started: now,
                     off_readings: Vec::new(),
@@ -481,10 +491,13 @@ impl NodeState {
                     self.queries.next_at = None;
                     return out;
                 };
-                if since > inc.since {
+                inc.since = inc.since.max(since);
+                inc.lease_renewed = self.facts.lease_renewed;
+                let readings_after = self.facts.readings_after(since);
+                if readings_after > inc.readings_after {
                     // A newer sign of life: older Off readings prove nothing any more.
-                    inc.since = since;
-                    inc.off_readings.retain(|t| *t > since);
+                    inc.readings_after = readings_after;
+                    inc.off_readings.retain(|t| *t > readings_after);
                 }
                 if inc.power_off == PowerOffStatus::NotSent {
                     // Another term (a replica that crashed, lost the Lease, or ran an

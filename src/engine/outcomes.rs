@@ -28,7 +28,7 @@ impl Engine {
                     state.queries.failures = 0;
                     inc.first_reading.get_or_insert(reading.at);
                     if reading.state.is_off() {
-                        if reading.at > inc.since {
+                        if reading.at > inc.readings_after {
                             inc.off_readings.push(reading.at);
                         }
                         // Blocked on identity: no proof is being built, poll gently.

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use super::api::{self, ApiMode, ApiSide, LEADER};
 use super::machine::{Bmc, Counters, Machine, Rng, Truth, lock};
-use super::schedule::{Fault, report_lags, schedule, watch_drops};
+use super::schedule::{Fault, clock_skews, report_lags, schedule, watch_drops};
 use super::world::{
     CHAOS, LIVENESS_BOUND, PASSWORD, RECOVERY_BOUND, TRANSITION, WORKERS, World, node_name,
     uuid_of, write_config,
@@ -146,13 +146,17 @@ async fn play(
         rng: Mutex::new(Rng::new(seed ^ 0xA5A5)),
         ..Truth::default()
     });
-    // Scripted scenarios keep their BMCs prompt.
-    let lags = match script {
-        Some(_) => vec![None; WORKERS],
-        None => report_lags(seed),
+    // Scripted scenarios keep their BMCs prompt and their clocks right.
+    let (lags, skews) = match script {
+        Some(_) => (vec![None; WORKERS], vec![Duration::ZERO; WORKERS]),
+        None => (report_lags(seed), clock_skews(seed)),
     };
-    for (i, lag) in lags.iter().enumerate() {
-        sim.add_node(NodeSpec::new(node_name(i)).system_uuid(uuid_of(i).to_uppercase()));
+    for (i, (lag, skew)) in lags.iter().zip(&skews).enumerate() {
+        sim.add_node(
+            NodeSpec::new(node_name(i))
+                .system_uuid(uuid_of(i).to_uppercase())
+                .clock_behind(*skew),
+        );
         let mut machine = Machine::new(&node_name(i), &uuid_of(i));
         machine.lags = rng.below(2) == 1;
         machine.report_lag = *lag;
@@ -210,6 +214,19 @@ async fn play(
                 )
             })
         })
+        .chain(
+            skews
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| !s.is_zero())
+                .map(|(i, s)| {
+                    format!(
+                        "   0s {}'s clock runs {}s behind",
+                        node_name(i),
+                        s.as_secs()
+                    )
+                }),
+        )
         .collect();
     let mut faults = match script {
         Some(script) => script,

@@ -115,3 +115,17 @@ pub fn report_lags(seed: u64) -> Vec<Option<Duration>> {
         .map(|_| (rng.below(3) == 0).then(|| Duration::from_secs(5 + rng.below(36))))
         .collect()
 }
+
+/// How far behind each machine's clock runs (no NTP on it), from a generator of its
+/// own like [`watch_drops`]: about one machine in eight, by 1–30 s. Its kubelet writes
+/// renewTimes and heartbeats that look that much older: its Lease must not look
+/// missed, nor an Off reading taken before its last renewal count.
+pub fn clock_skews(seed: u64) -> Vec<Duration> {
+    let mut rng = Rng::new(seed ^ 0x434C_4F43_4B53_4B57);
+    (0..WORKERS)
+        .map(|_| match rng.below(8) {
+            0 => Duration::from_secs(1 + rng.below(30)),
+            _ => Duration::ZERO,
+        })
+        .collect()
+}

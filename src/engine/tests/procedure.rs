@@ -370,6 +370,42 @@ fn off_readings_older_than_a_newer_sign_of_life_do_not_count() {
     assert!(h.released("w1"));
 }
 
+/// A kubelet whose clock runs behind writes renewTimes older than the Off readings
+/// nodefence already took: the renewal is still a sign of life, judged by when
+/// nodefence saw it, and the readings before it prove nothing.
+#[test]
+fn a_renewal_written_by_a_clock_behind_still_voids_the_readings_before_it() {
+    let mut h = Harness::new(Policy {
+        confirm_interval: secs(5),
+        ..Policy::default()
+    });
+    h.add("w1", Bmc::State(PowerState::Off));
+    h.hang_kubelet("w1");
+    h.not_ready("w1");
+    h.advance(secs(6)); // two Off readings so far
+    let now = h.now;
+    h.set_facts("w1", |f| {
+        f.lease_renewed = Some(now - secs(20));
+        f.lease_seen = Some(now);
+    });
+    h.advance(secs(6));
+    assert!(
+        !h.released("w1"),
+        "needs three readings after the renewal nodefence saw"
+    );
+    h.advance(secs(10));
+    assert!(h.released("w1"));
+    let proof = h
+        .log
+        .iter()
+        .find_map(|a| match a {
+            Action::Release { proof, .. } => Some(proof.clone()),
+            _ => None,
+        })
+        .expect("a release");
+    assert!(proof.readings.iter().all(|t| *t > now), "{proof:?}");
+}
+
 #[test]
 fn storm_protection_stops_power_offs_but_not_releases_of_off_machines() {
     let mut h = Harness::new(Policy::default());
