@@ -374,3 +374,31 @@ fn a_power_off_decided_before_a_storm_is_held_when_the_storm_comes_first() {
         "no power-off was decided and then held: the scenario did not play"
     );
 }
+
+/// Seed 6386's race, scripted: the node is opted out half a second after nodefence
+/// decided to power it off, while the API server takes a second per request. The
+/// decision is already with the executor; the fresh read of the Node by the power-off's
+/// write-ahead record must refuse it (mutant `opt-out-not-rechecked-at-record`).
+#[test]
+fn a_node_opted_out_just_after_its_power_off_was_decided_is_not_powered_off() {
+    use sim::api::ApiMode;
+    use sim::schedule::Fault;
+    use std::time::Duration;
+    let s = Duration::from_secs;
+    let script = vec![
+        (s(20), Fault::NetworkCut(0)),
+        (s(89), Fault::Api(0, ApiMode::Slow(s(1)), s(30))),
+        (s(89), Fault::Api(1, ApiMode::Slow(s(1)), s(30))),
+        // The power-off is decided at 92 s (unhealthy_after after the missed renewal).
+        (Duration::from_millis(92_500), Fault::OptOut(0, s(60))),
+        (s(400), Fault::Restore(0)),
+    ];
+    let outcome = scripted(1, script);
+    assert!(
+        outcome.log.contains("forcing power off (attempt 1)")
+            && outcome
+                .log
+                .contains("is opted out (nodefence.io/exclude: \"true\"): power-off not sent"),
+        "no power-off was decided and then refused at its record: the scenario did not play"
+    );
+}
