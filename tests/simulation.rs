@@ -402,3 +402,37 @@ fn a_node_opted_out_just_after_its_power_off_was_decided_is_not_powered_off() {
         "no power-off was decided and then refused at its record: the scenario did not play"
     );
 }
+
+/// The race of seeds 10400, 11586 and 11834, scripted: fencing is paused half a second
+/// after a power-off was decided, while the API server takes 2 s per request.
+/// The engine sees the pause too late for this decision; the executor's fresh read of
+/// the switch right before the command must refuse it (mutant
+/// `pause-not-read-before-commands`).
+#[test]
+fn a_pause_just_after_a_power_off_was_decided_stops_the_command() {
+    use sim::api::ApiMode;
+    use sim::schedule::Fault;
+    use std::time::Duration;
+    let s = Duration::from_secs;
+    let script = vec![
+        (s(20), Fault::NetworkCut(0)),
+        (s(89), Fault::Api(0, ApiMode::Slow(s(2)), s(30))),
+        (s(89), Fault::Api(1, ApiMode::Slow(s(2)), s(30))),
+        // The power-off is decided at 92 s (unhealthy_after after the missed renewal).
+        (Duration::from_millis(92_500), Fault::Pause(s(60))),
+        (s(400), Fault::Restore(0)),
+    ];
+    let outcome = scripted(1, script);
+    assert!(
+        outcome.log.contains("forcing power off (attempt 1)")
+            && outcome.log.contains("power-off not sent")
+            && outcome.log.contains("fencing is PAUSED"),
+        "no power-off was decided and then refused by the pause: the scenario did not play\n{}",
+        outcome
+            .log
+            .lines()
+            .filter(|l| l.contains("worker-1") && l.contains("power"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
