@@ -2,12 +2,16 @@
 //! was (not) done; `random::random_fault_schedules_never_release_without_proof`
 //! drives thousands of random schedules and checks the one rule on every release.
 //!
-//! The harness is here; tests by theme: [`procedure`] (detection to release and the
-//! gates), [`recovery`] (after the release: power-on, records, recovery),
+//! The harness is here; tests by theme: [`procedure`] (detection to release),
+//! [`proof`] (the Off proof, and blocked incidents), [`gates`] (storm protection,
+//! concurrency, pause, exclusions, per-node policies), [`identity`] (the identity
+//! cross-check), [`recovery`] (after the release: power-on, records, recovery),
 //! [`random`] (randomized fault schedules).
 
+mod gates;
 mod identity;
 mod procedure;
+mod proof;
 mod random;
 mod recovery;
 
