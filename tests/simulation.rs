@@ -375,31 +375,52 @@ fn a_power_off_decided_before_a_storm_is_held_when_the_storm_comes_first() {
     );
 }
 
-/// Seed 6386's race, scripted: the node is opted out half a second after nodefence
-/// decided to power it off, while the API server takes a second per request. The
-/// decision is already with the executor; the fresh read of the Node by the power-off's
-/// write-ahead record must refuse it (mutant `opt-out-not-rechecked-at-record`).
-#[test]
-fn a_node_opted_out_just_after_its_power_off_was_decided_is_not_powered_off() {
+/// worker-1 is cut off at 20 s and its power-off decided at 92 s (`unhealthy_after`
+/// after the missed renewal); the API server answers every request in `slow` from
+/// 89 s, and `fault` strikes half a second after the decision, while the command is
+/// on its way through the executor. Returns the run; fails on a broken invariant or
+/// when no power-off was decided and then refused with `refusal`.
+fn just_after_a_power_off_was_decided(
+    slow: std::time::Duration,
+    fault: sim::schedule::Fault,
+    refusal: &str,
+) -> sim::play::Outcome {
     use sim::api::ApiMode;
     use sim::schedule::Fault;
     use std::time::Duration;
     let s = Duration::from_secs;
     let script = vec![
         (s(20), Fault::NetworkCut(0)),
-        (s(89), Fault::Api(0, ApiMode::Slow(s(1)), s(30))),
-        (s(89), Fault::Api(1, ApiMode::Slow(s(1)), s(30))),
-        // The power-off is decided at 92 s (unhealthy_after after the missed renewal).
-        (Duration::from_millis(92_500), Fault::OptOut(0, s(60))),
+        (s(89), Fault::Api(0, ApiMode::Slow(slow), s(30))),
+        (s(89), Fault::Api(1, ApiMode::Slow(slow), s(30))),
+        (Duration::from_millis(92_500), fault),
         (s(400), Fault::Restore(0)),
     ];
     let outcome = scripted(1, script);
     assert!(
-        outcome.log.contains("forcing power off (attempt 1)")
-            && outcome
-                .log
-                .contains("is opted out (nodefence.io/exclude: \"true\"): power-off not sent"),
-        "no power-off was decided and then refused at its record: the scenario did not play"
+        outcome.log.contains("forcing power off (attempt 1)") && outcome.log.contains(refusal),
+        "no power-off was decided and then refused ({refusal}): the scenario did not play\n{}",
+        outcome
+            .log
+            .lines()
+            .filter(|l| l.contains("worker-1") && l.contains("power"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    outcome
+}
+
+/// Seed 6386's race, scripted: the node is opted out half a second after nodefence
+/// decided to power it off, while the API server takes a second per request. The
+/// decision is already with the executor; the fresh read of the Node by the power-off's
+/// write-ahead record must refuse it (mutant `opt-out-not-rechecked-at-record`).
+#[test]
+fn a_node_opted_out_just_after_its_power_off_was_decided_is_not_powered_off() {
+    let s = std::time::Duration::from_secs;
+    just_after_a_power_off_was_decided(
+        s(1),
+        sim::schedule::Fault::OptOut(0, s(60)),
+        "is opted out (nodefence.io/exclude: \"true\"): power-off not sent",
     );
 }
 
@@ -410,29 +431,10 @@ fn a_node_opted_out_just_after_its_power_off_was_decided_is_not_powered_off() {
 /// `pause-not-read-before-commands`).
 #[test]
 fn a_pause_just_after_a_power_off_was_decided_stops_the_command() {
-    use sim::api::ApiMode;
-    use sim::schedule::Fault;
-    use std::time::Duration;
-    let s = Duration::from_secs;
-    let script = vec![
-        (s(20), Fault::NetworkCut(0)),
-        (s(89), Fault::Api(0, ApiMode::Slow(s(2)), s(30))),
-        (s(89), Fault::Api(1, ApiMode::Slow(s(2)), s(30))),
-        // The power-off is decided at 92 s (unhealthy_after after the missed renewal).
-        (Duration::from_millis(92_500), Fault::Pause(s(60))),
-        (s(400), Fault::Restore(0)),
-    ];
-    let outcome = scripted(1, script);
-    assert!(
-        outcome.log.contains("forcing power off (attempt 1)")
-            && outcome.log.contains("power-off not sent")
-            && outcome.log.contains("fencing is PAUSED"),
-        "no power-off was decided and then refused by the pause: the scenario did not play\n{}",
-        outcome
-            .log
-            .lines()
-            .filter(|l| l.contains("worker-1") && l.contains("power"))
-            .collect::<Vec<_>>()
-            .join("\n")
+    let s = std::time::Duration::from_secs;
+    just_after_a_power_off_was_decided(
+        s(2),
+        sim::schedule::Fault::Pause(s(60)),
+        "refused: fencing is PAUSED",
     );
 }

@@ -23,6 +23,7 @@
 //! of the actions the executor carried out: readings, commands, releases).
 
 pub mod action;
+mod block;
 mod decide;
 pub mod facts;
 pub mod node;
