@@ -24,6 +24,7 @@ pub mod engine;
 pub mod fuzzing;
 pub mod identity;
 pub mod power;
+pub mod remediation;
 pub mod telemetry;
 pub mod tls;
 pub mod untrusted;

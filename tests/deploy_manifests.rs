@@ -7,7 +7,11 @@
 //! - the RBAC of the base and of each component is, grant by grant, the table of API
 //!   calls in the code (`nodefence::cluster::access::DAEMON`): nothing missing,
 //!   nothing more. A new call without its grant fails here (and in `tests/rbac.rs`,
-//!   which runs the daemon under exactly this RBAC).
+//!   which runs the daemon under exactly this RBAC);
+//! - the remediation CRDs are the ones the Rust types generate, both ways: the file
+//!   parses back into exactly those objects, and renders from them to exactly that
+//!   text (`NODEFENCE_BLESS=1` rewrites it); the role the requesters are given is
+//!   bound to nobody and carries their aggregation labels.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
@@ -15,6 +19,8 @@ use std::path::{Path, PathBuf};
 
 use clap::Parser;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
+use kube::CustomResourceExt;
 use nodefence::cluster::access::{self, Component, Scope};
 use serde_json::Value;
 
@@ -98,6 +104,12 @@ fn every_manifest_is_a_valid_object_of_its_kind() {
                     parses_as::<k8s_openapi::api::policy::v1::PodDisruptionBudget>(&doc)
                 }
                 "Service" => parses_as::<core::Service>(&doc),
+                "CustomResourceDefinition" => {
+                    parses_as::<apiextensions::CustomResourceDefinition>(&doc)
+                }
+                "NodeFenceRemediationTemplate" => {
+                    parses_as::<nodefence::remediation::NodeFenceRemediationTemplate>(&doc)
+                }
                 other => panic!("{}: unexpected kind {other}", file.display()),
             };
             assert!(ok, "{}: {kind} does not parse as its type", file.display());
@@ -466,4 +478,107 @@ fn kustomize_renders_the_base_and_every_component() {
     );
     everything.retain(|d| d["kind"] == "Secret");
     assert!(everything.is_empty(), "no component applies a Secret");
+}
+
+/// The remediation CRDs as the Rust types define them.
+fn generated_crds() -> Vec<apiextensions::CustomResourceDefinition> {
+    vec![
+        nodefence::remediation::NodeFenceRemediation::crd(),
+        nodefence::remediation::NodeFenceRemediationTemplate::crd(),
+    ]
+}
+
+const CRDS_HEADER: &str = "\
+# Generated from src/remediation/types.rs: do not edit. After changing the types,
+# NODEFENCE_BLESS=1 cargo test --test deploy_manifests rewrites this file.
+";
+
+#[test]
+fn the_remediation_crds_are_generated_from_the_rust_types_both_ways() {
+    let path = deploy_dir().join("components/remediation/crds.yaml");
+    let crds = generated_crds();
+    let mut text = CRDS_HEADER.to_string();
+    for crd in &crds {
+        text.push_str("---\n");
+        text.push_str(&serde_saphyr::to_string(crd).unwrap());
+    }
+    if std::env::var("NODEFENCE_BLESS").is_ok_and(|v| v == "1") {
+        std::fs::write(&path, &text).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).unwrap();
+    // File -> objects: exactly the types' CRDs.
+    let parsed: Vec<apiextensions::CustomResourceDefinition> = documents_of(&path)
+        .into_iter()
+        .map(|d| serde_json::from_value(d).unwrap())
+        .collect();
+    assert_eq!(
+        parsed,
+        crds,
+        "{} is not what the Rust types generate: run NODEFENCE_BLESS=1 cargo test --test deploy_manifests",
+        path.display()
+    );
+    // Objects -> file: exactly that text (no hand edit hides in formatting).
+    assert_eq!(
+        committed,
+        text,
+        "{} was edited by hand: run NODEFENCE_BLESS=1 cargo test --test deploy_manifests",
+        path.display()
+    );
+    // What NodeHealthCheck and Cluster API rely on.
+    let (request, template) = (&crds[0], &crds[1]);
+    assert_eq!(request.spec.group, "remediation.nodefence.io");
+    assert_eq!(request.spec.names.kind, "NodeFenceRemediation");
+    assert_eq!(
+        template.spec.names.kind,
+        format!("{}Template", request.spec.names.kind),
+        "NodeHealthCheck strips the Template suffix to find the request's kind"
+    );
+    assert_eq!(request.spec.scope, "Namespaced");
+    assert_eq!(template.spec.scope, "Namespaced");
+    let version = &request.spec.versions[0];
+    assert!(
+        version
+            .subresources
+            .as_ref()
+            .is_some_and(|s| s.status.is_some()),
+        "status is a subresource: a requester's write cannot change it"
+    );
+    let schema = serde_json::to_value(&template.spec.versions[0].schema).unwrap();
+    assert!(
+        schema
+            .pointer("/openAPIV3Schema/properties/spec/properties/template/properties/spec")
+            .is_some(),
+        "the template carries spec.template.spec: {schema}"
+    );
+}
+
+#[test]
+fn the_requesters_role_is_aggregated_and_bound_to_nobody() {
+    let docs = documents_of(&deploy_dir().join("components/remediation/rbac.yaml"));
+    let role = docs
+        .iter()
+        .find(|d| d["metadata"]["name"] == "nodefence-remediation-requester")
+        .unwrap();
+    let labels = &role["metadata"]["labels"];
+    assert_eq!(
+        labels["rbac.ext-remediation/aggregate-to-ext-remediation"], "true",
+        "NodeHealthCheck's aggregation label"
+    );
+    assert_eq!(
+        labels["cluster.x-k8s.io/aggregate-to-manager"], "true",
+        "Cluster API's aggregation label"
+    );
+    let bound: Vec<&Value> = docs
+        .iter()
+        .filter(|d| d["roleRef"]["name"] == "nodefence-remediation-requester")
+        .collect();
+    assert!(bound.is_empty(), "granted to nobody directly: {bound:?}");
+    // nodefence itself cannot create requests: it only answers them.
+    let grants = grants_of(&docs);
+    assert!(
+        !grants
+            .iter()
+            .any(|g| g.2 == "nodefenceremediations" && g.0 == "create"),
+        "{grants:?}"
+    );
 }

@@ -1,6 +1,7 @@
 //! `nodefence explain NODE`: what nodefence sees about one node and what it would do,
 //! from live sources: the Node and its kubelet Lease, the inventory entry, one fresh
-//! power reading, the pause switch and nodefence's recent Events on the node.
+//! power reading, the pause switch, the remediation requests naming the node (with
+//! `[remediation] requests = true`) and nodefence's recent Events on the node.
 //!
 //! It reads only. The decision shown is the policy applied to what was just read; the
 //! running daemon may be further along (its Events, listed last, say where).
@@ -88,7 +89,15 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
         }
     };
     let target = config.inventory.nodes.get(name);
-    let facts = node_facts(&node, lease.as_ref(), target.is_some());
+    let mut facts = node_facts(&node, lease.as_ref(), target.is_some());
+    let requests = if config.agent.remediation.requests {
+        Some(requests_for(client.clone(), name).await)
+    } else {
+        None
+    };
+    if let Some(Ok(requests)) = &requests {
+        facts.request = crate::remediation::request::merged(requests);
+    }
     let policy = target.map_or(&config.agent.policy, |t| &t.policy);
     let now = crate::clock::now();
     let mut identity = None;
@@ -228,6 +237,21 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
             false
         }
     };
+    match &requests {
+        None => {}
+        Some(Err(why)) => lines.push(("Remediation".to_string(), format!("cannot be read: {why}"))),
+        Some(Ok(requests)) if requests.is_empty() => {
+            lines.push((
+                "Remediation".to_string(),
+                "no request names this node".into(),
+            ));
+        }
+        Some(Ok(requests)) => {
+            for request in requests {
+                lines.push(("Remediation".to_string(), describe_request(request, now)));
+            }
+        }
+    }
     lines.push(("Power now".to_string(), power_line));
     let health = facts.health(now, policy.lease_stale_after);
     lines.push((
@@ -333,6 +357,25 @@ fn decide(
         _ => {}
     }
     let readings = policy.confirm_readings;
+    if let Some(request) = facts.request_timed_out()
+        && matches!(power, Some(PowerState::On | PowerState::Paused))
+    {
+        return format!(
+            "no power command: {} timed out (its requester moved on); a machine proven Off is still released",
+            request.by
+        );
+    }
+    if let Some(request) = facts.live_request()
+        && matches!(power, Some(PowerState::On | PowerState::Paused))
+    {
+        if policy.on_powered_on == OnPoweredOn::Wait {
+            return "alert only: the machine is On and on_powered_on = \"wait\"".into();
+        }
+        return format!(
+            "power off (ForceOff) now, as {} asks, unless storm protection or rate limits hold it; then confirm Off and release",
+            request.by
+        );
+    }
     match (power, health) {
         (Some(PowerState::Off), _) => format!(
             "release after {readings} consecutive Off readings newer than the last sign of life ({})",
@@ -366,6 +409,62 @@ fn decide(
         (Some(other), _) => format!("nothing yet: the power state {other} is neither On nor Off"),
         (None, _) => "nothing: the power state is unknown".into(),
     }
+}
+
+/// The requests naming `node`: by name or annotation, or (Cluster API) as nodefence
+/// resolved and reported them (`status.nodeName`).
+async fn requests_for(
+    client: kube::Client,
+    node: &str,
+) -> Result<Vec<crate::remediation::KeptRequest>, String> {
+    use crate::remediation::{KeptRequest, NodeFenceRemediation, RequestTarget};
+    let api: Api<NodeFenceRemediation> = Api::all(client);
+    let list = api.list(&ListParams::default()).await.map_err(|e| {
+        let need = Need::read(
+            "list",
+            crate::remediation::types::GROUP,
+            "nodefenceremediations",
+            None,
+        );
+        unreadable(&e, &need)
+    })?;
+    Ok(list
+        .items
+        .iter()
+        .filter_map(KeptRequest::new)
+        .filter(|r| match &r.target {
+            RequestTarget::Node(n) => n == node,
+            RequestTarget::Machine { .. } => r.status_node.as_deref() == Some(node),
+        })
+        .collect())
+}
+
+/// One request and its conditions, on one line.
+fn describe_request(request: &crate::remediation::KeptRequest, now: SystemTime) -> String {
+    use crate::remediation::condition::{PROCESSING, SUCCEEDED};
+    let mut out = format!(
+        "{}, created {}",
+        request.describe(),
+        ago(now, request.created)
+    );
+    if let Some(at) = &request.timed_out {
+        out.push_str(&format!("; TIMED OUT at {at} (no power command any more)"));
+    }
+    if request.deleting {
+        out.push_str("; being deleted");
+    }
+    for kind in [SUCCEEDED, PROCESSING] {
+        match request.condition(kind) {
+            Some(c) => out.push_str(&format!(
+                "; {kind}={} {}: {}",
+                c.status,
+                c.reason,
+                crate::untrusted::field(&c.message)
+            )),
+            None => out.push_str(&format!("; {kind} not reported yet")),
+        }
+    }
+    out
 }
 
 fn ago(now: SystemTime, t: SystemTime) -> String {

@@ -52,6 +52,9 @@ pub enum Component {
     PowerOnAfterFence,
     /// `password_secret`: the named Secrets, `get` by name.
     SecretCredentials,
+    /// `[remediation] requests = true`: the remediation CRDs, and reading and
+    /// answering the requests NodeHealthCheck and Cluster API create.
+    Remediation,
 }
 
 impl Component {
@@ -63,15 +66,17 @@ impl Component {
             Component::DeleteVolumeAttachments => "delete-volume-attachments",
             Component::PowerOnAfterFence => "power-on-after-fence",
             Component::SecretCredentials => "secret-credentials",
+            Component::Remediation => "remediation",
         }
     }
 
-    pub const ALL: [Component; 5] = [
+    pub const ALL: [Component; 6] = [
         Component::Base,
         Component::DeleteNode,
         Component::DeleteVolumeAttachments,
         Component::PowerOnAfterFence,
         Component::SecretCredentials,
+        Component::Remediation,
     ];
 }
 
@@ -111,7 +116,7 @@ const fn access(
     }
 }
 
-use Component::{Base, DeleteNode, DeleteVolumeAttachments, PowerOnAfterFence};
+use Component::{Base, DeleteNode, DeleteVolumeAttachments, PowerOnAfterFence, Remediation};
 use Scope::{Cluster, NodeLeases, Own};
 
 /// The name of nodefence's leader Lease when `--lease-name` is not given.
@@ -337,6 +342,51 @@ pub const DAEMON: &[Access] = &[
         PowerOnAfterFence,
         "power_on_after_fence = true: wait until no VolumeAttachment names the node",
     ),
+    access(
+        "list",
+        "remediation.nodefence.io",
+        "nodefenceremediations",
+        Cluster,
+        None,
+        Remediation,
+        "watch remediation requests (NodeHealthCheck, Cluster API)",
+    ),
+    access(
+        "watch",
+        "remediation.nodefence.io",
+        "nodefenceremediations",
+        Cluster,
+        None,
+        Remediation,
+        "watch remediation requests (NodeHealthCheck, Cluster API)",
+    ),
+    access(
+        "patch",
+        "remediation.nodefence.io",
+        "nodefenceremediations",
+        Cluster,
+        None,
+        Remediation,
+        "hold a request while nodefence's taint is on its node (finalizer)",
+    ),
+    access(
+        "patch",
+        "remediation.nodefence.io",
+        "nodefenceremediations/status",
+        Cluster,
+        None,
+        Remediation,
+        "report on a request (status.conditions)",
+    ),
+    access(
+        "get",
+        "cluster.x-k8s.io",
+        "machines",
+        Cluster,
+        None,
+        Remediation,
+        "find the node of a Cluster API request (the Machine's status.nodeRef)",
+    ),
 ];
 
 /// A grant a running daemon needs, made concrete: its namespace and object name.
@@ -405,6 +455,8 @@ fn uses(component: Component, policy: &Policy) -> bool {
         Component::DeleteNode => policy.release == ReleaseMode::DeleteNode,
         Component::DeleteVolumeAttachments => policy.delete_volume_attachments,
         Component::PowerOnAfterFence => policy.power_on_after_fence,
+        // Agent-wide, not a policy's: see [`needed`].
+        Component::Remediation => false,
     }
 }
 
@@ -419,7 +471,8 @@ pub fn needed(config: &Config, namespace: &str, lease_name: &str, dry_run: bool)
         .any(|p| p.force_delete_pods != ForceDeletePods::Never);
     let mut out = BTreeSet::new();
     for a in DAEMON {
-        if !policies.iter().any(|p| uses(a.component, p)) {
+        let requests = a.component == Component::Remediation && config.agent.remediation.requests;
+        if !requests && !policies.iter().any(|p| uses(a.component, p)) {
             continue;
         }
         if a.resource == "pods" && !force_deletes {
@@ -497,12 +550,18 @@ pub async fn missing(client: &kube::Client, needs: &[Need]) -> Result<Vec<Need>,
     let api: kube::Api<SelfSubjectAccessReview> = kube::Api::all(client.clone());
     let mut denied = Vec::new();
     for need in needs {
+        // `nodefenceremediations/status`: a subresource is its own field here.
+        let (resource, subresource) = match need.resource.split_once('/') {
+            Some((r, s)) => (r.to_string(), Some(s.to_string())),
+            None => (need.resource.clone(), None),
+        };
         let review = SelfSubjectAccessReview {
             spec: SelfSubjectAccessReviewSpec {
                 resource_attributes: Some(ResourceAttributes {
                     verb: Some(need.verb.clone()),
                     group: Some(need.group.clone()),
-                    resource: Some(need.resource.clone()),
+                    resource: Some(resource),
+                    subresource,
                     namespace: need.namespace.clone(),
                     name: need.name.clone(),
                     ..Default::default()
@@ -577,5 +636,44 @@ mod tests {
         assert_eq!(n.to_string(), "delete nodes (cluster scope)");
         let text = explain_missing(&[n]);
         assert!(text.contains("deploy/components/delete-node"), "{text}");
+    }
+
+    #[test]
+    fn remediation_requests_need_their_component_and_only_then() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let load = |extra: &str| {
+            std::fs::write(
+                dir.path().join("nodefence.toml"),
+                format!("inventory = \"inventory.toml\"\n{extra}"),
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+            std::fs::write(
+                dir.path().join("inventory.toml"),
+                "[nodes.w1]\ndriver = \"exec\"\nagent = \"/bin/true\"\n",
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+            crate::config::load(&dir.path().join("nodefence.toml"))
+                .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let off = load("");
+        assert!(!components(&off).contains(&Component::Remediation));
+        let on = load("[remediation]\nrequests = true\n");
+        assert!(components(&on).contains(&Component::Remediation));
+        let needs = needed(&on, "nodefence", DEFAULT_LEASE_NAME, false);
+        let remediation: Vec<String> = needs
+            .iter()
+            .filter(|n| n.component == Component::Remediation)
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            remediation,
+            [
+                "get machines.cluster.x-k8s.io (cluster scope)",
+                "list nodefenceremediations.remediation.nodefence.io (cluster scope)",
+                "patch nodefenceremediations.remediation.nodefence.io (cluster scope)",
+                "patch nodefenceremediations/status.remediation.nodefence.io (cluster scope)",
+                "watch nodefenceremediations.remediation.nodefence.io (cluster scope)",
+            ]
+        );
     }
 }

@@ -9,12 +9,13 @@
 
 use super::diagnostic::{Diagnostics, Source, Span, Subject};
 use super::fields::{Entry, Problem, Val, unknown_key};
-use super::model::{PowerSettings, SecuritySettings};
+use super::model::{PowerSettings, RemediationSettings, SecuritySettings};
 use super::paths::{BaseDir, FilePath};
 use super::policy::{ClusterPolicy, Scope};
 use crate::power::confirm::ConfirmPolicy;
 
-const TOP_KEYS: &[&str] = &["inventory", "power", "policy", "security"];
+const TOP_KEYS: &[&str] = &["inventory", "power", "policy", "remediation", "security"];
+const REMEDIATION_KEYS: &[&str] = &["requests"];
 const POWER_KEYS: &[&str] = &[
     "confirm_readings",
     "confirm_interval",
@@ -37,6 +38,7 @@ pub(crate) struct AgentDraft {
     pub inventory: Option<(FilePath, Span)>,
     pub power: PowerSettings,
     pub security: SecuritySettings,
+    pub remediation: RemediationSettings,
     /// `[policy]` as written; group and node overrides are merged over it.
     pub policy: ClusterPolicy,
 }
@@ -56,6 +58,7 @@ pub(crate) fn parse(
             monitor_interval: DEFAULT_MONITOR_INTERVAL,
         },
         security: SecuritySettings::default(),
+        remediation: RemediationSettings::default(),
         policy: ClusterPolicy::default(),
     };
     let mut report =
@@ -71,6 +74,9 @@ pub(crate) fn parse(
             "security" => entry
                 .table()
                 .map(|t| security(&mut draft.security, t, &mut report)),
+            "remediation" => entry
+                .table()
+                .map(|t| remediation(&mut draft.remediation, t, &mut report)),
             "policy" => entry
                 .table()
                 .map(|t| draft.policy.draft = super::policy::parse(t, Scope::Cluster, &mut report)),
@@ -166,6 +172,29 @@ fn power(out: &mut PowerSettings, table: &toml::de::DeTable<'_>, report: &mut dy
                     fmt(needed)
                 )),
             ));
+        }
+    }
+}
+
+fn remediation(
+    out: &mut RemediationSettings,
+    table: &toml::de::DeTable<'_>,
+    report: &mut dyn FnMut(Problem),
+) {
+    for entry in Entry::all(table) {
+        let result = match entry.name {
+            "requests" => entry.bool().map(|v| {
+                out.requests = v.value;
+            }),
+            other => Err(unknown_key(
+                other,
+                &entry.key,
+                REMEDIATION_KEYS,
+                "in [remediation]",
+            )),
+        };
+        if let Err(p) = result {
+            report(p);
         }
     }
 }

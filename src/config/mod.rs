@@ -146,6 +146,7 @@ pub fn load_with_env(
             inventory: inventory_path.abs.clone(),
             power: draft.power,
             security: draft.security,
+            remediation: draft.remediation,
             policy: draft.policy.global(),
         },
         inventory,

@@ -43,8 +43,18 @@ pub struct AgentConfig {
     pub inventory: PathBuf,
     pub power: PowerSettings,
     pub security: SecuritySettings,
+    /// `[remediation]`: requests from the cluster's remediation machinery.
+    pub remediation: RemediationSettings,
     /// `[policy]`: when machines are powered off and nodes released (`nodefence run`).
     pub policy: crate::engine::Policy,
+}
+
+/// `[remediation]` in `nodefence.toml`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RemediationSettings {
+    /// Watch `NodeFenceRemediation` requests (NodeHealthCheck, Cluster API's
+    /// MachineHealthCheck) and report on them; needs the `remediation` component.
+    pub requests: bool,
 }
 
 /// `[power]` in `nodefence.toml`.

@@ -10,6 +10,7 @@
 
 pub mod executor;
 pub mod monitor;
+mod requests;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -68,6 +69,8 @@ pub struct Controller {
     /// BMC monitor period (zero: off) and its concurrency.
     pub monitor_interval: Duration,
     pub monitor_concurrency: usize,
+    /// Remediation requests are watched and answered (`[remediation] requests`).
+    pub requests: Option<crate::remediation::writer::RequestWriter>,
 }
 
 /// The executor's parts, completed with a fresh channel for each leadership term.
@@ -122,6 +125,8 @@ struct Observed {
     identities_stale: bool,
     /// The last reference of each deleted Node (until it registers again).
     deleted_refs: BTreeMap<String, k8s_openapi::api::core::v1::ObjectReference>,
+    /// Remediation requests (when watched).
+    requests: requests::Requests,
 }
 
 impl Controller {
@@ -212,6 +217,16 @@ impl Controller {
         )
         .default_backoff()
         .boxed();
+        let mut remediations = match &self.requests {
+            Some(_) => watcher::watcher(
+                Api::<crate::remediation::NodeFenceRemediation>::all(self.client.clone()),
+                watcher::Config::default(),
+            )
+            .default_backoff()
+            .boxed(),
+            None => futures::stream::pending().boxed(),
+        };
+        let (requests_tx, mut requests_rx) = mpsc::unbounded_channel();
         let mut not_in_inventory_logged = BTreeSet::new();
         // When the gauges were last refreshed, and whether they may be stale since.
         let mut published = tokio::time::Instant::now();
@@ -223,6 +238,9 @@ impl Controller {
                 .map(|d| d.duration_since(now).unwrap_or_default())
                 .unwrap_or(MAX_IDLE)
                 .min(MAX_IDLE)
+                .min(seen.requests.next_retry().map_or(MAX_IDLE, |t| {
+                    t.saturating_duration_since(tokio::time::Instant::now())
+                }))
                 .max(Duration::from_millis(10));
             let actions = tokio::select! {
                 biased;
@@ -242,6 +260,14 @@ impl Controller {
                 Some(ev) = leases.next() => match ev {
                     Ok(ev) => self.lease_event(&mut engine, &mut seen, ev),
                     Err(e) => { tracing::warn!(error = %e, "Lease watch failed; retrying"); Vec::new() }
+                },
+                Some(ev) = remediations.next() => match ev {
+                    Ok(ev) => self.request_event(&mut engine, &mut seen, ev),
+                    Err(e) => { tracing::warn!(error = %e, "NodeFenceRemediation watch failed; retrying"); Vec::new() }
+                },
+                Some(c) = requests_rx.recv() => {
+                    let affected = seen.requests.complete(c);
+                    self.observe_nodes(&mut engine, &seen, affected)
                 },
                 () = tokio::time::sleep(sleep) => engine.wake(crate::clock::now()),
                 () = tokio::time::sleep_until(published + PUBLISH_EVERY), if unpublished => Vec::new(),
@@ -272,6 +298,25 @@ impl Controller {
                 });
                 let uid = node.and_then(|n| n.uid());
                 executor.dispatch(action, node_ref, uid.map(|u| u.to_string()));
+            }
+            if let Some(writer) = &self.requests
+                && !seen.requests.is_empty()
+            {
+                let spawn = |task| {
+                    tasks.spawn(task);
+                };
+                let nodes = &seen.nodes;
+                seen.requests.tick(
+                    &engine,
+                    |node| nodes.get(node).map(|n| n.facts(None, true).our_taint),
+                    seen.nodes_synced,
+                    writer,
+                    !executor.dry_run,
+                    &requests::Spawner {
+                        spawn: &spawn,
+                        tx: &requests_tx,
+                    },
+                );
             }
             self.health
                 .set_ready(seen.nodes_synced && seen.leases_synced);
@@ -348,7 +393,39 @@ impl Controller {
 
     fn facts(&self, seen: &Observed, name: &str) -> Option<crate::engine::NodeFacts> {
         let node = seen.nodes.get(name)?;
-        Some(node.facts(seen.leases.get(name), self.inventory.contains(name)))
+        let mut facts = node.facts(seen.leases.get(name), self.inventory.contains(name));
+        facts.request = seen.requests.request_for(name);
+        Some(facts)
+    }
+
+    /// The engine observes these nodes again (their requests changed).
+    fn observe_nodes(
+        &self,
+        engine: &mut Engine,
+        seen: &Observed,
+        nodes: BTreeSet<String>,
+    ) -> Vec<Action> {
+        let now = crate::clock::now();
+        nodes
+            .iter()
+            .filter_map(|name| self.facts(seen, name))
+            .flat_map(|f| engine.observe(f, now))
+            .collect()
+    }
+
+    fn request_event(
+        &self,
+        engine: &mut Engine,
+        seen: &mut Observed,
+        ev: WatchEvent<crate::remediation::NodeFenceRemediation>,
+    ) -> Vec<Action> {
+        let done = matches!(ev, WatchEvent::InitDone);
+        let affected = seen.requests.event(ev);
+        let mut out = self.observe_nodes(engine, seen, affected);
+        if done {
+            out.extend(self.apply_pause(engine, seen));
+        }
+        out
     }
 
     fn node_event(
@@ -479,7 +556,9 @@ impl Controller {
     /// Sets the engine's pause gate from the pause switch, once the switch, the Nodes
     /// and the Leases have all been read (until then the engine holds everything).
     fn apply_pause(&self, engine: &mut Engine, seen: &Observed) -> Vec<Action> {
-        if !(seen.pause_synced && seen.nodes_synced && seen.leases_synced) {
+        // A request that timed out stops power commands: read them all first too.
+        let requests_synced = self.requests.is_none() || seen.requests.synced;
+        if !(seen.pause_synced && seen.nodes_synced && seen.leases_synced && requests_synced) {
             return Vec::new();
         }
         let now = crate::clock::now();

@@ -336,6 +336,9 @@ fn controller_for(
             }),
             dry_run: options.dry_run,
         },
+        requests: config.agent.remediation.requests.then(|| {
+            crate::remediation::writer::RequestWriter::new(client.clone(), leadership.clone())
+        }),
         metrics: metrics.clone(),
         health: health.clone(),
         control_namespace: options.lease_namespace.clone(),

@@ -197,6 +197,7 @@ pub enum Severity {
 pub enum Reason {
     NodeUnhealthy,
     NodeSuspect,
+    RemediationRequested,
     NodeIgnored,
     PowerQueryFailed,
     ContradictingPowerReadings,
@@ -225,6 +226,7 @@ impl Reason {
         match self {
             Reason::NodeUnhealthy => "NodeUnhealthy",
             Reason::NodeSuspect => "NodeSuspect",
+            Reason::RemediationRequested => "RemediationRequested",
             Reason::NodeIgnored => "NodeIgnored",
             Reason::PowerQueryFailed => "PowerQueryFailed",
             Reason::ContradictingPowerReadings => "ContradictingPowerReadings",

@@ -34,6 +34,9 @@ pub enum Block {
     /// The BMC is not proven to control this node's own machine (a mismatch, or an
     /// unknown identity with `require_identity`): no release, no power-off.
     Identity(IdentityCheck),
+    /// The remediation request for the node timed out (its requester moved on to
+    /// another remediator): no power command is sent while it stands.
+    RequestTimedOut(String),
 }
 
 impl Block {
@@ -76,6 +79,9 @@ impl Block {
                 "the BMC is not proven to control this node's machine ({}) and require_identity = true: nothing is released or powered off",
                 check.describe()
             ),
+            Block::RequestTimedOut(by) => format!(
+                "{by} timed out (remediation.medik8s.io/nhc-timed-out): its requester moved on to another remediator, so nodefence sends no power command for this node while it stands; a machine proven Off is still released"
+            ),
         }
     }
 
@@ -94,6 +100,7 @@ impl Block {
             Block::Undetermined(_) => "undetermined_power_state",
             Block::QueryFailing(_) => "power_query_failing",
             Block::Identity(_) => "identity_unproven",
+            Block::RequestTimedOut(_) => "request_timed_out",
         }
     }
 

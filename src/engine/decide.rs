@@ -162,15 +162,18 @@ pub(super) fn decide_incident(
             set_block(inc, held, name, out);
             return;
         }
-        let due = match health {
-            Health::NotReady {
-                not_ready_since, ..
-            } => {
-                now.duration_since(not_ready_since).unwrap_or_default() >= policy.release_off_after
-            }
-            Health::LeaseStale { .. } => policy.lease_stale_after.is_some(),
-            Health::Healthy => false,
-        };
+        // A request: its requester already waited for the node to stay unhealthy.
+        let due = inc.requested_by.is_some()
+            || match health {
+                Health::NotReady {
+                    not_ready_since, ..
+                } => {
+                    now.duration_since(not_ready_since).unwrap_or_default()
+                        >= policy.release_off_after
+                }
+                Health::LeaseStale { .. } => policy.lease_stale_after.is_some(),
+                Health::Requested { .. } | Health::Healthy => false,
+            };
         if !due {
             return;
         }
@@ -191,7 +194,7 @@ pub(super) fn decide_incident(
             // then on its own 20 s period: nodefence deletes them on the Lease fast path
             // and after its own power-off, the two cases where waiting costs most.
             ForceDeletePods::FastPath => {
-                matches!(health, Health::LeaseStale { .. })
+                matches!(health, Health::LeaseStale { .. } | Health::Requested { .. })
                     || matches!(inc.power_off, PowerOffStatus::Sent { .. })
             }
         };
@@ -230,7 +233,18 @@ pub(super) fn decide_incident(
     let Some((read_at, state)) = inc.last_state.clone() else {
         return;
     };
-    if read_at <= inc.readings_after || inc.last_error.as_ref().is_some_and(|(t, _)| *t > read_at) {
+    // An On reading decides a power-off only if it was taken after the node's last
+    // sign of life; under a request, after the incident began is enough (a node whose
+    // kubelet still renews is alive at every reading: the request is what counts).
+    let fresh_after = if inc.requested_by.is_some() {
+        inc.started.min(inc.readings_after)
+    } else {
+        inc.readings_after
+    };
+    if read_at < fresh_after
+        || (read_at == fresh_after && inc.requested_by.is_none())
+        || inc.last_error.as_ref().is_some_and(|(t, _)| *t > read_at)
+    {
         return;
     }
     match state {
@@ -253,21 +267,41 @@ fn consider_power_off(
     now: SystemTime,
     out: &mut Vec<Action>,
 ) {
-    let Health::NotReady {
-        not_ready_since, ..
-    } = health
-    else {
-        set_block(inc, Block::OnButOnlyLeaseStale, name, out);
+    if let Some(by) = &inc.stopped_by {
+        let block = Block::RequestTimedOut(by.clone());
+        set_block(inc, block, name, out);
         return;
+    }
+    let not_ready_since = match health {
+        Health::NotReady {
+            not_ready_since, ..
+        } => Some(not_ready_since),
+        _ => None,
     };
     // Counted from the failure nodefence saw (the first missed Lease renewal, when the
     // incident started) or from NotReady, whichever came first; never before NotReady.
-    let unhealthy_since = not_ready_since.min(inc.started);
-    let at = unhealthy_since + policy.unhealthy_after;
-    if now < at {
-        set_block(inc, Block::OnUntil(at), name, out);
-        return;
-    }
+    // A request skips the wait: its requester (NodeHealthCheck, a MachineHealthCheck)
+    // judged the node unhealthy for its own duration first.
+    let why = match (&inc.requested_by, not_ready_since) {
+        (Some(by), _) => format!("{by} asks for it to be fenced"),
+        (None, None) => {
+            set_block(inc, Block::OnButOnlyLeaseStale, name, out);
+            return;
+        }
+        (None, Some(not_ready_since)) => {
+            let unhealthy_since = not_ready_since.min(inc.started);
+            let at = unhealthy_since + policy.unhealthy_after;
+            if now < at {
+                set_block(inc, Block::OnUntil(at), name, out);
+                return;
+            }
+            format!(
+                "the node has been unhealthy since {} (NotReady since {})",
+                humantime::format_rfc3339_seconds(unhealthy_since),
+                humantime::format_rfc3339_seconds(not_ready_since)
+            )
+        }
+    };
     if policy.on_powered_on == OnPoweredOn::Wait {
         set_block(inc, Block::OnAndPolicyWaits, name, out);
         return;
@@ -300,11 +334,11 @@ fn consider_power_off(
     }
     inc.power_off = PowerOffStatus::InFlight { attempt };
     inc.block = None;
-    out.push(Notice::warning(name, Reason::PoweringOff, format!(
-        "the machine is still On and the node has been unhealthy since {} (NotReady since {}): forcing power off (attempt {attempt})",
-        humantime::format_rfc3339_seconds(unhealthy_since),
-        humantime::format_rfc3339_seconds(not_ready_since)
-    )));
+    out.push(Notice::warning(
+        name,
+        Reason::PoweringOff,
+        format!("the machine is still On and {why}: forcing power off (attempt {attempt})"),
+    ));
     out.push(Action::PowerOff {
         node: name.to_string(),
         attempt,

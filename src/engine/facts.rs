@@ -42,6 +42,26 @@ impl Exclusion {
     }
 }
 
+/// A request that nodefence remediate the node (a `NodeFenceRemediation` made by
+/// NodeHealthCheck, a MachineHealthCheck or a person). It makes the node suspect at
+/// once and lets a machine that reads On be powered off without waiting for
+/// `unhealthy_after` (the requester already waited), but a release still needs a
+/// fresh Off proof, the identity proof and every gate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// The request object's uid: one request is served once (a node it got released
+    /// is never made suspect again by it, e.g. after it came back).
+    pub uid: String,
+    /// Which object, for messages (`NodeFenceRemediation ns/name`).
+    pub by: String,
+    /// When it was made (its creationTimestamp).
+    pub since: SystemTime,
+    /// The requester gave up on nodefence (NodeHealthCheck's escalation timeout, the
+    /// annotation `remediation.medik8s.io/nhc-timed-out`): no power command is sent
+    /// for the node any more while it stands, and it no longer makes the node suspect.
+    pub timed_out: bool,
+}
+
 /// One node as last observed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeFacts {
@@ -73,6 +93,8 @@ pub struct NodeFacts {
     /// attempt), recorded on the Node before it was sent: a new leader does not send
     /// it again within `power_off_retry_after`.
     pub power_off_recorded: Option<(SystemTime, u32)>,
+    /// A remediation request for the node, if one stands (the earliest live one).
+    pub request: Option<Request>,
 }
 
 impl NodeFacts {
@@ -93,7 +115,18 @@ impl NodeFacts {
             our_taint_added: None,
             identity: NodeIdentity::default(),
             power_off_recorded: None,
+            request: None,
         }
+    }
+
+    /// The request that makes this node suspect: one that stands and has not timed out.
+    pub fn live_request(&self) -> Option<&Request> {
+        self.request.as_ref().filter(|r| !r.timed_out)
+    }
+
+    /// Power commands are stopped by a request that timed out.
+    pub fn request_timed_out(&self) -> Option<&Request> {
+        self.request.as_ref().filter(|r| r.timed_out)
     }
 
     /// Whether the node is unhealthy at `now`, and since when it was last known alive.
@@ -132,7 +165,14 @@ impl NodeFacts {
             (None, Some(renewed)) => Health::LeaseStale {
                 since: latest(renewed),
             },
-            (None, None) => Health::Healthy,
+            (None, None) => match self.live_request() {
+                // The kubelet still answers: its last renewal (or status post) is the
+                // last sign of life, and every new one moves it on.
+                Some(request) => Health::Requested {
+                    since: latest(self.lease_renewed.or(heartbeat).unwrap_or(request.since)),
+                },
+                None => Health::Healthy,
+            },
         }
     }
 }
@@ -192,6 +232,12 @@ pub enum Health {
     LeaseStale {
         since: SystemTime,
     },
+    /// Ready with a live Lease, but a remediation was requested for it
+    /// ([`Request`]): suspect, its machine powered off when policy allows, released
+    /// only when confirmed Off after `since`, its last sign of life.
+    Requested {
+        since: SystemTime,
+    },
     /// NotReady since `not_ready_since`; `since` is the last sign of life.
     NotReady {
         since: SystemTime,
@@ -204,7 +250,9 @@ impl Health {
     pub fn since(self) -> Option<SystemTime> {
         match self {
             Health::Healthy => None,
-            Health::LeaseStale { since } | Health::NotReady { since, .. } => Some(since),
+            Health::LeaseStale { since }
+            | Health::Requested { since }
+            | Health::NotReady { since, .. } => Some(since),
         }
     }
 }

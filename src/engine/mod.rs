@@ -33,13 +33,13 @@ pub mod policy;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::SystemTime;
 
 pub use action::{
     Action, Notice, OffProof, Reason, ReleasePlan, ReleaseRecord, Severity, Steps, Target,
 };
-pub use facts::{Exclusion, Health, NodeFacts, Readiness};
+pub use facts::{Exclusion, Health, NodeFacts, Readiness, Request};
 pub use node::{Block, NodeState, Phase, PowerOffStatus, PowerOnStatus};
 pub use policy::{
     ForceDeletePods, LeaseStaleAfter, MaxUnhealthy, OnPoweredOn, Policy, ReleaseMode,
@@ -71,7 +71,16 @@ pub struct Engine {
     /// and a pass over 5,000 nodes per kubelet renewal was most of the daemon's CPU.
     /// Waking early is harmless ([`Engine::wake`] re-checks).
     deadline_bound: Option<Option<SystemTime>>,
+    /// Remediation requests (uids) served: their node was released for them, or was
+    /// found released when they came. A served request never makes its node suspect
+    /// again (it may stand a while after the node came back). The newest
+    /// [`SERVED_REQUESTS_KEPT`]; a request nodefence reported `Succeeded` is not
+    /// passed to the engine at all, so a new leader needs none of them.
+    served_requests: VecDeque<String>,
 }
+
+/// How many served requests the engine remembers.
+const SERVED_REQUESTS_KEPT: usize = 1024;
 
 /// The earlier of two optional deadlines (none: never).
 fn earliest(a: Option<SystemTime>, b: Option<SystemTime>) -> Option<SystemTime> {
@@ -93,7 +102,41 @@ impl Engine {
             storm: false,
             last_power_off: None,
             deadline_bound: None,
+            served_requests: VecDeque::new(),
         }
+    }
+
+    /// Whether the node was released for (or at) this remediation request.
+    pub fn request_served(&self, uid: &str) -> bool {
+        self.served_requests.iter().any(|u| u == uid)
+    }
+
+    /// The node's live remediation request is served (its volumes were released for
+    /// it, or it was found released): remembered, and dropped from the node's facts.
+    fn serve_request(&mut self, name: &str) {
+        let Some(state) = self.nodes.get_mut(name) else {
+            return;
+        };
+        let Some(request) = state.facts.request.take_if(|r| !r.timed_out) else {
+            return;
+        };
+        if !self.served_requests.contains(&request.uid) {
+            if self.served_requests.len() >= SERVED_REQUESTS_KEPT {
+                self.served_requests.pop_front();
+            }
+            self.served_requests.push_back(request.uid);
+        }
+    }
+
+    /// [`Engine::serve_request`] for a node in `Released`; whether one was served.
+    fn serve_if_released(&mut self, name: &str) -> bool {
+        let released = self.nodes.get(name).is_some_and(|s| {
+            matches!(s.phase, Phase::Released(_)) && s.facts.live_request().is_some()
+        });
+        if released {
+            self.serve_request(name);
+        }
+        released
     }
 
     /// Per-node policies (resolved from groups and inventory entries); nodes not in
@@ -150,9 +193,18 @@ impl Engine {
     /// A node was added or changed.
     pub fn observe(&mut self, facts: NodeFacts, now: SystemTime) -> Vec<Action> {
         let name = facts.name.clone();
+        let mut facts = facts;
+        // A request this node was already released for (it may stand a while after
+        // the node came back, or registered again): nothing to do for it again.
+        if facts
+            .request
+            .as_ref()
+            .is_some_and(|r| self.served_requests.contains(&r.uid))
+        {
+            facts.request = None;
+        }
         match self.nodes.get_mut(&name) {
             Some(state) => {
-                let mut facts = facts;
                 // The taint this term removed, seen again on an older copy of the Node
                 // (a Lease event paired with the cached Node while the Node watch lags):
                 // not a new release, or the node would wait in `Released` for good.
@@ -197,7 +249,14 @@ impl Engine {
                 self.nodes.insert(name.clone(), Box::new(state));
             }
         }
-        self.reevaluate(Some(&name), now)
+        // Released already (on nodefence's own, or by an earlier term) when a request
+        // comes: served at once.
+        self.serve_if_released(&name);
+        let mut out = self.reevaluate(Some(&name), now);
+        if self.serve_if_released(&name) {
+            out.extend(self.reevaluate(Some(&name), now));
+        }
+        out
     }
 
     /// A Node object was deleted. In delete-node mode that is our own release: the

@@ -97,6 +97,12 @@ pub struct Incident {
     /// The kind of `block` ([`Block::kind`]), since when it holds the node back, and
     /// when it was last announced (repeated while it lasts, `blocked_reminder_every`).
     pub blocked: Option<Blocked>,
+    /// The live remediation request for the node (which object), as last observed:
+    /// a machine that reads On is powered off without waiting for `unhealthy_after`,
+    /// and a proof is released at once.
+    pub requested_by: Option<String>,
+    /// A remediation request that timed out (which object): no power command.
+    pub stopped_by: Option<String>,
 }
 
 /// How long one kind of block has held an incident back.
@@ -336,9 +342,18 @@ impl NodeState {
                 let (reason, what) = match health {
                     Health::LeaseStale { .. } => (
                         Reason::NodeSuspect,
-                        "its kubelet stopped renewing its Lease",
+                        "its kubelet stopped renewing its Lease".to_string(),
                     ),
-                    _ => (Reason::NodeUnhealthy, "it is NotReady"),
+                    Health::Requested { .. } => (
+                        Reason::RemediationRequested,
+                        format!(
+                            "{} asks for it to be fenced",
+                            self.facts
+                                .live_request()
+                                .map_or("a remediation request", |r| r.by.as_str())
+                        ),
+                    ),
+                    _ => (Reason::NodeUnhealthy, "it is NotReady".to_string()),
                 };
                 out.push(Notice::warning(&name, reason, format!(
                     "{what} (last sign of life {}); checking the machine's power through its out-of-band controller",
@@ -360,6 +375,8 @@ impl NodeState {
                     steps: None,
                     block: None,
                     blocked: None,
+                    requested_by: None,
+                    stopped_by: None,
                 }));
                 self.queries = Queries {
                     in_flight: self.queries.in_flight,
@@ -386,6 +403,8 @@ impl NodeState {
                 };
                 inc.since = inc.since.max(since);
                 inc.lease_renewed = self.facts.lease_renewed;
+                inc.requested_by = self.facts.live_request().map(|r| r.by.clone());
+                inc.stopped_by = self.facts.request_timed_out().map(|r| r.by.clone());
                 let readings_after = self.facts.readings_after(since);
                 if readings_after > inc.readings_after {
                     // A newer sign of life: older Off readings prove nothing any more.
@@ -447,9 +466,12 @@ impl NodeState {
                     rel.ready_since = None;
                 }
                 // An opted-out node is left alone: a person is working on the machine.
+                // A request that timed out: its requester moved on (to a reprovisioning
+                // remediator, say), and nodefence switches nothing on behind it.
                 if let Phase::Released(rel) = &mut self.phase
                     && rel.power_on == PowerOnStatus::Pending
                     && !self.facts.opted_out
+                    && self.facts.request_timed_out().is_none()
                 {
                     decide_power_on(rel, &name, &target, policy, gates, now, &mut out);
                 }

@@ -207,6 +207,16 @@ impl Engine {
         now: SystemTime,
     ) -> Vec<Action> {
         let mut out = Vec::new();
+        if result.is_ok()
+            && self
+                .nodes
+                .get(name)
+                .is_some_and(|s| matches!(&s.phase, Phase::Incident(inc) if inc.releasing))
+        {
+            // Released for its request: served, even if the node is forgotten below
+            // (a delete-node release of a machine that stays off).
+            self.serve_request(name);
+        }
         let power_on = if self.policy_for(name).power_on_after_fence {
             PowerOnStatus::Pending
         } else {

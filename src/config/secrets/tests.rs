@@ -75,6 +75,7 @@ fn config(nodes: Vec<NodeTarget>) -> Config {
                 monitor_interval: std::time::Duration::ZERO,
             },
             security: SecuritySettings::default(),
+            remediation: Default::default(),
             policy: Policy::default(),
         },
         inventory: Inventory {

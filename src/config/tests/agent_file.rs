@@ -14,9 +14,13 @@ fn agent_errors(agent: &str) -> Vec<ConfigError> {
 fn unknown_keys_are_rejected_in_every_section() {
     let errs = agent_errors(
         "inventory = \"inventory.toml\"\ninventroy_dir = \"x\"\n[power]\nconfirm_reading = 3\n\
-         [security]\nallow_inline_password = true\n[metrics]\n",
+         [security]\nallow_inline_password = true\n[metrics]\n[remediation]\nrequest = true\n",
     );
-    assert_eq!(errs.len(), 4, "{}", ConfigErrors(errs.clone()));
+    assert_eq!(errs.len(), 5, "{}", ConfigErrors(errs.clone()));
+    assert_eq!(
+        find(&errs, "request`").help.as_deref(),
+        Some("did you mean `requests`?")
+    );
     assert_eq!(
         find(&errs, "confirm_reading`").help.as_deref(),
         Some("did you mean `confirm_readings`?")
@@ -29,7 +33,7 @@ fn unknown_keys_are_rejected_in_every_section() {
     assert_eq!(metrics.line, Some(7));
     assert_eq!(
         metrics.help.as_deref(),
-        Some("allowed keys in nodefence.toml: inventory, power, policy, security")
+        Some("allowed keys in nodefence.toml: inventory, power, policy, remediation, security")
     );
     assert!(errs.iter().all(|e| e.file.ends_with("nodefence.toml")));
 }

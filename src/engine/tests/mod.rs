@@ -6,7 +6,7 @@
 //! [`proof`] (the Off proof, and blocked incidents), [`gates`] (storm protection,
 //! concurrency, pause, exclusions, per-node policies), [`identity`] (the identity
 //! cross-check), [`recovery`] (after the release: power-on, records, recovery),
-//! [`random`] (randomized fault schedules).
+//! [`requests`] (remediation requests), [`random`] (randomized fault schedules).
 
 mod gates;
 mod identity;
@@ -14,6 +14,7 @@ mod procedure;
 mod proof;
 mod random;
 mod recovery;
+mod requests;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, SystemTime};
@@ -255,9 +256,11 @@ impl Harness {
                         self.held.push(node.clone());
                         Vec::new()
                     } else {
-                        // A real machine turns off; liars, scripts and dead BMCs go on as they were.
+                        // A real machine turns off (and its kubelet with it); liars,
+                        // scripts and dead BMCs go on as they were.
                         if matches!(self.bmc.get(node), Some(Bmc::State(_))) {
                             self.bmc.insert(node.clone(), Bmc::State(PowerState::Off));
+                            self.alive.remove(node);
                         }
                         self.engine.power_off_done(node, Ok(()), now)
                     }

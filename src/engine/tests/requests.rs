@@ -1,0 +1,240 @@
+//! Remediation requests (NodeHealthCheck, Cluster API): a request makes its node
+//! suspect at once and skips the wait before a power-off, but is never a way around
+//! the Off proof, the gates or an opt-out; a request that timed out stops power
+//! commands; a request is served once.
+
+use super::*;
+
+impl Harness {
+    fn request(&mut self, node: &str, uid: &str, timed_out: bool) {
+        let since = self.now;
+        self.set_facts(node, |f| {
+            f.request = Some(Request {
+                uid: uid.into(),
+                by: format!("NodeFenceRemediation nodefence/{node}"),
+                since,
+                timed_out,
+            });
+        });
+    }
+
+    fn withdraw_request(&mut self, node: &str) {
+        self.set_facts(node, |f| f.request = None);
+    }
+
+    fn three_workers() -> Self {
+        let mut h = Harness::new(Policy::default());
+        for n in ["w1", "w2", "w3"] {
+            h.add(n, Bmc::State(PowerState::On));
+        }
+        h
+    }
+}
+
+#[test]
+fn a_request_powers_a_ready_node_off_at_once_and_releases_it_only_on_an_off_proof() {
+    let mut h = Harness::three_workers();
+    h.advance(secs(5));
+    let asked = h.now;
+    h.request("w1", "r1", false);
+    assert!(h.reasons("w1").contains(&Reason::RemediationRequested));
+    h.advance(secs(5));
+    // No `unhealthy_after` (60 s) wait: the requester already waited.
+    assert_eq!(h.power_offs("w1"), 1);
+    let sent = h.power_off_times[0];
+    assert!(sent.duration_since(asked).unwrap_or_default() <= secs(1));
+    // Released on the Off readings taken after the kubelet's last renewal, which
+    // `check_release` verifies against what the BMC really answered.
+    h.advance(secs(20));
+    assert!(h.released("w1"));
+    assert!(h.release_times["w1"] > sent);
+    assert!(h.engine.request_served("r1"));
+    assert!(
+        h.plans["w1"].force_delete_pods,
+        "the Node is still Ready in the API: PodGC would not delete its pods"
+    );
+    assert!(!h.released("w2") && !h.released("w3"));
+}
+
+#[test]
+fn a_request_never_releases_a_machine_that_stays_on_or_cannot_be_read() {
+    let mut h = Harness::new(Policy::default());
+    h.add("liar", Bmc::Liar);
+    h.add("dead", Bmc::Error);
+    h.add("w3", Bmc::State(PowerState::On));
+    h.add("w4", Bmc::State(PowerState::On));
+    h.request("liar", "r1", false);
+    h.request("dead", "r2", false);
+    h.hang_kubelet("liar");
+    h.hang_kubelet("dead");
+    h.advance(secs(600));
+    assert!(
+        !h.released("liar"),
+        "ForceOff accepted but the machine reads On"
+    );
+    assert!(!h.released("dead"), "the BMC never answered");
+    assert!(h.power_offs("liar") >= 1);
+    assert_eq!(h.power_offs("dead"), 0, "no command without an On reading");
+    assert!(!h.engine.request_served("r1") && !h.engine.request_served("r2"));
+}
+
+#[test]
+fn a_request_is_held_by_the_pause_switch_storm_protection_and_an_opt_out() {
+    let mut h = Harness::three_workers();
+    for n in ["w4", "w5", "w6"] {
+        h.add(n, Bmc::State(PowerState::On));
+    }
+    let a = h.engine.set_paused(true, h.now);
+    h.run(a);
+    h.request("w1", "r1", false);
+    h.advance(secs(30));
+    assert_eq!(h.power_offs("w1"), 0, "paused");
+    let a = h.engine.set_paused(false, h.now);
+    h.run(a);
+    h.set_facts("w2", |f| f.opted_out = true);
+    h.request("w2", "r2", false);
+    h.advance(secs(30));
+    assert_eq!(h.power_offs("w2"), 0, "opted out");
+    assert!(!h.released("w2"));
+    assert_eq!(h.power_offs("w1"), 1, "resumed");
+    assert!(h.released("w1"));
+}
+
+#[test]
+fn storm_protection_holds_the_power_off_a_request_asks_for() {
+    let policy = Policy {
+        max_unhealthy: MaxUnhealthy::Count(1),
+        ..Policy::default()
+    };
+    let mut h = Harness::new(policy);
+    for n in ["w1", "w2", "w3", "w4"] {
+        h.add(n, Bmc::State(PowerState::On));
+    }
+    // w2 is cut off (NotReady, its machine On); then a request comes for w1.
+    h.hang_kubelet("w2");
+    h.not_ready("w2");
+    h.request("w1", "r1", false);
+    h.advance(secs(120));
+    assert!(
+        h.engine.storm_active(),
+        "a requested node counts as unhealthy"
+    );
+    assert_eq!(h.power_offs("w1") + h.power_offs("w2"), 0);
+    assert!(h.reasons("w1").contains(&Reason::Blocked));
+}
+
+#[test]
+fn a_request_that_timed_out_stops_power_commands_but_not_the_release_of_an_off_machine() {
+    let mut h = Harness::three_workers();
+    h.hang_kubelet("w1");
+    h.not_ready("w1");
+    h.request("w1", "r1", true);
+    h.advance(secs(300));
+    assert_eq!(
+        h.power_offs("w1"),
+        0,
+        "NodeHealthCheck moved on to another remediator"
+    );
+    assert!(!h.released("w1"));
+    let blocked = match &h.engine.node("w1").map(|n| &n.phase) {
+        Some(Phase::Incident(inc)) => inc.block.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        matches!(blocked, Some(Block::RequestTimedOut(_))),
+        "{blocked:?}"
+    );
+    // The next remediator switches the machine off: nodefence still releases it.
+    h.bmc.insert("w1".into(), Bmc::State(PowerState::Off));
+    h.advance(secs(10));
+    assert!(h.released("w1"));
+    assert_eq!(h.power_offs("w1"), 0);
+}
+
+#[test]
+fn a_timed_out_request_alone_does_not_make_a_healthy_node_suspect() {
+    let mut h = Harness::three_workers();
+    h.request("w1", "r1", true);
+    h.advance(secs(120));
+    assert!(matches!(
+        h.engine.node("w1").map(|n| &n.phase),
+        Some(Phase::Healthy)
+    ));
+    assert_eq!(h.power_offs("w1"), 0);
+}
+
+#[test]
+fn a_served_request_never_fences_the_node_again_after_it_came_back() {
+    let policy = Policy {
+        power_on_after_fence: true,
+        release_timeout: secs(30),
+        ..Policy::default()
+    };
+    let mut h = Harness::new(policy);
+    for n in ["w1", "w2", "w3"] {
+        h.add(n, Bmc::State(PowerState::On));
+    }
+    h.request("w1", "r1", false);
+    h.advance(secs(30));
+    assert!(h.released("w1"));
+    h.advance(secs(40));
+    assert_eq!(h.power_on_times.len(), 1, "reboot-style: powered back on");
+    // The machine boots, its kubelet comes back; NodeHealthCheck has not deleted the
+    // request yet (it stands until the node is healthy in its own view).
+    h.ready("w1");
+    h.advance(secs(300));
+    assert_eq!(h.power_offs("w1"), 1, "one request, one fence");
+    assert!(matches!(
+        h.engine.node("w1").map(|n| &n.phase),
+        Some(Phase::Healthy)
+    ));
+    assert!(!h.facts["w1"].our_taint, "the taint was removed");
+    h.withdraw_request("w1");
+    // A new request (a new failure) is served again.
+    h.request("w1", "r2", false);
+    h.advance(secs(30));
+    assert_eq!(h.power_offs("w1"), 2);
+}
+
+#[test]
+fn a_node_already_released_on_its_own_serves_a_request_at_once() {
+    let mut h = Harness::three_workers();
+    h.lose_power("w1");
+    h.advance(secs(30));
+    assert!(h.released("w1"));
+    let actions = h.log.len();
+    h.request("w1", "r1", false);
+    assert!(h.engine.request_served("r1"));
+    h.advance(secs(5));
+    assert_eq!(h.power_offs("w1"), 0);
+    assert_eq!(
+        h.count(|a| matches!(a, Action::Release { .. })),
+        1,
+        "nothing released twice ({} actions after the request)",
+        h.log.len() - actions
+    );
+}
+
+#[test]
+fn a_delete_node_release_serves_its_request_though_the_node_is_forgotten() {
+    let policy = Policy {
+        release: ReleaseMode::DeleteNode,
+        ..Policy::default()
+    };
+    let mut h = Harness::new(policy);
+    for n in ["w1", "w2", "w3"] {
+        h.add(n, Bmc::State(PowerState::On));
+    }
+    h.request("w1", "r1", false);
+    h.advance(secs(30));
+    assert!(h.released("w1"));
+    assert!(h.engine.node("w1").is_none(), "forgotten with its Node");
+    assert!(h.engine.request_served("r1"));
+    // The machine boots again and its Node registers anew: the request (still
+    // standing until NodeHealthCheck deletes it) does not fence it again.
+    h.bmc.insert("w1".into(), Bmc::State(PowerState::On));
+    h.add("w1", Bmc::State(PowerState::On));
+    h.request("w1", "r1", false);
+    h.advance(secs(60));
+    assert_eq!(h.power_offs("w1"), 1);
+}
