@@ -263,7 +263,7 @@ impl Controller {
                 },
                 Some(ev) = remediations.next() => match ev {
                     Ok(ev) => self.request_event(&mut engine, &mut seen, ev),
-                    Err(e) => { tracing::warn!(error = %e, "NodeFenceRemediation watch failed; retrying"); Vec::new() }
+                    Err(e) => self.request_watch_failed(&mut engine, &mut seen, &e),
                 },
                 Some(c) = requests_rx.recv() => {
                     let affected = seen.requests.complete(c);
@@ -411,6 +411,37 @@ impl Controller {
             .filter_map(|name| self.facts(seen, name))
             .flat_map(|f| engine.observe(f, now))
             .collect()
+    }
+
+    /// The request watch failed. Without the CRDs (404) there can be no request:
+    /// nodefence goes on without (its own detection is unchanged) and says so, rather
+    /// than hold every node as unsynced; the watch keeps retrying.
+    fn request_watch_failed(
+        &self,
+        engine: &mut Engine,
+        seen: &mut Observed,
+        error: &watcher::Error,
+    ) -> Vec<Action> {
+        let missing = matches!(
+            error,
+            watcher::Error::InitialListFailed(kube::Error::Api(s))
+                | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+                if s.code == 404
+        );
+        if !missing {
+            tracing::warn!(error = %error, "NodeFenceRemediation watch failed; retrying");
+            return Vec::new();
+        }
+        if seen.requests.synced {
+            return Vec::new();
+        }
+        tracing::warn!(
+            "[remediation] requests = true, but the NodeFenceRemediation CRD is not installed \
+             (apply deploy/components/remediation): no request can be made; nodefence's own \
+             detection goes on, and the watch keeps trying"
+        );
+        seen.requests.synced = true;
+        self.apply_pause(engine, seen)
     }
 
     fn request_event(

@@ -7,6 +7,8 @@
 //! unhealthy node (or Machine), and `status.conditions` that they read
 //! (`Processing`, `Succeeded`, `PermanentNodeDeletionExpected`).
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -71,5 +73,17 @@ pub struct NodeFenceRemediationTemplateSpec {
 /// `spec.template` of a template.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 pub struct NodeFenceRemediationTemplateResource {
+    /// Labels and annotations Cluster API copies onto each request it clones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<TemplateMetadata>,
     pub spec: NodeFenceRemediationSpec,
+}
+
+/// `spec.template.metadata` of a template.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct TemplateMetadata {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
 }
