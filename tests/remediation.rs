@@ -58,7 +58,10 @@ async fn world_with(tweak: impl Fn(&mut nodefence::engine::Policy) + Send + 'sta
     let namespaces: Api<Namespace> = Api::all(w.client.clone());
     if namespaces.get_opt(NAMESPACE).await.unwrap().is_none() {
         let ns = serde_json::from_value(json!({"metadata": {"name": NAMESPACE}})).unwrap();
-        namespaces.create(&PostParams::default(), &ns).await.unwrap();
+        namespaces
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap();
     }
     for doc in component("template.yaml") {
         let template: NodeFenceRemediationTemplate = serde_json::from_value(doc).unwrap();
@@ -80,10 +83,11 @@ fn template_ref() -> k8s_openapi::api::core::v1::ObjectReference {
     )
 }
 
-/// NodeHealthCheck's documented defaults, scaled to the world's 10x: Ready False or
-/// Unknown for 30 s (here 3 s) makes a node unhealthy.
+/// As NodeHealthCheck's documentation configures it (`minHealthy: 51%`), with its
+/// durations short: Ready False or Unknown for 3 s makes a node unhealthy.
 fn node_health_check() -> nhc::NodeHealthCheck {
     nhc::NodeHealthCheck::new("workers")
+        .min_healthy(nhc::percent(51))
         .unhealthy_condition("Ready", "False", Duration::from_secs(3))
         .unhealthy_condition("Ready", "Unknown", Duration::from_secs(3))
 }
@@ -141,7 +145,13 @@ async fn explain(w: &World, node: &str) -> String {
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodefence"))
         .arg("--config")
         .arg(w._dir.path().join("nodefence.toml"))
-        .args(["explain", node, "--namespace", "kube-system", "--kubeconfig"])
+        .args([
+            "explain",
+            node,
+            "--namespace",
+            "kube-system",
+            "--kubeconfig",
+        ])
         .arg(&kubeconfig)
         .output()
         .await
@@ -174,7 +184,14 @@ async fn a_node_health_check_has_a_cut_off_node_fenced_released_and_brought_back
         w.has_out_of_service_taint(victim)
     })
     .await;
-    wait_condition(&w, NAMESPACE, victim, condition::SUCCEEDED, ("True", "Released")).await;
+    wait_condition(
+        &w,
+        NAMESPACE,
+        victim,
+        condition::SUCCEEDED,
+        ("True", "Released"),
+    )
+    .await;
     let r = request(&w, NAMESPACE, victim).await.unwrap();
     assert_eq!(
         condition_of(&r, condition::PROCESSING),
@@ -184,12 +201,23 @@ async fn a_node_health_check_has_a_cut_off_node_fenced_released_and_brought_back
         condition_of(&r, condition::PERMANENT_NODE_DELETION_EXPECTED),
         Some(("False".into(), "OutOfServiceTaintRelease".into()))
     );
-    assert_eq!(r.status.as_ref().unwrap().node_name.as_deref(), Some(victim));
-    eventually("the finalizer while the taint is on", Duration::from_secs(10), || async {
-        request(&w, NAMESPACE, victim)
-            .await
-            .is_some_and(|r| r.metadata.finalizers.unwrap_or_default().iter().any(|f| f == TAINT_FINALIZER))
-    })
+    assert_eq!(
+        r.status.as_ref().unwrap().node_name.as_deref(),
+        Some(victim)
+    );
+    eventually(
+        "the finalizer while the taint is on",
+        Duration::from_secs(10),
+        || async {
+            request(&w, NAMESPACE, victim).await.is_some_and(|r| {
+                r.metadata
+                    .finalizers
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|f| f == TAINT_FINALIZER)
+            })
+        },
+    )
     .await;
     let text = explain(&w, victim).await;
     assert!(
@@ -220,15 +248,28 @@ async fn a_request_for_a_node_released_on_its_own_succeeds_at_once() {
     let w = world_with(|_| {}).await;
     let victim = "worker-1";
     w.pull_plug(victim);
-    eventually("released on the Lease fast path", Duration::from_secs(30), || async {
-        w.has_out_of_service_taint(victim)
-    })
+    eventually(
+        "released on the Lease fast path",
+        Duration::from_secs(30),
+        || async { w.has_out_of_service_taint(victim) },
+    )
     .await;
     // What NodeHealthCheck creates once its duration has passed.
     let mut r = NodeFenceRemediation::new(victim, Default::default());
-    r.metadata.annotations = Some([(nhc::NODE_NAME_ANNOTATION.to_string(), victim.to_string())].into());
-    requests(&w, NAMESPACE).create(&PostParams::default(), &r).await.unwrap();
-    wait_condition(&w, NAMESPACE, victim, condition::SUCCEEDED, ("True", "Released")).await;
+    r.metadata.annotations =
+        Some([(nhc::NODE_NAME_ANNOTATION.to_string(), victim.to_string())].into());
+    requests(&w, NAMESPACE)
+        .create(&PostParams::default(), &r)
+        .await
+        .unwrap();
+    wait_condition(
+        &w,
+        NAMESPACE,
+        victim,
+        condition::SUCCEEDED,
+        ("True", "Released"),
+    )
+    .await;
     assert_eq!(force_offs(&w, victim), 0, "an Off machine needs no command");
     w.stop().await;
 }
@@ -236,20 +277,31 @@ async fn a_request_for_a_node_released_on_its_own_succeeds_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_escalation_timeout_stops_power_commands_and_is_reported() {
     let w = world_with(|p| p.unhealthy_after = Duration::from_secs(6)).await;
-    install_crds(&w.client, remediator_crds("test.example.com", "v1alpha1", "ReprovisionRemediation"))
-        .await
-        .unwrap();
+    install_crds(
+        &w.client,
+        remediator_crds("test.example.com", "v1alpha1", "ReprovisionRemediation"),
+    )
+    .await
+    .unwrap();
     let mut next: Value = json!({
         "apiVersion": "test.example.com/v1alpha1",
         "kind": "ReprovisionRemediationTemplate",
         "metadata": {"name": "reprovision", "namespace": NAMESPACE},
         "spec": {"template": {"spec": {}}},
     });
-    let gvk = kube::core::GroupVersionKind::gvk("test.example.com", "v1alpha1", "ReprovisionRemediationTemplate");
+    let gvk = kube::core::GroupVersionKind::gvk(
+        "test.example.com",
+        "v1alpha1",
+        "ReprovisionRemediationTemplate",
+    );
     let resource = kube::api::ApiResource::from_gvk(&gvk);
-    let dynamic: Api<kube::api::DynamicObject> = Api::namespaced_with(w.client.clone(), NAMESPACE, &resource);
+    let dynamic: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(w.client.clone(), NAMESPACE, &resource);
     dynamic
-        .create(&PostParams::default(), &serde_json::from_value(next.take()).unwrap())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(next.take()).unwrap(),
+        )
         .await
         .unwrap();
     // nodefence first for 5 s (50 s stock), then reprovisioning.
@@ -271,21 +323,43 @@ async fn an_escalation_timeout_stops_power_commands_and_is_reported() {
     let _nhc = nhc::NodeHealthCheckController::spawn(w.client.clone());
     let victim = "worker-3";
     w.cut_network(victim);
-    wait_condition(&w, NAMESPACE, victim, condition::PROCESSING, ("True", "Paused")).await;
-    eventually("the timeout annotation", Duration::from_secs(60), || async {
-        request(&w, NAMESPACE, victim).await.is_some_and(|r| {
-            r.metadata
-                .annotations
-                .unwrap_or_default()
-                .contains_key(nodefence::remediation::TIMED_OUT_ANNOTATION)
-        })
-    })
+    wait_condition(
+        &w,
+        NAMESPACE,
+        victim,
+        condition::PROCESSING,
+        ("True", "Paused"),
+    )
     .await;
-    wait_condition(&w, NAMESPACE, victim, condition::PROCESSING, ("False", "TimedOut")).await;
+    eventually(
+        "the timeout annotation",
+        Duration::from_secs(60),
+        || async {
+            request(&w, NAMESPACE, victim).await.is_some_and(|r| {
+                r.metadata
+                    .annotations
+                    .unwrap_or_default()
+                    .contains_key(nodefence::remediation::TIMED_OUT_ANNOTATION)
+            })
+        },
+    )
+    .await;
+    wait_condition(
+        &w,
+        NAMESPACE,
+        victim,
+        condition::PROCESSING,
+        ("False", "TimedOut"),
+    )
+    .await;
     // Resumed, and long past unhealthy_after: still no power command for this node.
     nodefence_pause(&w, false).await;
     tokio::time::sleep(Duration::from_secs(10)).await;
-    assert_eq!(force_offs(&w, victim), 0, "NodeHealthCheck moved on: no ForceOff");
+    assert_eq!(
+        force_offs(&w, victim),
+        0,
+        "NodeHealthCheck moved on: no ForceOff"
+    );
     assert!(!w.has_out_of_service_taint(victim));
     let reprovision = Api::<kube::api::DynamicObject>::namespaced_with(
         w.client.clone(),
@@ -296,7 +370,10 @@ async fn an_escalation_timeout_stops_power_commands_and_is_reported() {
             "ReprovisionRemediation",
         )),
     );
-    assert!(reprovision.get_opt(victim).await.unwrap().is_some(), "the next remediator's request");
+    assert!(
+        reprovision.get_opt(victim).await.unwrap().is_some(),
+        "the next remediator's request"
+    );
     let text = explain(&w, victim).await;
     assert!(text.contains("TIMED OUT"), "{text}");
     w.stop().await;
@@ -306,7 +383,8 @@ async fn nodefence_pause(w: &World, paused: bool) {
     let kubeconfig = w._dir.path().join("kubeconfig");
     w.kube.write_kubeconfig(&kubeconfig).unwrap();
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodefence"));
-    cmd.arg("--config").arg(w._dir.path().join("nodefence.toml"));
+    cmd.arg("--config")
+        .arg(w._dir.path().join("nodefence.toml"));
     if paused {
         cmd.args(["pause", "--reason", "test"]);
     } else {
@@ -318,7 +396,11 @@ async fn nodefence_pause(w: &World, paused: bool) {
         .output()
         .await
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -336,7 +418,14 @@ async fn a_request_for_an_opted_out_node_is_held_and_reported() {
     create_nhc(&w, node_health_check().remediation_template(template_ref())).await;
     let _nhc = nhc::NodeHealthCheckController::spawn(w.client.clone());
     w.cut_network(victim);
-    wait_condition(&w, NAMESPACE, victim, condition::PROCESSING, ("True", "OptedOut")).await;
+    wait_condition(
+        &w,
+        NAMESPACE,
+        victim,
+        condition::PROCESSING,
+        ("True", "OptedOut"),
+    )
+    .await;
     let r = request(&w, NAMESPACE, victim).await.unwrap();
     assert_eq!(
         condition_of(&r, condition::SUCCEEDED),
@@ -371,9 +460,11 @@ async fn a_delete_node_release_expects_the_deletion_and_the_orphaned_request_is_
     // NodeHealthCheck deletes a request whose Node is gone once it Succeeded (it
     // waits for that when PermanentNodeDeletionExpected is True); nodefence does not
     // delete it itself (NHC's workflow.md: the remediator should not).
-    eventually("the orphaned request deleted", Duration::from_secs(60), || async {
-        request(&w, NAMESPACE, victim).await.is_none()
-    })
+    eventually(
+        "the orphaned request deleted",
+        Duration::from_secs(60),
+        || async { request(&w, NAMESPACE, victim).await.is_none() },
+    )
     .await;
     w.stop().await;
 }
@@ -392,7 +483,11 @@ async fn a_machine_health_check_has_the_machines_node_fenced() {
         .unwrap();
     install_crds(
         &w.client,
-        [mhc::cluster_crd(), mhc::machine_crd(), mhc::machine_health_check_crd()],
+        [
+            mhc::cluster_crd(),
+            mhc::machine_crd(),
+            mhc::machine_health_check_crd(),
+        ],
     )
     .await
     .unwrap();
@@ -404,12 +499,20 @@ async fn a_machine_health_check_has_the_machines_node_fenced() {
         .create(&PostParams::default(), &template)
         .await
         .unwrap();
-    mhc::create_ready_cluster(&w.client, ns, "prod").await.unwrap();
+    mhc::create_ready_cluster(&w.client, ns, "prod")
+        .await
+        .unwrap();
     let machines: Api<mhc::Machine> = Api::namespaced(w.client.clone(), ns);
     for (i, node) in ["worker-1", "worker-2", "worker-3"].iter().enumerate() {
-        let machine = mhc::Machine::new(ns, &format!("md-0-{i}"), "prod").with_labels([("pool", "md-0")]);
-        machines.create(&PostParams::default(), &machine).await.unwrap();
-        mhc::set_node_ref(&w.client, ns, &format!("md-0-{i}"), node).await.unwrap();
+        let machine =
+            mhc::Machine::new(ns, &format!("md-0-{i}"), "prod").with_labels([("pool", "md-0")]);
+        machines
+            .create(&PostParams::default(), &machine)
+            .await
+            .unwrap();
+        mhc::set_node_ref(&w.client, ns, &format!("md-0-{i}"), node)
+            .await
+            .unwrap();
     }
     let check = mhc::MachineHealthCheck::new(ns, "md-0", "prod")
         .select_labels([("pool", "md-0")])
@@ -424,7 +527,10 @@ async fn a_machine_health_check_has_the_machines_node_fenced() {
         .create(&PostParams::default(), &check)
         .await
         .unwrap();
-    let _mhc = mhc::MachineHealthCheckController::with_rate_limit(w.client.clone(), Duration::from_secs(1));
+    let _mhc = mhc::MachineHealthCheckController::with_rate_limit(
+        w.client.clone(),
+        Duration::from_secs(1),
+    );
     let victim = "worker-2";
     w.cut_network(victim);
     // The request is named after the Machine and owned by it; nodefence finds the
@@ -445,6 +551,8 @@ async fn a_machine_health_check_has_the_machines_node_fenced() {
         assert_eq!(force_offs(&w, other), 0);
         assert!(!w.has_out_of_service_taint(other));
     }
-    let _ = requests(&w, ns).delete("md-0-1", &DeleteParams::default()).await;
+    let _ = requests(&w, ns)
+        .delete("md-0-1", &DeleteParams::default())
+        .await;
     w.stop().await;
 }

@@ -9,11 +9,14 @@
 //! - [`redfish`]: a Redfish BMC (OpenBMC, iDRAC, iLO, multi-system, minimal shapes).
 //! - [`ipmi`]: an IPMI v2.0 (RMCP+) BMC on UDP (cipher suites 3 and 17, K_g, faults).
 //! - [`tls`]: throwaway CA + leaf certificates for HTTPS mocks.
+//! - [`remediation`]: stand-ins for the NodeHealthCheck operator and Cluster API's
+//!   MachineHealthCheck, the health checkers that name nodefence as their remediator.
 
 pub mod ipmi;
 pub mod kube;
 pub mod machines;
 pub mod redfish;
+pub mod remediation;
 pub mod serve;
 pub mod tls;
 

@@ -14,7 +14,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use nodefence_mocks::kube::FakeKubeHandle;
-use nodefence_mocks::kube::resources::{NODES, PODS, VOLUME_ATTACHMENTS};
+use nodefence_mocks::kube::resources::{
+    CUSTOM_RESOURCE_DEFINITIONS, NODES, PODS, VOLUME_ATTACHMENTS,
+};
 use serde_json::{Value, json};
 use tokio::process::Command;
 
@@ -102,6 +104,16 @@ impl Cluster {
 
     /// Runs kubectl; panics with its output unless it succeeds.
     async fn run(&self, args: &[&str]) -> String {
+        let (ok, stdout, stderr) = self.try_run(args).await;
+        assert!(
+            ok,
+            "kubectl {args:?} failed\nstdout: {stdout}\nstderr: {stderr}"
+        );
+        stdout
+    }
+
+    /// Runs kubectl: whether it succeeded, its stdout and its stderr.
+    async fn try_run(&self, args: &[&str]) -> (bool, String, String) {
         let out = tokio::time::timeout(
             Duration::from_secs(60),
             Command::new(&self.kubectl)
@@ -121,12 +133,14 @@ impl Cluster {
         .expect("kubectl ran");
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(
-            out.status.success(),
-            "kubectl {args:?} failed ({:?})\nstdout: {stdout}\nstderr: {stderr}",
-            out.status
-        );
-        stdout
+        (out.status.success(), stdout, stderr)
+    }
+
+    /// Writes `text` to a file in the cluster's directory; its path.
+    fn file(&self, name: &str, text: &str) -> String {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_string_lossy().into_owned()
     }
 
     fn node(&self, name: &str) -> Option<Value> {
@@ -332,4 +346,184 @@ async fn the_binary_with_its_defaults_gives_kubectl_a_cluster_with_nodes() {
         );
     }
     let _ = child.kill().await;
+}
+
+const WIDGET_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names:
+    plural: widgets
+    kind: Widget
+    shortNames: [wd]
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources:
+      status: {}
+    additionalPrinterColumns:
+    - name: Size
+      type: integer
+      jsonPath: .spec.size
+    - name: Ready
+      type: string
+      jsonPath: .status.conditions[?(@.type=="Ready")].status
+    - name: Color
+      type: string
+      jsonPath: .spec.color
+      priority: 1
+    - name: Age
+      type: date
+      jsonPath: .metadata.creationTimestamp
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            required: [size]
+            properties:
+              size: {type: integer, minimum: 1}
+              color: {type: string, enum: [red, blue], default: red}
+          status:
+            type: object
+            properties:
+              conditions:
+                type: array
+                items:
+                  type: object
+                  properties:
+                    type: {type: string}
+                    status: {type: string}
+"#;
+
+fn widget_yaml(namespace: &str, name: &str, size: u32) -> String {
+    format!(
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: {name}\n  namespace: {namespace}\nspec:\n  size: {size}\n"
+    )
+}
+
+/// A CRD and its custom resources the way an operator handles them: `apply`
+/// (server-side field validation included), `get` with the printer columns, `-o
+/// yaml`, a status patch, validation errors, `delete`.
+#[tokio::test]
+async fn apply_get_and_delete_custom_resources() {
+    let Some(kubectl) = kubectl_path() else {
+        return;
+    };
+    let c = Cluster::start(kubectl).await;
+    let crd = c.file("crd.yaml", WIDGET_CRD);
+    let out = c.run(&["apply", "-f", &crd]).await;
+    assert!(
+        out.contains("customresourcedefinition.apiextensions.k8s.io/widgets.example.com created"),
+        "{out}"
+    );
+    let table = rows(&c.run(&["get", "crds"]).await);
+    assert_eq!(table[0], ["NAME", "CREATED", "AT"]);
+    assert_eq!(table[1][0], "widgets.example.com");
+
+    let w1 = c.file("w1.yaml", &widget_yaml("default", "w1", 3));
+    let out = c.run(&["apply", "-f", &w1]).await;
+    assert!(out.contains("widget.example.com/w1 created"), "{out}");
+    let w2 = c.file("w2.yaml", &widget_yaml("kube-system", "w2", 7));
+    c.run(&["apply", "-f", &w2]).await;
+    let out = c
+        .run(&[
+            "patch",
+            "widget",
+            "w1",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"conditions":[{"type":"Ready","status":"True"}]}}"#,
+        ])
+        .await;
+    assert!(out.contains("widget.example.com/w1 patched"), "{out}");
+    c.run(&[
+        "patch",
+        "wd",
+        "w2",
+        "-n",
+        "kube-system",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"conditions":[{"type":"Ready","status":"False"}]}}"#,
+    ])
+    .await;
+
+    let table = rows(&c.run(&["get", "widgets", "-A"]).await);
+    assert_eq!(table[0], ["NAMESPACE", "NAME", "SIZE", "READY", "AGE"]);
+    assert_eq!(table.len(), 3, "{table:?}");
+    assert_eq!(table[1][..4], ["default", "w1", "3", "True"]);
+    assert_eq!(table[2][..4], ["kube-system", "w2", "7", "False"]);
+    let wide = rows(&c.run(&["get", "wd", "-o", "wide"]).await);
+    assert_eq!(wide[0], ["NAME", "SIZE", "READY", "COLOR", "AGE"]);
+    assert_eq!(wide[1][..4], ["w1", "3", "True", "red"]);
+
+    let yaml = c.run(&["get", "widgets", "w1", "-o", "yaml"]).await;
+    for line in [
+        "apiVersion: example.com/v1",
+        "kind: Widget",
+        "  name: w1",
+        "  namespace: default",
+        "  generation: 1",
+        "  size: 3",
+        "  color: red",
+        "status:",
+        "  - status: \"True\"",
+    ] {
+        assert!(yaml.lines().any(|l| l == line), "{line:?} in\n{yaml}");
+    }
+
+    // A changed manifest is applied as a merge patch: a new generation.
+    std::fs::write(&w1, widget_yaml("default", "w1", 4)).unwrap();
+    let out = c.run(&["apply", "-f", &w1]).await;
+    assert!(out.contains("widget.example.com/w1 configured"), "{out}");
+    let json: Value =
+        serde_json::from_str(&c.run(&["get", "widget", "w1", "-o", "json"]).await).unwrap();
+    assert_eq!(json["spec"]["size"], 4);
+    assert_eq!(json["metadata"]["generation"], 2);
+    assert_eq!(json["status"]["conditions"][0]["status"], "True");
+
+    // The server's schema validation, as kubectl shows it.
+    let bad = c.file("bad.yaml", &widget_yaml("default", "bad", 0));
+    let (ok, _, stderr) = c.try_run(&["apply", "-f", &bad]).await;
+    assert!(!ok);
+    assert!(
+        stderr.contains(
+            "spec.size: Invalid value: 0: spec.size in body should be greater than or equal to 1"
+        ),
+        "{stderr}"
+    );
+
+    let out = c.run(&["delete", "widget", "w1"]).await;
+    assert!(out.contains("widget.example.com \"w1\" deleted"), "{out}");
+    let table = rows(&c.run(&["get", "widgets", "-A"]).await);
+    assert_eq!(table.len(), 2, "{table:?}");
+
+    let out = c.run(&["delete", "-f", &crd]).await;
+    assert!(
+        out.contains(
+            "customresourcedefinition.apiextensions.k8s.io \"widgets.example.com\" deleted"
+        ),
+        "{out}"
+    );
+    assert!(
+        c.kube
+            .store()
+            .get(CUSTOM_RESOURCE_DEFINITIONS, None, "widgets.example.com")
+            .is_err()
+    );
+    let (ok, _, stderr) = c.try_run(&["get", "widgets", "-A"]).await;
+    assert!(!ok, "the type is gone");
+    assert!(
+        stderr.contains("the server doesn't have a resource type \"widgets\"")
+            || stderr.contains("the server could not find the requested resource"),
+        "{stderr}"
+    );
 }

@@ -207,7 +207,13 @@ fn resource_version(object: &Value) -> Option<String> {
         .map(str::to_owned)
 }
 
-fn check_preconditions(
+/// Refuses bad `DeleteOptions` (422), as [`delete`] does first.
+pub(crate) fn validate_options(opts: &DeleteOptions) -> Result<(), StoreError> {
+    opts.validate()
+}
+
+/// `preconditions.uid`/`resourceVersion` against the object (409 when they differ).
+pub(crate) fn check_preconditions(
     rt: ResourceType,
     name: &str,
     current: &Value,

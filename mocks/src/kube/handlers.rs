@@ -7,6 +7,15 @@
 //!
 //! Refused: `dryRun` (400: fake-kube cannot evaluate a write without doing it)
 //! and server-side apply (415, see [`super::patch`]).
+//!
+//! Custom resources (a [`Target`] with `custom`) also go through their CRD version:
+//! the decoder's pruning and defaulting ([`crd::decode`], with `fieldValidation`:
+//! unknown fields are dropped silently (`Ignore`), dropped with a `Warning` header
+//! each (`Warn`, the default) or refused (`Strict`: 400 on create and update, 422
+//! naming `patch` on patch)), schema validation ([`crd::validate`], 422 naming the
+//! fields), no strategic merge patch (415 in the apiextensions-apiserver's words),
+//! no creates while the CRD is being deleted (403). CustomResourceDefinitions get
+//! their own strategy and deletion ([`crd::definition`]).
 
 use std::sync::Arc;
 
@@ -17,11 +26,13 @@ use axum::http::header::{ACCEPT, CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+use super::crd::{self, FieldValidation, definition};
 use super::deletion::{self, DeleteOptions, DeleteOutcome};
+use super::field::{BadValue, FieldError, go_quote};
 use super::negotiate::{self, Representation};
 use super::patch::{self, PatchKind, Unsupported};
 use super::query::{Query, paginate};
-use super::resources::NAMESPACES;
+use super::resources::{CUSTOM_RESOURCE_DEFINITIONS as CRDS, NAMESPACES};
 use super::routes::Target;
 use super::server::Shared;
 use super::status;
@@ -72,7 +83,7 @@ fn json_body(
             content_type.unwrap_or_default()
         ))));
     }
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
+    let mut value: Value = serde_json::from_slice(body).map_err(|e| {
         Box::new(status::error(&StoreError::BadRequest(format!(
             "couldn't get version/kind; json parse error: {e}"
         ))))
@@ -82,8 +93,121 @@ fn json_body(
             "the body must be a JSON object".into(),
         ))));
     }
+    if target.custom.is_some() {
+        check_custom_type_meta(target, &mut value, body)?;
+        return Ok(value);
+    }
     strategy::check_type_meta(target.rt, &value).map_err(|e| Box::new(status::error(&e)))?;
     Ok(value)
+}
+
+/// A custom resource body must say its kind (the unstructured decoder needs it);
+/// any version of the group is converted to the one on the URL.
+fn check_custom_type_meta(
+    target: &Target,
+    value: &mut Value,
+    body: &[u8],
+) -> Result<(), Box<Response>> {
+    let rt = target.rt;
+    let kind = value
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if kind.is_empty() {
+        return Err(Box::new(status::error(&StoreError::BadRequest(format!(
+            "Object 'Kind' is missing in '{}'",
+            String::from_utf8_lossy(body).trim()
+        )))));
+    }
+    if let Err(e) = custom_type_meta(rt, value) {
+        return Err(Box::new(status::error(&e)));
+    }
+    rt.convert(value);
+    Ok(())
+}
+
+/// `ValidateTypeMeta` of a custom resource: its kind, and an `apiVersion` of its
+/// group (any version: they convert).
+fn custom_type_meta(rt: super::resources::ResourceType, value: &Value) -> Result<(), StoreError> {
+    let mut causes = Vec::new();
+    let kind = value
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if !kind.is_empty() && kind != rt.kind {
+        causes.push(FieldError::invalid(
+            "kind",
+            BadValue::Str(kind.to_owned()),
+            &format!("must be {}", rt.kind),
+        ));
+    }
+    if let Some(av) = value.get("apiVersion").and_then(Value::as_str)
+        && av.rsplit_once('/').map_or("", |(g, _)| g) != rt.group
+    {
+        causes.push(FieldError::invalid(
+            "apiVersion",
+            BadValue::Str(av.to_owned()),
+            &format!("must be {}", rt.api_version()),
+        ));
+    }
+    if causes.is_empty() {
+        return Ok(());
+    }
+    let name = value
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    Err(StoreError::invalid_fields(rt, name, causes))
+}
+
+fn field_validation(q: &Query) -> Result<FieldValidation, StoreError> {
+    FieldValidation::parse(q.field_validation.as_deref())
+}
+
+/// What to do with the fields a custom resource's schema dropped: nothing, a
+/// warning each, or refusing the write (`patched`: the patched object, for a
+/// PATCH's 422; a create or update gets a 400).
+fn unknown_fields(
+    rt: super::resources::ResourceType,
+    validation: FieldValidation,
+    unknown: &[String],
+    patched: Option<&str>,
+    warnings: &mut Vec<String>,
+) -> Result<(), StoreError> {
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    match validation {
+        FieldValidation::Ignore => Ok(()),
+        FieldValidation::Warn => {
+            warnings.extend(
+                unknown
+                    .iter()
+                    .map(|f| format!("unknown field {}", go_quote(f))),
+            );
+            Ok(())
+        }
+        FieldValidation::Strict => {
+            let strict = crd::strict_error(unknown);
+            Err(match patched {
+                Some(json) => StoreError::InvalidFields(Box::new(super::field::Invalid {
+                    group: String::new(),
+                    kind: String::new(),
+                    name: String::new(),
+                    causes: vec![FieldError::invalid(
+                        "patch",
+                        BadValue::Str(json.to_owned()),
+                        &strict,
+                    )],
+                })),
+                None => StoreError::BadRequest(format!(
+                    "{kind} in version {version} cannot be handled as a {kind}: {strict}",
+                    kind = rt.kind,
+                    version = go_quote(rt.version),
+                )),
+            })
+        }
+    }
 }
 
 fn refuse_dry_run(q: &Query) -> Result<(), StoreError> {
@@ -115,6 +239,7 @@ pub(crate) async fn get(shared: &Arc<Shared>, target: Target, request: Request) 
             name: target.name.clone(),
             query: q,
             representation: repr,
+            custom: target.custom.clone(),
         };
         return match watch::start(&shared.watch, req) {
             Ok(body) => {
@@ -146,6 +271,7 @@ pub(crate) async fn get(shared: &Arc<Shared>, target: Target, request: Request) 
             status::ok(&match repr {
                 Representation::Table(v) => table::table(
                     target.rt,
+                    target.custom.as_deref(),
                     v,
                     &page.items,
                     meta,
@@ -171,6 +297,7 @@ pub(crate) async fn get(shared: &Arc<Shared>, target: Target, request: Request) 
         status::ok(&match repr {
             Representation::Table(v) => table::table(
                 target.rt,
+                target.custom.as_deref(),
                 v,
                 std::slice::from_ref(&o),
                 json!({"resourceVersion": o.pointer("/metadata/resourceVersion")}),
@@ -185,9 +312,13 @@ pub(crate) async fn get(shared: &Arc<Shared>, target: Target, request: Request) 
 
 /// POST on a collection.
 pub(crate) async fn create(shared: &Arc<Shared>, target: Target, request: Request) -> Response {
-    if let Err(e) = query_of(&target, &request).and_then(|q| refuse_dry_run(&q)) {
-        return status::error(&e);
-    }
+    let validation = match query_of(&target, &request)
+        .and_then(|q| refuse_dry_run(&q).map(|()| q))
+        .and_then(|q| field_validation(&q))
+    {
+        Ok(v) => v,
+        Err(e) => return status::error(&e),
+    };
     let content_type = header(&request, CONTENT_TYPE);
     let body = match body_of(request).await {
         Ok(b) => b,
@@ -216,22 +347,54 @@ pub(crate) async fn create(shared: &Arc<Shared>, target: Target, request: Reques
             "Internal error occurred: resourceVersion should not be set on objects to be created",
         );
     }
-    strategy::prepare_for_create(target.rt, &mut object);
-    if let Err(e) = strategy::validate_name(target.rt, &object) {
-        return status::error(&e);
+    let mut warnings = Vec::new();
+    if let Some(cv) = &target.custom {
+        if cv.terminating {
+            let name = object
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            return status::error(&StoreError::Forbidden(format!(
+                "{} {} is forbidden: create not allowed while custom resource definition is terminating",
+                target.rt.qualified_resource(),
+                go_quote(name)
+            )));
+        }
+        let unknown = crd::decode(cv, &mut object);
+        if let Err(e) = unknown_fields(target.rt, validation, &unknown, None, &mut warnings) {
+            return status::error(&e);
+        }
     }
-    respond(
-        store
-            .create(target.rt, ns, object)
-            .map(|o| status::created(&o)),
-    )
+    strategy::prepare_for_create(target.rt, &mut object);
+    let checked = match &target.custom {
+        Some(cv) => crd::validate(cv, &object, None, Part::Main),
+        None => strategy::validate_name(target.rt, &object),
+    };
+    if let Err(e) = checked {
+        return status::with_warnings(status::error(&e), &warnings);
+    }
+    if target.rt == CRDS {
+        let (all, _) = store.list(CRDS, None);
+        if let Err(e) = definition::prepare_create(&all, &mut object) {
+            return status::error(&e);
+        }
+    }
+    let answer = match store.create(target.rt, ns, object) {
+        Ok(o) => status::created(&o),
+        Err(e) => status::error(&e),
+    };
+    status::with_warnings(answer, &warnings)
 }
 
 /// PUT on an object or its status.
 pub(crate) async fn replace(shared: &Arc<Shared>, target: Target, request: Request) -> Response {
-    if let Err(e) = query_of(&target, &request).and_then(|q| refuse_dry_run(&q)) {
-        return status::error(&e);
-    }
+    let validation = match query_of(&target, &request)
+        .and_then(|q| refuse_dry_run(&q).map(|()| q))
+        .and_then(|q| field_validation(&q))
+    {
+        Ok(v) => v,
+        Err(e) => return status::error(&e),
+    };
     let content_type = header(&request, CONTENT_TYPE);
     let body = match body_of(request).await {
         Ok(b) => b,
@@ -241,16 +404,37 @@ pub(crate) async fn replace(shared: &Arc<Shared>, target: Target, request: Reque
         Ok(v) => v,
         Err(r) => return *r,
     };
-    respond(write(&shared.store, &target, |_current| Ok(object.clone())))
+    respond(write(
+        &shared.store,
+        &target,
+        validation,
+        false,
+        |_current| Ok(object.clone()),
+    ))
 }
+
+/// The 415 a custom resource answers a patch type other than JSON and merge patch
+/// (and server-side apply) with.
+const CUSTOM_PATCH_TYPES: &str = "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml";
 
 /// PATCH on an object or its status.
 pub(crate) async fn patch(shared: &Arc<Shared>, target: Target, request: Request) -> Response {
-    if let Err(e) = query_of(&target, &request).and_then(|q| refuse_dry_run(&q)) {
-        return status::error(&e);
-    }
+    let validation = match query_of(&target, &request)
+        .and_then(|q| refuse_dry_run(&q).map(|()| q))
+        .and_then(|q| field_validation(&q))
+    {
+        Ok(v) => v,
+        Err(e) => return status::error(&e),
+    };
     let kind = match PatchKind::from_content_type(header(&request, CONTENT_TYPE).as_deref()) {
+        Ok(PatchKind::Strategic) if target.custom.is_some() => {
+            // Custom resources have no patch strategies: no strategic merge patch.
+            return status::unsupported_media_type(CUSTOM_PATCH_TYPES);
+        }
         Ok(k) => k,
+        Err(Unsupported::Unknown(_)) if target.custom.is_some() => {
+            return status::unsupported_media_type(CUSTOM_PATCH_TYPES);
+        }
         Err(u @ (Unsupported::Apply | Unsupported::Unknown(_))) => {
             return status::unsupported_media_type(&u.message());
         }
@@ -264,16 +448,23 @@ pub(crate) async fn patch(shared: &Arc<Shared>, target: Target, request: Request
         Err(e) => return status::error(&e),
     };
     let rt = target.rt;
-    respond(write(&shared.store, &target, |current| {
+    respond(write(&shared.store, &target, validation, true, |current| {
         patch::apply(rt, kind, current, &patch_doc)
     }))
 }
 
 /// The common path of PUT and PATCH: `change` computes the client's version of the
 /// object from the stored one; the result is checked (name, namespace, and the
-/// `resourceVersion` and `uid` preconditions: 409), split by subresource, stored,
-/// and finalized if its deletion is complete.
-fn write<F>(store: &Store, target: &Target, change: F) -> Result<Response, StoreError>
+/// `resourceVersion` and `uid` preconditions: 409), decoded and validated for a
+/// custom resource (`is_patch`: how strict decoding fails), split by subresource,
+/// stored, and finalized if its deletion is complete.
+fn write<F>(
+    store: &Store,
+    target: &Target,
+    validation: FieldValidation,
+    is_patch: bool,
+    change: F,
+) -> Result<Response, StoreError>
 where
     F: FnOnce(&Value) -> Result<Value, StoreError>,
 {
@@ -287,7 +478,14 @@ where
     } else {
         Part::Main
     };
-    let updated = store.modify(rt, ns, name, |current| {
+    let custom = target.custom.as_deref();
+    let all_crds = if rt == CRDS {
+        store.list(CRDS, None).0
+    } else {
+        Vec::new()
+    };
+    let mut warnings = Vec::new();
+    let result = store.modify(rt, ns, name, |current| {
         let mut next = change(current)?;
         if !next.is_object() {
             return Err(StoreError::BadRequest(
@@ -308,6 +506,19 @@ where
                 plural: rt.plural.to_owned(),
                 name: name.to_owned(),
             });
+        }
+        if wanted.is_none() && !is_patch && (custom.is_some() || rt == CRDS) {
+            // Custom resources and CRDs do not allow unconditional updates.
+            return Err(StoreError::InvalidFields(Box::new(super::field::Invalid {
+                group: rt.group.to_owned(),
+                kind: rt.plural.to_owned(),
+                name: name.to_owned(),
+                causes: vec![FieldError::invalid(
+                    "metadata.resourceVersion",
+                    BadValue::Printed("0x0".to_owned()),
+                    "must be specified for an update",
+                )],
+            })));
         }
         // A uid in the body is a precondition too: it catches writes meant for an
         // object that was deleted and re-created under the same name.
@@ -339,14 +550,58 @@ where
                 "the namespace of the provided object does not match the namespace sent on the request".into(),
             ));
         }
-        strategy::check_type_meta(rt, &next)?;
+        if let Some(cv) = custom {
+            custom_type_meta(rt, &next)?;
+            let patched = (is_patch && validation == FieldValidation::Strict)
+                .then(|| next.to_string());
+            let unknown = crd::decode(cv, &mut next);
+            unknown_fields(rt, validation, &unknown, patched.as_deref(), &mut warnings)?;
+            rt.convert(&mut next);
+        } else {
+            strategy::check_type_meta(rt, &next)?;
+        }
+        if rt == CRDS && part == Part::Main {
+            definition::set_defaults(&mut next);
+        }
         strategy::prepare_for_update(rt, part, current, &mut next);
+        if let Some(cv) = custom {
+            crd::validate(cv, &next, Some(current), part)?;
+        }
+        if rt == CRDS && part == Part::Main {
+            definition::finish_update(&all_crds, current, &mut next)?;
+        }
         metadata_mut(&mut next).remove("resourceVersion");
         *current = next;
         Ok(())
-    })?;
-    deletion::finalize_if_done(store, rt, ns, name)?;
-    Ok(status::ok(&updated))
+    });
+    // Warnings go out with the answer, whatever it is, as the real server's do.
+    let updated =
+        match result.and_then(|u| deletion::finalize_if_done(store, rt, ns, name).map(|_| u)) {
+            Ok(u) => u,
+            Err(e) => return Ok(status::with_warnings(status::error(&e), &warnings)),
+        };
+    after_write(store, target);
+    Ok(status::with_warnings(status::ok(&updated), &warnings))
+}
+
+/// What the CRD controllers do after a write or delete: a CRD being deleted may
+/// have lost its last object; a CRD's names may have changed.
+fn after_write(store: &Store, target: &Target) {
+    if let Some(cv) = &target.custom
+        && cv.terminating
+        && let Err(e) = definition::cleanup(store, &cv.crd_name)
+    {
+        tracing::debug!("CRD {}: cleanup: {e}", cv.crd_name);
+    }
+    if target.rt == CRDS {
+        let group = target
+            .name
+            .as_deref()
+            .and_then(|n| n.split_once('.'))
+            .map(|(_, g)| g)
+            .unwrap_or_default();
+        definition::reconcile_group(store, group);
+    }
 }
 
 fn delete_options(q: &Query, body: &[u8]) -> Result<DeleteOptions, StoreError> {
@@ -395,7 +650,9 @@ pub(crate) async fn delete(shared: &Arc<Shared>, target: Target, request: Reques
     let Some(name) = target.name.as_deref() else {
         return status::method_not_allowed();
     };
-    respond(
+    let outcome = if target.rt == CRDS {
+        definition::delete(&shared.store, name, &opts)
+    } else {
         deletion::delete(
             &shared.store,
             target.rt,
@@ -403,8 +660,9 @@ pub(crate) async fn delete(shared: &Arc<Shared>, target: Target, request: Reques
             name,
             &opts,
         )
-        .map(|outcome| delete_response(&target, &outcome)),
-    )
+    };
+    after_write(&shared.store, &target);
+    respond(outcome.map(|outcome| delete_response(&target, &outcome)))
 }
 
 /// DELETE on a collection (`deletecollection`): every object matching the
@@ -440,12 +698,18 @@ pub(crate) async fn delete_collection(
             .and_then(Value::as_str)
             .unwrap_or_default();
         let ons = o.pointer("/metadata/namespace").and_then(Value::as_str);
-        match deletion::delete(store, target.rt, ons.or(ns), name, &opts) {
+        let outcome = if target.rt == CRDS {
+            definition::delete(store, name, &opts)
+        } else {
+            deletion::delete(store, target.rt, ons.or(ns), name, &opts)
+        };
+        match outcome {
             Ok(outcome) => done.push(outcome.object().clone()),
             Err(StoreError::NotFound { .. }) => {}
             Err(e) => return status::error(&e),
         }
     }
+    after_write(store, &target);
     status::ok(&json!({
         "kind": target.rt.list_kind(),
         "apiVersion": target.rt.api_version(),

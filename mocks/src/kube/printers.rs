@@ -82,6 +82,10 @@ pub(crate) fn columns(rt: ResourceType) -> &'static [Column] {
             ("StorageClass", "string", 0),
             ("Age", "string", 0),
         ],
+        // The generic convertor the real server (1.33) uses for CRDs.
+        ("apiextensions.k8s.io", "customresourcedefinitions") => {
+            &[("Name", "string", 0), ("Created At", "date", 0)]
+        }
         _ => &[("Name", "string", 0), ("Age", "string", 0)],
     }
 }
@@ -221,6 +225,10 @@ pub(crate) fn cells(rt: ResourceType, o: &Value, now: SystemTime) -> Vec<Value> 
                 age_cell,
             ]
         }
+        ("apiextensions.k8s.io", "customresourcedefinitions") => vec![
+            name,
+            json!(str_at(o, "/metadata/creationTimestamp").unwrap_or_default()),
+        ],
         _ => vec![name, age_cell],
     }
 }

@@ -40,6 +40,9 @@ pub struct Query {
     pub grace_period_seconds: Option<i64>,
     pub propagation_policy: Option<String>,
     pub dry_run: bool,
+    /// `fieldValidation` of writes: Ignore, Warn or Strict (only custom resources,
+    /// which have a schema here, honour it).
+    pub field_validation: Option<String>,
 }
 
 impl Query {
@@ -83,6 +86,7 @@ impl Query {
                 }
                 "propagationPolicy" => q.propagation_policy = Some(v),
                 "dryRun" => q.dry_run = !v.is_empty(),
+                "fieldValidation" if !v.is_empty() => q.field_validation = Some(v),
                 _ => {}
             }
         }

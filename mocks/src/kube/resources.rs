@@ -1,5 +1,12 @@
 //! The resource types the fake API server serves, with what discovery and the REST
 //! paths need to know about each (group, version, plural, kind, namespaced).
+//!
+//! The built-in types are the constants below ([`ALL`]). Every served version of an
+//! established CustomResourceDefinition is a type too, made at run time by
+//! [`super::crd`] with its names interned (see [`super::intern`]) and
+//! [`ResourceType::custom`] set. Objects are stored by group and plural
+//! ([`ResourceType::storage_key`]), so every version of a custom resource reads and
+//! writes the same objects, as the real server's single storage version does.
 
 /// One served resource type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -15,9 +22,27 @@ pub struct ResourceType {
     pub short_names: &'static [&'static str],
     /// Verbs advertised in discovery.
     pub verbs: &'static [&'static str],
+    /// `None` for a built-in type; what a CustomResourceDefinition's served version
+    /// adds otherwise.
+    pub custom: Option<Custom>,
 }
 
-const ALL_VERBS: &[&str] = &[
+/// What a custom resource type (one served version of a CustomResourceDefinition)
+/// has beyond a built-in one's names. The rest of the definition (schema, printer
+/// columns) stays with the CRD: see [`super::crd::CustomVersion`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Custom {
+    /// `status.acceptedNames.listKind`.
+    pub list_kind: &'static str,
+    /// Whether the version declares `subresources.status`.
+    pub status_subresource: bool,
+    /// `status.acceptedNames.categories` (`all` makes `kubectl get all` list it).
+    pub categories: &'static [&'static str],
+    /// The version's `selectableFields`, as field selector labels (`spec.color`).
+    pub selectable_fields: &'static [&'static str],
+}
+
+pub(crate) const ALL_VERBS: &[&str] = &[
     "create",
     "delete",
     "deletecollection",
@@ -47,9 +72,54 @@ impl ResourceType {
         }
     }
 
-    /// The kind of the list, e.g. "NodeList".
+    /// The kind of the list, e.g. "NodeList" (a CRD's `listKind`).
     pub fn list_kind(&self) -> String {
-        format!("{}List", self.kind)
+        match self.custom {
+            Some(c) => c.list_kind.to_owned(),
+            None => format!("{}List", self.kind),
+        }
+    }
+
+    /// What the store keys this type's objects by: group and plural, the same for
+    /// every version of a custom resource.
+    pub fn storage_key(&self) -> (&'static str, &'static str) {
+        (self.group, self.plural)
+    }
+
+    /// Whether `other` names the same stored objects (another version of it).
+    pub fn same_storage(&self, other: &ResourceType) -> bool {
+        self.storage_key() == other.storage_key()
+    }
+
+    /// `plural` or `plural.group`, as NotFound and Forbidden messages name it.
+    pub fn qualified_resource(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.to_owned()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
+    }
+
+    /// `Kind` or `Kind.group`, as `Invalid` (422) messages name it.
+    pub fn qualified_kind(&self) -> String {
+        if self.group.is_empty() {
+            self.kind.to_owned()
+        } else {
+            format!("{}.{}", self.kind, self.group)
+        }
+    }
+
+    /// Sets `apiVersion` to this type's version when the object was written through
+    /// another version of the same resource (the real server converts; with the
+    /// `None` conversion strategy that is all conversion does).
+    pub fn convert(&self, object: &mut serde_json::Value) {
+        let Some(map) = object.as_object_mut() else {
+            return;
+        };
+        let want = self.api_version();
+        if map.get("apiVersion").and_then(serde_json::Value::as_str) != Some(want.as_str()) {
+            map.insert("apiVersion".into(), serde_json::Value::String(want));
+        }
     }
 }
 
@@ -62,6 +132,7 @@ pub const NODES: ResourceType = ResourceType {
     namespaced: false,
     short_names: &["no"],
     verbs: ALL_VERBS,
+    custom: None,
 };
 
 pub const PODS: ResourceType = ResourceType {
@@ -73,6 +144,7 @@ pub const PODS: ResourceType = ResourceType {
     namespaced: true,
     short_names: &["po"],
     verbs: ALL_VERBS,
+    custom: None,
 };
 
 pub const SECRETS: ResourceType = ResourceType {
@@ -84,6 +156,7 @@ pub const SECRETS: ResourceType = ResourceType {
     namespaced: true,
     short_names: &[],
     verbs: ALL_VERBS,
+    custom: None,
 };
 
 pub const NAMESPACES: ResourceType = ResourceType {
@@ -97,6 +170,7 @@ pub const NAMESPACES: ResourceType = ResourceType {
     verbs: &[
         "create", "delete", "get", "list", "patch", "update", "watch",
     ],
+    custom: None,
 };
 
 pub const CONFIG_MAPS: ResourceType = ResourceType {
@@ -108,6 +182,7 @@ pub const CONFIG_MAPS: ResourceType = ResourceType {
     namespaced: true,
     short_names: &["cm"],
     verbs: ALL_VERBS,
+    custom: None,
 };
 
 pub const CORE_EVENTS: ResourceType = ResourceType {
@@ -119,6 +194,7 @@ pub const CORE_EVENTS: ResourceType = ResourceType {
     namespaced: true,
     short_names: &["ev"],
     verbs: ALL_VERBS,
+    custom: None,
 };
 
 pub const PERSISTENT_VOLUME_CLAIMS: ResourceType = ResourceType {
@@ -130,6 +206,7 @@ pub const PERSISTENT_VOLUME_CLAIMS: ResourceType = ResourceType {
     namespaced: true,
     short_names: &["pvc"],
     verbs: ALL_VERBS,
+    custom: None,
 };
 
 pub const PERSISTENT_VOLUMES: ResourceType = ResourceType {
@@ -141,6 +218,7 @@ pub const PERSISTENT_VOLUMES: ResourceType = ResourceType {
     namespaced: false,
     short_names: &["pv"],
     verbs: ALL_VERBS,
+    custom: None,
 };
 
 pub const EVENTS_V1: ResourceType = ResourceType {
@@ -152,6 +230,7 @@ pub const EVENTS_V1: ResourceType = ResourceType {
     namespaced: true,
     short_names: &["ev"],
     verbs: ALL_VERBS,
+    custom: None,
 };
 
 pub const LEASES: ResourceType = ResourceType {
@@ -163,6 +242,7 @@ pub const LEASES: ResourceType = ResourceType {
     namespaced: true,
     short_names: &[],
     verbs: ALL_VERBS,
+    custom: None,
 };
 
 pub const VOLUME_ATTACHMENTS: ResourceType = ResourceType {
@@ -174,9 +254,22 @@ pub const VOLUME_ATTACHMENTS: ResourceType = ResourceType {
     namespaced: false,
     short_names: &[],
     verbs: ALL_VERBS,
+    custom: None,
 };
 
-/// Every served type, in discovery order.
+pub const CUSTOM_RESOURCE_DEFINITIONS: ResourceType = ResourceType {
+    group: "apiextensions.k8s.io",
+    version: "v1",
+    plural: "customresourcedefinitions",
+    singular: "customresourcedefinition",
+    kind: "CustomResourceDefinition",
+    namespaced: false,
+    short_names: &["crd", "crds"],
+    verbs: ALL_VERBS,
+    custom: None,
+};
+
+/// Every built-in type, in discovery order.
 pub const ALL: &[ResourceType] = &[
     NAMESPACES,
     NODES,
@@ -189,9 +282,10 @@ pub const ALL: &[ResourceType] = &[
     EVENTS_V1,
     LEASES,
     VOLUME_ATTACHMENTS,
+    CUSTOM_RESOURCE_DEFINITIONS,
 ];
 
-/// The served type at `group`/`version`/`plural`, if any.
+/// The built-in type at `group`/`version`/`plural`, if any.
 pub fn find(group: &str, version: &str, plural: &str) -> Option<ResourceType> {
     ALL.iter()
         .copied()

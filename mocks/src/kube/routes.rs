@@ -12,6 +12,11 @@
 //! | `{base}/namespaces/{ns}/{plural}` | collection in a namespace |
 //! | `{base}[/namespaces/{ns}]/{plural}/{name}[/status]` | object, status subresource |
 //! | `{base}/watch/...` | the deprecated watch paths, same as `?watch=true` |
+//! | `/openapi/v3[/{gv}]` | the OpenAPI index and documents (see [`super::openapi`]) |
+//!
+//! Custom resource paths are looked up in the CRD [`Registry`] of the moment: a
+//! type exists from the response that established its CRD on, and is 404 from the
+//! one that finished deleting it. A built-in type wins over a CRD at the same path.
 
 use std::sync::Arc;
 
@@ -22,9 +27,11 @@ use axum::http::{HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::authz;
+use super::crd::{CustomVersion, Registry};
 use super::discovery;
 use super::handlers;
 use super::negotiate::{self, DISCOVERY_V2_CONTENT_TYPE, Representation};
+use super::openapi;
 use super::resources::{self, ResourceType};
 use super::server::Shared;
 use super::status;
@@ -40,6 +47,8 @@ pub(crate) struct Target {
     pub subresource: Option<String>,
     /// Reached through a deprecated `/watch/` path.
     pub legacy_watch: bool,
+    /// The CRD version serving `rt`, for a custom resource.
+    pub custom: Option<Arc<CustomVersion>>,
 }
 
 /// A parsed path.
@@ -50,9 +59,13 @@ pub(crate) enum Route {
     CoreVersions,
     Groups,
     Group(String),
-    ResourceList { group: String, version: String },
-    OpenApi,
-    Resource(Target),
+    ResourceList {
+        group: String,
+        version: String,
+    },
+    /// `/openapi/...`: what follows `openapi/` (`v3`, `v3/apis/g/v`, `v2`).
+    OpenApi(String),
+    Resource(Box<Target>),
     NotFound,
 }
 
@@ -63,24 +76,24 @@ impl Route {
 }
 
 /// Maps a URL path to a route.
-pub(crate) fn parse(path: &str) -> Route {
+pub(crate) fn parse(path: &str, reg: &Registry) -> Route {
     let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     match segs.as_slice() {
         ["version"] => Route::Version,
         ["healthz" | "livez" | "readyz", ..] => Route::Health,
-        ["openapi", ..] => Route::OpenApi,
+        ["openapi", rest @ ..] => Route::OpenApi(rest.join("/")),
         ["api"] => Route::CoreVersions,
         ["apis"] => Route::Groups,
-        ["apis", group] if discovery::serves(group, None) => Route::Group((*group).to_owned()),
-        ["api", "v1", rest @ ..] => resource_route("", "v1", rest),
-        ["apis", group, version, rest @ ..] if discovery::serves(group, Some(version)) => {
-            resource_route(group, version, rest)
+        ["apis", group] if discovery::serves(reg, group, None) => Route::Group((*group).to_owned()),
+        ["api", "v1", rest @ ..] => resource_route(reg, "", "v1", rest),
+        ["apis", group, version, rest @ ..] if discovery::serves(reg, group, Some(version)) => {
+            resource_route(reg, group, version, rest)
         }
         _ => Route::NotFound,
     }
 }
 
-fn resource_route(group: &str, version: &str, rest: &[&str]) -> Route {
+fn resource_route(reg: &Registry, group: &str, version: &str, rest: &[&str]) -> Route {
     let (legacy_watch, rest) = match rest {
         ["watch", tail @ ..] => (true, tail),
         _ => (false, rest),
@@ -94,15 +107,19 @@ fn resource_route(group: &str, version: &str, rest: &[&str]) -> Route {
             version: version.to_owned(),
         };
     }
-    let find = |plural: &str| resources::find(group, version, plural);
+    let find = |plural: &str| {
+        resources::find(group, version, plural)
+            .or_else(|| reg.find(group, version, plural).map(|cv| cv.rt))
+    };
     let target = |rt: ResourceType, ns: Option<&str>, name: Option<&str>, sub: Option<&str>| {
-        Route::Resource(Target {
+        Route::Resource(Box::new(Target {
             rt,
             namespace: ns.map(str::to_owned),
             name: name.map(str::to_owned),
             subresource: sub.map(str::to_owned),
             legacy_watch,
-        })
+            custom: rt.custom.and_then(|_| reg.of(rt).cloned()),
+        }))
     };
     match rest {
         // `namespaces/{name}[/status]` is the Namespace object itself.
@@ -139,7 +156,8 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
         || request.uri().path().to_owned(),
         |p| p.as_str().to_owned(),
     );
-    let route = parse(request.uri().path());
+    let registry = shared.registry();
+    let route = parse(request.uri().path(), &registry);
     tracing::trace!(%method, path = %path_and_query, accept = ?request.headers().get(ACCEPT), content_type = ?request.headers().get(CONTENT_TYPE), "fake-kube request received");
     let caller = caller(&shared, &request);
     let user = match &caller {
@@ -160,9 +178,9 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
                 &authz::forbidden_status(&attrs, &identity.user),
                 "application/json",
             ),
-            _ => answer(&shared, route, request).await,
+            _ => answer(&shared, &registry, route, request).await,
         },
-        _ => answer(&shared, route, request).await,
+        _ => answer(&shared, &registry, route, request).await,
     };
     tracing::debug!(%method, path = %path_and_query, status = response.status().as_u16(), "fake-kube request");
     shared.log_request(
@@ -230,34 +248,43 @@ fn header(request: &Request, name: axum::http::HeaderName) -> Option<&str> {
     request.headers().get(name).and_then(|v| v.to_str().ok())
 }
 
-async fn answer(shared: &Arc<Shared>, route: Route, request: Request) -> Response {
+async fn answer(shared: &Arc<Shared>, reg: &Registry, route: Route, request: Request) -> Response {
     let method = request.method().clone();
     let accept = header(&request, ACCEPT).map(str::to_owned);
     let is_get = method == Method::GET || method == Method::HEAD;
     match route {
         Route::Health if is_get => text_ok("ok"),
         Route::Version if is_get => status::ok(&discovery::version()),
-        Route::OpenApi if is_get => status::path_not_found(),
+        Route::OpenApi(path) if is_get => match path.as_str() {
+            "v3" => status::ok(&openapi::index(reg)),
+            other => match other
+                .strip_prefix("v3/")
+                .and_then(|p| openapi::document(reg, p))
+            {
+                Some(doc) => status::ok(&doc),
+                None => status::path_not_found(),
+            },
+        },
         Route::CoreVersions | Route::Groups if is_get => {
             let aggregated =
                 negotiate::choose(accept.as_deref(), true) == Some(Representation::DiscoveryV2);
             match (route, aggregated) {
-                (Route::CoreVersions, true) => discovery_v2(&discovery::core_aggregated()),
+                (Route::CoreVersions, true) => discovery_v2(&discovery::core_aggregated(reg)),
                 (Route::CoreVersions, false) => {
                     status::ok(&discovery::core_versions(&shared.server_address))
                 }
-                (_, true) => discovery_v2(&discovery::groups_aggregated()),
-                (_, false) => status::ok(&discovery::group_list()),
+                (_, true) => discovery_v2(&discovery::groups_aggregated(reg)),
+                (_, false) => status::ok(&discovery::group_list(reg)),
             }
         }
-        Route::Group(g) if is_get => match discovery::group(&g) {
+        Route::Group(g) if is_get => match discovery::group(reg, &g) {
             Some(doc) => status::ok(&doc),
             None => status::path_not_found(),
         },
         Route::ResourceList { group, version } if is_get => {
-            status::ok(&discovery::resource_list(&group, &version))
+            status::ok(&discovery::resource_list(reg, &group, &version))
         }
-        Route::Resource(target) => resource(shared, target, request).await,
+        Route::Resource(target) => resource(shared, *target, request).await,
         Route::NotFound => status::path_not_found(),
         _ => status::method_not_allowed(),
     }
@@ -309,50 +336,60 @@ mod tests {
     use super::super::resources::{LEASES, NAMESPACES, NODES, PODS};
     use super::*;
 
+    fn parse_builtin(path: &str) -> Route {
+        parse(path, &Registry::default())
+    }
+
     fn target(route: Route) -> Target {
         match route {
-            Route::Resource(t) => t,
+            Route::Resource(t) => *t,
             other => panic!("not a resource: {other:?}"),
         }
     }
 
     #[test]
     fn paths() {
-        assert_eq!(parse("/version"), Route::Version);
-        assert_eq!(parse("/readyz/ping"), Route::Health);
-        assert_eq!(parse("/apis/apps"), Route::NotFound);
-        assert!(matches!(parse("/api/v1"), Route::ResourceList { .. }));
-        let t = target(parse("/api/v1/nodes/worker-1/status"));
+        assert_eq!(parse_builtin("/version"), Route::Version);
+        assert_eq!(parse_builtin("/readyz/ping"), Route::Health);
+        assert_eq!(parse_builtin("/apis/apps"), Route::NotFound);
+        assert!(matches!(
+            parse_builtin("/api/v1"),
+            Route::ResourceList { .. }
+        ));
+        let t = target(parse_builtin("/api/v1/nodes/worker-1/status"));
         assert_eq!(
             (t.rt, t.name.as_deref(), t.subresource.as_deref()),
             (NODES, Some("worker-1"), Some("status"))
         );
-        let t = target(parse("/api/v1/namespaces/default/pods"));
+        let t = target(parse_builtin("/api/v1/namespaces/default/pods"));
         assert_eq!(
             (t.rt, t.namespace.as_deref(), t.name),
             (PODS, Some("default"), None)
         );
-        let t = target(parse("/api/v1/pods"));
+        let t = target(parse_builtin("/api/v1/pods"));
         assert_eq!((t.rt, t.namespace), (PODS, None));
         assert_eq!(
-            parse("/api/v1/pods/x"),
+            parse_builtin("/api/v1/pods/x"),
             Route::NotFound,
             "namespaced object needs a namespace"
         );
-        let t = target(parse("/api/v1/namespaces/kube-system"));
+        let t = target(parse_builtin("/api/v1/namespaces/kube-system"));
         assert_eq!((t.rt, t.name.as_deref()), (NAMESPACES, Some("kube-system")));
-        let t = target(parse("/api/v1/namespaces/kube-system/status"));
+        let t = target(parse_builtin("/api/v1/namespaces/kube-system/status"));
         assert_eq!(
             (t.rt, t.subresource.as_deref()),
             (NAMESPACES, Some("status"))
         );
-        let t = target(parse(
+        let t = target(parse_builtin(
             "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/w1",
         ));
         assert_eq!((t.rt, t.name.as_deref()), (LEASES, Some("w1")));
-        let t = target(parse("/api/v1/watch/nodes"));
+        let t = target(parse_builtin("/api/v1/watch/nodes"));
         assert!(t.legacy_watch);
-        assert_eq!(parse("/api/v1/namespaces/default/nodes"), Route::NotFound);
-        assert_eq!(parse("/api/v1/widgets"), Route::NotFound);
+        assert_eq!(
+            parse_builtin("/api/v1/namespaces/default/nodes"),
+            Route::NotFound
+        );
+        assert_eq!(parse_builtin("/api/v1/widgets"), Route::NotFound);
     }
 }

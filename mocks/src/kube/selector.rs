@@ -11,7 +11,9 @@
 //!   the set). `!=` and `notin` match objects without the label.
 //! - Fields (`fields.ParseSelector`): `f=v`, `f==v`, `f!=v`, comma-separated, `\`
 //!   escapes; only the fields the real server indexes for that type are accepted
-//!   (see [`field_value`]).
+//!   (see [`field_value`]). Custom resources take `metadata.name`,
+//!   `metadata.namespace` (namespaced ones only) and their version's
+//!   `selectableFields`, refusing others as the apiextensions-apiserver does.
 
 use serde_json::Value;
 
@@ -387,13 +389,18 @@ fn has_conversion(rt: ResourceType) -> bool {
 }
 
 fn supports(rt: ResourceType, field: &str) -> bool {
+    if let Some(custom) = rt.custom {
+        return field == "metadata.name"
+            || (field == "metadata.namespace" && rt.namespaced)
+            || custom.selectable_fields.contains(&field);
+    }
     field == "metadata.name"
         || (field == "metadata.namespace" && (rt.namespaced || has_conversion(rt)))
         || extra_fields(rt).contains(&field)
 }
 
 fn unsupported_message(rt: ResourceType, field: &str) -> String {
-    if has_conversion(rt) {
+    if has_conversion(rt) || rt.custom.is_some() {
         format!("field label not supported: {field}")
     } else {
         format!(

@@ -19,6 +19,7 @@ use tokio::sync::watch as signal;
 use tokio::task::JoinHandle;
 
 use super::admin::{self, AdminHook};
+use super::crd;
 use super::kubeconfig;
 use super::resources::NAMESPACES;
 use super::routes;
@@ -80,6 +81,8 @@ pub(crate) struct Shared {
     pub admin: Option<Arc<dyn AdminHook>>,
     /// Restricted identities, by token.
     pub identities: Vec<Identity>,
+    /// The custom resource types of the store's CRDs.
+    crds: crd::Cache,
     log: Mutex<Vec<RequestRecord>>,
 }
 
@@ -87,6 +90,11 @@ impl Shared {
     /// The restricted identity a token belongs to.
     pub fn identity(&self, token: &str) -> Option<&Identity> {
         self.identities.iter().find(|i| i.token == token)
+    }
+
+    /// The custom resource types served now (rebuilt only after a CRD write).
+    pub fn registry(&self) -> Arc<crd::Registry> {
+        self.crds.get(&self.store)
     }
 
     pub fn log_request(&self, method: &str, path_and_query: &str, status: u16, user: Option<&str>) {
@@ -271,6 +279,7 @@ impl FakeKube {
             },
             admin: self.admin.clone(),
             identities: self.identities.clone(),
+            crds: crd::Cache::default(),
             log: Mutex::new(Vec::new()),
         });
         let router = Router::new()

@@ -36,6 +36,18 @@ pub fn json_with_type(code: StatusCode, body: &Value, content_type: &str) -> Res
     resp
 }
 
+/// Adds one `Warning` header per message (`299 - "text"`, as the apiserver sends
+/// them; kubectl prints `Warning: text`).
+pub fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        let escaped = w.replace('\\', "\\\\").replace('"', "\\\"");
+        if let Ok(v) = HeaderValue::from_str(&format!("299 - \"{escaped}\"")) {
+            resp.headers_mut().append("warning", v);
+        }
+    }
+    resp
+}
+
 /// 200 with the object.
 pub fn ok(body: &Value) -> Response {
     json_response(StatusCode::OK, body)

@@ -11,7 +11,10 @@
 //!   from any version still in the window and gets `Gone` (410) for older ones.
 //!
 //! Objects are kept as JSON (`serde_json::Value`): the server must round-trip fields
-//! it does not know, exactly as the real one does.
+//! it does not know, exactly as the real one does. They are keyed by the type's group
+//! and plural ([`ResourceType::storage_key`]): the versions of a custom resource share
+//! their objects, each read answering in the version asked for
+//! ([`ResourceType::convert`]).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -19,6 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
+use super::field::{FieldError, Invalid};
 pub use super::meta::{metadata_mut, now_rfc3339, now_rfc3339_micros};
 use super::meta::{short_suffix, uid};
 use super::resources::ResourceType;
@@ -82,8 +86,14 @@ pub enum StoreError {
     Gone { requested: u64, oldest: u64 },
     #[error("{0}")]
     Invalid(String),
+    /// A 422 with `details.causes` naming each field, as `apierrors.NewInvalid`.
+    #[error("{}", .0.message())]
+    InvalidFields(Box<Invalid>),
     #[error("{0}")]
     BadRequest(String),
+    /// 403, e.g. creating a custom resource while its CRD is being deleted.
+    #[error("{0}")]
+    Forbidden(String),
 }
 
 impl StoreError {
@@ -93,8 +103,9 @@ impl StoreError {
             StoreError::NotFound { .. } => 404,
             StoreError::AlreadyExists { .. } | StoreError::Conflict { .. } => 409,
             StoreError::Gone { .. } => 410,
-            StoreError::Invalid(_) => 422,
+            StoreError::Invalid(_) | StoreError::InvalidFields(_) => 422,
             StoreError::BadRequest(_) => 400,
+            StoreError::Forbidden(_) => 403,
         }
     }
 
@@ -105,14 +116,15 @@ impl StoreError {
             StoreError::AlreadyExists { .. } => "AlreadyExists",
             StoreError::Conflict { .. } => "Conflict",
             StoreError::Gone { .. } => "Expired",
-            StoreError::Invalid(_) => "Invalid",
+            StoreError::Invalid(_) | StoreError::InvalidFields(_) => "Invalid",
             StoreError::BadRequest(_) => "BadRequest",
+            StoreError::Forbidden(_) => "Forbidden",
         }
     }
 
     /// The `Status` object the apiserver would send.
     pub fn to_status(&self) -> Value {
-        json!({
+        let mut status = json!({
             "kind": "Status",
             "apiVersion": "v1",
             "metadata": {},
@@ -120,11 +132,28 @@ impl StoreError {
             "message": self.to_string(),
             "reason": self.reason(),
             "code": self.code(),
-        })
+        });
+        if let StoreError::InvalidFields(invalid) = self {
+            status["details"] = invalid.details();
+        }
+        status
+    }
+
+    /// A 422 for `kind` (`Kind`, group) object `name` with these field errors.
+    pub fn invalid_fields(rt: ResourceType, name: &str, causes: Vec<FieldError>) -> Self {
+        StoreError::InvalidFields(Box::new(Invalid {
+            group: rt.group.to_owned(),
+            kind: rt.kind.to_owned(),
+            name: name.to_owned(),
+            causes,
+        }))
     }
 }
 
-type Key = (ResourceType, String, String);
+/// Group and plural: where a type's objects are kept, whatever the version.
+type StorageKey = (&'static str, &'static str);
+
+type Key = (StorageKey, String, String);
 
 struct Inner {
     resource_version: u64,
@@ -195,7 +224,7 @@ impl Store {
         self.lock()
             .objects
             .get(&key(rt, namespace, name))
-            .cloned()
+            .map(|o| converted(rt, o))
             .ok_or_else(|| not_found(rt, name))
     }
 
@@ -285,8 +314,8 @@ impl Store {
         let mut state: BTreeMap<Key, Value> = inner
             .objects
             .iter()
-            .filter(|((t, ns, _), _)| *t == rt && namespace.is_none_or(|n| n == ns))
-            .map(|(k, v)| (k.clone(), v.clone()))
+            .filter(|((t, ns, _), _)| *t == rt.storage_key() && namespace.is_none_or(|n| n == ns))
+            .map(|(k, v)| (k.clone(), converted(rt, v)))
             .collect();
         let mut backlog = Vec::new();
         for (e, prev) in inner.history.iter().zip(inner.history_prev.iter()).rev() {
@@ -294,7 +323,7 @@ impl Store {
                 break;
             }
             backlog.push(e.clone());
-            if e.resource != rt {
+            if !e.resource.same_storage(&rt) {
                 continue;
             }
             let ns = e.namespace().unwrap_or_default();
@@ -308,7 +337,7 @@ impl Store {
                 .unwrap_or_default();
             let k = key(rt, Some(ns), name);
             match prev {
-                Some(p) => state.insert(k, p.clone()),
+                Some(p) => state.insert(k, converted(rt, p)),
                 None => state.remove(&k),
             };
         }
@@ -355,10 +384,14 @@ impl Store {
         }
         let k = key(rt, namespace, &name);
         if inner.objects.contains_key(&k) {
-            return Err(StoreError::AlreadyExists {
-                kind: rt.plural.to_string(),
-                name,
-            });
+            // The real server names the resource with its group; fake-kube always
+            // said only the plural for the built-in types, and still does.
+            let kind = if rt.custom.is_some() {
+                rt.qualified_resource()
+            } else {
+                rt.plural.to_string()
+            };
+            return Err(StoreError::AlreadyExists { kind, name });
         }
         meta.insert("name".into(), Value::String(name));
         if let Some(ns) = namespace {
@@ -427,7 +460,7 @@ impl Store {
     {
         let mut inner = self.lock();
         let k = key(rt, namespace, name);
-        let Some(current) = inner.objects.get(&k).cloned() else {
+        let Some(current) = inner.objects.get(&k).map(|o| converted(rt, o)) else {
             return Err(not_found(rt, name));
         };
         let mut next = current.clone();
@@ -474,6 +507,7 @@ impl Store {
         let Some(mut object) = inner.objects.remove(&k) else {
             return Err(not_found(rt, name));
         };
+        rt.convert(&mut object);
         let prev = object.clone();
         inner.resource_version += 1;
         let rv = inner.resource_version;
@@ -497,12 +531,20 @@ impl Store {
 /// contiguous range, so a list never walks the other types (Events outnumber Nodes).
 fn list_locked(inner: &Inner, rt: ResourceType, namespace: Option<&str>) -> Vec<Value> {
     let ns = namespace.unwrap_or("");
+    let storage = rt.storage_key();
     inner
         .objects
-        .range((rt, ns.to_string(), String::new())..)
-        .take_while(|((t, n, _), _)| *t == rt && (namespace.is_none() || n == ns))
-        .map(|(_, v)| v.clone())
+        .range((storage, ns.to_string(), String::new())..)
+        .take_while(|((t, n, _), _)| *t == storage && (namespace.is_none() || n == ns))
+        .map(|(_, v)| converted(rt, v))
         .collect()
+}
+
+/// A copy of a stored object as version `rt` of its type serves it.
+fn converted(rt: ResourceType, object: &Value) -> Value {
+    let mut o = object.clone();
+    rt.convert(&mut o);
+    o
 }
 
 fn commit(
@@ -537,7 +579,12 @@ fn record(
     e: StoreEvent,
     prev: Option<Value>,
 ) {
-    inner.snapshots.remove(&e.resource);
+    if e.resource.custom.is_none() {
+        // A built-in type has one version: one snapshot to drop.
+        inner.snapshots.remove(&e.resource);
+    } else {
+        inner.snapshots.retain(|t, _| !t.same_storage(&e.resource));
+    }
     inner.history.push_back(e.clone());
     inner.history_prev.push_back(prev);
     while inner.history.len() > inner.history_limit {
@@ -556,7 +603,7 @@ fn key(rt: ResourceType, namespace: Option<&str>, name: &str) -> Key {
     } else {
         ""
     };
-    (rt, ns.to_string(), name.to_string())
+    (rt.storage_key(), ns.to_string(), name.to_string())
 }
 
 fn check_namespace(rt: ResourceType, namespace: Option<&str>) -> Result<Option<&str>, StoreError> {
@@ -571,13 +618,8 @@ fn check_namespace(rt: ResourceType, namespace: Option<&str>) -> Result<Option<&
 }
 
 fn not_found(rt: ResourceType, name: &str) -> StoreError {
-    let kind = if rt.group.is_empty() {
-        rt.plural.to_string()
-    } else {
-        format!("{}.{}", rt.plural, rt.group)
-    };
     StoreError::NotFound {
-        kind,
+        kind: rt.qualified_resource(),
         name: name.to_string(),
     }
 }

@@ -6,6 +6,11 @@
 //! real one does: a PUT of a Node cannot change its conditions (only `/status`
 //! can), a Pod is created `Pending` whatever status the client sent, and
 //! `kubectl delete node` gets a `Status` back while `kubectl delete pod` gets the Pod.
+//!
+//! Custom resources follow the apiextensions-apiserver's strategy: `generation` 1 on
+//! create, then one more for every change outside `metadata` (and outside `status`
+//! when the version declares the status subresource, whose writes keep everything
+//! but `status`); a create drops `status` when that subresource is declared.
 
 use serde_json::{Map, Value, json};
 
@@ -14,12 +19,16 @@ use super::store::{StoreError, metadata_mut};
 
 /// Types whose `status` is only written through `/status`.
 pub fn has_status_subresource(rt: ResourceType) -> bool {
+    if let Some(custom) = rt.custom {
+        return custom.status_subresource;
+    }
     matches!(
         (rt.group, rt.plural),
         (
             "",
             "nodes" | "pods" | "namespaces" | "persistentvolumes" | "persistentvolumeclaims"
         ) | ("storage.k8s.io", "volumeattachments")
+            | ("apiextensions.k8s.io", "customresourcedefinitions")
     )
 }
 
@@ -59,11 +68,9 @@ pub fn check_type_meta(rt: ResourceType, body: &Value) -> Result<(), StoreError>
     Ok(())
 }
 
-/// Validates `metadata.name` as a DNS-1123 subdomain (422 otherwise).
-pub fn validate_name(rt: ResourceType, object: &Value) -> Result<(), StoreError> {
-    let Some(name) = object.pointer("/metadata/name").and_then(Value::as_str) else {
-        return Ok(());
-    };
+/// What is wrong with `name` as a DNS-1123 subdomain (`metadata.name` of most
+/// types), in the apiserver's words; `None` when nothing is.
+pub fn name_error(name: &str) -> Option<String> {
     let ok = !name.is_empty()
         && name.len() <= 253
         && name.split('.').all(|label| {
@@ -74,7 +81,17 @@ pub fn validate_name(rt: ResourceType, object: &Value) -> Result<(), StoreError>
                 && !label.starts_with('-')
                 && !label.ends_with('-')
         });
-    if ok {
+    (!ok).then(|| {
+        "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')".to_owned()
+    })
+}
+
+/// Validates `metadata.name` as a DNS-1123 subdomain (422 otherwise).
+pub fn validate_name(rt: ResourceType, object: &Value) -> Result<(), StoreError> {
+    let Some(name) = object.pointer("/metadata/name").and_then(Value::as_str) else {
+        return Ok(());
+    };
+    if name_error(name).is_none() {
         Ok(())
     } else {
         Err(StoreError::Invalid(format!(
@@ -104,8 +121,10 @@ pub fn prepare_for_create(rt: ResourceType, object: &mut Value) {
         meta.remove(k);
     }
     meta.remove("generation");
-    if rt.group.is_empty() && rt.plural == "pods" {
-        // Pods carry a generation since 1.33; the other served types have none.
+    if (rt.group.is_empty() && rt.plural == "pods") || rt.custom.is_some() {
+        // Pods carry a generation since 1.33, custom resources always did; the
+        // other built-in types served here have none (CRDs get theirs from
+        // `crd::definition`).
         meta.insert("generation".into(), json!(1));
     }
     if rt.group.is_empty()
@@ -126,8 +145,15 @@ pub fn prepare_for_create(rt: ResourceType, object: &mut Value) {
         ("storage.k8s.io", "volumeattachments") => Some(json!({"attached": false})),
         _ => None,
     };
-    if let (Some(status), Value::Object(map)) = (status, object) {
+    if let (Some(status), Value::Object(map)) = (status, &mut *object) {
         map.insert("status".into(), status);
+    }
+    if rt.custom.is_some()
+        && has_status_subresource(rt)
+        && let Value::Object(map) = object
+    {
+        // "create cannot set status".
+        map.remove("status");
     }
 }
 
@@ -142,8 +168,9 @@ pub enum Part {
 
 /// Builds the object to store from the client's `next` and the stored `current`
 /// (`PrepareForUpdate`): the deletion fields are the server's, and the status
-/// subresource splits what each endpoint may change. A `generation` (pods) goes up
-/// when anything but metadata and status changes.
+/// subresource splits what each endpoint may change. A `generation` (pods, custom
+/// resources, CRDs) goes up when anything but metadata changes, and but status for
+/// the types with a status subresource.
 pub fn prepare_for_update(rt: ResourceType, part: Part, current: &Value, next: &mut Value) {
     if part == Part::Status {
         let status = next.get("status").cloned();
@@ -174,7 +201,9 @@ pub fn prepare_for_update(rt: ResourceType, part: Part, current: &Value, next: &
     let deletion_ts = keep("deletionTimestamp");
     let deletion_grace = keep("deletionGracePeriodSeconds");
     let generation = keep("generation");
-    let spec_changed = strip_meta_status(current) != strip_meta_status(next);
+    let with_status = !has_status_subresource(rt);
+    let spec_changed =
+        strip_meta_status(current, with_status) != strip_meta_status(next, with_status);
     let meta = metadata_mut(next);
     for (k, v) in [
         ("deletionTimestamp", deletion_ts),
@@ -196,10 +225,15 @@ pub fn prepare_for_update(rt: ResourceType, part: Part, current: &Value, next: &
     }
 }
 
-fn strip_meta_status(object: &Value) -> Map<String, Value> {
+/// The object without what never counts as a spec change (`status` kept when
+/// `keep_status`: without a status subresource it is data like any other).
+fn strip_meta_status(object: &Value, keep_status: bool) -> Map<String, Value> {
     let mut map = object.as_object().cloned().unwrap_or_default();
-    for k in ["metadata", "status", "kind", "apiVersion"] {
+    for k in ["metadata", "kind", "apiVersion"] {
         map.remove(k);
+    }
+    if !keep_status {
+        map.remove("status");
     }
     map
 }

@@ -6,7 +6,10 @@
 //! `NotReady`, `SchedulingDisabled`?), pods (`Terminating` forever on a dead node)
 //! and volume attachments (still `true` on the dead node?), plus events, claims
 //! and volumes for `kubectl get events,pvc,pv`. Namespaces and leases get their
-//! short real tables, everything else `NAME`/`AGE`. Priority-1 columns
+//! short real tables, CRDs the default convertor's `NAME`/`CREATED AT`, everything
+//! else `NAME`/`AGE`. Custom resources get their version's
+//! `additionalPrinterColumns` after `NAME` (or `AGE`, when it declares none), as the
+//! apiextensions-apiserver's table convertor (see [`super::crd::cells`]). Priority-1 columns
 //! are what `-o wide` adds. Each row carries the object as `PartialObjectMetadata`
 //! by default (`includeObject=Metadata`), which kubectl needs for `-A` and
 //! `--show-labels`.
@@ -15,6 +18,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
 
+use super::crd::{self, CustomVersion};
 use super::printers::{cells, columns};
 use super::resources::ResourceType;
 
@@ -81,9 +85,11 @@ pub fn partial_metadata(o: &Value) -> Value {
 }
 
 /// A Table of `objects`; `headers: false` omits the column definitions (watch
-/// events after the first). `list_meta` is the list's `metadata`.
+/// events after the first). `list_meta` is the list's `metadata`. `custom` is the
+/// CRD version serving `rt`, for a custom resource.
 pub fn table(
     rt: ResourceType,
+    custom: Option<&CustomVersion>,
     version: &str,
     objects: &[Value],
     list_meta: Value,
@@ -92,7 +98,11 @@ pub fn table(
 ) -> Value {
     let now = nodefence_clock::now();
     let include = include.unwrap_or("Metadata");
-    let definitions: Vec<Value> = if headers {
+    let definitions: Vec<Value> = if !headers {
+        Vec::new()
+    } else if let Some(cv) = custom {
+        crd::column_definitions(cv)
+    } else {
         columns(rt)
             .iter()
             .map(|(name, ty, priority)| {
@@ -103,13 +113,15 @@ pub fn table(
                 d
             })
             .collect()
-    } else {
-        Vec::new()
     };
     let rows: Vec<Value> = objects
         .iter()
         .map(|o| {
-            let mut row = json!({"cells": cells(rt, o, now)});
+            let row_cells = match custom {
+                Some(cv) => crd::cells(cv, o, now),
+                None => cells(rt, o, now),
+            };
+            let mut row = json!({"cells": row_cells});
             if let Some(obj) = row_object(o, include) {
                 row["object"] = obj;
             }
@@ -151,7 +163,7 @@ mod tests {
         let node = json!({"metadata": {"name": "w1", "labels": {"node-role.kubernetes.io/worker": ""}},
             "spec": {"unschedulable": true},
             "status": {"conditions": [{"type": "Ready", "status": "Unknown"}], "nodeInfo": {"kubeletVersion": "v1.33.4"}}});
-        let t = table(NODES, "v1", &[node], json!({}), None, true);
+        let t = table(NODES, None, "v1", &[node], json!({}), None, true);
         assert_eq!(t["rows"][0]["cells"][1], "NotReady,SchedulingDisabled");
         assert_eq!(t["rows"][0]["cells"][2], "worker");
         assert_eq!(t["rows"][0]["cells"][4], "v1.33.4");
@@ -161,7 +173,7 @@ mod tests {
         let pod = json!({"metadata": {"name": "web-0", "deletionTimestamp": "2030-01-01T00:00:00Z"},
             "spec": {"nodeName": "w1", "containers": [{"name": "c"}]},
             "status": {"phase": "Running", "containerStatuses": [{"ready": true, "restartCount": 2}]}});
-        let t = table(PODS, "v1", &[pod], json!({}), Some("None"), false);
+        let t = table(PODS, None, "v1", &[pod], json!({}), Some("None"), false);
         let cells = &t["rows"][0]["cells"];
         assert_eq!(cells[1], "1/1");
         assert_eq!(cells[2], "Terminating");
@@ -172,7 +184,7 @@ mod tests {
 
         let va = json!({"metadata": {"name": "csi-1"}, "spec": {"attacher": "x.csi", "nodeName": "w1",
             "source": {"persistentVolumeName": "pv-1"}}, "status": {"attached": true}});
-        let t = table(VOLUME_ATTACHMENTS, "v1", &[va], json!({}), None, true);
+        let t = table(VOLUME_ATTACHMENTS, None, "v1", &[va], json!({}), None, true);
         assert_eq!(
             t["rows"][0]["cells"],
             json!(["csi-1", "x.csi", "pv-1", "w1", true, "<unknown>"])
@@ -180,7 +192,7 @@ mod tests {
 
         let ev = json!({"metadata": {"name": "e"}, "type": "Warning", "reason": "NodeNotReady",
             "involvedObject": {"kind": "Node", "name": "w1"}, "message": "Node is not ready"});
-        let t = table(CORE_EVENTS, "v1", &[ev], json!({}), None, true);
+        let t = table(CORE_EVENTS, None, "v1", &[ev], json!({}), None, true);
         assert_eq!(
             t["rows"][0]["cells"].as_array().unwrap()[1..],
             [
@@ -195,6 +207,7 @@ mod tests {
             "status": {"phase": "Bound", "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"]}});
         let t = table(
             PERSISTENT_VOLUME_CLAIMS,
+            None,
             "v1",
             &[pvc],
             json!({}),

@@ -19,18 +19,24 @@
 //! - The stream ends on `timeoutSeconds` (default and 0: 30 min), when the client goes
 //!   away, when the server shuts down, or when this watcher falls so far behind
 //!   that the broadcast dropped events for it (clients then resume or re-list).
+//!   A watch of a custom resource also ends when its CRD is deleted (after the
+//!   `DELETED` events of its objects), as the real server closes it.
+//! - Objects of a custom resource written through another of its versions are sent
+//!   with the `apiVersion` watched.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc, watch};
 
+use super::crd::CustomVersion;
 use super::negotiate::Representation;
 use super::query::{Query, object_key};
-use super::resources::ResourceType;
+use super::resources::{CUSTOM_RESOURCE_DEFINITIONS, ResourceType};
 use super::store::{EventType, Store, StoreError, StoreEvent};
 use super::table;
 
@@ -55,6 +61,8 @@ pub struct WatchRequest {
     pub name: Option<String>,
     pub query: Query,
     pub representation: Representation,
+    /// The CRD version serving `rt`, for a custom resource.
+    pub custom: Option<Arc<CustomVersion>>,
 }
 
 /// Validates the request and starts streaming; errors here are answered as a
@@ -158,7 +166,7 @@ impl Watcher {
     }
 
     fn in_scope(&self, e: &StoreEvent) -> bool {
-        e.resource == self.req.rt
+        e.resource.same_storage(&self.req.rt)
             && self
                 .req
                 .namespace
@@ -235,6 +243,13 @@ impl Watcher {
     /// Turns one store write into what this client should see, if anything.
     async fn handle(&mut self, e: &StoreEvent) -> Result<(), Stop> {
         self.last_rv = self.last_rv.max(e.resource_version);
+        if let Some(cv) = &self.req.custom
+            && e.event == EventType::Deleted
+            && e.resource == CUSTOM_RESOURCE_DEFINITIONS
+            && e.object.pointer("/metadata/name").and_then(Value::as_str) == Some(&cv.crd_name)
+        {
+            return Err(Stop);
+        }
         if !self.in_scope(e) {
             return Ok(());
         }
@@ -273,6 +288,7 @@ impl Watcher {
                 self.first_sent = true;
                 table::table(
                     self.req.rt,
+                    self.req.custom.as_deref(),
                     version,
                     std::slice::from_ref(o),
                     json!({"resourceVersion": o.pointer("/metadata/resourceVersion")}),
@@ -281,7 +297,11 @@ impl Watcher {
                 )
             }
             Representation::Metadata => table::partial_metadata(o),
-            _ => o.clone(),
+            _ => {
+                let mut o = o.clone();
+                self.req.rt.convert(&mut o);
+                o
+            }
         };
         self.send(kind, object).await
     }
