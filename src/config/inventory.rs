@@ -42,12 +42,14 @@ pub(crate) fn load(
     security: &SecuritySettings,
     policy: &ClusterPolicy,
     confirm: crate::power::confirm::ConfirmPolicy,
+    metal3_hosts: bool,
     env: &dyn Fn(&str) -> Option<String>,
     diags: &mut Diagnostics,
 ) -> Option<Inventory> {
     let table = document::parse(src, diags)?;
     let levels = read_levels(src, &table, base, diags);
-    if levels.nodes.is_empty() {
+    // With BareMetalHosts as a source, the file may hold only the overrides: none.
+    if levels.nodes.is_empty() && !metal3_hosts {
         diags.error(
             src,
             levels.nodes_span.as_ref(),

@@ -16,6 +16,8 @@
 //!   the Node's `spec.providerID` as Cluster API Provider Metal3 sets it, or the
 //!   chain BareMetalHost `spec.consumerRef` → Metal3Machine → its owner Machine →
 //!   `status.nodeRef`.
+//! - [`inventory`]: the entries those hosts give, merged with the inventory file's
+//!   (the file wins), their credentials read from the host's Secret.
 //!
 //! The identity proof does not change: the BMC's own UUID against the Node's
 //! `systemUUID` ([`crate::identity`]). Where a BareMetalHost says the BMC is proves
@@ -23,6 +25,7 @@
 
 pub mod address;
 pub mod host;
+pub mod inventory;
 pub mod mapping;
 
 pub use host::{BareMetalHost, BareMetalHostSpec, BareMetalHostStatus, HostRef};

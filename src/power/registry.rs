@@ -38,6 +38,9 @@ pub struct DriverFactory {
     clients: Mutex<HashMap<ClientProfile, reqwest::Client>>,
     /// How a fencing topology's levels prove their power off.
     confirm: ConfirmPolicy,
+    /// Cluster access for machines whose power Metal3 manages
+    /// ([`NodeTarget::metal3_host`]).
+    metal3: Option<kube::Client>,
 }
 
 impl DriverFactory {
@@ -47,7 +50,15 @@ impl DriverFactory {
             limiter: Arc::new(Semaphore::new(max_concurrent_requests.max(1))),
             clients: Mutex::new(HashMap::new()),
             confirm: ConfirmPolicy::default(),
+            metal3: None,
         }
+    }
+
+    /// Power through Metal3 for the nodes whose BareMetalHost Metal3 manages, with
+    /// this client.
+    pub fn with_metal3(mut self, client: kube::Client) -> Self {
+        self.metal3 = Some(client);
+        self
     }
 
     /// How each level of a fencing topology (a node with `fallback`) proves its power
@@ -70,6 +81,19 @@ impl DriverFactory {
                 node.name
             )));
         }
+        if let Some(host) = &node.metal3_host {
+            return Err(PowerError::config(format!(
+                "node {}: its power is managed by Metal3 (BareMetalHost {host}), and power \
+                 through Metal3 is not built yet: a direct power-off would be undone by \
+                 Ironic's power sync",
+                node.name
+            )));
+        }
+        self.direct(node)
+    }
+
+    /// The node's own power methods: its driver, or a fencing topology.
+    fn direct(&self, node: &NodeTarget) -> Result<Arc<dyn PowerDriver>, PowerError> {
         if node.fallback.is_empty() {
             return self.source_driver(&node.name, &node.power);
         }
