@@ -18,6 +18,9 @@
 //!   `status.nodeRef`.
 //! - [`inventory`]: the entries those hosts give, merged with the inventory file's
 //!   (the file wins), their credentials read from the host's Secret.
+//! - [`power`]: the driver of a machine Metal3 manages: power off and on asked of
+//!   Metal3 (the `reboot.metal3.io/nodefence` annotation in hard mode), Off proven by
+//!   the BMC's own readings and the host's `status.poweredOn` together.
 //!
 //! The identity proof does not change: the BMC's own UUID against the Node's
 //! `systemUUID` ([`crate::identity`]). Where a BareMetalHost says the BMC is proves
@@ -27,5 +30,6 @@ pub mod address;
 pub mod host;
 pub mod inventory;
 pub mod mapping;
+pub mod power;
 
 pub use host::{BareMetalHost, BareMetalHostSpec, BareMetalHostStatus, HostRef};

@@ -21,6 +21,7 @@ use super::redfish::RedfishDriver;
 use super::topology::TopologyDriver;
 use super::{PowerDriver, PowerError};
 use crate::config::{NodeTarget, PowerSource, TlsSettings};
+use crate::metal3::power::{KubeHosts, Metal3Driver};
 
 /// Each inventory node's driver, or why it has none (kept so the reason can be shown).
 pub type NodeDrivers = std::collections::BTreeMap<String, Result<Arc<dyn PowerDriver>, PowerError>>;
@@ -81,15 +82,23 @@ impl DriverFactory {
                 node.name
             )));
         }
-        if let Some(host) = &node.metal3_host {
+        let direct = self.direct(node)?;
+        let Some(host) = &node.metal3_host else {
+            return Ok(direct);
+        };
+        // Metal3 manages this machine's power: a direct power-off would be undone by
+        // Ironic's power sync.
+        let Some(client) = &self.metal3 else {
             return Err(PowerError::config(format!(
-                "node {}: its power is managed by Metal3 (BareMetalHost {host}), and power \
-                 through Metal3 is not built yet: a direct power-off would be undone by \
-                 Ironic's power sync",
+                "node {}: its power is managed by Metal3 (BareMetalHost {host}), which needs                  cluster access (`nodefence run` has it; `status` and `fence` use                  --kubeconfig); a direct power-off would be undone by Ironic's power sync",
                 node.name
             )));
-        }
-        self.direct(node)
+        };
+        Ok(Arc::new(Metal3Driver::new(
+            direct,
+            host.clone(),
+            Arc::new(KubeHosts::new(client.clone())),
+        )))
     }
 
     /// The node's own power methods: its driver, or a fencing topology.
