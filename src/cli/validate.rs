@@ -530,4 +530,75 @@ mod tests {
         );
         bmc.shutdown().await;
     }
+
+    #[test]
+    fn each_entry_says_where_it_came_from_and_how_its_power_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("nodefence.toml"),
+            "inventory = \"inventory.toml\"\n[security]\nallow_inline_passwords = true\n\
+             [metal3]\nhosts = true\nnamespaces = [\"metal3\"]\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("inventory.toml"),
+            "[nodes.db-1]\ndriver = \"ipmi\"\naddress = \"10.0.9.21\"\nusername = \"u\"\n\
+             password = \"ipmi-Secret-1\"\n\n[nodes.worker-1]\ndriver = \"ipmi\"\n\
+             address = \"10.0.9.22\"\nusername = \"u\"\npassword = \"ipmi-Secret-2\"\n",
+        )
+        .unwrap();
+        let path = dir.path().join("nodefence.toml");
+        let mut config = crate::config::load(&path).unwrap();
+        // Offline: the hosts are announced, not read.
+        let report = ok_report(&path, &config);
+        assert!(
+            report.contains("metal3: the BareMetalHosts of namespace(s) metal3 add their nodes"),
+            "{report}"
+        );
+        assert!(report.contains("components/metal3"), "{report}");
+        let host = |name: &str, address: &str| -> crate::metal3::BareMetalHost {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "metal3"},
+                "spec": {"online": true, "bmc": {"address": address, "credentialsName": "s"}}
+            }))
+            .unwrap()
+        };
+        let node = |name: &str, host: &str| crate::metal3::mapping::NodeFacts {
+            name: name.into(),
+            provider_id: Some(format!("metal3://metal3/{host}/m")),
+            annotation: None,
+        };
+        let d = crate::metal3::inventory::entries(
+            &config.agent.metal3,
+            &[
+                host("bmh-1", "redfish://10.0.7.11/redfish/v1/Systems/1"),
+                host(
+                    "bmh-2",
+                    "idrac-redfish://10.0.7.12/redfish/v1/Systems/System.Embedded.1",
+                ),
+            ],
+            &[node("worker-1", "bmh-1"), node("worker-2", "bmh-2")],
+            &Default::default(),
+        );
+        crate::metal3::inventory::merge(&mut config, &d);
+        let lines = origin_lines(&config);
+        let lines: Vec<&str> = lines.lines().collect();
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(
+            lines[0].starts_with("  node \"worker-1\": ")
+                && lines[0].contains("inventory.toml:7 → 1. ipmi 10.0.9.22:623")
+                && lines[0].ends_with("; power through Metal3 (BareMetalHost metal3/bmh-1)"),
+            "{lines:?}"
+        );
+        assert_eq!(
+            lines[1],
+            "  node \"worker-2\": BareMetalHost metal3/bmh-2 → 1. redfish https://10.0.7.12 \
+             (system System.Embedded.1); power through Metal3 (BareMetalHost metal3/bmh-2)"
+        );
+        assert!(
+            !lines
+                .iter()
+                .any(|l| l.contains("db-1") || l.contains("Secret"))
+        );
+    }
 }

@@ -134,16 +134,13 @@ pub fn load_with_env(
         Ok(text) => {
             let inv_src = Source::new(inventory_path.display.clone(), text);
             let inv_base = BaseDir::of(&inventory_path);
-            inventory::load(
-                &inv_src,
-                &inv_base,
-                &draft.security,
-                &draft.policy,
-                draft.power.confirm,
-                draft.metal3.hosts,
-                env,
-                &mut diags,
-            )
+            let settings = inventory::Settings {
+                security: &draft.security,
+                policy: &draft.policy,
+                confirm: draft.power.confirm,
+                allow_empty: draft.metal3.hosts,
+            };
+            inventory::load(&inv_src, &inv_base, &settings, env, &mut diags)
         }
         Err((message, help)) => {
             let message = format!("inventory {}: {message}", inventory_path.display.display());
