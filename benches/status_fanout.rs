@@ -52,6 +52,8 @@ async fn main() {
             factory
                 .driver(&NodeTarget {
                     fallback: Vec::new(),
+                    origin: Default::default(),
+                    metal3_host: None,
                     name: format!("worker-{i}"),
                     group: None,
                     power: PowerSource::Redfish(RedfishTarget {

@@ -26,6 +26,7 @@
 //! - [`clock`]: the process's clock, replaceable in simulations.
 //! - [`tls`]: the single rustls crypto provider of the process, and how BMC
 //!   certificates are trusted (a CA file, the exact certificate, or a pinned fingerprint).
+//! - [`metal3`]: BareMetalHosts as an inventory source, and power through Metal3.
 //! - [`untrusted`]: text from BMCs, clouds and the API server, made safe to show.
 
 pub mod cli;
@@ -39,6 +40,7 @@ pub mod engine;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod identity;
+pub mod metal3;
 pub mod power;
 pub mod remediation;
 pub mod telemetry;

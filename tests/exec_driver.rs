@@ -50,6 +50,8 @@ fn driver(target: ExecTarget) -> Arc<dyn PowerDriver> {
     DriverFactory::new(4)
         .driver(&NodeTarget {
             fallback: Vec::new(),
+            origin: Default::default(),
+            metal3_host: None,
             name: "edge-1".into(),
             group: None,
             power: PowerSource::Exec(target),

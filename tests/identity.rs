@@ -50,6 +50,8 @@ fn driver(mock: &MockRedfishHandle, system: &str) -> Arc<dyn PowerDriver> {
     DriverFactory::new(4)
         .driver(&NodeTarget {
             fallback: Vec::new(),
+            origin: Default::default(),
+            metal3_host: None,
             name: "worker-1".into(),
             group: None,
             power: PowerSource::Redfish(RedfishTarget {

@@ -34,6 +34,8 @@ async fn failures_and_recoveries_are_reported_once_each() {
     for i in 1..=2 {
         let node = NodeTarget {
             fallback: Vec::new(),
+            origin: Default::default(),
+            metal3_host: None,
             name: format!("worker-{i}"),
             group: None,
             power: PowerSource::Redfish(RedfishTarget {
@@ -188,6 +190,8 @@ mod identity {
     fn node_target(bmc: &nodefence_mocks::redfish::MockRedfishHandle, i: usize) -> NodeTarget {
         NodeTarget {
             fallback: Vec::new(),
+            origin: Default::default(),
+            metal3_host: None,
             name: format!("worker-{i}"),
             group: None,
             power: PowerSource::Redfish(RedfishTarget {

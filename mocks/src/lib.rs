@@ -8,6 +8,8 @@
 //!
 //! - [`redfish`]: a Redfish BMC (OpenBMC, iDRAC, iLO, multi-system, minimal shapes).
 //! - [`ipmi`]: an IPMI v2.0 (RMCP+) BMC on UDP (cipher suites 3 and 17, K_g, faults).
+//! - [`metal3`]: Metal3's baremetal-operator and Ironic's power sync, standing in
+//!   over fake-kube's store and the mock Redfish BMC.
 //! - [`tls`]: throwaway CA + leaf certificates for HTTPS mocks.
 //! - [`remediation`]: stand-ins for the NodeHealthCheck operator and Cluster API's
 //!   MachineHealthCheck, the health checkers that name nodefence as their remediator.
@@ -15,6 +17,7 @@
 pub mod ipmi;
 pub mod kube;
 pub mod machines;
+pub mod metal3;
 pub mod redfish;
 pub mod remediation;
 pub mod serve;

@@ -131,3 +131,58 @@ pub(super) async fn node_identities(
         .filter_map(|n| Some((n.metadata.name.clone()?, NodeIdentity::from_node(n))))
         .collect())
 }
+
+/// For `status`, `fence` and `validate --cluster`: with `[metal3] hosts = true`, reads
+/// the BareMetalHosts and adds their nodes to the inventory (the file's entries win;
+/// a Metal3-managed machine's power goes through Metal3). Problems are printed.
+/// `Ok(None)`: not configured; `Ok(Some(client))`: read, with this client (power
+/// through Metal3 needs it); `Err(())`: could not be read (printed).
+pub(super) async fn read_metal3_hosts(
+    config: &mut crate::config::Config,
+    cluster: &ClusterArgs,
+) -> Result<Option<kube::Client>, ()> {
+    if !config.agent.metal3.hosts {
+        return Ok(None);
+    }
+    let client = match cluster.client().await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!(
+                "error: [metal3] hosts = true: reading the BareMetalHosts needs cluster access, \
+                 but the Kubernetes client cannot be configured: {e:#}\n  help: pass \
+                 --kubeconfig; the inventory file's nodes are used alone"
+            );
+            return Err(());
+        }
+    };
+    let discovery = match crate::metal3::inventory::discover(&client, &config.agent.metal3).await {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: {e}; the inventory file's nodes are used alone");
+            return Err(());
+        }
+    };
+    for warning in &discovery.warnings {
+        eprintln!("warning: {warning}");
+    }
+    for problem in &discovery.problems {
+        eprintln!("warning: no entry from Metal3: {problem}");
+    }
+    crate::metal3::inventory::merge(config, &discovery);
+    Ok(Some(client))
+}
+
+/// The driver factory of `config` for a command, with power through Metal3 when the
+/// BareMetalHosts were read with `metal3` (their client).
+pub(super) fn factory(
+    config: &crate::config::Config,
+    metal3: Result<&Option<kube::Client>, &()>,
+) -> crate::power::registry::DriverFactory {
+    let factory =
+        crate::power::registry::DriverFactory::new(config.agent.power.max_concurrent_requests)
+            .with_confirm(config.agent.power.confirm);
+    match metal3 {
+        Ok(Some(client)) => factory.with_metal3(client.clone()),
+        _ => factory,
+    }
+}

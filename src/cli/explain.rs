@@ -532,6 +532,8 @@ mod tests {
     fn node(fallback: Vec<PowerSource>) -> NodeTarget {
         NodeTarget {
             name: "db-1".into(),
+            origin: Default::default(),
+            metal3_host: None,
             group: None,
             power: PowerSource::Redfish(RedfishTarget {
                 endpoint: "https://db-1-bmc".parse().unwrap(),

@@ -12,7 +12,6 @@ use serde::Serialize;
 use super::{OutputFormat, exit};
 use crate::power::PowerAction;
 use crate::power::confirm::{self, ActionError, ActionOutcome};
-use crate::power::registry::DriverFactory;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ActionArg {
@@ -72,6 +71,14 @@ pub async fn run(config_path: &Path, args: &FenceArgs) -> u8 {
         Err(code) => return code,
     };
     let node = std::slice::from_ref(&args.node);
+    // A node from a Metal3 BareMetalHost, or whose power Metal3 manages.
+    let metal3 = super::cluster_args::read_metal3_hosts(&mut config, &args.cluster).await;
+    if metal3.is_err() {
+        // Without the hosts, a Metal3 machine would be powered off behind Ironic's
+        // back (and powered on again by its power sync).
+        eprintln!("error: not fencing: the BareMetalHosts could not be read (above)");
+        return exit::FAILED;
+    }
     if let Err(code) = super::cluster_args::read_secrets(&mut config, &args.cluster, node).await {
         return code;
     }
@@ -79,8 +86,7 @@ pub async fn run(config_path: &Path, args: &FenceArgs) -> u8 {
         Ok(t) => t[0],
         Err(code) => return code,
     };
-    let factory = DriverFactory::new(config.agent.power.max_concurrent_requests)
-        .with_confirm(config.agent.power.confirm);
+    let factory = super::cluster_args::factory(&config, metal3.as_ref());
     let driver = match factory.driver(target) {
         Ok(d) => d,
         Err(e) => {

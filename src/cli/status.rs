@@ -38,6 +38,11 @@ pub struct StatusArgs {
 #[derive(Debug, Serialize)]
 pub struct StatusRow {
     pub node: String,
+    /// Where the node's entry came from: `inventory.toml:12`, `BareMetalHost ns/name`.
+    pub source: String,
+    /// The BareMetalHost through which its power is asked of Metal3, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metal3_host: Option<String>,
     pub driver: String,
     pub endpoint: String,
     /// The reported power state, absent when the query failed.
@@ -113,6 +118,9 @@ pub async fn run(config_path: &Path, args: &StatusArgs) -> u8 {
         Ok(c) => c,
         Err(code) => return code,
     };
+    // Nodes from Metal3 BareMetalHosts (problems are printed; the inventory file's
+    // nodes are still queried).
+    let metal3 = super::cluster_args::read_metal3_hosts(&mut config, &args.cluster).await;
     // BMC passwords in Kubernetes Secrets: read them (problems are printed; the nodes
     // concerned then show the factory's refusal in their row, the others are queried).
     let _ = super::cluster_args::read_secrets(&mut config, &args.cluster, &args.nodes).await;
@@ -120,8 +128,7 @@ pub async fn run(config_path: &Path, args: &StatusArgs) -> u8 {
         Ok(t) => t,
         Err(code) => return code,
     };
-    let factory = DriverFactory::new(config.agent.power.max_concurrent_requests)
-        .with_confirm(config.agent.power.confirm);
+    let factory = super::cluster_args::factory(&config, metal3.as_ref());
     let cross_check_wanted = args.identity.wanted(&args.cluster);
     // The Nodes are read first when a driver finds its machine through them.
     let needed = targets.iter().any(|t| t.needs_node_identity());
@@ -145,7 +152,7 @@ pub async fn run(config_path: &Path, args: &StatusArgs) -> u8 {
         nodes.as_ref(),
     )
     .await;
-    failed |= rows.iter().any(|r| r.error.is_some());
+    failed |= rows.iter().any(|r| r.error.is_some()) || metal3.is_err();
     if cross_check_wanted {
         for row in &mut rows {
             let check = cross_check(&row.node, row.machine_identity.as_ref(), nodes.as_ref());
@@ -230,6 +237,8 @@ async fn query_one(
         Err(e) => {
             return StatusRow {
                 node: target.name.clone(),
+                source: target.origin.to_string(),
+                metal3_host: target.metal3_host.as_ref().map(ToString::to_string),
                 driver: target.power.driver_name().to_string(),
                 endpoint: String::from("-"),
                 power: None,
@@ -254,6 +263,8 @@ async fn query_one(
     driver.close().await;
     let mut row = StatusRow {
         node: target.name.clone(),
+        source: target.origin.to_string(),
+        metal3_host: target.metal3_host.as_ref().map(ToString::to_string),
         driver: driver.driver_name().to_string(),
         endpoint: driver.endpoint(),
         power: None,
@@ -306,6 +317,7 @@ fn render(rows: &[StatusRow]) -> String {
         .map(|r| {
             let mut cells = vec![
                 r.node.clone(),
+                r.source.clone(),
                 r.driver.clone(),
                 r.endpoint.clone(),
                 r.power.clone().unwrap_or_else(|| "?".into()),
@@ -333,7 +345,9 @@ fn render(rows: &[StatusRow]) -> String {
             cells
         })
         .collect();
-    let mut headers = vec!["NODE", "DRIVER", "ENDPOINT", "POWER", "LATENCY", "MACHINE"];
+    let mut headers = vec![
+        "NODE", "SOURCE", "DRIVER", "ENDPOINT", "POWER", "LATENCY", "MACHINE",
+    ];
     if with_identity {
         headers.push("IDENTITY");
     }

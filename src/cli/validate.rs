@@ -19,7 +19,6 @@ use super::cluster_args::{ClusterArgs, IdentityArgs};
 use super::exit;
 use crate::config::{Config, NodeTarget, PowerSource};
 use crate::identity::{IdentityCheck, NodeIdentity};
-use crate::power::registry::DriverFactory;
 
 #[derive(Debug, clap::Args)]
 pub struct ValidateArgs {
@@ -40,6 +39,13 @@ pub async fn run_with(config_path: &Path, args: &ValidateArgs) -> u8 {
     if !args.identity.wanted(&args.cluster) {
         return exit::OK;
     }
+    let metal3 = super::cluster_args::read_metal3_hosts(&mut config, &args.cluster).await;
+    if metal3.is_err() {
+        return exit::FAILED;
+    }
+    if config.agent.metal3.hosts {
+        print!("{}", origin_lines(&config));
+    }
     if let Err(code) = super::cluster_args::read_secrets(&mut config, &args.cluster, &[]).await {
         return code;
     }
@@ -50,7 +56,7 @@ pub async fn run_with(config_path: &Path, args: &ValidateArgs) -> u8 {
             return exit::FAILED;
         }
     };
-    let report = identity_report(&config, &nodes).await;
+    let report = identity_report(&config, &nodes, metal3.as_ref()).await;
     for warning in &report.warnings {
         eprintln!("warning: {warning}");
     }
@@ -132,7 +138,38 @@ fn ok_report(config_path: &Path, config: &Config) -> String {
             ));
         }
     }
+    if config.agent.metal3.hosts {
+        out.push_str(&format!(
+            "metal3: the BareMetalHosts of namespace(s) {} add their nodes with cluster access              (`nodefence validate --cluster` lists them); an inventory entry wins\n",
+            config.agent.metal3.namespaces.join(", ")
+        ));
+    }
     out.push_str(&deploy_line(config));
+    out
+}
+
+/// Where each node's entry came from, for the nodes Metal3 is part of: built from a
+/// BareMetalHost, or written in the inventory file for a machine whose power Metal3
+/// manages.
+fn origin_lines(config: &Config) -> String {
+    let mut out = String::new();
+    for node in config.inventory.nodes.values() {
+        let power = match &node.metal3_host {
+            Some(host) => format!("; power through Metal3 (BareMetalHost {host})"),
+            None => String::new(),
+        };
+        if node.metal3_host.is_none()
+            && !matches!(node.origin, crate::config::Origin::BareMetalHost(_))
+        {
+            continue;
+        }
+        out.push_str(&format!(
+            "  node \"{}\": {} → {}{power}\n",
+            node.name,
+            node.origin,
+            levels(node).join(" → ")
+        ));
+    }
     out
 }
 
@@ -244,9 +281,10 @@ impl IdentityReport {
 async fn identity_report(
     config: &Config,
     nodes: &BTreeMap<String, NodeIdentity>,
+    metal3: Result<&Option<kube::Client>, &()>,
 ) -> IdentityReport {
     let concurrency = config.agent.power.max_concurrent_requests;
-    let factory = DriverFactory::new(concurrency).with_confirm(config.agent.power.confirm);
+    let factory = super::cluster_args::factory(config, metal3);
     let targets: Vec<_> = config.inventory.nodes.values().collect();
     let rows = super::status::query_all(&factory, &targets, concurrency, Some(nodes)).await;
     let mut report = IdentityReport::default();
@@ -418,7 +456,7 @@ mod tests {
                     )
                 })
                 .collect();
-        let report = identity_report(&config, &nodes).await;
+        let report = identity_report(&config, &nodes, Ok(&None)).await;
         assert_eq!(report.matched, 1, "{report:?}");
         assert_eq!(report.problems.len(), 1, "{report:?}");
         let problem = &report.problems[0];
@@ -437,7 +475,7 @@ mod tests {
         // A node missing from the cluster is a warning, never a match.
         let mut partial = nodes.clone();
         partial.remove("worker-1");
-        let report = identity_report(&config, &partial).await;
+        let report = identity_report(&config, &partial, Ok(&None)).await;
         assert_eq!(report.matched, 0);
         assert!(
             report
@@ -491,5 +529,76 @@ mod tests {
             exit::FAILED
         );
         bmc.shutdown().await;
+    }
+
+    #[test]
+    fn each_entry_says_where_it_came_from_and_how_its_power_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("nodefence.toml"),
+            "inventory = \"inventory.toml\"\n[security]\nallow_inline_passwords = true\n\
+             [metal3]\nhosts = true\nnamespaces = [\"metal3\"]\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("inventory.toml"),
+            "[nodes.db-1]\ndriver = \"ipmi\"\naddress = \"10.0.9.21\"\nusername = \"u\"\n\
+             password = \"ipmi-Secret-1\"\n\n[nodes.worker-1]\ndriver = \"ipmi\"\n\
+             address = \"10.0.9.22\"\nusername = \"u\"\npassword = \"ipmi-Secret-2\"\n",
+        )
+        .unwrap();
+        let path = dir.path().join("nodefence.toml");
+        let mut config = crate::config::load(&path).unwrap();
+        // Offline: the hosts are announced, not read.
+        let report = ok_report(&path, &config);
+        assert!(
+            report.contains("metal3: the BareMetalHosts of namespace(s) metal3 add their nodes"),
+            "{report}"
+        );
+        assert!(report.contains("components/metal3"), "{report}");
+        let host = |name: &str, address: &str| -> crate::metal3::BareMetalHost {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "metal3"},
+                "spec": {"online": true, "bmc": {"address": address, "credentialsName": "s"}}
+            }))
+            .unwrap()
+        };
+        let node = |name: &str, host: &str| crate::metal3::mapping::NodeFacts {
+            name: name.into(),
+            provider_id: Some(format!("metal3://metal3/{host}/m")),
+            annotation: None,
+        };
+        let d = crate::metal3::inventory::entries(
+            &config.agent.metal3,
+            &[
+                host("bmh-1", "redfish://10.0.7.11/redfish/v1/Systems/1"),
+                host(
+                    "bmh-2",
+                    "idrac-redfish://10.0.7.12/redfish/v1/Systems/System.Embedded.1",
+                ),
+            ],
+            &[node("worker-1", "bmh-1"), node("worker-2", "bmh-2")],
+            &Default::default(),
+        );
+        crate::metal3::inventory::merge(&mut config, &d);
+        let lines = origin_lines(&config);
+        let lines: Vec<&str> = lines.lines().collect();
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(
+            lines[0].starts_with("  node \"worker-1\": ")
+                && lines[0].contains("inventory.toml:7 → 1. ipmi 10.0.9.22:623")
+                && lines[0].ends_with("; power through Metal3 (BareMetalHost metal3/bmh-1)"),
+            "{lines:?}"
+        );
+        assert_eq!(
+            lines[1],
+            "  node \"worker-2\": BareMetalHost metal3/bmh-2 → 1. redfish https://10.0.7.12 \
+             (system System.Embedded.1); power through Metal3 (BareMetalHost metal3/bmh-2)"
+        );
+        assert!(
+            !lines
+                .iter()
+                .any(|l| l.contains("db-1") || l.contains("Secret"))
+        );
     }
 }

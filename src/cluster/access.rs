@@ -38,6 +38,9 @@ pub enum Scope {
     Own,
     /// `kube-node-lease`, where the kubelets' Leases are.
     NodeLeases,
+    /// Each namespace of `[metal3] namespaces`, where the BareMetalHosts (and their
+    /// credentials Secrets, Metal3Machines and Machines) are.
+    Metal3Hosts,
 }
 
 /// The Kustomize component of `deploy/` that grants an access (`None`: the base).
@@ -55,6 +58,8 @@ pub enum Component {
     /// `[remediation] requests = true`: the remediation CRDs, and reading and
     /// answering the requests NodeHealthCheck and Cluster API create.
     Remediation,
+    /// `[metal3] hosts = true`: BareMetalHosts as inventory, power through Metal3.
+    Metal3,
 }
 
 impl Component {
@@ -67,16 +72,18 @@ impl Component {
             Component::PowerOnAfterFence => "power-on-after-fence",
             Component::SecretCredentials => "secret-credentials",
             Component::Remediation => "remediation",
+            Component::Metal3 => "metal3",
         }
     }
 
-    pub const ALL: [Component; 6] = [
+    pub const ALL: [Component; 7] = [
         Component::Base,
         Component::DeleteNode,
         Component::DeleteVolumeAttachments,
         Component::PowerOnAfterFence,
         Component::SecretCredentials,
         Component::Remediation,
+        Component::Metal3,
     ];
 }
 
@@ -116,8 +123,10 @@ const fn access(
     }
 }
 
-use Component::{Base, DeleteNode, DeleteVolumeAttachments, PowerOnAfterFence, Remediation};
-use Scope::{Cluster, NodeLeases, Own};
+use Component::{
+    Base, DeleteNode, DeleteVolumeAttachments, Metal3, PowerOnAfterFence, Remediation,
+};
+use Scope::{Cluster, Metal3Hosts, NodeLeases, Own};
 
 /// The name of nodefence's leader Lease when `--lease-name` is not given.
 pub const DEFAULT_LEASE_NAME: &str = "nodefence";
@@ -387,6 +396,60 @@ pub const DAEMON: &[Access] = &[
         Remediation,
         "find the node of a Cluster API request (the Machine's status.nodeRef)",
     ),
+    access(
+        "list",
+        "metal3.io",
+        "baremetalhosts",
+        Metal3Hosts,
+        None,
+        Metal3,
+        "read the BareMetalHosts of [metal3] namespaces (inventory entries)",
+    ),
+    access(
+        "get",
+        "metal3.io",
+        "baremetalhosts",
+        Metal3Hosts,
+        None,
+        Metal3,
+        "read a host's status.poweredOn for the Off proof, and its state before a power command",
+    ),
+    access(
+        "patch",
+        "metal3.io",
+        "baremetalhosts",
+        Metal3Hosts,
+        None,
+        Metal3,
+        "power off and on through Metal3 (the reboot.metal3.io/nodefence annotation)",
+    ),
+    access(
+        "get",
+        "",
+        "secrets",
+        Metal3Hosts,
+        None,
+        Metal3,
+        "read the BMC credentials a BareMetalHost names (spec.bmc.credentialsName)",
+    ),
+    access(
+        "get",
+        "infrastructure.cluster.x-k8s.io",
+        "metal3machines",
+        Metal3Hosts,
+        None,
+        Metal3,
+        "find a host's node: its consumerRef's Metal3Machine",
+    ),
+    access(
+        "get",
+        "cluster.x-k8s.io",
+        "machines",
+        Metal3Hosts,
+        None,
+        Metal3,
+        "find a host's node: the Metal3Machine's Machine (status.nodeRef)",
+    ),
 ];
 
 /// A grant a running daemon needs, made concrete: its namespace and object name.
@@ -456,7 +519,7 @@ fn uses(component: Component, policy: &Policy) -> bool {
         Component::DeleteVolumeAttachments => policy.delete_volume_attachments,
         Component::PowerOnAfterFence => policy.power_on_after_fence,
         // Agent-wide, not a policy's: see [`needed`].
-        Component::Remediation => false,
+        Component::Remediation | Component::Metal3 => false,
     }
 }
 
@@ -471,8 +534,12 @@ pub fn needed(config: &Config, namespace: &str, lease_name: &str, dry_run: bool)
         .any(|p| p.force_delete_pods != ForceDeletePods::Never);
     let mut out = BTreeSet::new();
     for a in DAEMON {
-        let requests = a.component == Component::Remediation && config.agent.remediation.requests;
-        if !requests && !policies.iter().any(|p| uses(a.component, p)) {
+        let agent_wide = match a.component {
+            Component::Remediation => config.agent.remediation.requests,
+            Component::Metal3 => config.agent.metal3.hosts,
+            _ => false,
+        };
+        if !agent_wide && !policies.iter().any(|p| uses(a.component, p)) {
             continue;
         }
         if a.resource == "pods" && !force_deletes {
@@ -482,22 +549,35 @@ pub fn needed(config: &Config, namespace: &str, lease_name: &str, dry_run: bool)
         if dry_run && (writes || (a.scope == Own && a.resource == "leases")) {
             continue;
         }
-        out.insert(Need {
-            verb: a.verb.into(),
-            group: a.group.into(),
-            resource: a.resource.into(),
-            namespace: match a.scope {
-                Scope::Cluster => None,
-                Scope::Own => Some(namespace.to_string()),
-                Scope::NodeLeases => Some("kube-node-lease".into()),
-            },
-            name: match a.name {
-                Some(DEFAULT_LEASE_NAME) if a.resource == "leases" => Some(lease_name.to_string()),
-                other => other.map(str::to_string),
-            },
-            component: a.component,
-            why: a.why.into(),
-        });
+        let namespaces: Vec<Option<String>> = match a.scope {
+            Scope::Cluster => vec![None],
+            Scope::Own => vec![Some(namespace.to_string())],
+            Scope::NodeLeases => vec![Some("kube-node-lease".into())],
+            Scope::Metal3Hosts => config
+                .agent
+                .metal3
+                .namespaces
+                .iter()
+                .cloned()
+                .map(Some)
+                .collect(),
+        };
+        for ns in namespaces {
+            out.insert(Need {
+                verb: a.verb.into(),
+                group: a.group.into(),
+                resource: a.resource.into(),
+                namespace: ns,
+                name: match a.name {
+                    Some(DEFAULT_LEASE_NAME) if a.resource == "leases" => {
+                        Some(lease_name.to_string())
+                    }
+                    other => other.map(str::to_string),
+                },
+                component: a.component,
+                why: a.why.into(),
+            });
+        }
     }
     for secret in secrets(config) {
         let (ns, name) = match secret.split_once('/') {
@@ -518,12 +598,14 @@ pub fn needed(config: &Config, namespace: &str, lease_name: &str, dry_run: bool)
 }
 
 /// The Secrets the inventory names (`namespace/name`, or a bare name for
-/// nodefence's own namespace), each once.
+/// nodefence's own namespace), each once. Not those of entries built from
+/// BareMetalHosts: the `metal3` component grants those.
 pub fn secrets(config: &Config) -> BTreeSet<String> {
     config
         .inventory
         .nodes
         .values()
+        .filter(|t| !matches!(t.origin, crate::config::Origin::BareMetalHost(_)))
         .flat_map(|t| t.sources())
         .filter_map(|s| match &s.credential()?.source {
             SecretSource::Secret(r) | SecretSource::SecretPending(r) => Some(match &r.namespace {
@@ -674,6 +756,66 @@ mod tests {
                 "patch nodefenceremediations/status.remediation.nodefence.io (cluster scope)",
                 "watch nodefenceremediations.remediation.nodefence.io (cluster scope)",
             ]
+        );
+    }
+
+    #[test]
+    fn metal3_hosts_need_their_component_in_each_namespace_and_no_secret_credentials() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(
+            dir.path().join("nodefence.toml"),
+            "[metal3]\nhosts = true\nnamespaces = [\"metal3\", \"rack-b\"]\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let mut config = crate::config::load(&dir.path().join("nodefence.toml"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        // A node built from a BareMetalHost: its Secret is the metal3 component's.
+        let host: crate::metal3::BareMetalHost = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "h1", "namespace": "metal3"},
+            "spec": {"bmc": {"address": "ipmi://10.0.0.1", "credentialsName": "h1-bmc"}}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let nodes = [crate::metal3::mapping::NodeFacts {
+            name: "w1".into(),
+            provider_id: Some("metal3://metal3/h1/m".into()),
+            annotation: None,
+        }];
+        let d = crate::metal3::inventory::entries(
+            &config.agent.metal3,
+            &[host],
+            &nodes,
+            &Default::default(),
+        );
+        crate::metal3::inventory::merge(&mut config, &d);
+        assert_eq!(config.inventory.nodes.len(), 1);
+        assert_eq!(
+            components(&config).into_iter().collect::<Vec<_>>(),
+            [Component::Metal3]
+        );
+        let needs: Vec<String> = needed(&config, "nodefence", DEFAULT_LEASE_NAME, false)
+            .iter()
+            .filter(|n| n.component == Component::Metal3)
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(needs.len(), 12, "{needs:#?}");
+        for ns in ["metal3", "rack-b"] {
+            for want in [
+                "list baremetalhosts.metal3.io",
+                "get baremetalhosts.metal3.io",
+                "patch baremetalhosts.metal3.io",
+                "get secrets",
+                "get metal3machines.infrastructure.cluster.x-k8s.io",
+                "get machines.cluster.x-k8s.io",
+            ] {
+                let line = format!("{want} in namespace {ns}");
+                assert!(needs.contains(&line), "{line} in {needs:#?}");
+            }
+        }
+        // A dry run only reads.
+        let dry = needed(&config, "nodefence", DEFAULT_LEASE_NAME, true);
+        assert!(
+            !dry.iter()
+                .any(|n| n.verb == "patch" && n.resource == "baremetalhosts")
         );
     }
 }

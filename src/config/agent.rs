@@ -9,12 +9,20 @@
 
 use super::diagnostic::{Diagnostics, Source, Span, Subject};
 use super::fields::{Entry, Problem, Val, unknown_key};
-use super::model::{PowerSettings, RemediationSettings, SecuritySettings};
+use super::model::{Metal3Settings, PowerSettings, RemediationSettings, SecuritySettings};
 use super::paths::{BaseDir, FilePath};
 use super::policy::{ClusterPolicy, Scope};
 use crate::power::confirm::ConfirmPolicy;
 
-const TOP_KEYS: &[&str] = &["inventory", "power", "policy", "remediation", "security"];
+const TOP_KEYS: &[&str] = &[
+    "inventory",
+    "power",
+    "policy",
+    "remediation",
+    "security",
+    "metal3",
+];
+const METAL3_KEYS: &[&str] = &["hosts", "namespaces", "allow_insecure", "ca_file"];
 const REMEDIATION_KEYS: &[&str] = &["requests"];
 const POWER_KEYS: &[&str] = &[
     "confirm_readings",
@@ -41,6 +49,8 @@ pub(crate) struct AgentDraft {
     pub remediation: RemediationSettings,
     /// `[policy]` as written; group and node overrides are merged over it.
     pub policy: ClusterPolicy,
+    /// `[metal3]` (its `policy` is filled in at the end of the load).
+    pub metal3: Metal3Settings,
 }
 
 /// Reads the agent settings from the parsed `nodefence.toml`, reporting every problem.
@@ -60,7 +70,9 @@ pub(crate) fn parse(
         security: SecuritySettings::default(),
         remediation: RemediationSettings::default(),
         policy: ClusterPolicy::default(),
+        metal3: Metal3Settings::default(),
     };
+    let mut metal3_at: Option<Span> = None;
     let mut report =
         |p: Problem| diags.error(src, Some(&p.span), &Subject::File, p.message, p.help);
     for entry in Entry::all(table) {
@@ -77,6 +89,10 @@ pub(crate) fn parse(
             "remediation" => entry
                 .table()
                 .map(|t| remediation(&mut draft.remediation, t, &mut report)),
+            "metal3" => entry.table().map(|t| {
+                metal3_at = Some(entry.key.clone());
+                metal3(&mut draft.metal3, t, base, &mut report);
+            }),
             "policy" => entry
                 .table()
                 .map(|t| draft.policy.draft = super::policy::parse(t, Scope::Cluster, &mut report)),
@@ -91,7 +107,35 @@ pub(crate) fn parse(
             report(p);
         }
     }
-    if draft.inventory.is_none() && !table.iter().any(|(k, _)| k.get_ref() == "inventory") {
+    if draft.metal3.hosts && draft.metal3.namespaces.is_empty() {
+        diags.error(
+            src,
+            metal3_at.as_ref(),
+            &Subject::File,
+            "[metal3] hosts = true needs `namespaces`",
+            Some(
+                "name the namespaces whose BareMetalHosts nodefence may power off, e.g. \
+                 namespaces = [\"metal3\"]"
+                    .into(),
+            ),
+        );
+    }
+    if draft.metal3.allow_insecure && draft.metal3.hosts {
+        diags.warn(
+            src,
+            metal3_at.as_ref(),
+            &Subject::File,
+            "[metal3] allow_insecure = true: the BMCs of BareMetalHosts with \
+             disableCertificateVerification are used without verifying their TLS \
+             certificates; anyone on the management network could impersonate them. Prefer \
+             ca_file",
+        );
+    }
+    let inventory_optional = draft.metal3.hosts;
+    if draft.inventory.is_none()
+        && !inventory_optional
+        && !table.iter().any(|(k, _)| k.get_ref() == "inventory")
+    {
         diags.error(
             src,
             None,
@@ -174,6 +218,87 @@ fn power(out: &mut PowerSettings, table: &toml::de::DeTable<'_>, report: &mut dy
             ));
         }
     }
+}
+
+fn metal3(
+    out: &mut Metal3Settings,
+    table: &toml::de::DeTable<'_>,
+    base: &BaseDir,
+    report: &mut dyn FnMut(Problem),
+) {
+    for entry in Entry::all(table) {
+        let result = match entry.name {
+            "hosts" => entry.bool().map(|v| out.hosts = v.value),
+            "allow_insecure" => entry.bool().map(|v| out.allow_insecure = v.value),
+            "namespaces" => namespaces(&entry).map(|v| out.namespaces = v),
+            "ca_file" => entry.non_empty_string().and_then(|v| {
+                let path = base.join(&v.value);
+                super::files::check_ca_file(&path)
+                    .map_err(|p| Problem::new(&v.span, p.message, p.help))?;
+                out.ca_file = Some(path.abs);
+                Ok(())
+            }),
+            other => Err(unknown_key(other, &entry.key, METAL3_KEYS, "in [metal3]")),
+        };
+        if let Err(p) = result {
+            report(p);
+        }
+    }
+}
+
+/// `namespaces = ["metal3", ...]`: Kubernetes namespace names, each once.
+fn namespaces(entry: &Entry<'_, '_>) -> Result<Vec<String>, Problem> {
+    let help = Some("write it like namespaces = [\"metal3\"]".to_string());
+    let toml::de::DeValue::Array(items) = entry.value.get_ref() else {
+        return Err(Problem::new(
+            &entry.value.span(),
+            format!(
+                "`namespaces` must be an array of strings, found {}",
+                entry.value.get_ref().type_str()
+            ),
+            help,
+        ));
+    };
+    let mut out = Vec::new();
+    for item in items {
+        let toml::de::DeValue::String(ns) = item.get_ref() else {
+            return Err(Problem::new(
+                &item.span(),
+                "`namespaces` must hold strings (namespace names)",
+                help,
+            ));
+        };
+        let valid = !ns.is_empty()
+            && ns.len() <= 63
+            && ns
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && !ns.starts_with('-')
+            && !ns.ends_with('-');
+        if !valid {
+            return Err(Problem::new(
+                &item.span(),
+                format!("{ns:?} is not a Kubernetes namespace name"),
+                Some("lowercase letters, digits and '-', e.g. \"metal3\"".into()),
+            ));
+        }
+        if out.iter().any(|o: &String| o == ns.as_ref()) {
+            return Err(Problem::new(
+                &item.span(),
+                format!("namespace {ns:?} is listed twice"),
+                Some("list each namespace once".into()),
+            ));
+        }
+        out.push(ns.to_string());
+    }
+    if out.is_empty() {
+        return Err(Problem::new(
+            &entry.value.span(),
+            "`namespaces` is empty",
+            Some("name at least one namespace whose BareMetalHosts nodefence may power off".into()),
+        ));
+    }
+    Ok(out)
 }
 
 fn remediation(

@@ -35,19 +35,34 @@ struct Levels {
     nodes_span: Option<Span>,
 }
 
+/// What `nodefence.toml` says about reading the inventory.
+#[derive(Clone, Copy)]
+pub(crate) struct Settings<'a> {
+    pub security: &'a SecuritySettings,
+    pub policy: &'a ClusterPolicy,
+    pub confirm: crate::power::confirm::ConfirmPolicy,
+    /// BareMetalHosts are a source too (`[metal3] hosts`): the file may hold no node.
+    pub allow_empty: bool,
+}
+
 /// Reads, resolves and validates the inventory in `src`.
 pub(crate) fn load(
     src: &Source,
     base: &BaseDir,
-    security: &SecuritySettings,
-    policy: &ClusterPolicy,
-    confirm: crate::power::confirm::ConfirmPolicy,
+    settings: &Settings<'_>,
     env: &dyn Fn(&str) -> Option<String>,
     diags: &mut Diagnostics,
 ) -> Option<Inventory> {
+    let Settings {
+        security,
+        policy,
+        confirm,
+        allow_empty,
+    } = *settings;
     let table = document::parse(src, diags)?;
     let levels = read_levels(src, &table, base, diags);
-    if levels.nodes.is_empty() {
+    // With BareMetalHosts as a source, the file may hold only the overrides: none.
+    if levels.nodes.is_empty() && !allow_empty {
         diags.error(
             src,
             levels.nodes_span.as_ref(),

@@ -105,23 +105,42 @@ pub fn load_with_env(
         return Err(fail(diags));
     };
     let draft = agent::parse(&src, &table, &base, &mut diags);
-    let Some((inventory_path, inventory_span)) = draft.inventory else {
-        return Err(fail(diags));
+    let mut metal3 = draft.metal3.clone();
+    // BareMetalHost entries get `[policy]` over the defaults of a BMC driver.
+    metal3.policy = draft.policy.for_node(None, None, layer::Driver::Redfish);
+    let Some((inventory_path, inventory_span)) = draft.inventory.clone() else {
+        if !draft.metal3.hosts {
+            return Err(fail(diags));
+        }
+        // BareMetalHosts alone: no inventory file.
+        let warnings = diags.finish(&[config_path])?;
+        return Ok(Config {
+            agent: AgentConfig {
+                inventory: config_file.abs.clone(),
+                power: draft.power,
+                security: draft.security,
+                remediation: draft.remediation,
+                policy: draft.policy.global(),
+                metal3,
+            },
+            inventory: Inventory::default(),
+            config_path: config_file.abs.clone(),
+            inventory_path: config_file.abs,
+            warnings,
+        });
     };
 
     let inventory = match read_text(&inventory_path.abs) {
         Ok(text) => {
             let inv_src = Source::new(inventory_path.display.clone(), text);
             let inv_base = BaseDir::of(&inventory_path);
-            inventory::load(
-                &inv_src,
-                &inv_base,
-                &draft.security,
-                &draft.policy,
-                draft.power.confirm,
-                env,
-                &mut diags,
-            )
+            let settings = inventory::Settings {
+                security: &draft.security,
+                policy: &draft.policy,
+                confirm: draft.power.confirm,
+                allow_empty: draft.metal3.hosts,
+            };
+            inventory::load(&inv_src, &inv_base, &settings, env, &mut diags)
         }
         Err((message, help)) => {
             let message = format!("inventory {}: {message}", inventory_path.display.display());
@@ -148,6 +167,7 @@ pub fn load_with_env(
             security: draft.security,
             remediation: draft.remediation,
             policy: draft.policy.global(),
+            metal3,
         },
         inventory,
         config_path: config_file.abs,

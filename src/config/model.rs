@@ -47,6 +47,28 @@ pub struct AgentConfig {
     pub remediation: RemediationSettings,
     /// `[policy]`: when machines are powered off and nodes released (`nodefence run`).
     pub policy: crate::engine::Policy,
+    /// `[metal3]`: BareMetalHosts as an inventory source.
+    pub metal3: Metal3Settings,
+}
+
+/// `[metal3]` in `nodefence.toml`: entries built from Metal3 BareMetalHosts
+/// ([`crate::metal3`]), merged with the inventory's (an inventory entry wins).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Metal3Settings {
+    /// Read BareMetalHosts (with cluster access: `run`, `status`, `validate --cluster`).
+    pub hosts: bool,
+    /// The namespaces whose BareMetalHosts are read (required with `hosts`: which
+    /// machines nodefence may power off is written down, never guessed).
+    pub namespaces: Vec<String>,
+    /// Honour a host's `spec.bmc.disableCertificateVerification` (warned, as
+    /// `insecure` is); without it such a host gets no entry.
+    pub allow_insecure: bool,
+    /// The CA bundle that signed the BMC certificates of BareMetalHost entries
+    /// (absolute); the system's trust store without it.
+    pub ca_file: Option<PathBuf>,
+    /// The fencing policy of BareMetalHost entries: `[policy]` over the defaults of a
+    /// BMC driver (an inventory entry for the node sets its own).
+    pub policy: crate::engine::Policy,
 }
 
 /// `[remediation]` in `nodefence.toml`.
@@ -82,11 +104,40 @@ pub struct Inventory {
     pub nodes: BTreeMap<String, NodeTarget>,
 }
 
+/// Where an entry of the inventory came from (shown by `validate` and `status`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Origin {
+    /// Made by code, not read from anywhere (tests, the demo).
+    #[default]
+    Given,
+    /// Written in the inventory file, its table at this line.
+    Inventory { file: PathBuf, line: usize },
+    /// Built from this Metal3 BareMetalHost.
+    BareMetalHost(crate::metal3::HostRef),
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::Given => f.write_str("-"),
+            Origin::Inventory { file, line } => write!(f, "{}:{line}", file.display()),
+            Origin::BareMetalHost(h) => write!(f, "BareMetalHost {h}"),
+        }
+    }
+}
+
 /// One inventory node, with defaults and its group already applied.
 #[derive(Debug, Clone)]
 pub struct NodeTarget {
     /// The Kubernetes node name.
     pub name: String,
+    /// Where this entry came from.
+    pub origin: Origin,
+    /// The Metal3 BareMetalHost that manages this machine's power, when one does:
+    /// power commands are then asked of Metal3 (Ironic would undo a direct power-off),
+    /// and the Off proof also needs the host's `status.poweredOn`
+    /// ([`crate::metal3::power`]).
+    pub metal3_host: Option<crate::metal3::HostRef>,
     /// The group it inherited from, if any (for display).
     pub group: Option<String>,
     pub power: PowerSource,

@@ -222,6 +222,11 @@ pub(crate) fn node(ctx: &mut Ctx<'_>, name: &str, chain: &Chain<'_>) -> Option<N
     }
     Some(NodeTarget {
         name: name.to_string(),
+        origin: super::model::Origin::Inventory {
+            file: ctx.src.display.clone(),
+            line: ctx.src.line_of(chain.node.span.start),
+        },
+        metal3_host: None,
         group: chain.group.and_then(|g| match &g.subject {
             Subject::Group(n) => Some(n.clone()),
             _ => None,

@@ -238,6 +238,22 @@ pub(crate) async fn admit(
         std::iter::once(policy).chain(config.inventory.nodes.values().map(|t| &t.policy)),
     )
     .await?;
+    if config.agent.metal3.hosts {
+        let discovery = crate::metal3::inventory::discover(client, &config.agent.metal3)
+            .await
+            .context("cannot read the Metal3 BareMetalHosts ([metal3] hosts = true)")?;
+        for warning in &discovery.warnings {
+            tracing::warn!("{warning}");
+        }
+        for problem in &discovery.problems {
+            tracing::warn!(
+                problem = %problem,
+                "no inventory entry from Metal3: this node is never fenced unless the inventory file has it"
+            );
+        }
+        let merged = crate::metal3::inventory::merge(&mut config, &discovery);
+        tracing::info!(%merged, "inventory entries from Metal3 BareMetalHosts");
+    }
     crate::config::resolve_secrets(&mut config, client, namespace)
         .await
         .context("cannot read the BMC passwords kept in Kubernetes Secrets")?;
@@ -289,8 +305,11 @@ fn controller_for(
         .filter(|(_, target)| target.policy != policy)
         .map(|(name, target)| (name.clone(), target.policy.clone()))
         .collect();
-    let factory = DriverFactory::new(config.agent.power.max_concurrent_requests)
+    let mut factory = DriverFactory::new(config.agent.power.max_concurrent_requests)
         .with_confirm(config.agent.power.confirm);
+    if config.agent.metal3.hosts {
+        factory = factory.with_metal3(client.clone());
+    }
     let drivers: BTreeMap<_, _> = config
         .inventory
         .nodes

@@ -21,6 +21,7 @@ use super::redfish::RedfishDriver;
 use super::topology::TopologyDriver;
 use super::{PowerDriver, PowerError};
 use crate::config::{NodeTarget, PowerSource, TlsSettings};
+use crate::metal3::power::{KubeHosts, Metal3Driver};
 
 /// Each inventory node's driver, or why it has none (kept so the reason can be shown).
 pub type NodeDrivers = std::collections::BTreeMap<String, Result<Arc<dyn PowerDriver>, PowerError>>;
@@ -38,6 +39,9 @@ pub struct DriverFactory {
     clients: Mutex<HashMap<ClientProfile, reqwest::Client>>,
     /// How a fencing topology's levels prove their power off.
     confirm: ConfirmPolicy,
+    /// Cluster access for machines whose power Metal3 manages
+    /// ([`NodeTarget::metal3_host`]).
+    metal3: Option<kube::Client>,
 }
 
 impl DriverFactory {
@@ -47,7 +51,15 @@ impl DriverFactory {
             limiter: Arc::new(Semaphore::new(max_concurrent_requests.max(1))),
             clients: Mutex::new(HashMap::new()),
             confirm: ConfirmPolicy::default(),
+            metal3: None,
         }
+    }
+
+    /// Power through Metal3 for the nodes whose BareMetalHost Metal3 manages, with
+    /// this client.
+    pub fn with_metal3(mut self, client: kube::Client) -> Self {
+        self.metal3 = Some(client);
+        self
     }
 
     /// How each level of a fencing topology (a node with `fallback`) proves its power
@@ -70,6 +82,27 @@ impl DriverFactory {
                 node.name
             )));
         }
+        let direct = self.direct(node)?;
+        let Some(host) = &node.metal3_host else {
+            return Ok(direct);
+        };
+        // Metal3 manages this machine's power: a direct power-off would be undone by
+        // Ironic's power sync.
+        let Some(client) = &self.metal3 else {
+            return Err(PowerError::config(format!(
+                "node {}: its power is managed by Metal3 (BareMetalHost {host}), which needs                  cluster access (`nodefence run` has it; `status` and `fence` use                  --kubeconfig); a direct power-off would be undone by Ironic's power sync",
+                node.name
+            )));
+        };
+        Ok(Arc::new(Metal3Driver::new(
+            direct,
+            host.clone(),
+            Arc::new(KubeHosts::new(client.clone())),
+        )))
+    }
+
+    /// The node's own power methods: its driver, or a fencing topology.
+    fn direct(&self, node: &NodeTarget) -> Result<Arc<dyn PowerDriver>, PowerError> {
         if node.fallback.is_empty() {
             return self.source_driver(&node.name, &node.power);
         }

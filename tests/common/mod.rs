@@ -83,6 +83,8 @@ pub fn driver(target: &RedfishTarget) -> Arc<dyn PowerDriver> {
     factory
         .driver(&NodeTarget {
             fallback: Vec::new(),
+            origin: Default::default(),
+            metal3_host: None,
             name: "worker-1".into(),
             group: None,
             power: PowerSource::Redfish(target.clone()),

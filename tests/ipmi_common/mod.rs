@@ -95,6 +95,8 @@ pub fn with_user(mut t: IpmiTarget, user: &str, password: &str) -> IpmiTarget {
 pub fn node(t: &IpmiTarget) -> NodeTarget {
     NodeTarget {
         fallback: Vec::new(),
+        origin: Default::default(),
+        metal3_host: None,
         name: "db-1".into(),
         group: None,
         power: PowerSource::Ipmi(t.clone()),

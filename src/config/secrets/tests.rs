@@ -33,6 +33,8 @@ fn pending(name: &str, key: &str, username_key: Option<&str>) -> Credential {
 fn redfish(name: &str, credential: Credential) -> NodeTarget {
     NodeTarget {
         fallback: Vec::new(),
+        origin: Default::default(),
+        metal3_host: None,
         name: name.into(),
         group: None,
         power: PowerSource::Redfish(RedfishTarget {
@@ -50,6 +52,8 @@ fn redfish(name: &str, credential: Credential) -> NodeTarget {
 fn ipmi(name: &str, credential: Credential) -> NodeTarget {
     NodeTarget {
         fallback: Vec::new(),
+        origin: Default::default(),
+        metal3_host: None,
         name: name.into(),
         group: None,
         power: PowerSource::Ipmi(IpmiTarget {
@@ -77,6 +81,7 @@ fn config(nodes: Vec<NodeTarget>) -> Config {
             security: SecuritySettings::default(),
             remediation: Default::default(),
             policy: Policy::default(),
+            metal3: Default::default(),
         },
         inventory: Inventory {
             nodes: nodes.into_iter().map(|n| (n.name.clone(), n)).collect(),

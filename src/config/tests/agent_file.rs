@@ -33,7 +33,10 @@ fn unknown_keys_are_rejected_in_every_section() {
     assert_eq!(metrics.line, Some(7));
     assert_eq!(
         metrics.help.as_deref(),
-        Some("allowed keys in nodefence.toml: inventory, power, policy, remediation, security")
+        Some(
+            "allowed keys in nodefence.toml: inventory, power, policy, remediation, security, \
+             metal3"
+        )
     );
     assert!(errs.iter().all(|e| e.file.ends_with("nodefence.toml")));
 }
@@ -163,4 +166,79 @@ fn errors_in_both_files_come_together_agent_file_first() {
     );
     assert!(errs[1].file.ends_with("inventory.toml"));
     assert_eq!(errs[1].node.as_deref(), Some("A"));
+}
+
+#[test]
+fn metal3_settings_are_read_and_checked_like_the_rest() {
+    let errs = agent_errors(
+        "inventory = \"inventory.toml\"\n[metal3]\nhost = true\nnamespaces = [\"Metal3\"]\n\
+         allow_insecure = \"yes\"\nca_file = \"missing.pem\"\n",
+    );
+    assert_eq!(errs.len(), 4, "{}", ConfigErrors(errs.clone()));
+    let unknown = find(&errs, "unknown key `host` in [metal3]");
+    assert_eq!(unknown.line, Some(3));
+    assert_eq!(unknown.help.as_deref(), Some("did you mean `hosts`?"));
+    let ns = find(&errs, "\"Metal3\" is not a Kubernetes namespace name");
+    assert_eq!((ns.line, ns.column), (Some(4), Some(15)));
+    find(&errs, "`allow_insecure` must be true or false");
+    find(&errs, "missing.pem does not exist");
+
+    // hosts = true needs namespaces: which machines may be powered off is written down.
+    let errs = agent_errors("inventory = \"inventory.toml\"\n[metal3]\nhosts = true\n");
+    let e = find(&errs, "[metal3] hosts = true needs `namespaces`");
+    assert_eq!(e.line, Some(2));
+    assert!(
+        e.help
+            .as_deref()
+            .unwrap()
+            .contains("namespaces = [\"metal3\"]")
+    );
+    let errs = agent_errors(
+        "inventory = \"inventory.toml\"\n[metal3]\nhosts = true\nnamespaces = [\"a\", \"a\"]\n",
+    );
+    find(&errs, "namespace \"a\" is listed twice");
+}
+
+#[test]
+fn metal3_hosts_alone_or_beside_the_inventory() {
+    let f = Fixture::new();
+    f.agent(
+        "inventory = \"inventory.toml\"\n[metal3]\nhosts = true\nnamespaces = [\"metal3\", \"rack-b\"]\n\
+         allow_insecure = true\nca_file = \"ca.pem\"\n",
+    );
+    // Beside an inventory that may hold no node of its own.
+    let config = f.ok("[defaults]\ndriver = \"redfish\"\n");
+    assert!(config.inventory.nodes.is_empty());
+    let m = &config.agent.metal3;
+    assert!(m.hosts && m.allow_insecure);
+    assert_eq!(m.namespaces, ["metal3", "rack-b"]);
+    assert!(m.ca_file.as_ref().unwrap().ends_with("ca.pem"));
+    assert!(m.policy.require_identity, "a BMC driver's default");
+    assert!(
+        config
+            .warnings
+            .iter()
+            .any(|w| w.contains("allow_insecure = true")),
+        "{:?}",
+        config.warnings
+    );
+    // Alone: no inventory file at all.
+    f.agent("[metal3]\nhosts = true\nnamespaces = [\"metal3\"]\n");
+    let env = |_: &str| None;
+    let config = load_with_env(&f.path("nodefence.toml"), &env).unwrap();
+    assert!(config.inventory.nodes.is_empty());
+    assert_eq!(config.inventory_path, config.config_path);
+    // Without [metal3], an inventory stays required and must hold nodes.
+    f.agent("[metal3]\nhosts = false\n");
+    let errs = load_with_env(&f.path("nodefence.toml"), &env).unwrap_err();
+    find(&errs.0, "`inventory` is not set");
+    // An inventory entry's origin is its file and line.
+    f.agent("inventory = \"inventory.toml\"\n");
+    let config = f.ok("[nodes.a]\ndriver = \"aws\"\n\n[nodes.b]\ndriver = \"aws\"\n");
+    assert!(
+        config.inventory.nodes["b"]
+            .origin
+            .to_string()
+            .ends_with("inventory.toml:4")
+    );
 }
