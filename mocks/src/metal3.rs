@@ -62,6 +62,7 @@ pub const BAREMETALHOSTS: ResourceType = ResourceType {
         "update",
         "watch",
     ],
+    custom: None,
 };
 
 /// Metal3's reboot annotation prefix.
