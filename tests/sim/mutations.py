@@ -126,8 +126,8 @@ MUTATIONS = [
      "invariant 5"),
     ("act-before-leases-synced",
      [("src/controller/mod.rs",
-       "if !(seen.pause_synced && seen.nodes_synced && seen.leases_synced) {",
-       "if !(seen.pause_synced && seen.nodes_synced) {")],
+       "if !(seen.pause_synced && seen.nodes_synced && seen.leases_synced && requests_synced) {",
+       "if !(seen.pause_synced && seen.nodes_synced && requests_synced) {")],
      "invariant 2"),
 ]
 
