@@ -6,7 +6,7 @@
 //! what is read, or a megabyte of text. Every such string is passed through [`field`]
 //! (or [`text`] with its own cap) where it enters nodefence, before it can reach a
 //! terminal, a log line or an Event; the table, Event and error printers escape again
-//! ([`line`]) so a string that slipped past the first gate is still shown inert.
+//! ([`line`](fn@line)) so a string that slipped past the first gate is still shown inert.
 //!
 //! Escaping, not deleting: `\n`, `\r` and `\t` become those two characters, every other
 //! control, bidirectional or line-separator character becomes `\u{..}`, so an operator

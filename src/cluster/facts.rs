@@ -22,7 +22,7 @@ pub const EXCLUDE_ANNOTATION: &str = "nodefence.io/exclude";
 /// Set by nodefence when it adds the out-of-service taint (RFC 3339 time); only a
 /// taint recorded here is ever removed by nodefence.
 pub const TAINTED_ANNOTATION: &str = "nodefence.io/out-of-service-added";
-/// Written by nodefence just before it sends a power-off ("<time> attempt <n>"), so
+/// Written by nodefence just before it sends a power-off (`"<time> attempt <n>"`), so
 /// that a new leader, a restarted replica or a reloaded configuration does not send
 /// a second one for the same failure within `power_off_retry_after`.
 pub const POWER_OFF_ANNOTATION: &str = "nodefence.io/power-off-sent";

@@ -25,11 +25,11 @@
 //! reads them once a client exists.
 //!
 //! The files are read key by key from `toml`'s spanned tree rather than through serde
-//! (see [`fields`] for why). Layout: [`agent`] (`nodefence.toml`), [`inventory`]
-//! (the inventory file) with [`layer`] (one level as written), [`resolve`]
-//! (inheritance), [`policy`] (`[policy]` and its overrides), [`values`] (single-value
-//! checks), [`targets`] (per driver), [`credentials`], [`endpoint`], [`files`],
-//! [`node_name`] and [`machines`]; [`diagnostic`] holds the error type; [`secrets`]
+//! (see `fields` for why). Layout: `agent` (`nodefence.toml`), `inventory`
+//! (the inventory file) with `layer` (one level as written), `resolve`
+//! (inheritance), `policy` (`[policy]` and its overrides), `values` (single-value
+//! checks), `targets` (per driver), `credentials`, `endpoint`, `files`,
+//! `node_name` and `machines`; `diagnostic` holds the error type; `secrets`
 //! reads Kubernetes Secrets.
 
 mod agent;

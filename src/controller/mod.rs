@@ -132,7 +132,7 @@ struct Observed {
 impl Controller {
     /// Runs until `shutdown` resolves, leadership is lost, or `reload` is notified (a
     /// new configuration is ready). A term that ends for a reload first waits for
-    /// every action under way (at most [`DRAIN_LIMIT`]): the next term starts from
+    /// every action under way (at most `DRAIN_LIMIT`): the next term starts from
     /// the cluster, as a new leader does, and must not overlap a power command.
     pub async fn run_term(
         &self,

@@ -15,9 +15,9 @@
 //! summary. Each scenario has deadlines: the exit code is 1 when an expected outcome
 //! did not happen in time, so the demo doubles as a smoke test.
 //!
-//! Layout: [`cluster`] (the world: start, levers, queries, teardown), `config` (the
+//! Layout: `cluster` (the world: start, levers, queries, teardown), `config` (the
 //! daemon's files and scaled policy), `feeds` (where steps come from), `narrate`
-//! (their words), `timeline` and `printer` (ordering and printing), [`scenarios`], `summary`,
+//! (their words), `timeline` and `printer` (ordering and printing), `scenarios`, `summary`,
 //! `runtime` (a runtime of its own, logging to a file), `style` (colours).
 
 mod cluster;

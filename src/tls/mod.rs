@@ -5,7 +5,7 @@
 //!   TLS client or server is built so no dependency can pick another one.
 //! - [`client_config`] builds the rustls configuration for one trust setting (system
 //!   store, `ca_file`, `tls_fingerprint`, `insecure`) with nodefence's own verifier
-//!   ([`verifier`]), so a BMC's self-signed `CA:TRUE` certificate can be trusted as
+//!   ([`verifier`](mod@verifier)), so a BMC's self-signed `CA:TRUE` certificate can be trusted as
 //!   itself and every refusal says which check failed and what to set.
 //! - [`refusal_in`] finds that explanation again in a failed request's error chain: a
 //!   certificate failure is permanent (retrying cannot change the certificate), so

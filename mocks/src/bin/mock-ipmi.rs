@@ -35,7 +35,7 @@ struct Args {
     #[arg(long, value_name = "NAME=ADDR", value_parser = parse_bmc, conflicts_with = "fixture")]
     bmc: Vec<(String, SocketAddr)>,
 
-    /// TOML file listing the BMCs ([[bmc]] name, listen, power, guid, users, ...).
+    /// TOML file listing the BMCs (`[[bmc]]` name, listen, power, guid, users, ...).
     #[arg(long, value_name = "FILE.toml")]
     fixture: Option<PathBuf>,
 

@@ -5,8 +5,8 @@
 //! one `key=value` a line: `action=` (status, off, on or reboot), the inventory's
 //! `options`, `username=` from the credential (unless the options name the user) and
 //! `password=`. Nothing secret is on a command line or in the environment, which
-//! holds only `PATH` and `LANG=C`. How exit codes and output are read: [`verdict`];
-//! how the process is run, bounded and killed: [`process`]. One run at a time per
+//! holds only `PATH` and `LANG=C`. How exit codes and output are read: `verdict`;
+//! how the process is run, bounded and killed: `process`. One run at a time per
 //! driver, each holding a permit of the shared limiter, the whole call bounded by the
 //! operation timeout. The agent's success is not proof of anything:
 //! [`crate::power::confirm`] reads the state back with `status`.

@@ -5,7 +5,7 @@
 //! - `Accept: application/json` and `OData-Version: 4.0` on every request (some BMCs
 //!   answer 406 without them); no `Authorization` on the session-creation POST.
 //! - Redfish sessions (`X-Auth-Token`), re-login once on 401, HTTP Basic when the
-//!   service will not give a session (in `auto` mode; see [`super::auth`]).
+//!   service will not give a session (in `auto` mode; see `super::auth`).
 //! - Connect errors, timeouts and 5xx are retried with jittered exponential backoff,
 //!   at most `retries` times and never past the operation deadline. A refused TLS
 //!   certificate is not: it is reported once.

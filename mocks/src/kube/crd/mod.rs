@@ -9,7 +9,7 @@
 //!   `Established`, `acceptedNames`, `storedVersions`); deleting a CRD deletes its
 //!   objects first (the `customresourcecleanup` finalizer's controller).
 //! - [`Registry`]: every served version of every established CRD as a resource type
-//!   ([`CustomVersion`]), rebuilt whenever a CRD is written ([`Cache`]). Routing,
+//!   ([`CustomVersion`]), rebuilt whenever a CRD is written (`Cache`). Routing,
 //!   discovery, OpenAPI, tables and the REST verbs ask it.
 //! - [`schema`]: a version's `openAPIV3Schema` applied to its objects (pruning,
 //!   defaults, validation); [`jsonpath`]: printer columns and selectable fields.
