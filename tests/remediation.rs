@@ -43,10 +43,13 @@ fn component(file: &str) -> Vec<Value> {
 /// Three workers, nodefence answering requests, `unhealthy_after` ten minutes; the
 /// replica starts once the component (CRDs, template) is applied.
 async fn world_with(tweak: impl Fn(&mut nodefence::engine::Policy) + Send + 'static) -> World {
-    let mut w = WorldBuilder::new()
+    start(WorldBuilder::new().policy(tweak)).await
+}
+
+async fn start(builder: WorldBuilder) -> World {
+    let mut w = builder
         .agent_toml("[remediation]\nrequests = true\n")
         .policy(|p| p.unhealthy_after = Duration::from_secs(600))
-        .policy(tweak)
         .replicas(&[])
         .start()
         .await;
@@ -554,5 +557,215 @@ async fn a_machine_health_check_has_the_machines_node_fenced() {
     let _ = requests(&w, ns)
         .delete("md-0-1", &DeleteParams::default())
         .await;
+    w.stop().await;
+}
+
+/// The RBAC objects of `deploy/rbac.yaml` and of the remediation component.
+fn deploy_rbac() -> Vec<Value> {
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+    [
+        deploy.join("rbac.yaml"),
+        deploy.join("components/remediation/rbac.yaml"),
+    ]
+    .iter()
+    .flat_map(|f| {
+        serde_saphyr::from_multiple::<Value>(&std::fs::read_to_string(f).unwrap()).unwrap()
+    })
+    .filter(|d| !d.is_null())
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_component_grants_exactly_what_answering_a_request_needs() {
+    // The daemon runs as the ServiceAccount with the base's and the component's RBAC
+    // only (fake-kube answers 403 to anything else); NodeHealthCheck as an admin.
+    let w = start(WorldBuilder::new().rbac(deploy_rbac())).await;
+    create_nhc(&w, node_health_check().remediation_template(template_ref())).await;
+    let _nhc = nhc::NodeHealthCheckController::spawn(w.client.clone());
+    let victim = "worker-3";
+    w.cut_network(victim);
+    eventually("released", Duration::from_secs(60), || async {
+        w.has_out_of_service_taint(victim)
+    })
+    .await;
+    wait_condition(
+        &w,
+        NAMESPACE,
+        victim,
+        condition::SUCCEEDED,
+        ("True", "Released"),
+    )
+    .await;
+    eventually("the finalizer", Duration::from_secs(10), || async {
+        request(&w, NAMESPACE, victim).await.is_some_and(|r| {
+            r.metadata
+                .finalizers
+                .unwrap_or_default()
+                .iter()
+                .any(|f| f == TAINT_FINALIZER)
+        })
+    })
+    .await;
+    assert_eq!(w.forbidden_requests(), Vec::<String>::new());
+    w.stop().await;
+}
+
+/// kubectl, or `None` (skipped; a failure under NODEFENCE_REQUIRE_PEERS=1).
+fn kubectl() -> Option<std::path::PathBuf> {
+    let found = std::env::var_os("NODEFENCE_KUBECTL")
+        .map(std::path::PathBuf::from)
+        .filter(|p| p.is_file())
+        .or_else(|| {
+            let path = std::env::var_os("PATH").unwrap_or_default();
+            std::env::split_paths(&path)
+                .map(|d| d.join("kubectl"))
+                .find(|p| p.is_file())
+        });
+    if found.is_none() {
+        let required = std::env::var("NODEFENCE_REQUIRE_PEERS").is_ok_and(|v| v == "1");
+        assert!(
+            !required,
+            "kubectl is required (NODEFENCE_REQUIRE_PEERS=1): set NODEFENCE_KUBECTL"
+        );
+        eprintln!("skipped: kubectl not installed (set NODEFENCE_KUBECTL)");
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_applies_the_component_and_shows_requests_with_their_conditions() {
+    let Some(kubectl) = kubectl() else { return };
+    // The replica starts before the CRDs exist (the component applied after
+    // nodefence): it goes on without requests until the watch finds them.
+    let w = WorldBuilder::new()
+        .kube_tls()
+        .agent_toml("[remediation]\nrequests = true\n")
+        .start()
+        .await;
+    let kubeconfig = w._dir.path().join("kubeconfig");
+    w.kube.write_kubeconfig(&kubeconfig).unwrap();
+    let run = |args: Vec<String>, stdin: Option<String>| {
+        let kubectl = kubectl.clone();
+        let kubeconfig = kubeconfig.clone();
+        async move {
+            use tokio::io::AsyncWriteExt as _;
+            let mut child = tokio::process::Command::new(&kubectl)
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .args(&args)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut input = child.stdin.take().unwrap();
+            input
+                .write_all(stdin.unwrap_or_default().as_bytes())
+                .await
+                .unwrap();
+            drop(input);
+            let out = child.wait_with_output().await.unwrap();
+            assert!(
+                out.status.success(),
+                "kubectl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        }
+    };
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/components/remediation");
+    let namespace = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: nodefence\n";
+    run(
+        vec!["apply".into(), "-f".into(), "-".into()],
+        Some(namespace.into()),
+    )
+    .await;
+    for file in ["crds.yaml", "template.yaml"] {
+        let out = run(
+            vec![
+                "apply".into(),
+                "-f".into(),
+                dir.join(file).display().to_string(),
+            ],
+            None,
+        )
+        .await;
+        assert!(out.contains("created"), "{out}");
+    }
+    let crds = run(vec!["get".into(), "crds".into()], None).await;
+    assert!(
+        crds.contains("nodefenceremediations.remediation.nodefence.io")
+            && crds.contains("nodefenceremediationtemplates.remediation.nodefence.io"),
+        "{crds}"
+    );
+    let templates = run(
+        vec!["get".into(), "nfrt".into(), "-n".into(), NAMESPACE.into()],
+        None,
+    )
+    .await;
+    assert!(templates.contains("nodefence"), "{templates}");
+    // A request as NodeHealthCheck writes it (a generated name, the node in the
+    // annotation), for a node that has lost power.
+    let victim = "worker-2";
+    w.pull_plug(victim);
+    let request = format!(
+        "apiVersion: remediation.nodefence.io/v1alpha1\nkind: NodeFenceRemediation\n\
+         metadata:\n  name: {victim}-x7k2p\n  namespace: {NAMESPACE}\n  annotations:\n    \
+         remediation.medik8s.io/node-name: {victim}\nspec: {{}}\n"
+    );
+    run(vec!["apply".into(), "-f".into(), "-".into()], Some(request)).await;
+    wait_condition(
+        &w,
+        NAMESPACE,
+        &format!("{victim}-x7k2p"),
+        condition::SUCCEEDED,
+        ("True", "Released"),
+    )
+    .await;
+    let table = run(vec!["get".into(), "nfr".into(), "-A".into()], None).await;
+    let header = table.lines().next().unwrap_or_default().to_string();
+    for column in [
+        "NAMESPACE",
+        "NAME",
+        "NODE",
+        "PROCESSING",
+        "SUCCEEDED",
+        "AGE",
+    ] {
+        assert!(header.contains(column), "{table}");
+    }
+    let row = table
+        .lines()
+        .find(|l| l.contains(&format!("{victim}-x7k2p")))
+        .unwrap_or_else(|| panic!("{table}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        &cells[..5],
+        [
+            NAMESPACE,
+            &format!("{victim}-x7k2p"),
+            victim,
+            "Released",
+            "True"
+        ],
+        "{table}"
+    );
+    let yaml = run(
+        vec![
+            "get".into(),
+            "nfr".into(),
+            format!("{victim}-x7k2p"),
+            "-n".into(),
+            NAMESPACE.into(),
+            "-o".into(),
+            "yaml".into(),
+        ],
+        None,
+    )
+    .await;
+    assert!(
+        yaml.contains("type: PermanentNodeDeletionExpected"),
+        "{yaml}"
+    );
     w.stop().await;
 }

@@ -107,6 +107,8 @@ pub struct WorldBuilder {
     /// How often the replicas check their configuration files (`None`: never; a
     /// reload reads the files as written, without the scaled timings).
     pub config_check: Option<Duration>,
+    /// fake-kube serves HTTPS (kubectl sends its token only over TLS).
+    pub kube_tls: bool,
     policy: Vec<PolicyTweak>,
 }
 
@@ -139,8 +141,16 @@ impl WorldBuilder {
             config_check: None,
             bmc_tls: None,
             rbac: None,
+            kube_tls: false,
             policy: Vec::new(),
         }
+    }
+
+    /// fake-kube serves HTTPS, its CA in the kubeconfigs (kubectl sends a bearer
+    /// token only over TLS).
+    pub fn kube_tls(mut self) -> Self {
+        self.kube_tls = true;
+        self
     }
 
     /// `n` workers `worker-1..n` on `Blade1..n`, all On (replaces the nodes).
@@ -272,7 +282,7 @@ impl WorldBuilder {
         nodefence::tls::install_crypto_provider();
         let hw = Arc::new(Hardware::start(&self.nodes, self.transition_delay).await?);
         let store = Store::default();
-        let mut kube_builder = FakeKube::builder().store(store.clone());
+        let mut kube_builder = FakeKube::builder().store(store.clone()).tls(self.kube_tls);
         let restricted_token = "nodefence-service-account-token";
         if let Some(objects) = &self.rbac {
             let policy = nodefence_mocks::kube::authz::Policy::for_service_account(
