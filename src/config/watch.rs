@@ -24,6 +24,14 @@ use super::{Config, PowerSource, SecretSource};
 pub struct Fingerprint([u8; 32]);
 
 impl Fingerprint {
+    /// This version with something besides the files (the BareMetalHosts read).
+    pub fn with(&self, extra: u64) -> Fingerprint {
+        let mut hash = Sha256::new();
+        hash.update(self.0);
+        hash.update(extra.to_le_bytes());
+        Fingerprint(hash.finalize().into())
+    }
+
     /// A short hex prefix, for logs and Events.
     pub fn short(&self) -> String {
         self.0[..6].iter().map(|b| format!("{b:02x}")).collect()
