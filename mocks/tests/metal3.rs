@@ -356,3 +356,42 @@ async fn the_status_is_written_through_the_status_subresource_only() {
     let raw: Value = serde_json::to_value(&after).unwrap();
     assert!(raw.pointer("/status/provisioning/ID").is_some());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_without_power_is_recorded_off_after_the_sync_gives_up() {
+    let env = setup(FAST).await;
+    env.create(
+        BareMetalHost::new(NS, "worker-1", &env.address(), "worker-1-bmc").externally_provisioned(),
+    )
+    .await;
+    env.wait_state(state::EXTERNALLY_PROVISIONED).await;
+    // The power feed fails; the BMC still answers, Off. Ironic's sync tries to power
+    // the machine back on (accepted, nothing happens), then gives up: maintenance, the
+    // BMC's state recorded, and Metal3 copies it into status.poweredOn.
+    env.bmc.set_power_feed("1", false);
+    assert_eq!(env.bmc.power("1"), Some(MockPower::Off));
+    eventually(WITHIN, "maintenance", || async {
+        env.m3.node(NS, "worker-1").filter(|n| n.maintenance)
+    })
+    .await;
+    let node = env.m3.node(NS, "worker-1").unwrap();
+    assert_eq!(node.power_state, Some(false));
+    assert_eq!(node.sync_actions, FAST.power_state_sync_max_retries);
+    eventually(WITHIN, "status.poweredOn false", || async {
+        (env.host().await.powered_on() == Some(false)).then_some(())
+    })
+    .await;
+    let resets = env.resets();
+    assert!(
+        !resets.is_empty() && resets.iter().all(|r| r == "On"),
+        "{resets:?}"
+    );
+    assert_eq!(
+        env.bmc.power("1"),
+        Some(MockPower::Off),
+        "no power to turn on with"
+    );
+    // The feed restored, the machine stays off until something powers it on.
+    env.bmc.set_power_feed("1", true);
+    assert_eq!(env.bmc.power("1"), Some(MockPower::Off));
+}

@@ -141,6 +141,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_version_with_the_hosts_read_differs_by_what_was_read() {
+        let files = fingerprint(&BTreeSet::new());
+        assert_eq!(files.with(1), files.with(1));
+        assert_ne!(files.with(1), files.with(2));
+        assert_ne!(files.with(1), files);
+    }
+
+    #[test]
     fn a_change_is_seen_once_and_a_refused_version_is_not_retried() {
         let dir = tempfile::tempdir().unwrap();
         let a = dir.path().join("a.toml");
