@@ -1,40 +1,61 @@
-//! Power through Metal3 against stand-ins for Metal3's operator and Ironic
-//! (`nodefence_mocks::metal3`) and a mock Redfish BMC: a ForceOff sent to the BMC
-//! behind Ironic's back is undone by its power-state sync; the same machine powered
-//! off through Metal3 (nodefence's reboot annotation, hard mode) stays off, is proven
-//! Off by the BMC and the BareMetalHost together, and comes back when nodefence
-//! removes the annotation.
+//! nodefence's Metal3 path over real HTTP: fake-kube serving the BareMetalHost and
+//! Metal3Machine CRDs (`nodefence_mocks::metal3`) and Cluster API's Machine CRD, the
+//! stand-in for Metal3's operator and Ironic acting through the API, mock BMCs.
 //!
-//! The node's entry is built from its BareMetalHost, as `nodefence run` builds it
-//! (address → Redfish endpoint and system). The BareMetalHost is read and written in
-//! fake-kube's store directly, until fake-kube serves custom resources over HTTP.
+//! - Discovery as `nodefence run` does it ([`nodefence::metal3::inventory::discover`],
+//!   `merge`, `resolve_secrets`): hosts listed, the Node matched by its annotation,
+//!   its providerID or the consumerRef chain (Metal3Machine → Machine →
+//!   `status.nodeRef`), the credentials read from the host's Secret, all under
+//!   exactly the RBAC of `deploy/` and `deploy/components/metal3`; then a driver per
+//!   entry reads the machine's power and identity, for each family of Metal3 BMC
+//!   address (`redfish`, `redfish+http`, `idrac-redfish`, `ilo5-redfish`,
+//!   `redfish-virtualmedia`, `ipmi`).
+//! - Power through Metal3 ([`KubeHosts`]: the real annotation patch): a ForceOff sent
+//!   to the BMC behind Ironic's back is undone by its power-state sync; the same
+//!   machine powered off through nodefence's reboot annotation stays off, is proven
+//!   Off by the BMC and the BareMetalHost together, and comes back when nodefence
+//!   removes the annotation.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use nodefence::config::{Credential, Metal3Settings, SecretSource};
-use nodefence::identity::MachineIdentity;
-use nodefence::metal3::mapping::{Chain, NodeFacts};
-use nodefence::metal3::power::{HostApi, Metal3Driver};
-use nodefence::metal3::{BareMetalHost, HostRef};
+use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
+use kube::api::{Api, PostParams};
+use kube::{Client, ResourceExt};
+use nodefence::config::{Config, PowerSource};
+use nodefence::identity::{MachineIdentity, NodeIdentity};
+use nodefence::metal3::mapping::MatchedBy;
+use nodefence::metal3::power::{KubeHosts, Metal3Driver};
+use nodefence::metal3::{HostRef, inventory};
 use nodefence::power::confirm::{ConfirmPolicy, execute};
 use nodefence::power::registry::DriverFactory;
-use nodefence::power::{PowerAction, PowerDriver, PowerError, PowerState};
-use nodefence_mocks::kube::store::Store;
-use nodefence_mocks::metal3::{BAREMETALHOSTS, Enrolled, Metal3StandIn, Timing};
+use nodefence::power::{PowerAction, PowerDriver, PowerState};
+use nodefence_mocks::ipmi::{MockIpmi, Power as IpmiPower, Privilege};
+use nodefence_mocks::kube::{FakeKube, FakeKubeHandle};
+use nodefence_mocks::metal3::{
+    self, BareMetalHost, Metal3Machine, Metal3StandIn, Timing, bmc_secret, state,
+};
 use nodefence_mocks::redfish::{MockPower, MockRedfish, MockRedfishHandle, SystemSpec};
+use nodefence_mocks::remediation::{install_crds, mhc};
+use nodefence_mocks::tls::CertKind;
 use serde_json::{Value, json};
 
+const NS: &str = "metal3";
 const UUID: &str = "4c4c4544-0031-3510-8052-b2c04f503131";
+const USER: &str = "admin";
+const PASSWORD: &str = "bmc-pw";
+const TOKEN: &str = "nodefence-token";
 
 /// Ironic's sync and the operator, faster than their 60 s defaults.
 const TIMING: Timing = Timing {
-    reconcile: Duration::from_millis(150),
+    reconcile: Duration::from_millis(300),
+    short_retry: Duration::from_millis(100),
     sync_power_state_interval: Duration::from_millis(400),
     force_power_state_during_sync: true,
     power_state_sync_max_retries: 3,
+    power_state_change_timeout: Duration::from_secs(5),
 };
 
 /// nodefence's Off proof, quicker than the default's.
@@ -44,123 +65,489 @@ const PROOF: ConfirmPolicy = ConfirmPolicy {
     timeout: Duration::from_secs(15),
 };
 
-/// [`HostApi`] over the store.
-struct StoreHosts(Store);
+/// The RBAC objects of `deploy/rbac.yaml` and `deploy/components/metal3`.
+fn deploy_rbac() -> Vec<Value> {
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+    [
+        deploy.join("rbac.yaml"),
+        deploy.join("components/metal3/rbac.yaml"),
+    ]
+    .iter()
+    .flat_map(|f| {
+        serde_saphyr::from_multiple::<Value>(&std::fs::read_to_string(f).unwrap()).unwrap()
+    })
+    .filter(|d| !d.is_null())
+    .collect()
+}
 
-#[async_trait]
-impl HostApi for StoreHosts {
-    async fn get(&self, host: &HostRef) -> Result<BareMetalHost, PowerError> {
-        let v = self
-            .0
-            .get(BAREMETALHOSTS, Some(&host.namespace), &host.name)
-            .map_err(|e| PowerError::config(format!("{e:?}")))?;
-        serde_json::from_value(v).map_err(|e| PowerError::protocol(e.to_string()))
+/// fake-kube with the CRDs, namespaces `metal3` and `nodefence`, and a client as
+/// nodefence's ServiceAccount authorized by exactly the deploy RBAC.
+struct Cluster {
+    kube: FakeKubeHandle,
+    /// The test's own (all-powerful) client.
+    admin: Client,
+    /// nodefence's.
+    nodefence: Client,
+}
+
+async fn client_for(yaml: &str) -> Client {
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(yaml).unwrap();
+    nodefence::cluster::client(
+        kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+async fn cluster() -> Cluster {
+    nodefence::tls::install_crypto_provider();
+    let policy = nodefence_mocks::kube::authz::Policy::for_service_account(
+        &deploy_rbac(),
+        "nodefence",
+        "nodefence",
+    );
+    let kube = FakeKube::builder()
+        .identity(TOKEN, "system:serviceaccount:nodefence:nodefence", policy)
+        .start()
+        .await
+        .unwrap();
+    let admin = client_for(&kube.kubeconfig_yaml()).await;
+    let nodefence = client_for(&kube.kubeconfig_yaml_for(TOKEN)).await;
+    install_crds(
+        &admin,
+        [
+            metal3::bmh_crd(),
+            metal3::metal3_machine_crd(),
+            mhc::machine_crd(),
+        ],
+    )
+    .await
+    .unwrap();
+    for ns in [NS, "nodefence"] {
+        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+        Api::<Namespace>::all(admin.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap();
     }
-
-    async fn annotate(
-        &self,
-        host: &HostRef,
-        key: &str,
-        value: Option<&str>,
-    ) -> Result<(), PowerError> {
-        self.0
-            .modify(BAREMETALHOSTS, Some(&host.namespace), &host.name, |o| {
-                let meta = o["metadata"].as_object_mut().unwrap();
-                let a = meta
-                    .entry("annotations")
-                    .or_insert_with(|| json!({}))
-                    .as_object_mut()
-                    .unwrap();
-                match value {
-                    Some(v) => a.insert(key.into(), json!(v)),
-                    None => a.remove(key),
-                };
-                Ok(())
-            })
-            .map(|_| ())
-            .map_err(|e| PowerError::config(format!("{e:?}")))
+    Cluster {
+        kube,
+        admin,
+        nodefence,
     }
 }
 
+impl Cluster {
+    async fn secret(&self, name: &str) {
+        Api::<Secret>::namespaced(self.admin.clone(), NS)
+            .create(
+                &PostParams::default(),
+                &bmc_secret(NS, name, USER, PASSWORD),
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn host(&self, host: BareMetalHost) {
+        Api::<BareMetalHost>::namespaced(self.admin.clone(), NS)
+            .create(&PostParams::default(), &host)
+            .await
+            .unwrap();
+    }
+
+    async fn node(&self, name: &str, provider_id: Option<&str>, annotation: Option<&str>) {
+        let mut node = json!({"metadata": {"name": name}, "spec": {}});
+        if let Some(p) = provider_id {
+            node["spec"]["providerID"] = json!(p);
+        }
+        if let Some(a) = annotation {
+            node["metadata"]["annotations"] = json!({"nodefence.io/baremetalhost": a});
+        }
+        Api::<Node>::all(self.admin.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(node).unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// A Machine of cluster `test1` whose Node is `node`, and its Metal3Machine.
+    async fn machine(&self, name: &str, node: &str) -> Metal3Machine {
+        let machine = Api::<mhc::Machine>::namespaced(self.admin.clone(), NS)
+            .create(
+                &PostParams::default(),
+                &mhc::Machine::new(NS, name, "test1"),
+            )
+            .await
+            .unwrap();
+        mhc::set_node_ref(&self.admin, NS, name, node)
+            .await
+            .unwrap();
+        let m3m = Metal3Machine::new(
+            NS,
+            &format!("{name}-m3m"),
+            "test1",
+            name,
+            &machine.uid().unwrap(),
+        );
+        Api::<Metal3Machine>::namespaced(self.admin.clone(), NS)
+            .create(&PostParams::default(), &m3m)
+            .await
+            .unwrap()
+    }
+
+    /// The configuration `nodefence run` would have: `[metal3]` (plus `extra`) in
+    /// `nodefence.toml`, no inventory file, the hosts' entries merged and their
+    /// Secrets read, as nodefence's ServiceAccount.
+    async fn config(&self, dir: &Path, extra: &str) -> (Config, inventory::Discovery) {
+        std::fs::write(
+            dir.join("nodefence.toml"),
+            format!("[metal3]\nhosts = true\nnamespaces = [\"{NS}\"]\n{extra}"),
+        )
+        .unwrap();
+        let mut config = nodefence::config::load(&dir.join("nodefence.toml")).unwrap();
+        let discovery = inventory::discover(&self.nodefence, &config.agent.metal3)
+            .await
+            .unwrap();
+        inventory::merge(&mut config, &discovery);
+        nodefence::config::resolve_secrets(&mut config, &self.nodefence, "nodefence")
+            .await
+            .unwrap();
+        let denied: Vec<String> = self
+            .kube
+            .requests()
+            .into_iter()
+            .filter(|r| r.user.is_some() && r.status == 403)
+            .map(|r| format!("{} {}", r.method, r.path_and_query))
+            .collect();
+        assert!(denied.is_empty(), "not granted by deploy/: {denied:?}");
+        (config, discovery)
+    }
+}
+
+async fn redfish(system: &str, tls: bool) -> MockRedfishHandle {
+    let mut b = MockRedfish::builder()
+        .system(SystemSpec::new(system).uuid(UUID).power(MockPower::On))
+        .credentials(USER, PASSWORD)
+        .transition_delay(Duration::from_millis(50));
+    if tls {
+        b = b.certificate(CertKind::SelfSigned);
+    }
+    b.start().await.unwrap()
+}
+
+/// A driver for `node`'s entry, straight to its BMC; its power read On and its
+/// identity the machine's UUID.
+async fn reads_the_machine(config: &Config, node: &str) -> Arc<dyn PowerDriver> {
+    let mut target = config.inventory.nodes[node].clone();
+    target.metal3_host = None;
+    let driver = DriverFactory::new(4).driver(&target).unwrap();
+    assert_eq!(
+        driver
+            .status()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .state,
+        PowerState::On
+    );
+    // The identity proof against a Node whose systemUUID is the machine's.
+    let node: Node = serde_json::from_value(
+        json!({"metadata": {"name": node}, "status": {"nodeInfo": {"systemUUID": UUID}}}),
+    )
+    .unwrap();
+    let machine = driver.machine_identity().await.unwrap();
+    let check = nodefence::identity::check(&NodeIdentity::from_node(&node), &machine);
+    assert!(check.is_match(), "{check:?}");
+    driver
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_matches_nodes_three_ways_and_reads_each_hosts_secret_under_the_deploy_rbac() {
+    let c = cluster().await;
+    let bmc = MockRedfish::builder()
+        .systems(["1", "2", "3"].map(|s| {
+            SystemSpec::new(s)
+                .uuid(format!("4c4c4544-0000-4000-8000-00000000000{s}"))
+                .power(MockPower::On)
+        }))
+        .credentials(USER, PASSWORD)
+        .start()
+        .await
+        .unwrap();
+    let address = |s: &str| format!("redfish+http://{}/redfish/v1/Systems/{s}", bmc.addr());
+    for (host, secret, system) in [
+        ("bmh-a", "a-bmc", "1"),
+        ("bmh-b", "b-bmc", "2"),
+        ("bmh-c", "c-bmc", "3"),
+    ] {
+        c.secret(secret).await;
+        let mut h = BareMetalHost::new(NS, host, &address(system), secret);
+        if host == "bmh-c" {
+            let m3m = c.machine("machine-c", "worker-c").await;
+            h = h.consumer(&m3m);
+        }
+        c.host(h).await;
+    }
+    // An unrelated Secret in the namespace is never read.
+    c.secret("unrelated").await;
+    c.node("worker-a", None, Some(&format!("{NS}/bmh-a"))).await;
+    c.node(
+        "worker-b",
+        Some(&format!("metal3://{NS}/bmh-b/machine-b-m3m")),
+        None,
+    )
+    .await;
+    c.node("worker-c", None, None).await;
+    c.node("worker-x", None, None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (config, discovery) = c.config(dir.path(), "").await;
+    assert!(discovery.problems.is_empty(), "{:?}", discovery.problems);
+    let matched: Vec<(&str, &str, &MatchedBy)> = discovery
+        .matched
+        .iter()
+        .map(|(n, (h, by))| (n.as_str(), h.name.as_str(), by))
+        .collect();
+    assert_eq!(matched.len(), 3, "{matched:?}");
+    assert!(
+        matches!(matched[0], ("worker-a", "bmh-a", MatchedBy::Annotation)),
+        "{matched:?}"
+    );
+    assert!(
+        matches!(matched[1], ("worker-b", "bmh-b", MatchedBy::ProviderId)),
+        "{matched:?}"
+    );
+    assert!(
+        matches!(matched[2], ("worker-c", "bmh-c", MatchedBy::ConsumerRef)),
+        "{matched:?}"
+    );
+    let nodes: Vec<&String> = config.inventory.nodes.keys().collect();
+    assert_eq!(nodes, ["worker-a", "worker-b", "worker-c"]);
+    for (node, host) in [
+        ("worker-a", "bmh-a"),
+        ("worker-b", "bmh-b"),
+        ("worker-c", "bmh-c"),
+    ] {
+        let entry = &config.inventory.nodes[node];
+        assert_eq!(entry.metal3_host, Some(HostRef::new(NS, host)));
+        assert_eq!(
+            entry.origin.to_string(),
+            format!("BareMetalHost {NS}/{host}")
+        );
+        let credential = entry.power.credential().unwrap();
+        assert_eq!(credential.username, USER);
+    }
+    // The Secrets read: the three hosts', one by one; never a list, never another.
+    let secret_reads: Vec<String> = c
+        .kube
+        .requests()
+        .into_iter()
+        .filter(|r| r.user.is_some() && r.path_and_query.contains("/secrets"))
+        .map(|r| format!("{} {}", r.method, r.path_and_query))
+        .collect();
+    assert_eq!(
+        secret_reads,
+        ["a-bmc", "b-bmc", "c-bmc"].map(|s| format!("GET /api/v1/namespaces/{NS}/secrets/{s}")),
+    );
+    bmc.shutdown().await;
+}
+
+/// One host at `address` for node `worker-1` (by providerID): the entry's driver
+/// reads the machine.
+async fn one_host(
+    address: &str,
+    host: impl FnOnce(BareMetalHost) -> BareMetalHost,
+    extra: &str,
+) -> (Config, tempfile::TempDir) {
+    let c = cluster().await;
+    c.secret("worker-1-bmc").await;
+    c.host(host(BareMetalHost::new(
+        NS,
+        "worker-1",
+        address,
+        "worker-1-bmc",
+    )))
+    .await;
+    c.node(
+        "worker-1",
+        Some(&format!("metal3://{NS}/worker-1/m3m-1")),
+        None,
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let (config, discovery) = c.config(dir.path(), extra).await;
+    assert!(discovery.problems.is_empty(), "{:?}", discovery.problems);
+    assert!(config.inventory.nodes.contains_key("worker-1"));
+    (config, dir)
+}
+
+/// `[metal3] ca_file` trusting the mock's self-signed certificate.
+fn ca_file(dir: &Path, bmc: &MockRedfishHandle) -> String {
+    let path = dir.join("bmc-ca.pem");
+    std::fs::write(&path, bmc.certificate_pem().unwrap()).unwrap();
+    format!("ca_file = \"{}\"\n", path.display())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scheme_redfish_is_https_verified_against_the_ca_file() {
+    let bmc = redfish("1", true).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let extra = ca_file(tmp.path(), &bmc);
+    let address = format!("redfish://{}/redfish/v1/Systems/1", bmc.addr());
+    let (config, _dir) = one_host(&address, |h| h, &extra).await;
+    match &config.inventory.nodes["worker-1"].power {
+        PowerSource::Redfish(t) => assert_eq!(t.endpoint.scheme(), "https"),
+        other => panic!("{other:?}"),
+    }
+    reads_the_machine(&config, "worker-1").await;
+    bmc.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scheme_redfish_http_is_plain_http() {
+    let bmc = redfish("1", false).await;
+    let address = format!("redfish+http://{}/redfish/v1/Systems/1", bmc.addr());
+    let (config, _dir) = one_host(&address, |h| h, "").await;
+    reads_the_machine(&config, "worker-1").await;
+    bmc.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scheme_idrac_redfish_reaches_system_embedded_1() {
+    let bmc = redfish("System.Embedded.1", true).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let extra = ca_file(tmp.path(), &bmc);
+    let address = format!(
+        "idrac-redfish://{}/redfish/v1/Systems/System.Embedded.1",
+        bmc.addr()
+    );
+    let (config, _dir) = one_host(&address, |h| h, &extra).await;
+    reads_the_machine(&config, "worker-1").await;
+    bmc.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scheme_ilo5_redfish_is_redfish_over_https() {
+    let bmc = redfish("1", true).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let extra = ca_file(tmp.path(), &bmc);
+    let address = format!("ilo5-redfish://{}/redfish/v1/Systems/1", bmc.addr());
+    let (config, _dir) = one_host(&address, |h| h, &extra).await;
+    reads_the_machine(&config, "worker-1").await;
+    bmc.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scheme_redfish_virtualmedia_unverified_only_with_allow_insecure() {
+    let bmc = redfish("1", true).await;
+    let address = format!("redfish-virtualmedia://{}/redfish/v1/Systems/1", bmc.addr());
+    // Without allow_insecure the host gets no entry, and says why.
+    let c = cluster().await;
+    c.secret("worker-1-bmc").await;
+    c.host(
+        BareMetalHost::new(NS, "worker-1", &address, "worker-1-bmc")
+            .disable_certificate_verification(),
+    )
+    .await;
+    c.node(
+        "worker-1",
+        Some(&format!("metal3://{NS}/worker-1/m3m-1")),
+        None,
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let (config, discovery) = c.config(dir.path(), "").await;
+    assert!(config.inventory.nodes.is_empty());
+    assert!(
+        discovery
+            .problems
+            .iter()
+            .any(|p| p.contains("allow_insecure")),
+        "{:?}",
+        discovery.problems
+    );
+    let (config, discovery) = c.config(dir.path(), "allow_insecure = true\n").await;
+    assert!(
+        discovery
+            .warnings
+            .iter()
+            .any(|w| w.contains("not verified")),
+        "{:?}",
+        discovery.warnings
+    );
+    reads_the_machine(&config, "worker-1").await;
+    bmc.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scheme_ipmi_reaches_the_ipmi_bmc() {
+    let mut guid = *uuid::Uuid::parse_str(UUID).unwrap().as_bytes();
+    guid.reverse();
+    let bmc = MockIpmi::builder()
+        .name("worker-1")
+        .user(USER, PASSWORD, Privilege::Administrator)
+        .guid(guid)
+        .power(IpmiPower::On)
+        .start()
+        .await
+        .unwrap();
+    let address = format!("ipmi://127.0.0.1:{}", bmc.port());
+    let (config, _dir) = one_host(&address, |h| h, "").await;
+    assert_eq!(
+        config.inventory.nodes["worker-1"].power.driver_name(),
+        "ipmi"
+    );
+    reads_the_machine(&config, "worker-1").await;
+}
+
+// ---------------------------------------------------------------------------------
+// Power through Metal3
+
 struct Rig {
+    c: Cluster,
     bmc: MockRedfishHandle,
-    store: Store,
     metal3: Metal3StandIn,
     /// The node's own driver: Redfish, straight to the BMC.
     direct: Arc<dyn PowerDriver>,
     href: HostRef,
+    _dir: tempfile::TempDir,
 }
 
 async fn rig() -> Rig {
-    nodefence::tls::install_crypto_provider();
-    let bmc = MockRedfish::builder()
-        .system(SystemSpec::new("1").uuid(UUID).power(MockPower::On))
-        .credentials("admin", "bmc-pw")
-        .start()
-        .await
-        .unwrap();
-    let store = Store::default();
+    let c = cluster().await;
+    let bmc = redfish("1", false).await;
+    c.secret("worker-1-bmc").await;
     let address = format!("redfish+http://{}/redfish/v1/Systems/1", bmc.addr());
-    store
-        .create(
-            BAREMETALHOSTS,
-            Some("metal3"),
-            json!({
-                "metadata": {"name": "worker-1", "annotations": {}},
-                "spec": {"online": true, "bmc": {"address": address, "credentialsName": "worker-1-bmc-secret"}},
-                "status": {"poweredOn": true, "provisioning": {"state": "provisioned"}, "operationalStatus": "OK"},
-            }),
-        )
-        .unwrap();
-    let metal3 = Metal3StandIn::start(
-        store.clone(),
-        vec![Enrolled {
-            namespace: "metal3".into(),
-            name: "worker-1".into(),
-            bmc: bmc.base_url(),
-            system_id: "1".into(),
-            username: "admin".into(),
-            password: "bmc-pw".into(),
-        }],
-        TIMING,
-    );
-    // The entry nodefence builds from the host; the Secret's values filled in as
-    // resolve_secrets would.
-    let host: BareMetalHost = serde_json::from_value(
-        store
-            .get(BAREMETALHOSTS, Some("metal3"), "worker-1")
-            .unwrap(),
+    c.host(BareMetalHost::new(NS, "worker-1", &address, "worker-1-bmc").externally_provisioned())
+        .await;
+    c.node(
+        "worker-1",
+        Some(&format!("metal3://{NS}/worker-1/test1-workers-x7k2p")),
+        None,
     )
-    .unwrap();
-    let settings = Metal3Settings {
-        hosts: true,
-        namespaces: vec!["metal3".into()],
-        ..Metal3Settings::default()
-    };
-    let nodes = [NodeFacts {
-        name: "worker-1".into(),
-        provider_id: Some("metal3://metal3/worker-1/test1-workers-x7k2p".into()),
-        annotation: None,
-    }];
-    let discovery =
-        nodefence::metal3::inventory::entries(&settings, &[host], &nodes, &Chain::default());
-    assert!(discovery.problems.is_empty(), "{:?}", discovery.problems);
-    let mut target = discovery.entries[0].clone();
-    let href = target.metal3_host.clone().expect("managed by Metal3");
-    *target.power.credential_mut().unwrap() = Credential {
-        username: "admin".into(),
-        password: "bmc-pw".to_string().into(),
-        source: SecretSource::Inline,
-    };
-    target.metal3_host = None;
+    .await;
+    let metal3 = Metal3StandIn::spawn(c.admin.clone(), NS, TIMING);
+    let dir = tempfile::tempdir().unwrap();
+    let (config, _) = c.config(dir.path(), "").await;
+    let mut target = config.inventory.nodes["worker-1"].clone();
+    let href = target.metal3_host.take().expect("managed by Metal3");
     let direct = DriverFactory::new(4).driver(&target).unwrap();
-    Rig {
+    let rig = Rig {
+        c,
         bmc,
-        store,
         metal3,
         direct,
         href,
-    }
+        _dir: dir,
+    };
+    // Registered, and Ironic has recorded the host on.
+    eventually("externally provisioned, powered on", || async {
+        let h = rig.host().await;
+        h.state() == state::EXTERNALLY_PROVISIONED && h.powered_on() == Some(true)
+    })
+    .await;
+    rig
 }
 
 impl Rig {
@@ -168,29 +555,19 @@ impl Rig {
         Metal3Driver::new(
             self.direct.clone(),
             self.href.clone(),
-            Arc::new(StoreHosts(self.store.clone())),
+            Arc::new(KubeHosts::new(self.c.nodefence.clone())),
         )
     }
 
-    fn host(&self) -> Value {
-        self.store
-            .get(BAREMETALHOSTS, Some("metal3"), "worker-1")
+    async fn host(&self) -> BareMetalHost {
+        Api::<BareMetalHost>::namespaced(self.c.admin.clone(), NS)
+            .get("worker-1")
+            .await
             .unwrap()
     }
 
     fn resets(&self) -> Vec<String> {
         self.bmc.reset_log().into_iter().map(|(_, t)| t).collect()
-    }
-
-    /// Waits until Ironic has recorded the host's power state.
-    async fn enrolled(&self) {
-        eventually("Ironic records the host on", || {
-            self.metal3
-                .node("metal3", "worker-1")
-                .and_then(|n| n.power_state)
-                == Some(true)
-        })
-        .await;
     }
 
     async fn shutdown(self) {
@@ -199,9 +576,12 @@ impl Rig {
     }
 }
 
-async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    for _ in 0..200 {
-        if check() {
+async fn eventually<F: std::future::Future<Output = bool>>(
+    what: &str,
+    mut check: impl FnMut() -> F,
+) {
+    for _ in 0..300 {
+        if check().await {
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -212,21 +592,20 @@ async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_direct_force_off_is_undone_by_ironics_power_sync() {
     let rig = rig().await;
-    rig.enrolled().await;
     // What nodefence would do without Metal3: ForceOff to the BMC, Off read back.
     rig.direct.power_off().await.unwrap();
-    eventually("the BMC reads Off", || {
+    eventually("the BMC reads Off", || async {
         rig.bmc.power("1") == Some(MockPower::Off)
     })
     .await;
     // Ironic's database still says power on: its sync powers the machine back on,
     // while nodefence would be releasing the node's volumes.
-    eventually("Ironic's sync powers it back on", || {
+    eventually("Ironic's sync powers it back on", || async {
         rig.bmc.power("1") == Some(MockPower::On)
     })
     .await;
     assert_eq!(rig.resets(), ["ForceOff", "On"], "ours, then Ironic's");
-    let node = rig.metal3.node("metal3", "worker-1").unwrap();
+    let node = rig.metal3.node(NS, "worker-1").unwrap();
     assert!(node.sync_actions >= 1 && !node.maintenance, "{node:?}");
     assert_eq!(
         rig.direct.status().await.unwrap().state,
@@ -239,20 +618,20 @@ async fn a_direct_force_off_is_undone_by_ironics_power_sync() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn power_off_through_metal3_survives_the_power_sync_and_power_on_removes_the_hold() {
     let rig = rig().await;
-    rig.enrolled().await;
     let driver = rig.through_metal3();
     // The fence, as nodefence carries it out: command, then the Off proof.
     let off = execute(&driver, PowerAction::Off, &PROOF)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(off.off.is_some(), "Off confirmed: {off:?}");
+    let host = rig.host().await;
     assert_eq!(
-        rig.host()
-            .pointer("/metadata/annotations/reboot.metal3.io~1nodefence")
-            .and_then(Value::as_str),
+        host.annotations()
+            .get("reboot.metal3.io/nodefence")
+            .map(String::as_str),
         Some(r#"{"mode":"hard"}"#)
     );
-    assert_eq!(rig.host()["status"]["poweredOn"], false);
+    assert_eq!(host.powered_on(), Some(false));
     // Many syncs later the machine is still off, and every reading says so.
     for _ in 0..12 {
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -260,7 +639,7 @@ async fn power_off_through_metal3_survives_the_power_sync_and_power_on_removes_t
         assert_eq!(rig.bmc.power("1"), Some(MockPower::Off));
     }
     assert_eq!(rig.resets(), ["ForceOff"], "only Metal3's hard power off");
-    let node = rig.metal3.node("metal3", "worker-1").unwrap();
+    let node = rig.metal3.node(NS, "worker-1").unwrap();
     assert_eq!((node.power_state, node.sync_actions), (Some(false), 0));
     // The identity proof is the BMC's own, unchanged.
     assert_eq!(
@@ -272,12 +651,22 @@ async fn power_off_through_metal3_survives_the_power_sync_and_power_on_removes_t
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(on.on.is_some(), "{on:?}");
+    let host = rig.host().await;
     assert!(
-        rig.host()
-            .pointer("/metadata/annotations/reboot.metal3.io~1nodefence")
-            .is_none()
+        !host
+            .annotations()
+            .contains_key("reboot.metal3.io/nodefence")
     );
     assert_eq!(rig.resets(), ["ForceOff", "On"]);
-    assert_eq!(rig.host()["status"]["poweredOn"], true);
+    assert_eq!(host.powered_on(), Some(true));
+    // nodefence patched the annotation itself, under the deploy RBAC.
+    let patches = rig
+        .c
+        .kube
+        .requests()
+        .into_iter()
+        .filter(|r| r.user.is_some() && r.method == "PATCH")
+        .count();
+    assert_eq!(patches, 2, "set, then removed");
     rig.shutdown().await;
 }

@@ -8,8 +8,9 @@
 //!
 //! - [`redfish`]: a Redfish BMC (OpenBMC, iDRAC, iLO, multi-system, minimal shapes).
 //! - [`ipmi`]: an IPMI v2.0 (RMCP+) BMC on UDP (cipher suites 3 and 17, K_g, faults).
-//! - [`metal3`]: Metal3's baremetal-operator and Ironic's power sync, standing in
-//!   over fake-kube's store and the mock Redfish BMC.
+//! - [`metal3`]: Metal3's baremetal-operator and Ironic (power actions and power-state
+//!   sync), standing in through fake-kube's API and the mock Redfish BMC, with
+//!   minimal BareMetalHost and Metal3Machine CRDs.
 //! - [`tls`]: throwaway CA + leaf certificates for HTTPS mocks.
 //! - [`remediation`]: stand-ins for the NodeHealthCheck operator and Cluster API's
 //!   MachineHealthCheck, the health checkers that name nodefence as their remediator.

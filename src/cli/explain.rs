@@ -1,7 +1,9 @@
 //! `nodefence explain NODE`: what nodefence sees about one node and what it would do,
 //! from live sources: the Node and its kubelet Lease, the inventory entry, one fresh
 //! power reading, the pause switch, the remediation requests naming the node (with
-//! `[remediation] requests = true`) and nodefence's recent Events on the node.
+//! `[remediation] requests = true`) and nodefence's recent Events on the node. The
+//! entry's source is shown: the inventory file and line, or the BareMetalHost it was
+//! built from (`[metal3] hosts = true`: the hosts are read as `run` reads them).
 //!
 //! It reads only. The decision shown is the policy applied to what was just read; the
 //! running daemon may be further along (its Events, listed last, say where).
@@ -41,6 +43,9 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
         Ok(c) => c,
         Err(code) => return code,
     };
+    // With `[metal3] hosts = true`, the BareMetalHosts' entries (the file's win); a
+    // host that cannot be read is said, and the file's entries are used alone.
+    let metal3 = super::cluster_args::read_metal3_hosts(&mut config, &args.cluster).await;
     // A BMC password kept in a Secret (only this node's is read).
     if let Err(code) = super::cluster_args::read_secrets(
         &mut config,
@@ -122,7 +127,11 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
             power_line = "-".to_string();
         }
         Some(t) => {
-            let factory = DriverFactory::new(1);
+            lines.push(("Source".to_string(), source_line(t)));
+            let mut factory = DriverFactory::new(1);
+            if let Ok(Some(client)) = &metal3 {
+                factory = factory.with_metal3(client.clone());
+            }
             let driver = factory.driver(t);
             lines.extend(inventory_lines(t, driver.as_ref().err()));
             match driver {
@@ -277,6 +286,24 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
     }
     print_events(client, name, now).await;
     exit::OK
+}
+
+/// Where the node's entry came from (the inventory file and line, or the
+/// BareMetalHost it was built from), and whose power it is when Metal3 manages it.
+fn source_line(t: &crate::config::NodeTarget) -> String {
+    use crate::config::Origin;
+    let from = match &t.origin {
+        Origin::Inventory { .. } => format!("inventory file {}", t.origin),
+        Origin::BareMetalHost(_) => t.origin.to_string(),
+        Origin::Given => "given by the caller".to_string(),
+    };
+    match &t.metal3_host {
+        Some(host) => format!(
+            "{from}; power through Metal3 (BareMetalHost {host}: nodefence's reboot \
+             annotation, Off only when the BMC and status.poweredOn agree)"
+        ),
+        None => from,
+    }
 }
 
 /// The node's inventory entry: its power method (`Inventory`), or for a fencing

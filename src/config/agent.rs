@@ -22,7 +22,13 @@ const TOP_KEYS: &[&str] = &[
     "security",
     "metal3",
 ];
-const METAL3_KEYS: &[&str] = &["hosts", "namespaces", "allow_insecure", "ca_file"];
+const METAL3_KEYS: &[&str] = &[
+    "hosts",
+    "namespaces",
+    "allow_insecure",
+    "ca_file",
+    "resync_interval",
+];
 const REMEDIATION_KEYS: &[&str] = &["requests"];
 const POWER_KEYS: &[&str] = &[
     "confirm_readings",
@@ -231,6 +237,9 @@ fn metal3(
             "hosts" => entry.bool().map(|v| out.hosts = v.value),
             "allow_insecure" => entry.bool().map(|v| out.allow_insecure = v.value),
             "namespaces" => namespaces(&entry).map(|v| out.namespaces = v),
+            "resync_interval" => entry
+                .duration(true)
+                .map(|v| out.resync_interval = Some(v.value)),
             "ca_file" => entry.non_empty_string().and_then(|v| {
                 let path = base.join(&v.value);
                 super::files::check_ca_file(&path)

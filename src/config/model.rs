@@ -69,6 +69,24 @@ pub struct Metal3Settings {
     /// The fencing policy of BareMetalHost entries: `[policy]` over the defaults of a
     /// BMC driver (an inventory entry for the node sets its own).
     pub policy: crate::engine::Policy,
+    /// How often the running daemon lists the hosts again (with its configuration
+    /// check; `None`: [`DEFAULT_METAL3_RESYNC`], zero: never): a host added, removed or
+    /// changed, or a Node matched to one, is a reload like a changed file.
+    pub resync_interval: Option<std::time::Duration>,
+}
+
+/// `[metal3] resync_interval` when not written.
+pub const DEFAULT_METAL3_RESYNC: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl Metal3Settings {
+    /// The resync period, `None` when the hosts are read only at start-up and on a
+    /// reload caused by the files.
+    pub fn resync(&self) -> Option<std::time::Duration> {
+        if !self.hosts {
+            return None;
+        }
+        Some(self.resync_interval.unwrap_or(DEFAULT_METAL3_RESYNC)).filter(|d| !d.is_zero())
+    }
 }
 
 /// `[remediation]` in `nodefence.toml`.

@@ -24,6 +24,14 @@ use super::{Config, PowerSource, SecretSource};
 pub struct Fingerprint([u8; 32]);
 
 impl Fingerprint {
+    /// This version with something besides the files (the BareMetalHosts read).
+    pub fn with(&self, extra: u64) -> Fingerprint {
+        let mut hash = Sha256::new();
+        hash.update(self.0);
+        hash.update(extra.to_le_bytes());
+        Fingerprint(hash.finalize().into())
+    }
+
     /// A short hex prefix, for logs and Events.
     pub fn short(&self) -> String {
         self.0[..6].iter().map(|b| format!("{b:02x}")).collect()
@@ -131,6 +139,14 @@ impl ConfigWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_version_with_the_hosts_read_differs_by_what_was_read() {
+        let files = fingerprint(&BTreeSet::new());
+        assert_eq!(files.with(1), files.with(1));
+        assert_ne!(files.with(1), files.with(2));
+        assert_ne!(files.with(1), files);
+    }
 
     #[test]
     fn a_change_is_seen_once_and_a_refused_version_is_not_retried() {

@@ -91,7 +91,7 @@ pub async fn run(
     options: DaemonOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let config = admit(config, &client, &options.lease_namespace)
+    let (config, hosts_fingerprint) = admit(config, &client, &options.lease_namespace)
         .await
         .map_err(|e| e.context("refusing to start"))?;
     check_permissions(&config, &client, &options).await?;
@@ -146,6 +146,7 @@ pub async fn run(
             controller.executor_template.cluster_ref.clone(),
             leadership.clone(),
         )
+        .with_hosts(&config, hosts_fingerprint)
         .spawn(interval)
     });
     let reload_ready: Option<reload::Ready> = reloader.as_ref().map(|r| r.ready.clone());
@@ -226,22 +227,27 @@ pub async fn run(
 
 /// The checks a configuration passes before it runs, at start-up and on reload: the
 /// cluster supports its release mechanism, and the BMC passwords it keeps in
-/// Kubernetes Secrets can be read (each Secret once; every problem listed).
+/// Kubernetes Secrets can be read (each Secret once; every problem listed); with
+/// `[metal3] hosts`, the BareMetalHosts' entries are added first. Also returns the
+/// fingerprint of the hosts read ([`crate::metal3::inventory::fingerprint`]; `None`
+/// without `[metal3] hosts`): the reloader compares later readings with it.
 pub(crate) async fn admit(
     mut config: Config,
     client: &Client,
     namespace: &str,
-) -> anyhow::Result<Config> {
+) -> anyhow::Result<(Config, Option<u64>)> {
     let policy = &config.agent.policy;
     check_version(
         client,
         std::iter::once(policy).chain(config.inventory.nodes.values().map(|t| &t.policy)),
     )
     .await?;
+    let mut hosts_fingerprint = None;
     if config.agent.metal3.hosts {
         let discovery = crate::metal3::inventory::discover(client, &config.agent.metal3)
             .await
             .context("cannot read the Metal3 BareMetalHosts ([metal3] hosts = true)")?;
+        hosts_fingerprint = Some(crate::metal3::inventory::fingerprint(&discovery));
         for warning in &discovery.warnings {
             tracing::warn!("{warning}");
         }
@@ -257,7 +263,7 @@ pub(crate) async fn admit(
     crate::config::resolve_secrets(&mut config, client, namespace)
         .await
         .context("cannot read the BMC passwords kept in Kubernetes Secrets")?;
-    Ok(config)
+    Ok((config, hosts_fingerprint))
 }
 
 /// Refuses to start when the ServiceAccount lacks a permission the configuration

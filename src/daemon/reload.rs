@@ -15,6 +15,16 @@
 //!   term starts with the new drivers, policies and inventory, from the cluster's
 //!   state, as a new leader does. A Normal Event `ConfigReloaded` names the nodes
 //!   added, removed and changed.
+//!
+//! With `[metal3] hosts = true` the BareMetalHosts are a source too: every `[metal3]
+//! resync_interval` (1 minute by default) the reloader lists them again (and the
+//! Nodes and Cluster API objects that match them) exactly as a start-up does, and a
+//! result that differs from the running one's ([`crate::metal3::inventory::
+//! fingerprint`]: a host added, removed or changed, a Node newly matched) is a new
+//! version like a changed file: checked whole, then applied or refused. A refused
+//! result is not tried again until the hosts change again. A rotated password in a
+//! host's Secret does not change the result: it is read on the next reload, as a
+//! `password_secret` is.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
@@ -62,9 +72,21 @@ pub struct Running {
     pub notify: Arc<Notify>,
 }
 
+/// The BareMetalHosts as the running configuration read them.
+struct HostsWatch {
+    settings: crate::config::Metal3Settings,
+    every: Duration,
+    next: tokio::time::Instant,
+    /// The running configuration's hosts.
+    running: Option<u64>,
+    /// The last result refused (not tried again).
+    refused: Option<u64>,
+}
+
 /// Watches, checks and hands over new configurations.
 pub struct Reloader {
     watch: ConfigWatch,
+    hosts: Option<HostsWatch>,
     client: Client,
     options: DaemonOptions,
     metrics: Arc<Metrics>,
@@ -85,12 +107,55 @@ impl Reloader {
     ) -> Self {
         Self {
             watch: ConfigWatch::new(running),
+            hosts: None,
             client,
             options: options.clone(),
             metrics,
             recorder,
             cluster_ref,
             leadership,
+        }
+    }
+
+    /// Also lists the BareMetalHosts again every `[metal3] resync_interval` of
+    /// `running`, whose hosts read gave `fingerprint`.
+    pub fn with_hosts(mut self, running: &Config, fingerprint: Option<u64>) -> Self {
+        self.set_hosts(running, fingerprint);
+        self
+    }
+
+    fn set_hosts(&mut self, running: &Config, fingerprint: Option<u64>) {
+        let settings = &running.agent.metal3;
+        self.hosts = settings.resync().map(|every| HostsWatch {
+            settings: settings.clone(),
+            every,
+            next: tokio::time::Instant::now() + every,
+            running: fingerprint,
+            refused: None,
+        });
+    }
+
+    /// A reading of the BareMetalHosts that differs from the running one's (and from
+    /// the last one refused), when a resync is due.
+    async fn hosts_changed(&mut self) -> Option<u64> {
+        let hosts = self.hosts.as_mut()?;
+        let now = tokio::time::Instant::now();
+        if now < hosts.next {
+            return None;
+        }
+        hosts.next = now + hosts.every;
+        match crate::metal3::inventory::discover(&self.client, &hosts.settings).await {
+            Ok(discovery) => {
+                let fingerprint = crate::metal3::inventory::fingerprint(&discovery);
+                (Some(fingerprint) != hosts.running && Some(fingerprint) != hosts.refused)
+                    .then_some(fingerprint)
+            }
+            Err(e) => {
+                // As at start-up, an unreadable list changes nothing: the running
+                // configuration stays.
+                tracing::warn!(error = %e, "cannot list the BareMetalHosts again; the running inventory is kept");
+                None
+            }
         }
     }
 
@@ -126,43 +191,63 @@ impl Reloader {
                 } => tracing::info!("SIGHUP: checking the configuration files"),
             }
             let watch = self.watch.clone();
-            let Ok(Some(version)) = tokio::task::spawn_blocking(move || watch.changed()).await
-            else {
-                continue;
+            let files = tokio::task::spawn_blocking(move || watch.changed())
+                .await
+                .ok()
+                .flatten();
+            // The files first; else the BareMetalHosts, when a resync is due.
+            let (version, hosts) = match files {
+                Some(version) => {
+                    tracing::info!(version = %version.short(), "the configuration files changed: checking the new version");
+                    (version, None)
+                }
+                None => {
+                    let Some(hosts) = self.hosts_changed().await else {
+                        continue;
+                    };
+                    let version = self.watch.running().with(hosts);
+                    tracing::info!(version = %version.short(), "the BareMetalHosts changed: checking the new version");
+                    (version, Some(hosts))
+                }
             };
-            tracing::info!(version = %version.short(), "the configuration files changed: checking the new version");
             match self.prepare().await {
-                Ok(config) => {
+                Ok((config, fingerprint)) => {
                     for warning in &config.warnings {
                         tracing::warn!("{warning}");
                     }
                     self.watch.applied(&config);
+                    self.set_hosts(&config, fingerprint);
                     ready.put(Prepared { config, version });
                     notify.notify_one();
                 }
                 Err(why) => {
-                    self.watch.refused(version);
+                    match (hosts, self.hosts.as_mut()) {
+                        (Some(fingerprint), Some(watch)) => watch.refused = Some(fingerprint),
+                        _ => self.watch.refused(version),
+                    }
                     self.report_refused(&version, &why).await;
                 }
             }
         }
     }
 
-    /// Loads and checks the configuration on disk, as a start-up does.
-    async fn prepare(&self) -> Result<Config, String> {
+    /// Loads and checks the configuration on disk, as a start-up does (the
+    /// BareMetalHosts read again, their fingerprint returned).
+    async fn prepare(&self) -> Result<(Config, Option<u64>), String> {
         let path = self.watch.config_path().to_path_buf();
         let loaded = tokio::task::spawn_blocking(move || crate::config::load(&path))
             .await
             .map_err(|e| format!("the loader stopped: {e}"))?
             .map_err(|errors| errors.to_string())?;
-        let config = super::admit(loaded, &self.client, &self.options.lease_namespace)
-            .await
-            .map_err(|e| format!("{e:#}"))?;
+        let (config, fingerprint) =
+            super::admit(loaded, &self.client, &self.options.lease_namespace)
+                .await
+                .map_err(|e| format!("{e:#}"))?;
         // A new version may need more (release = "delete-node"...): checked first.
         super::check_permissions(&config, &self.client, &self.options)
             .await
             .map_err(|e| format!("{e:#}"))?;
-        Ok(config)
+        Ok((config, fingerprint))
     }
 
     async fn report_refused(&self, version: &Fingerprint, why: &str) {

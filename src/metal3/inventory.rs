@@ -271,6 +271,26 @@ pub fn merge(config: &mut Config, discovery: &Discovery) -> Merged {
     merged
 }
 
+/// What the entries of a discovery depend on, hashed: each entry (node, host, BMC
+/// target, the Secret it names; never a credential, none is read yet), the nodes
+/// whose power Metal3 manages, and the problems. The daemon re-lists the hosts every
+/// `[metal3] resync_interval` and reloads when this changes (a host added, removed or
+/// changed, a Node matched to one); comparing within one process only.
+pub fn fingerprint(discovery: &Discovery) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    for entry in &discovery.entries {
+        // SecretPending credentials: the Secret's name, no value.
+        format!(
+            "{}|{}|{:?}|{:?}",
+            entry.name, entry.origin, entry.metal3_host, entry.power
+        )
+        .hash(&mut hasher);
+    }
+    format!("{:?}|{:?}", discovery.managed, discovery.problems).hash(&mut hasher);
+    hasher.finish()
+}
+
 /// Reads the BareMetalHosts of `settings.namespaces`, the Nodes, and the Cluster API
 /// objects between them, and builds the entries. A host or Node that cannot be
 /// used is a problem in the result; Err only when the hosts or Nodes cannot be

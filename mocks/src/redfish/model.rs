@@ -242,6 +242,9 @@ pub(crate) struct SystemState {
     steps: VecDeque<(Instant, MockPower)>,
     /// Successive GETs while the Flap fault is active.
     pub(crate) flap_reads: u64,
+    /// The machine's power feed is cut (the BMC, on its own supply, still answers):
+    /// it is off, and a reset that would power it on is accepted and does nothing.
+    pub(crate) unfed: bool,
 }
 
 impl SystemState {
@@ -260,6 +263,16 @@ impl SystemState {
             power,
             steps: VecDeque::new(),
             flap_reads: 0,
+            unfed: false,
+        }
+    }
+
+    /// Cuts (`false`) or restores (`true`) the machine's power feed; a cut stops the
+    /// machine at once, a restored feed leaves it off until something powers it on.
+    pub(crate) fn feed(&mut self, fed: bool) {
+        self.unfed = !fed;
+        if self.unfed {
+            self.force(MockPower::Off);
         }
     }
 
@@ -301,6 +314,10 @@ impl SystemState {
     ) -> Instant {
         self.settle(now);
         let current = self.power;
+        if self.unfed && !kind.powers_off(current) {
+            // No power to turn on, cycle or resume with.
+            return now;
+        }
         match kind {
             ResetKind::ForceOff | ResetKind::GracefulShutdown => self.power_off(now, delay),
             ResetKind::On | ResetKind::ForceOn | ResetKind::Resume

@@ -370,6 +370,21 @@ impl MockRedfishHandle {
         self.shared.set_power(system_id, power).map(|_| ())
     }
 
+    /// Cuts (`fed: false`) or restores the machine's power feed while its BMC keeps
+    /// answering (a failed PSU or PDU outlet, the BMC on standby power): cut, the
+    /// machine is Off at once and a reset that would power it on (On, ForceOn,
+    /// restarts, power cycles) is accepted and does nothing, as on such a machine;
+    /// restored, it stays off until powered on.
+    ///
+    /// # Panics
+    /// If there is no such system (a mistake in the test).
+    pub fn set_power_feed(&self, system_id: &str, fed: bool) {
+        if let Err(e) = self.shared.set_power_feed(system_id, fed) {
+            let known: Vec<String> = self.systems().into_iter().map(|s| s.id).collect();
+            panic!("set_power_feed: {e}; this mock serves {known:?}");
+        }
+    }
+
     /// The system reports `uuid` from now on: what a client sees when the address it
     /// was given now reaches another machine (a re-cabled or re-addressed BMC) or the
     /// machine's mainboard was replaced.

@@ -177,6 +177,16 @@ impl Shared {
         Ok(info(system, now))
     }
 
+    pub(crate) fn set_power_feed(&self, id: &str, fed: bool) -> Result<SystemInfo, UnknownSystem> {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        let system = inner
+            .system_mut(id)
+            .ok_or_else(|| UnknownSystem(id.to_owned()))?;
+        system.feed(fed);
+        Ok(info(system, now))
+    }
+
     pub(crate) fn set_uuid(&self, id: &str, uuid: &str) -> Result<SystemInfo, UnknownSystem> {
         let now = Instant::now();
         let mut inner = self.lock();

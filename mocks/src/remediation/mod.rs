@@ -48,10 +48,10 @@
 //! # Ok(()) }
 //! ```
 
-mod common;
+pub(crate) mod common;
 pub mod mhc;
 pub mod nhc;
-mod runtime;
+pub(crate) mod runtime;
 
 use std::time::Duration;
 

@@ -214,6 +214,11 @@ fn metal3_hosts_alone_or_beside_the_inventory() {
     assert_eq!(m.namespaces, ["metal3", "rack-b"]);
     assert!(m.ca_file.as_ref().unwrap().ends_with("ca.pem"));
     assert!(m.policy.require_identity, "a BMC driver's default");
+    assert_eq!(
+        m.resync(),
+        Some(crate::config::DEFAULT_METAL3_RESYNC),
+        "listed again every minute by default"
+    );
     assert!(
         config
             .warnings
@@ -241,4 +246,35 @@ fn metal3_hosts_alone_or_beside_the_inventory() {
             .to_string()
             .ends_with("inventory.toml:4")
     );
+}
+
+#[test]
+fn metal3_resync_interval_is_a_duration_and_zero_turns_it_off() {
+    let f = Fixture::new();
+    let env = |_: &str| None;
+    let load = |resync: &str| {
+        f.agent(&format!(
+            "[metal3]\nhosts = true\nnamespaces = [\"metal3\"]\nresync_interval = {resync}\n"
+        ));
+        load_with_env(&f.path("nodefence.toml"), &env)
+    };
+    let config = load("\"30s\"").unwrap();
+    assert_eq!(
+        config.agent.metal3.resync(),
+        Some(std::time::Duration::from_secs(30))
+    );
+    assert_eq!(load("\"0s\"").unwrap().agent.metal3.resync(), None);
+    let errs = load("30").unwrap_err();
+    assert!(
+        errs.0.iter().any(
+            |e| e.to_string().contains("resync_interval") || e.to_string().contains("duration")
+        ),
+        "{errs}"
+    );
+    // Without hosts, nothing is listed.
+    let m = crate::config::Metal3Settings {
+        resync_interval: Some(std::time::Duration::from_secs(30)),
+        ..Default::default()
+    };
+    assert_eq!(m.resync(), None);
 }

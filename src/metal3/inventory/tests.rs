@@ -305,3 +305,38 @@ fn the_inventory_file_wins_but_power_still_goes_through_metal3() {
     let w2 = &config.inventory.nodes["worker-2"];
     assert_eq!(w2.origin.to_string(), "BareMetalHost metal3/host-2");
 }
+
+#[test]
+fn the_fingerprint_follows_entries_and_matches_not_status() {
+    let hosts = |address: &str, powered_on: bool| {
+        vec![bmh(
+            "worker-1",
+            address,
+            serde_json::json!({"status": {"poweredOn": powered_on}}),
+        )]
+    };
+    let nodes = [node("worker-1", "worker-1")];
+    let run = |hosts: &[BareMetalHost], nodes: &[NodeFacts]| {
+        fingerprint(&entries(&settings(), hosts, nodes, &Chain::default()))
+    };
+    let base = run(&hosts("redfish://bmc-1/redfish/v1/Systems/1", true), &nodes);
+    assert_eq!(
+        base,
+        run(
+            &hosts("redfish://bmc-1/redfish/v1/Systems/1", false),
+            &nodes
+        ),
+        "a status change is no change"
+    );
+    assert_ne!(
+        base,
+        run(&hosts("redfish://bmc-2/redfish/v1/Systems/1", true), &nodes),
+        "another BMC"
+    );
+    assert_ne!(
+        base,
+        run(&hosts("redfish://bmc-1/redfish/v1/Systems/1", true), &[]),
+        "the Node gone"
+    );
+    assert_ne!(base, run(&[], &nodes), "the host gone");
+}

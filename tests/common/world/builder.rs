@@ -69,6 +69,30 @@ impl NodeSetup {
 
 type PolicyTweak = Box<dyn Fn(&mut Policy) + Send>;
 
+/// The namespace of the BareMetalHosts in worlds with Metal3 ([`WorldBuilder::metal3`]).
+pub const METAL3_NAMESPACE: &str = "metal3";
+
+/// Metal3 in a world: which nodes' machines are BareMetalHosts, how each Node names
+/// its host, and the stand-in's timings.
+#[derive(Debug, Clone)]
+pub struct Metal3Setup {
+    /// The nodes whose machines have a BareMetalHost (named after the node, in
+    /// [`METAL3_NAMESPACE`], its BMC the node's system on the shared Redfish BMC,
+    /// credentials in Secret `<node>-bmc`, externally provisioned, online).
+    pub hosts: Vec<String>,
+    /// Nodes matched to their host through the consumerRef chain (a Metal3Machine
+    /// owned by a Cluster API Machine whose nodeRef is the Node); the others carry
+    /// CAPM3's providerID `metal3://metal3/<host>/<node>-m3m`.
+    pub consumer_ref: Vec<String>,
+    /// The operator's and Ironic's timings as in a real cluster (the world scales them
+    /// by its speed).
+    pub timing: nodefence_mocks::metal3::Timing,
+    /// Hosts created only later by the test ([`World::add_bare_metal_host`]).
+    pub later: Vec<String>,
+    /// More lines of `[metal3]` in `nodefence.toml` (e.g. `resync_interval = "1s"`).
+    pub toml: String,
+}
+
 /// nodefence's namespace in worlds that enforce RBAC (as `deploy/` installs it).
 pub const RBAC_NAMESPACE: &str = "nodefence";
 
@@ -109,6 +133,8 @@ pub struct WorldBuilder {
     pub config_check: Option<Duration>,
     /// fake-kube serves HTTPS (kubectl sends its token only over TLS).
     pub kube_tls: bool,
+    /// BareMetalHosts and the Metal3 stand-in (`None`: no Metal3).
+    pub metal3: Option<Metal3Setup>,
     policy: Vec<PolicyTweak>,
 }
 
@@ -142,6 +168,7 @@ impl WorldBuilder {
             bmc_tls: None,
             rbac: None,
             kube_tls: false,
+            metal3: None,
             policy: Vec::new(),
         }
     }
@@ -150,6 +177,30 @@ impl WorldBuilder {
     /// token only over TLS).
     pub fn kube_tls(mut self) -> Self {
         self.kube_tls = true;
+        self
+    }
+
+    /// Metal3 manages the machines of `hosts`: each gets a BareMetalHost (see
+    /// [`Metal3Setup`]), served by fake-kube with the Metal3 CRDs, acted on by the
+    /// stand-in for Metal3's operator and Ironic; `[metal3] hosts = true` reads them
+    /// (namespace [`METAL3_NAMESPACE`]). Real-cluster timings, scaled.
+    pub fn metal3(mut self, hosts: &[&str]) -> Self {
+        self.metal3 = Some(Metal3Setup {
+            hosts: hosts.iter().map(|h| h.to_string()).collect(),
+            consumer_ref: Vec::new(),
+            timing: nodefence_mocks::metal3::Timing::default(),
+            later: Vec::new(),
+            toml: String::new(),
+        });
+        self
+    }
+
+    /// Changes the Metal3 set-up.
+    ///
+    /// # Panics
+    /// Without [`Self::metal3`] first.
+    pub fn metal3_setup(mut self, change: impl FnOnce(&mut Metal3Setup)) -> Self {
+        change(self.metal3.as_mut().expect("WorldBuilder::metal3 first"));
         self
     }
 
@@ -322,6 +373,12 @@ impl WorldBuilder {
             if let Some(id) = hw.provider_id(&n.name) {
                 spec = spec.provider_id(id);
             }
+            if let Some(m) = &self.metal3
+                && m.hosts.contains(&n.name)
+                && !m.consumer_ref.contains(&n.name)
+            {
+                spec = spec.provider_id(format!("metal3://{METAL3_NAMESPACE}/{0}/{0}-m3m", n.name));
+            }
             sim.add_node(spec.clock_behind(n.clock_behind));
         }
         for w in &self.workloads {
@@ -359,6 +416,12 @@ impl WorldBuilder {
             agent_toml.push_str(&format!("{k} = {v}\n"));
         }
         agent_toml.push_str(&self.agent_toml);
+        if let Some(m) = &self.metal3 {
+            agent_toml.push_str(&format!(
+                "[metal3]\nhosts = true\nnamespaces = [\"{METAL3_NAMESPACE}\"]\n{}",
+                m.toml
+            ));
+        }
         hw.write_files(dir.path());
         let trust = self.bmc_tls.map(|(_, trust)| {
             let pem = bmc
@@ -392,11 +455,19 @@ impl WorldBuilder {
             .chain(self.policy.iter().map(|t| t.as_ref()));
         for tweak in tweaks {
             tweak(&mut config.agent.policy);
+            // The policy of the entries the daemon builds from BareMetalHosts.
+            tweak(&mut config.agent.metal3.policy);
             for node in config.inventory.nodes.values_mut() {
                 tweak(&mut node.policy);
             }
         }
         let client = client_for(&kube.kubeconfig_yaml()).await;
+        let metal3 = match &self.metal3 {
+            Some(setup) => {
+                Some(super::metal3::start(&client, &bmc, &self.nodes, setup, self.speed).await)
+            }
+            None => None,
+        };
         let replica_kubeconfig = if self.rbac.is_some() {
             kube.kubeconfig_yaml_for(restricted_token)
         } else {
@@ -431,6 +502,7 @@ impl WorldBuilder {
             speed: self.speed,
             _dir: dir,
             replica_kubeconfig,
+            metal3,
         };
         for identity in &self.replicas {
             world.start_replica(identity);

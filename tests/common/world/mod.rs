@@ -30,6 +30,7 @@ use tokio::time::Instant;
 
 mod builder;
 mod hardware;
+mod metal3;
 
 pub use builder::*;
 pub use hardware::*;
@@ -64,6 +65,8 @@ pub struct World {
     /// The kubeconfig replicas start with (the restricted ServiceAccount's token when
     /// the world enforces RBAC, see [`WorldBuilder::rbac`]).
     pub replica_kubeconfig: String,
+    /// The Metal3 stand-in, in worlds with Metal3 ([`WorldBuilder::metal3`]).
+    pub metal3: Option<nodefence_mocks::metal3::Metal3StandIn>,
 }
 
 impl World {
