@@ -10,7 +10,9 @@
 //! - A network cut: the machine is powered off through the annotation (Ironic's hard
 //!   power off), stays off through Ironic's power-state sync, and is released; under
 //!   exactly the RBAC of `deploy/` and `deploy/components/metal3`.
-//! - `power_on_after_fence`: the annotation is removed and Metal3 powers the host on.
+//! - `power_on_after_fence`: the annotation is removed and Metal3 powers the host on
+//!   (under the RBAC of `deploy/` with `components/metal3` and
+//!   `components/power-on-after-fence`).
 //! - A BareMetalHost created while the daemon runs is picked up without a restart.
 //! - `nodefence explain` names where an entry came from.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -175,6 +177,7 @@ async fn power_on_after_fence_removes_the_annotation_and_metal3_powers_the_host_
             p.power_on_after_fence = true;
             p.release_timeout = Duration::from_secs(3);
         })
+        .rbac(deploy_rbac(&["metal3", "power-on-after-fence"]))
         .start()
         .await;
     let victim = w.db_placed().await;
@@ -198,6 +201,11 @@ async fn power_on_after_fence_removes_the_annotation_and_metal3_powers_the_host_
     })
     .await;
     assert_eq!(w.resets_of(&victim), ["ForceOff", "On"], "nothing more");
+    assert!(
+        w.forbidden_requests().is_empty(),
+        "calls the deploy RBAC does not grant: {:?}",
+        w.forbidden_requests()
+    );
     w.stop().await;
 }
 
