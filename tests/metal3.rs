@@ -339,13 +339,15 @@ async fn discovery_matches_nodes_three_ways_and_reads_each_hosts_secret_under_th
         assert_eq!(credential.username, USER);
     }
     // The Secrets read: the three hosts', one by one; never a list, never another.
-    let secret_reads: Vec<String> = c
+    let mut secret_reads: Vec<String> = c
         .kube
         .requests()
         .into_iter()
         .filter(|r| r.user.is_some() && r.path_and_query.contains("/secrets"))
         .map(|r| format!("{} {}", r.method, r.path_and_query))
         .collect();
+    // Read concurrently: in any order.
+    secret_reads.sort();
     assert_eq!(
         secret_reads,
         ["a-bmc", "b-bmc", "c-bmc"].map(|s| format!("GET /api/v1/namespaces/{NS}/secrets/{s}")),

@@ -10,8 +10,11 @@
 //! - A network cut: the machine is powered off through the annotation (Ironic's hard
 //!   power off), stays off through Ironic's power-state sync, and is released; under
 //!   exactly the RBAC of `deploy/` and `deploy/components/metal3`.
-//! - `power_on_after_fence`: the annotation is removed and Metal3 powers the host on.
-//! - A BareMetalHost created while the daemon runs is picked up without a restart.
+//! - `power_on_after_fence`: the annotation is removed and Metal3 powers the host on
+//!   (under the RBAC of `deploy/` with `components/metal3` and
+//!   `components/power-on-after-fence`).
+//! - A BareMetalHost created while the daemon runs is picked up without a restart;
+//!   one whose Secret is missing is refused whole, then applied once it exists.
 //! - `nodefence explain` names where an entry came from.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -175,6 +178,7 @@ async fn power_on_after_fence_removes_the_annotation_and_metal3_powers_the_host_
             p.power_on_after_fence = true;
             p.release_timeout = Duration::from_secs(3);
         })
+        .rbac(deploy_rbac(&["metal3", "power-on-after-fence"]))
         .start()
         .await;
     let victim = w.db_placed().await;
@@ -198,6 +202,11 @@ async fn power_on_after_fence_removes_the_annotation_and_metal3_powers_the_host_
     })
     .await;
     assert_eq!(w.resets_of(&victim), ["ForceOff", "On"], "nothing more");
+    assert!(
+        w.forbidden_requests().is_empty(),
+        "calls the deploy RBAC does not grant: {:?}",
+        w.forbidden_requests()
+    );
     w.stop().await;
 }
 
@@ -248,5 +257,64 @@ async fn a_bare_metal_host_created_while_the_daemon_runs_is_picked_up_without_a_
     // Status changes (Metal3's power-on attempts) are no reason to reload.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(w.events_with_reason("ConfigReloaded").len(), 1);
+    w.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_host_whose_secret_is_missing_is_refused_whole_then_applied_once_it_exists() {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::{Api, PostParams};
+    use nodefence_mocks::metal3::{BareMetalHost, bmc_secret};
+
+    let w = hosts_only()
+        .no_workloads()
+        .config_check(Duration::from_millis(200))
+        .metal3_setup(|m| {
+            m.later = vec!["worker-3".into()];
+            m.toml = "resync_interval = \"1s\"\n".into();
+        })
+        .start()
+        .await;
+    eventually("a leader", Duration::from_secs(30), || async {
+        w.leader().is_some()
+    })
+    .await;
+    // worker-3's host appears before its Secret: the new version cannot read its
+    // credentials and is refused whole; the running one (two nodes) stays.
+    let address = format!(
+        "redfish+http://{}/redfish/v1/Systems/{}",
+        w.bmc.addr(),
+        w.system_of("worker-3")
+    );
+    Api::<BareMetalHost>::namespaced(w.client.clone(), METAL3_NAMESPACE)
+        .create(
+            &PostParams::default(),
+            &BareMetalHost::new(METAL3_NAMESPACE, "worker-3", &address, "worker-3-bmc")
+                .externally_provisioned(),
+        )
+        .await
+        .unwrap();
+    let rejected = w.expect_event_where("ConfigRejected", |_| true).await;
+    assert_eq!(rejected[0]["type"], "Warning");
+    assert!(w.events_with_reason("ConfigReloaded").is_empty());
+    // The Secret is created: the next resync tries again and applies.
+    Api::<Secret>::namespaced(w.client.clone(), METAL3_NAMESPACE)
+        .create(
+            &PostParams::default(),
+            &bmc_secret(
+                METAL3_NAMESPACE,
+                "worker-3-bmc",
+                common::USER,
+                common::PASSWORD,
+            ),
+        )
+        .await
+        .unwrap();
+    w.expect_event_where("ConfigReloaded", |e| {
+        e["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("3 node(s); added: worker-3"))
+    })
+    .await;
     w.stop().await;
 }

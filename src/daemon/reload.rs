@@ -22,9 +22,11 @@
 //! result that differs from the running one's ([`crate::metal3::inventory::
 //! fingerprint`]: a host added, removed or changed, a Node newly matched) is a new
 //! version like a changed file: checked whole, then applied or refused. A refused
-//! result is not tried again until the hosts change again. A rotated password in a
-//! host's Secret does not change the result: it is read on the next reload, as a
-//! `password_secret` is.
+//! result is tried again at each resync, not at each file check: what made it fail
+//! may be outside the hosts (a host's Secret not created yet), and the Warning Event
+//! says so once per resync until it is fixed. A rotated password in a host's Secret
+//! does not change the result: it is read on the next reload, as a `password_secret`
+//! is.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
@@ -79,8 +81,6 @@ struct HostsWatch {
     next: tokio::time::Instant,
     /// The running configuration's hosts.
     running: Option<u64>,
-    /// The last result refused (not tried again).
-    refused: Option<u64>,
 }
 
 /// Watches, checks and hands over new configurations.
@@ -131,12 +131,11 @@ impl Reloader {
             every,
             next: tokio::time::Instant::now() + every,
             running: fingerprint,
-            refused: None,
         });
     }
 
-    /// A reading of the BareMetalHosts that differs from the running one's (and from
-    /// the last one refused), when a resync is due.
+    /// A reading of the BareMetalHosts that differs from the running one's, when a
+    /// resync is due.
     async fn hosts_changed(&mut self) -> Option<u64> {
         let hosts = self.hosts.as_mut()?;
         let now = tokio::time::Instant::now();
@@ -147,8 +146,7 @@ impl Reloader {
         match crate::metal3::inventory::discover(&self.client, &hosts.settings).await {
             Ok(discovery) => {
                 let fingerprint = crate::metal3::inventory::fingerprint(&discovery);
-                (Some(fingerprint) != hosts.running && Some(fingerprint) != hosts.refused)
-                    .then_some(fingerprint)
+                (Some(fingerprint) != hosts.running).then_some(fingerprint)
             }
             Err(e) => {
                 // As at start-up, an unreadable list changes nothing: the running
@@ -221,9 +219,10 @@ impl Reloader {
                     notify.notify_one();
                 }
                 Err(why) => {
-                    match (hosts, self.hosts.as_mut()) {
-                        (Some(fingerprint), Some(watch)) => watch.refused = Some(fingerprint),
-                        _ => self.watch.refused(version),
+                    // A refused reading of the hosts is tried again at the next
+                    // resync; a refused version of the files when they change again.
+                    if hosts.is_none() {
+                        self.watch.refused(version);
                     }
                     self.report_refused(&version, &why).await;
                 }

@@ -16,8 +16,9 @@
 //! sync would undo a power-off sent behind its back.
 //!
 //! Reading needs cluster access: the loader (and `validate` without `--cluster`)
-//! works offline and leaves this to [`discover`], called by `run` at start-up and on
-//! every reload, by `status`, and by `validate --cluster`.
+//! works offline and leaves this to [`discover`], called by `run` at start-up, on
+//! every reload and every `[metal3] resync_interval` (a changed [`fingerprint`] is a
+//! reload), by `status`, `explain` and `validate --cluster`.
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -60,7 +60,7 @@
 //!   Redfish scheme of Metal3 (`redfish`, `redfish-virtualmedia`, `redfish-uefihttp`,
 //!   `idrac-redfish`, `idrac-virtualmedia`, `ilo5-redfish`, `ilo5-virtualmedia`, each
 //!   with `+http`/`+https`); HTTPS is verified unless
-//!   `disableCertificateVerification` (against [`Metal3StandIn::with_ca`]).
+//!   `disableCertificateVerification` (against [`Metal3StandIn::spawn_trusting`]).
 //!
 //! Left out: inspection, cleaning, deployment and their ramdisk (the states pass at
 //! once; a provisioned host is powered on as a deploy would leave it), the finalizer
