@@ -17,7 +17,7 @@ use crate::engine::{Engine, Request};
 use crate::remediation::NodeFenceRemediation;
 use crate::remediation::report::{Wanted, conditions_to_write, wanted_status};
 use crate::remediation::request::{KeptRequest, RequestTarget, merged};
-use crate::remediation::writer::RequestWriter;
+use crate::remediation::writer::{RequestWriter, WriteError};
 
 /// A write or read that failed is not tried again before this.
 const RETRY_AFTER: Duration = Duration::from_secs(5);
@@ -32,6 +32,9 @@ pub enum RequestCompletion {
     Finalizer {
         key: String,
         result: Result<(), String>,
+        /// The request changed after the version the change was decided on (409):
+        /// decided again on that change's watch event, without waiting.
+        conflict: bool,
     },
     Machine {
         machine: String,
@@ -57,6 +60,11 @@ struct Writes {
     /// The status last written (or being written), until the object changes.
     status_sent: Option<Wanted>,
     finalizer_in_flight: bool,
+    /// The request's version the last finalizer change was decided on.
+    finalizer_decided_on: Option<String>,
+    /// That change failed with 409: the request is newer than that version, and the
+    /// change is decided again once its watch brings the newer one.
+    finalizer_conflict: bool,
     retry_at: Option<Instant>,
 }
 
@@ -184,12 +192,31 @@ impl Requests {
                 }
                 BTreeSet::new()
             }
-            RequestCompletion::Finalizer { key, result } => {
+            RequestCompletion::Finalizer {
+                key,
+                result,
+                conflict,
+            } => {
                 if let Some(w) = self.writes.get_mut(&key) {
                     w.finalizer_in_flight = false;
-                    if let Err(e) = result {
-                        tracing::warn!(request = %key, error = %e, "cannot change the request's finalizer; trying again");
-                        w.retry_at = Some(retry_at);
+                    match result {
+                        Ok(()) => {}
+                        // The newer version is (or will be) kept from the watch; the
+                        // next tick decides on it. Waiting RETRY_AFTER here would
+                        // leave the request without its finalizer meanwhile, free
+                        // to be deleted before the taint is removed.
+                        Err(e) if conflict => {
+                            tracing::info!(
+                                request = %key,
+                                error = %e,
+                                "the request changed while its finalizer was being changed; deciding again on its newer version"
+                            );
+                            w.finalizer_conflict = true;
+                        }
+                        Err(e) => {
+                            tracing::warn!(request = %key, error = %e, "cannot change the request's finalizer; trying again");
+                            w.retry_at = Some(retry_at);
+                        }
                     }
                 }
                 BTreeSet::new()
@@ -285,8 +312,52 @@ impl Requests {
             let Some(node) = nodes.get(key).cloned() else {
                 continue;
             };
-            // Status: final once nodefence reported it Succeeded.
-            if !request.reported_succeeded() && !w.status_in_flight {
+            // The finalizer is held exactly while nodefence's taint is on the node.
+            // First: the request must not be gone before the taint is. Its patch
+            // carries the version it was decided on, so not while a status write is
+            // under way (that write would make it fail with 409); after a 409, on
+            // the newer version the watch brings (at once, not after RETRY_AFTER).
+            if w.finalizer_conflict && w.finalizer_decided_on != request.resource_version {
+                w.finalizer_conflict = false;
+            }
+            if nodes_synced
+                && !w.finalizer_in_flight
+                && !w.status_in_flight
+                && !w.finalizer_conflict
+            {
+                let tainted = node.as_deref().ok().and_then(&our_taint);
+                let hold = tainted == Some(true);
+                let change = if hold && !request.finalizer && !request.deleting {
+                    Some(true)
+                } else if !hold && request.finalizer && node.is_ok() {
+                    Some(false)
+                } else {
+                    None
+                };
+                if let Some(hold) = change {
+                    w.finalizer_in_flight = true;
+                    w.finalizer_decided_on = request.resource_version.clone();
+                    let writer = writer.clone();
+                    let tx = tx.clone();
+                    let (request, key) = (request.clone(), key.clone());
+                    spawn(Box::pin(async move {
+                        let result = writer.finalizer(&request, hold).await;
+                        let conflict = matches!(
+                            &result,
+                            Err(WriteError::Api(kube::Error::Api(s))) if s.code == 409
+                        );
+                        let result = result.map_err(|e| crate::untrusted::field(&e.to_string()));
+                        let _ = tx.send(RequestCompletion::Finalizer {
+                            key,
+                            result,
+                            conflict,
+                        });
+                    }));
+                }
+            }
+            // Status: final once nodefence reported it Succeeded. Not while the
+            // finalizer changes (see above).
+            if !request.reported_succeeded() && !w.status_in_flight && !w.finalizer_in_flight {
                 let policy = node
                     .as_deref()
                     .map_or_else(|_| engine.policy(), |n| engine.policy_for(n));
@@ -317,32 +388,6 @@ impl Requests {
                     }));
                 }
             }
-            // The finalizer is held exactly while nodefence's taint is on the node.
-            if !nodes_synced || w.finalizer_in_flight {
-                continue;
-            }
-            let tainted = node.as_deref().ok().and_then(&our_taint);
-            let hold = tainted == Some(true);
-            let change = if hold && !request.finalizer && !request.deleting {
-                Some(true)
-            } else if !hold && request.finalizer && node.is_ok() {
-                Some(false)
-            } else {
-                None
-            };
-            if let Some(hold) = change {
-                w.finalizer_in_flight = true;
-                let writer = writer.clone();
-                let tx = tx.clone();
-                let (request, key) = (request.clone(), key.clone());
-                spawn(Box::pin(async move {
-                    let result = writer
-                        .finalizer(&request, hold)
-                        .await
-                        .map_err(|e| crate::untrusted::field(&e.to_string()));
-                    let _ = tx.send(RequestCompletion::Finalizer { key, result });
-                }));
-            }
         }
     }
 
@@ -354,5 +399,98 @@ impl Requests {
         });
         let writes = self.writes.values().filter_map(|w| w.retry_at);
         machines.chain(writes).min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use super::*;
+    use crate::cluster::leader::Leadership;
+    use crate::engine::Policy;
+
+    const KEY: &str = "nodefence/w1";
+
+    fn request(version: &str) -> WatchEvent<NodeFenceRemediation> {
+        let object: NodeFenceRemediation = serde_json::from_value(serde_json::json!({
+            "apiVersion": "remediation.nodefence.io/v1alpha1",
+            "kind": "NodeFenceRemediation",
+            "metadata": {"name": "w1", "namespace": "nodefence", "uid": "u1",
+                "resourceVersion": version},
+            "spec": {},
+        }))
+        .unwrap();
+        WatchEvent::Apply(object)
+    }
+
+    /// Ticks with the node tainted by nodefence; returns how many writes started.
+    fn tick(requests: &mut Requests, engine: &Engine, writer: &RequestWriter) -> usize {
+        let started = RefCell::new(0);
+        let spawn = |_task| *started.borrow_mut() += 1;
+        let (tx, _rx) = mpsc::unbounded_channel();
+        requests.tick(
+            engine,
+            |_| Some(true),
+            true,
+            writer,
+            true,
+            &Spawner {
+                spawn: &spawn,
+                tx: &tx,
+            },
+        );
+        started.into_inner()
+    }
+
+    fn writes(requests: &Requests) -> &Writes {
+        &requests.writes[KEY]
+    }
+
+    #[tokio::test]
+    async fn the_finalizer_goes_first_and_a_conflict_is_decided_again_on_the_next_version() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let writer = RequestWriter::new(
+            crate::cluster::client(config).unwrap(),
+            Leadership::always(),
+        );
+        let engine = Engine::new(Policy::default());
+        let mut requests = Requests::default();
+        requests.event(request("1"));
+
+        // The finalizer and a status are both due: the finalizer alone starts, as a
+        // status write would change the version its patch carries.
+        assert_eq!(tick(&mut requests, &engine, &writer), 1);
+        assert!(writes(&requests).finalizer_in_flight);
+        assert!(!writes(&requests).status_in_flight);
+        assert_eq!(tick(&mut requests, &engine, &writer), 0, "one at a time");
+
+        // 409: no RETRY_AFTER, but nothing more on the version it failed on...
+        requests.complete(RequestCompletion::Finalizer {
+            key: KEY.into(),
+            result: Err("the object has been modified".into()),
+            conflict: true,
+        });
+        assert_eq!(writes(&requests).retry_at, None);
+        assert_eq!(tick(&mut requests, &engine, &writer), 1, "the status");
+        assert!(writes(&requests).status_in_flight);
+        requests.complete(RequestCompletion::Status {
+            key: KEY.into(),
+            result: Ok(()),
+        });
+        assert_eq!(tick(&mut requests, &engine, &writer), 0, "same version");
+        // ...and at once on the newer one the watch brings.
+        requests.event(request("2"));
+        assert_eq!(tick(&mut requests, &engine, &writer), 1);
+        assert!(writes(&requests).finalizer_in_flight);
+
+        // Any other failure waits RETRY_AFTER.
+        requests.complete(RequestCompletion::Finalizer {
+            key: KEY.into(),
+            result: Err("connection refused".into()),
+            conflict: false,
+        });
+        assert!(writes(&requests).retry_at.is_some());
+        assert_eq!(tick(&mut requests, &engine, &writer), 0);
     }
 }
