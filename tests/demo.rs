@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Fast enough for CI (about 25 s for every scenario), slow enough for a busy machine.
+/// Fast enough for CI (about 35 s for every scenario), slow enough for a busy machine.
 const SPEED: &str = "20";
 
 struct Run {
@@ -119,7 +119,7 @@ fn the_demo_tells_every_scenario_in_order_and_exits_0() {
     let run = demo(
         &["--speed", SPEED, "--no-color"],
         &log,
-        Duration::from_secs(90),
+        Duration::from_secs(120),
     );
     let out = &run.stdout;
     assert_eq!(
@@ -210,6 +210,21 @@ fn the_demo_tells_every_scenario_in_order_and_exits_0() {
             "✓",
         ],
     );
+    // After the others, nodefence is restarted as NodeHealthCheck's remediator (the
+    // `nhc` test below follows the scenario itself).
+    in_order(
+        section(out, 5),
+        &[
+            "NodeHealthCheck asks, nodefence proves",
+            "(setup) nodefence restarted with [remediation] requests = true and unhealthy_after 10m",
+            "creates NodeFenceRemediation nodefence/",
+            "sends ForceOff now",
+            "Succeeded=True",
+            "deletes the request",
+            "removes its finalizer",
+            "✓",
+        ],
+    );
     in_order(
         out,
         &[
@@ -220,7 +235,9 @@ fn the_demo_tells_every_scenario_in_order_and_exits_0() {
             "ForceOff",
             "bmc-down",
             "recovery",
-            "all 4 scenario(s) behaved as expected",
+            "nhc",
+            "ForceOff",
+            "all 5 scenario(s) behaved as expected",
         ],
     );
     let logged = std::fs::read_to_string(&log).unwrap();
@@ -273,4 +290,110 @@ fn a_bad_speed_is_a_usage_error() {
     );
     assert_eq!(run.code, Some(2), "{}", run.stderr);
     assert!(run.stderr.contains("between 0.1 and 50"), "{}", run.stderr);
+}
+
+#[test]
+fn node_health_check_asks_and_nodefence_fences_once_then_lets_the_request_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = demo(
+        &["--speed", SPEED, "--scenario", "nhc", "-o", "json"],
+        &dir.path().join("demo.log"),
+        Duration::from_secs(90),
+    );
+    assert_eq!(
+        run.code,
+        Some(0),
+        "took {:?}\nstdout:\n{}\nstderr:\n{}",
+        run.took,
+        run.stdout,
+        run.stderr
+    );
+    let summary: serde_json::Value = serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("{e}: stdout is not JSON alone:\n{}", run.stdout));
+    assert_eq!(summary["ok"], true);
+    let only = &summary["scenarios"][0];
+    assert_eq!(only["scenario"], "nhc");
+    let node = only["node"].as_str().unwrap();
+    // One request, one fence: nothing else reached the BMC (power came back by hand).
+    assert_eq!(
+        only["power_commands"],
+        serde_json::json!([format!("ForceOff {node}")])
+    );
+    let request = &only["request"];
+    assert_eq!(request["name"], format!("nodefence/{node}"));
+    let conditions: Vec<&str> = request["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert!(
+        conditions.first().unwrap().starts_with("Processing=True ("),
+        "{conditions:?}"
+    );
+    assert!(
+        conditions
+            .last()
+            .unwrap()
+            .contains("Succeeded=True (Released)"),
+        "{conditions:?}"
+    );
+    let f = |v: &serde_json::Value| {
+        v.as_f64()
+            .unwrap_or_else(|| panic!("not a number: {v} in {only}"))
+    };
+    let created = f(&request["created_after_s"]);
+    let released = f(&only["released_after_s"]);
+    let succeeded = f(&request["succeeded_after_s"]);
+    let deleted = f(&request["deleted_after_s"]);
+    let untainted = f(&only["taint_removed_after_s"]);
+    let gone = f(&request["gone_after_s"]);
+    // NodeHealthCheck waited for NotReady plus its duration (a minute of cluster
+    // time), far less than nodefence's own unhealthy_after (ten minutes).
+    assert!((60.0..300.0).contains(&created), "{only}");
+    assert!(created <= released && released <= succeeded, "{only}");
+    assert!(
+        released < deleted,
+        "released before NodeHealthCheck deleted the request: {only}"
+    );
+    assert!(
+        deleted <= untainted && untainted <= gone,
+        "the finalizer holds the request until the taint is removed: {only}"
+    );
+    assert_eq!(only["taint_left"], false, "no taint left behind");
+
+    // The story (on stderr with -o json), in cluster-time order.
+    let story = &run.stderr;
+    in_order(
+        story,
+        &[
+            "NodeHealthCheck asks, nodefence proves",
+            "its own unhealthy_after is 10m",
+            "you            cuts the network",
+            "node NotReady",
+            "BMC says On: it may only be cut off; ForceOff if still NotReady after 10m",
+            "NHC            Ready Unknown for ",
+            "creates NodeFenceRemediation nodefence/",
+            &format!(
+                "nodefence      still On, and NodeFenceRemediation nodefence/{node} asks: sends ForceOff now"
+            ),
+            "BMC            ForceOff received",
+            "machine confirmed Off",
+            "out-of-service taint added",
+            "request: Processing=False, Succeeded=True (Released)",
+            "db-0 Running",
+            "restores power (BMC: On) and reconnects the network",
+            "node Ready again",
+            "NHC            node healthy again: deletes the request; nodefence's finalizer keeps it",
+            "nodefence      node Ready again for 30s: out-of-service taint removed",
+            "it removes its finalizer, and the request with it",
+            "✓",
+        ],
+    );
+    assert_eq!(
+        story.matches("ForceOff received").count(),
+        1,
+        "one ForceOff:\n{story}"
+    );
+    assert!(story.contains("request: Processing=True"), "{story}");
 }

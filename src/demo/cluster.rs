@@ -4,8 +4,14 @@
 //! with its ReadWriteOnce volume, and the real nodefence daemon talking to fake-kube
 //! over HTTP with timings scaled to the demo's speed; plus the queries and levers the
 //! scenarios use, and an orderly teardown.
+//!
+//! The remediation component is installed too (the `NodeFenceRemediation` CRDs and
+//! the template `nodefence/nodefence`, as `deploy/components/remediation` applies
+//! them), and the stand-in of the NodeHealthCheck operator runs, idle until a
+//! `NodeHealthCheck` names the template. The daemon runs with one of two
+//! configurations ([`Profile`]); a scenario that needs the other restarts it.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, anyhow};
@@ -15,13 +21,13 @@ use nodefence_mocks::kube::store::Store;
 use nodefence_mocks::kube::{FakeKube, FakeKubeHandle};
 use nodefence_mocks::machines::{self, Machine};
 use nodefence_mocks::redfish::{
-    MockPower, MockRedfish, MockRedfishHandle, Profile, ResetRecord, SystemSpec,
+    MockPower, MockRedfish, MockRedfishHandle, Profile as BmcProfile, ResetRecord, SystemSpec,
 };
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use super::config::{self, DemoConfig};
+use super::config::{self, DemoConfig, Profile};
 use super::feeds::{self, PowerLedger};
 use super::narrate::Wording;
 use super::timeline::Story;
@@ -36,10 +42,16 @@ const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
 const IDENTITY: &str = "nodefence-demo";
 const LEADER_LEASE: (&str, &str) = ("kube-system", "nodefence");
 
+/// The namespace of the remediation template and of the requests made from it.
+pub const REMEDIATION_NAMESPACE: &str = "nodefence";
+/// The template's name (`deploy/components/remediation/template.yaml`).
+pub const REMEDIATION_TEMPLATE: &str = "nodefence";
+/// The NodeHealthCheck of the `nhc` scenario.
+pub const NHC_NAME: &str = "workers-nodefence";
+
 /// Everything running for the demo.
 pub struct World {
     pub speed: f64,
-    pub wording: Wording,
     kube: FakeKubeHandle,
     sim: Arc<SimHandle>,
     bmc: Arc<MockRedfishHandle>,
@@ -47,9 +59,29 @@ pub struct World {
     ledger: PowerLedger,
     link: JoinHandle<()>,
     feeds: Vec<JoinHandle<()>>,
-    daemon_stop: Option<oneshot::Sender<()>>,
-    daemon: Option<JoinHandle<anyhow::Result<()>>>,
-    _files: config::Files,
+    /// The running daemon, with the feed of its Events.
+    daemon: Mutex<Option<Daemon>>,
+    /// The words of the daemon's settings, from the last one started.
+    wording: Mutex<Wording>,
+    /// The NodeHealthCheck operator's stand-in (aborted when dropped).
+    nhc: Option<nodefence_mocks::remediation::nhc::NodeHealthCheckController>,
+    /// A client of the demo's own (the NodeHealthCheck object).
+    client: kube::Client,
+    story: Story,
+    /// What the daemon's files are made from, and the files.
+    demo: DemoConfig,
+    files: config::Files,
+    /// The simulation's settings before scaling (the words quote them).
+    stock: SimConfig,
+}
+
+/// The daemon and what belongs to its configuration.
+struct Daemon {
+    profile: Profile,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<anyhow::Result<()>>,
+    /// The feed of its Events, worded with its settings.
+    events: JoinHandle<()>,
 }
 
 impl World {
@@ -58,6 +90,7 @@ impl World {
         speed: f64,
         status_after_lease: Duration,
         story: &Story,
+        profile: Profile,
     ) -> anyhow::Result<World> {
         let store = Store::default();
         let kube = FakeKube::builder()
@@ -95,7 +128,7 @@ impl World {
         };
         let bmc = Arc::new(
             MockRedfish::builder()
-                .profile(Profile::MultiSystem)
+                .profile(BmcProfile::MultiSystem)
                 .systems(machines.iter().enumerate().map(|(i, m)| {
                     SystemSpec::new(&m.system_id)
                         .power(MockPower::On)
@@ -113,20 +146,18 @@ impl World {
         );
         let demo = DemoConfig::new(speed, &bmc.base_url(), &password, &machines);
         let files = config::Files::write(&demo)?;
-        let (config, wording) = config::load(&files, &demo, &stock)?;
+        // The simulation's words are the same in both profiles.
+        let (_, stock_words) = config::load(&files, &demo, &stock, Profile::Stock)?;
         let client = client(&kube).await?;
+        install_remediation(&client).await?;
 
         let ledger = PowerLedger::default();
         feeds.push(feeds::simulation(
             sim.subscribe(),
             story.clone(),
-            wording.clone(),
+            stock_words.clone(),
         ));
-        feeds.push(feeds::nodefence_events(
-            &store,
-            story.clone(),
-            wording.clone(),
-        ));
+        feeds.push(feeds::requests(&store, story.clone(), speed));
         feeds.push(feeds::bmc(
             bmc.clone(),
             machines.clone(),
@@ -149,7 +180,36 @@ impl World {
             Duration::from_millis(50),
         );
 
-        let (daemon_stop, stopped) = oneshot::channel::<()>();
+        // NodeHealthCheck's operator has a client of its own, as in a cluster.
+        let nhc = nodefence_mocks::remediation::nhc::NodeHealthCheckController::spawn(
+            self::client(&kube).await?,
+        );
+        let world = World {
+            speed,
+            kube,
+            sim,
+            bmc,
+            machines,
+            ledger,
+            link,
+            feeds,
+            daemon: Mutex::new(None),
+            wording: Mutex::new(stock_words),
+            nhc: Some(nhc),
+            client,
+            story: story.clone(),
+            demo,
+            files,
+            stock,
+        };
+        world.start_daemon(profile).await?;
+        Ok(world)
+    }
+
+    /// Starts the daemon with `profile`'s configuration, and the feed of its Events.
+    async fn start_daemon(&self, profile: Profile) -> anyhow::Result<()> {
+        let (config, wording) = config::load(&self.files, &self.demo, &self.stock, profile)?;
+        let (stop, stopped) = oneshot::channel::<()>();
         let options = DaemonOptions {
             drivers: Default::default(),
             config_check: None,
@@ -158,25 +218,89 @@ impl World {
             lease_namespace: LEADER_LEASE.0.into(),
             lease_name: LEADER_LEASE.1.into(),
             identity: IDENTITY.into(),
-            leader_timings: demo.leader_timings(),
+            leader_timings: self.demo.leader_timings(),
         };
-        let daemon = tokio::spawn(daemon::run(config, client, options, async {
+        let events = feeds::nodefence_events(&self.store(), self.story.clone(), wording.clone());
+        let task = tokio::spawn(daemon::run(config, self.client.clone(), options, async {
             let _ = stopped.await;
         }));
-        Ok(World {
-            speed,
-            wording,
-            kube,
-            sim,
-            bmc,
-            machines,
-            ledger,
-            link,
-            feeds,
-            daemon_stop: Some(daemon_stop),
-            daemon: Some(daemon),
-            _files: files,
-        })
+        *lock(&self.wording) = wording;
+        *lock(&self.daemon) = Some(Daemon {
+            profile,
+            stop,
+            task,
+            events,
+        });
+        Ok(())
+    }
+
+    /// The configuration the daemon runs with.
+    pub fn profile(&self) -> Option<Profile> {
+        lock(&self.daemon).as_ref().map(|d| d.profile)
+    }
+
+    /// The words of the daemon's settings (cluster time).
+    pub fn wording(&self) -> Wording {
+        lock(&self.wording).clone()
+    }
+
+    /// Stops the daemon (it releases its leader Lease) and starts it again with
+    /// `profile`'s configuration, as an operator would after changing its files.
+    pub async fn restart_daemon(&self, profile: Profile) -> anyhow::Result<()> {
+        self.stop_daemon().await;
+        self.start_daemon(profile).await
+    }
+
+    async fn stop_daemon(&self) {
+        let Some(daemon) = lock(&self.daemon).take() else {
+            return;
+        };
+        let _ = daemon.stop.send(());
+        let mut task = daemon.task;
+        match tokio::time::timeout(Duration::from_secs(10), &mut task).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => tracing::warn!("demo: the daemon ended with an error: {e:#}"),
+            Ok(Err(e)) => tracing::warn!("demo: the daemon task failed: {e}"),
+            Err(_) => {
+                tracing::warn!("demo: the daemon did not stop within 10s; aborted");
+                task.abort();
+                let _ = task.await;
+            }
+        }
+        // Its last Events are told before the feed goes.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        daemon.events.abort();
+        let _ = daemon.events.await;
+    }
+
+    /// Creates the NodeHealthCheck of the `nhc` scenario (see
+    /// [`super::scenarios::nhc::node_health_check`]).
+    pub async fn create_node_health_check(
+        &self,
+        check: nodefence_mocks::remediation::nhc::NodeHealthCheck,
+    ) -> anyhow::Result<()> {
+        use kube::api::{Api, PostParams};
+        use nodefence_mocks::remediation::nhc::NodeHealthCheck;
+        let api: Api<NodeHealthCheck> = Api::all(self.client.clone());
+        api.create(&PostParams::default(), &check)
+            .await
+            .context("creating the NodeHealthCheck")?;
+        Ok(())
+    }
+
+    /// Deletes the NodeHealthCheck of the `nhc` scenario, if it is there.
+    pub async fn delete_node_health_check(&self) {
+        use kube::api::{Api, DeleteParams};
+        use nodefence_mocks::remediation::nhc::NodeHealthCheck;
+        let api: Api<NodeHealthCheck> = Api::all(self.client.clone());
+        let _ = api.delete(NHC_NAME, &DeleteParams::default()).await;
+    }
+
+    /// Whether the request `nodefence/<name>` exists (asked of the API server).
+    pub async fn request_exists(&self, name: &str) -> anyhow::Result<bool> {
+        let api: kube::api::Api<crate::remediation::NodeFenceRemediation> =
+            kube::api::Api::namespaced(self.client.clone(), REMEDIATION_NAMESPACE);
+        Ok(api.get_opt(name).await?.is_some())
     }
 
     /// A real-time deadline for something that takes `cluster` in a real cluster.
@@ -195,7 +319,9 @@ impl World {
 
     /// True while the daemon runs (it only ends on shutdown or a start-up error).
     pub fn daemon_alive(&self) -> bool {
-        self.daemon.as_ref().is_some_and(|d| !d.is_finished())
+        lock(&self.daemon)
+            .as_ref()
+            .is_some_and(|d| !d.task.is_finished())
     }
 
     /// True once nodefence holds its leader Lease.
@@ -332,25 +458,12 @@ impl World {
             .collect()
     }
 
-    /// Stops the daemon (it releases its leader Lease), then the link, the feeds, the
-    /// simulation, the BMC and fake-kube, each within a deadline, and removes the
-    /// temporary files.
+    /// Stops the daemon (it releases its leader Lease), then the NodeHealthCheck
+    /// stand-in, the link, the feeds, the simulation, the BMC and fake-kube, each
+    /// within a deadline, and removes the temporary files.
     pub async fn stop(mut self) {
-        if let Some(stop) = self.daemon_stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(mut daemon) = self.daemon.take() {
-            match tokio::time::timeout(Duration::from_secs(10), &mut daemon).await {
-                Ok(Ok(Ok(()))) => {}
-                Ok(Ok(Err(e))) => tracing::warn!("demo: the daemon ended with an error: {e:#}"),
-                Ok(Err(e)) => tracing::warn!("demo: the daemon task failed: {e}"),
-                Err(_) => {
-                    tracing::warn!("demo: the daemon did not stop within 10s; aborted");
-                    daemon.abort();
-                    let _ = daemon.await;
-                }
-            }
-        }
+        self.stop_daemon().await;
+        drop(self.nhc.take());
         self.link.abort();
         let _ = (&mut self.link).await;
         for feed in self.feeds.drain(..) {
@@ -371,12 +484,18 @@ impl World {
         if self.daemon_alive() {
             return None;
         }
-        match self.daemon.take()?.await {
+        let daemon = lock(&self.daemon).take()?;
+        daemon.events.abort();
+        match daemon.task.await {
             Ok(Ok(())) => Some("the daemon stopped".into()),
             Ok(Err(e)) => Some(format!("{e:#}")),
             Err(e) => Some(e.to_string()),
         }
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// A kube client from fake-kube's kubeconfig, as `nodefence run --kubeconfig` builds one.
@@ -387,4 +506,45 @@ async fn client(kube: &FakeKubeHandle) -> anyhow::Result<kube::Client> {
         .await
         .context("configuring the Kubernetes client")?;
     crate::cluster::client(config).context("building the Kubernetes client")
+}
+
+/// Installs what `deploy/components/remediation` applies and nodefence reads: the
+/// `NodeFenceRemediation` CRDs (generated from the same Rust types as its
+/// `crds.yaml`), the namespace `nodefence` and the template `nodefence/nodefence`
+/// (its `template.yaml`); and the `NodeHealthCheck` CRD, as NHC's operator installs it.
+async fn install_remediation(client: &kube::Client) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::CustomResourceExt;
+    use kube::api::{Api, PostParams};
+
+    use crate::remediation::{NodeFenceRemediation, NodeFenceRemediationTemplate};
+    use nodefence_mocks::remediation::{install_crds, nhc};
+
+    install_crds(
+        client,
+        [
+            NodeFenceRemediation::crd(),
+            NodeFenceRemediationTemplate::crd(),
+            nhc::nhc_crd(),
+        ],
+    )
+    .await
+    .context("installing the remediation CRDs")?;
+    let namespace: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": REMEDIATION_NAMESPACE}}))?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .context("creating the namespace nodefence")?;
+    let template: NodeFenceRemediationTemplate = serde_json::from_value(serde_json::json!({
+        "apiVersion": "remediation.nodefence.io/v1alpha1",
+        "kind": "NodeFenceRemediationTemplate",
+        "metadata": {"name": REMEDIATION_TEMPLATE, "namespace": REMEDIATION_NAMESPACE},
+        "spec": {"template": {"spec": {}}},
+    }))?;
+    Api::<NodeFenceRemediationTemplate>::namespaced(client.clone(), REMEDIATION_NAMESPACE)
+        .create(&PostParams::default(), &template)
+        .await
+        .context("creating the template nodefence/nodefence")?;
+    Ok(())
 }

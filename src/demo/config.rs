@@ -24,6 +24,44 @@ use crate::power::confirm::ConfirmPolicy;
 /// Consecutive Off readings that prove a machine is off.
 pub const CONFIRM_READINGS: u32 = 3;
 
+/// nodefence's own `unhealthy_after` as NodeHealthCheck's remediator (cluster time):
+/// far longer than the NodeHealthCheck's duration, so that in the `nhc` scenario only
+/// the request can have the machine powered off.
+pub const REMEDIATOR_UNHEALTHY_AFTER: Duration = Duration::from_secs(600);
+
+/// How nodefence is configured for a scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    /// The documented defaults: nodefence detects failures on its own.
+    Stock,
+    /// NodeHealthCheck's remediator: `[remediation] requests = true`, and an
+    /// `unhealthy_after` of [`REMEDIATOR_UNHEALTHY_AFTER`].
+    Remediator,
+}
+
+impl Profile {
+    /// What it sets, in words: `[remediation] requests = true, unhealthy_after 10m`.
+    pub fn describe(self, w: &Wording) -> String {
+        match self {
+            Profile::Stock => format!(
+                "its stock settings (requests off, unhealthy_after {})",
+                super::narrate::span(w.unhealthy_after)
+            ),
+            Profile::Remediator => format!(
+                "[remediation] requests = true and unhealthy_after {}",
+                super::narrate::span(w.unhealthy_after)
+            ),
+        }
+    }
+
+    fn file(self) -> &'static str {
+        match self {
+            Profile::Stock => "nodefence.toml",
+            Profile::Remediator => "nodefence-remediator.toml",
+        }
+    }
+}
+
 /// What the files are made from.
 pub struct DemoConfig {
     speed: f64,
@@ -57,13 +95,21 @@ impl DemoConfig {
         }
     }
 
-    fn agent_toml(&self) -> String {
-        format!(
+    fn agent_toml(&self, profile: Profile) -> String {
+        let mut out = format!(
             "inventory = \"inventory.toml\"\n\n[power]\nconfirm_readings = {CONFIRM_READINGS}\n\
              confirm_interval = \"{}\"\nconfirm_timeout = \"{}\"\n",
             ms(self.scaled(ConfirmPolicy::default().interval, Duration::from_millis(20))),
             ms(self.scaled(Duration::from_secs(120), Duration::from_secs(5))),
-        )
+        );
+        if profile == Profile::Remediator {
+            // Cluster time, as an operator writes it; scaled after the loader.
+            out.push_str(&format!(
+                "\n[policy]\nunhealthy_after = \"{}\"\n\n[remediation]\nrequests = true\n",
+                humantime::format_duration(REMEDIATOR_UNHEALTHY_AFTER)
+            ));
+        }
+        out
     }
 
     fn inventory_toml(&self) -> String {
@@ -102,13 +148,15 @@ impl Files {
         create_private_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let files = Files { dir };
         write_private(&files.dir.join("bmc-password"), &demo.password)?;
-        write_private(&files.dir.join("nodefence.toml"), &demo.agent_toml())?;
+        for profile in [Profile::Stock, Profile::Remediator] {
+            write_private(&files.dir.join(profile.file()), &demo.agent_toml(profile))?;
+        }
         write_private(&files.dir.join("inventory.toml"), &demo.inventory_toml())?;
         Ok(files)
     }
 
-    pub fn agent(&self) -> PathBuf {
-        self.dir.join("nodefence.toml")
+    pub fn agent(&self, profile: Profile) -> PathBuf {
+        self.dir.join(profile.file())
     }
 }
 
@@ -151,8 +199,9 @@ pub fn load(
     files: &Files,
     demo: &DemoConfig,
     sim: &SimConfig,
+    profile: Profile,
 ) -> anyhow::Result<(Config, Wording)> {
-    let mut config = crate::config::load(&files.agent())
+    let mut config = crate::config::load(&files.agent(profile))
         .map_err(|errors| anyhow!("the demo's own configuration is invalid:\n{errors}"))?;
     for warning in &config.warnings {
         tracing::warn!("demo configuration: {warning}");
@@ -212,7 +261,7 @@ mod tests {
         let machines = vec![Machine::new("Blade1", "worker-1")];
         let demo = DemoConfig::new(10.0, "http://127.0.0.1:9", "pw", &machines);
         let files = Files::write(&demo).unwrap();
-        let (config, wording) = load(&files, &demo, &SimConfig::default()).unwrap();
+        let (config, wording) = load(&files, &demo, &SimConfig::default(), Profile::Stock).unwrap();
         let p = &config.agent.policy;
         assert_eq!(p.unhealthy_after, wording.unhealthy_after / 10);
         assert_eq!(
@@ -223,6 +272,17 @@ mod tests {
         assert_eq!(p.confirm_readings, CONFIRM_READINGS);
         assert_eq!(wording.grace_period, Duration::from_secs(50));
         assert!(config.inventory.nodes.contains_key("worker-1"));
+        assert!(!config.agent.remediation.requests);
+        let (remediator, words) =
+            load(&files, &demo, &SimConfig::default(), Profile::Remediator).unwrap();
+        assert!(remediator.agent.remediation.requests);
+        assert_eq!(words.unhealthy_after, REMEDIATOR_UNHEALTHY_AFTER);
+        assert_eq!(
+            remediator.inventory.nodes["worker-1"]
+                .policy
+                .unhealthy_after,
+            REMEDIATOR_UNHEALTHY_AFTER / 10
+        );
         let dir = files.dir.clone();
         drop(files);
         assert!(!dir.exists(), "the temporary files are removed");

@@ -9,9 +9,10 @@
 //! cluster. Every timing, the simulation's and nodefence's together, is divided by
 //! `--speed`; the times shown are cluster time.
 //!
-//! Then it tells what happens in four scenarios (power loss, a network cut with the
-//! machine still On, an unreachable BMC, recovery), one line per step from the
-//! simulation's timeline, nodefence's own Events and the BMC, and ends with a
+//! Then it tells what happens in five scenarios (power loss, a network cut with the
+//! machine still On, an unreachable BMC, recovery, and NodeHealthCheck asking
+//! nodefence to fence a node), one line per step from the simulation's timeline,
+//! nodefence's own Events, the BMC and the remediation requests, and ends with a
 //! summary. Each scenario has deadlines: the exit code is 1 when an expected outcome
 //! did not happen in time, so the demo doubles as a smoke test.
 //!
@@ -43,7 +44,7 @@ use scenarios::{Carry, Ctx, Outcome};
 use style::Style;
 use timeline::Story;
 
-/// The default time scale: the whole demo takes a little over a minute.
+/// The default time scale: the whole demo takes about a minute and a half.
 pub const DEFAULT_SPEED: f64 = 6.0;
 
 /// Exit codes of `nodefence demo`.
@@ -112,7 +113,12 @@ async fn demo(options: DemoOptions, log_path: PathBuf) -> u8 {
     story.line(style.bold(
         "nodefence demo: a simulated cluster, a mock BMC and the real nodefence daemon, in this process",
     ));
-    let code = match World::start(options.speed, options.status_after_lease, &story).await {
+    let profile = options
+        .scenarios
+        .first()
+        .map_or(config::Profile::Stock, |s| s.profile());
+    let code = match World::start(options.speed, options.status_after_lease, &story, profile).await
+    {
         Err(e) => {
             story.line(style.red(&format!("error: the demo could not start: {e:#}")));
             exit::FAILED
@@ -160,7 +166,7 @@ async fn demo(options: DemoOptions, log_path: PathBuf) -> u8 {
 }
 
 fn header(story: &Story, style: Style, world: &World, log: &Path) {
-    let w = &world.wording;
+    let w = &world.wording();
     let row = |name: &str, text: String| {
         story.line(format!("  {}  {text}", style.dim(&format!("{name:<9}"))))
     };
@@ -191,6 +197,24 @@ fn header(story: &Story, style: Style, world: &World, log: &Path) {
             humantime::format_duration(crate::power::confirm::ConfirmPolicy::default().interval),
             narrate::span(w.recovered_after),
         ),
+    );
+    row(
+        "",
+        format!(
+            "{}; NodeFenceRemediation CRDs and template {}/{} installed",
+            if world.profile() == Some(config::Profile::Remediator) {
+                "answers remediation requests"
+            } else {
+                "requests off"
+            },
+            cluster::REMEDIATION_NAMESPACE,
+            cluster::REMEDIATION_TEMPLATE,
+        ),
+    );
+    row(
+        "NHC",
+        "the NodeHealthCheck operator (stand-in), idle until a NodeHealthCheck names the template"
+            .to_string(),
     );
     row(
         "time",

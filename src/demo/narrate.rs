@@ -245,6 +245,10 @@ pub fn nodefence_step(event: &Value, at: SystemTime, w: &Wording) -> Option<Step
         "MachineStillOn" => format!(
             "BMC says On: it may only be cut off; ForceOff if still NotReady after {unhealthy}"
         ),
+        "RemediationRequested" => format!(
+            "{} asks for it to be fenced: asks the BMC for the power state",
+            requester(note).unwrap_or("a remediation request")
+        ),
         "PoweringOff" => {
             let attempt = note
                 .split("(attempt ")
@@ -253,7 +257,13 @@ pub fn nodefence_step(event: &Value, at: SystemTime, w: &Wording) -> Option<Step
                 .filter(|a| *a != "1")
                 .map(|a| format!(" (attempt {a})"))
                 .unwrap_or_default();
-            format!("still On after {unhealthy} NotReady: sends ForceOff{attempt}")
+            match requester(note) {
+                // The requester already waited: no unhealthy_after of nodefence's own.
+                Some(by) => format!(
+                    "still On, and {by} asks: sends ForceOff now, without waiting for its own {unhealthy}{attempt}"
+                ),
+                None => format!("still On after {unhealthy} NotReady: sends ForceOff{attempt}"),
+            }
         }
         "ConfirmedOff" => {
             let readings = note
@@ -302,6 +312,91 @@ pub fn nodefence_step(event: &Value, at: SystemTime, w: &Wording) -> Option<Step
         reason: reason.to_string(),
     };
     Some(Step::new(at, node, Actor::Nodefence, fact, text).warning(warning))
+}
+
+/// The request named in a note saying "... NodeFenceRemediation ns/name asks for it
+/// to be fenced ...".
+fn requester(note: &str) -> Option<&str> {
+    let end = note.find(" asks for it to be fenced")?;
+    let start = note[..end].rfind("NodeFenceRemediation ")?;
+    Some(&note[start..end])
+}
+
+/// A request just created: by NodeHealthCheck (`by_nhc`) once the node's `Ready`
+/// condition had been `ready` for `not_ready_for` since the node turned NotReady,
+/// past the NodeHealthCheck's `duration` (all cluster time).
+pub fn request_created(
+    name: &str,
+    by_nhc: bool,
+    ready: Option<&str>,
+    not_ready_for: Option<Duration>,
+    duration: Option<Duration>,
+) -> String {
+    if !by_nhc {
+        return format!("NodeFenceRemediation {name} created");
+    }
+    let held = match (ready, not_ready_for) {
+        (Some(status), Some(d)) => format!("Ready {status} for {} since NotReady", span(d)),
+        (Some(status), None) => format!("Ready {status}"),
+        _ => "node unhealthy".to_string(),
+    };
+    let limit = duration.map_or(String::new(), |d| format!(" (its duration: {})", span(d)));
+    format!("{held}{limit}: creates NodeFenceRemediation {name}")
+}
+
+/// NodeHealthCheck (or someone) deleted a request; `held` when nodefence's finalizer
+/// keeps it while the out-of-service taint is on.
+pub fn request_deleting(by_nhc: bool, held: bool) -> String {
+    let who = if by_nhc {
+        "node healthy again: deletes the request"
+    } else {
+        "the request is deleted"
+    };
+    if held {
+        format!("{who}; nodefence's finalizer keeps it until the out-of-service taint is removed")
+    } else {
+        who.to_string()
+    }
+}
+
+/// Conditions of a request that changed, as `(type, status, reason)`:
+/// `request: Processing=True (PoweringOff), Succeeded=Unknown`. A reason common to
+/// all is said once, at the end.
+pub fn request_conditions(changed: &[(String, String, String)]) -> String {
+    // A reason both share is said once: after Processing while Succeeded is still
+    // Unknown (the reason is Processing's), else after Succeeded.
+    let shared = changed.len() > 1 && changed.windows(2).all(|w| w[0].2 == w[1].2);
+    let pending = changed
+        .iter()
+        .any(|(t, s, _)| t == "Succeeded" && s == "Unknown");
+    let parts: Vec<String> = changed
+        .iter()
+        .map(|(t, s, r)| {
+            let says = !shared || (pending == (t == "Processing"));
+            if says {
+                format!("{t}={s} ({r})")
+            } else {
+                format!("{t}={s}")
+            }
+        })
+        .collect();
+    let mut text = format!("request: {}", parts.join(", "));
+    let gloss = changed
+        .iter()
+        .find_map(|(t, s, r)| match (t.as_str(), s.as_str(), r.as_str()) {
+            ("Succeeded", "True", _) => Some("NodeHealthCheck's request is served"),
+            ("Processing", "True", "PoweringOff") => Some("ForceOff under way"),
+            ("Processing", "True", "ConfirmingOff") => Some("counting Off readings"),
+            ("Processing", "True", "Releasing") => Some("adding the out-of-service taint"),
+            ("Processing", "True", "MachineOn") => Some("the machine reads On"),
+            ("Processing", "True", "PowerStateUndetermined") => Some("neither On nor Off yet"),
+            ("Processing", "True", "Starting") => Some("reading the machine's power"),
+            _ => None,
+        });
+    if let Some(g) = gloss {
+        text.push_str(&format!(": {g}"));
+    }
+    text
 }
 
 /// A Reset the BMC received.
@@ -366,6 +461,50 @@ mod tests {
             step.text.ends_with("sends ForceOff (attempt 2)"),
             "{}",
             step.text
+        );
+    }
+
+    #[test]
+    fn requests_read_plainly() {
+        let ev = json!({"reason": "PoweringOff", "type": "Warning", "regarding": {"name": "w"},
+            "note": "the machine is still On and NodeFenceRemediation nodefence/w asks for it to be fenced: forcing power off (attempt 1)"});
+        let step = nodefence_step(&ev, crate::clock::now(), &wording()).unwrap();
+        assert_eq!(
+            step.text,
+            "still On, and NodeFenceRemediation nodefence/w asks: sends ForceOff now, without waiting for its own 1m"
+        );
+        assert_eq!(
+            request_created(
+                "nodefence/w",
+                true,
+                Some("Unknown"),
+                Some(Duration::from_secs(66)),
+                Some(Duration::from_secs(60))
+            ),
+            "Ready Unknown for 1m 6s since NotReady (its duration: 1m): creates NodeFenceRemediation nodefence/w"
+        );
+        let changed = |v: &[(&str, &str, &str)]| -> Vec<(String, String, String)> {
+            v.iter()
+                .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+                .collect()
+        };
+        assert_eq!(
+            request_conditions(&changed(&[
+                ("Processing", "False", "Released"),
+                ("Succeeded", "True", "Released")
+            ])),
+            "request: Processing=False, Succeeded=True (Released): NodeHealthCheck's request is served"
+        );
+        assert_eq!(
+            request_conditions(&changed(&[("Processing", "True", "ConfirmingOff")])),
+            "request: Processing=True (ConfirmingOff): counting Off readings"
+        );
+        assert_eq!(
+            request_conditions(&changed(&[
+                ("Processing", "True", "PoweringOff"),
+                ("Succeeded", "Unknown", "PoweringOff")
+            ])),
+            "request: Processing=True (PoweringOff), Succeeded=Unknown: ForceOff under way"
         );
     }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::mpsc;
 
 use super::style::Style;
-use super::timeline::{Fact, Msg, REORDER_WINDOW, Step};
+use super::timeline::{Fact, Msg, REORDER_WINDOW, RequestChange, Step};
 
 /// The scenario being printed.
 struct Scene {
@@ -121,9 +121,10 @@ impl Printer {
 }
 
 /// The BMC feed polls, so a Reset is stamped a few milliseconds after it arrived:
-/// a reading nodefence took just after its command could sort first. A Reset moves
-/// ahead of the other nodefence lines about its node stamped less than
-/// [`CAUSAL_SLACK`] before it (but never ahead of the decision that sent it).
+/// a reading nodefence took just after its command, or the request status it wrote,
+/// could sort first. A Reset moves ahead of the other nodefence lines about its node
+/// stamped less than [`CAUSAL_SLACK`] before it (but never ahead of the decision that
+/// sent it).
 fn causal_order(steps: &mut [Step]) {
     for i in 1..steps.len() {
         let mut j = i;
@@ -131,7 +132,14 @@ fn causal_order(steps: &mut [Step]) {
             let (a, b) = (&steps[j - 1], &steps[j]);
             let close = b.at.duration_since(a.at).unwrap_or_default() < CAUSAL_SLACK;
             let reading = matches!(&a.fact, Fact::Nodefence { reason }
-                if reason != "PoweringOff" && reason != "PoweringOn");
+                if reason != "PoweringOff" && reason != "PoweringOn")
+                || matches!(
+                    &a.fact,
+                    Fact::Request {
+                        change: RequestChange::Conditions(_),
+                        ..
+                    }
+                );
             if close && a.node == b.node && reading && matches!(b.fact, Fact::Reset { .. }) {
                 steps.swap(j - 1, j);
                 j -= 1;
@@ -173,9 +181,23 @@ mod tests {
             },
             "reset".into(),
         );
-        let mut steps = vec![nf(0, "PoweringOff"), nf(2, "FenceBlocked"), reset];
+        let status = Step::new(
+            t + Duration::from_millis(3),
+            "w",
+            Actor::Nodefence,
+            Fact::Request {
+                name: "nodefence/w".into(),
+                change: RequestChange::Conditions(vec![(
+                    "Processing".into(),
+                    "True".into(),
+                    "ConfirmingOff".into(),
+                )]),
+            },
+            "status".into(),
+        );
+        let mut steps = vec![nf(0, "PoweringOff"), nf(2, "FenceBlocked"), status, reset];
         causal_order(&mut steps);
         let texts: Vec<&str> = steps.iter().map(|s| s.text.as_str()).collect();
-        assert_eq!(texts, ["PoweringOff", "reset", "FenceBlocked"]);
+        assert_eq!(texts, ["PoweringOff", "reset", "FenceBlocked", "status"]);
     }
 }

@@ -20,6 +20,7 @@ fn short_outcome(o: &Outcome) -> String {
             Some(d) => format!("ok: Ready, taint removed at {}", at(Some(d))),
             None => "ok: Ready, taint removed".to_string(),
         },
+        Scenario::Nhc => "ok: requested, forced off, released, Succeeded".to_string(),
     }
 }
 
@@ -111,6 +112,26 @@ struct JsonOutcome<'a> {
     pod_running_after_s: Option<f64>,
     taint_removed_after_s: Option<f64>,
     power_commands: Vec<String>,
+    /// The remediation request (`nhc`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    request: Option<JsonRequest<'a>>,
+    /// Whether the out-of-service taint was still on the node at the end (`nhc`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    taint_left: Option<bool>,
+}
+
+#[derive(Serialize)]
+struct JsonRequest<'a> {
+    /// `namespace/name`.
+    name: &'a str,
+    created_after_s: Option<f64>,
+    /// Each change of its `Processing` and `Succeeded` conditions, in order.
+    conditions: &'a [String],
+    succeeded_after_s: Option<f64>,
+    /// When its requester (NodeHealthCheck) deleted it.
+    deleted_after_s: Option<f64>,
+    /// When it was gone (nodefence's finalizer removed).
+    gone_after_s: Option<f64>,
 }
 
 /// The summary as pretty JSON.
@@ -135,6 +156,15 @@ pub fn json(outcomes: &[Outcome], speed: f64, demo: Duration) -> String {
                     .iter()
                     .map(|(node, reset)| format!("{reset} {node}"))
                     .collect(),
+                request: o.request.as_ref().map(|r| JsonRequest {
+                    name: &r.name,
+                    created_after_s: secs(r.created_after),
+                    conditions: &r.conditions,
+                    succeeded_after_s: secs(r.succeeded_after),
+                    deleted_after_s: secs(r.deleted_after),
+                    gone_after_s: secs(r.gone_after),
+                }),
+                taint_left: o.taint_left,
             })
             .collect(),
     };
@@ -155,6 +185,8 @@ mod tests {
             running_after: None,
             untainted_after: None,
             power_commands: vec![("worker-2".into(), "ForceOff".into())],
+            request: None,
+            taint_left: None,
         }
     }
 
@@ -179,5 +211,26 @@ mod tests {
         assert_eq!(j["scenarios"][0]["scenario"], "network-cut");
         assert_eq!(j["scenarios"][0]["released_after_s"], 112.3);
         assert_eq!(j["scenarios"][0]["power_commands"][0], "ForceOff worker-2");
+        assert!(
+            j["scenarios"][0].get("request").is_none(),
+            "no request field where there was none"
+        );
+        let mut nhc = outcome(true);
+        nhc.scenario = Scenario::Nhc;
+        nhc.taint_left = Some(false);
+        nhc.request = Some(crate::demo::scenarios::RequestOutcome {
+            name: "nodefence/worker-2".into(),
+            succeeded_after: Some(Duration::from_secs(120)),
+            conditions: vec!["Succeeded=True (Released)".into()],
+            ..Default::default()
+        });
+        let j: serde_json::Value =
+            serde_json::from_str(&json(&[nhc], 10.0, Duration::from_secs(60))).unwrap();
+        let s = &j["scenarios"][0];
+        assert_eq!(s["scenario"], "nhc");
+        assert_eq!(s["taint_left"], false);
+        assert_eq!(s["request"]["name"], "nodefence/worker-2");
+        assert_eq!(s["request"]["succeeded_after_s"], 120.0);
+        assert_eq!(s["request"]["gone_after_s"], serde_json::Value::Null);
     }
 }

@@ -32,6 +32,8 @@ pub enum Actor {
     ControlPlane,
     Nodefence,
     Bmc,
+    /// The NodeHealthCheck operator (its stand-in).
+    Nhc,
 }
 
 impl Actor {
@@ -42,6 +44,7 @@ impl Actor {
             Actor::ControlPlane => "control plane",
             Actor::Nodefence => "nodefence",
             Actor::Bmc => "BMC",
+            Actor::Nhc => "NHC",
         }
     }
 
@@ -52,6 +55,7 @@ impl Actor {
             Actor::ControlPlane => style.blue(text),
             Actor::Nodefence => style.cyan(text),
             Actor::Bmc => style.magenta(text),
+            Actor::Nhc => style.yellow(text),
         }
     }
 }
@@ -72,6 +76,21 @@ pub enum Fact {
     Power(MockPower),
     /// Something the person running the demo did.
     You,
+    /// A `NodeFenceRemediation` (`name` is `namespace/name`) was created, its
+    /// conditions changed, or it was deleted.
+    Request { name: String, change: RequestChange },
+}
+
+/// What happened to a remediation request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RequestChange {
+    Created,
+    /// The conditions whose status or reason changed, as `(type, status, reason)`.
+    Conditions(Vec<(String, String, String)>),
+    /// Its deletion was asked for; a finalizer holds it.
+    Deleting,
+    /// It is gone.
+    Gone,
 }
 
 /// One line of the story.
@@ -119,6 +138,20 @@ impl Step {
     /// True for a simulation event of this kind.
     pub fn is_sim(&self, kind: SimEventKind) -> bool {
         matches!(&self.fact, Fact::Sim { kind: k, .. } if *k == kind)
+    }
+
+    /// What happened to a remediation request, if this step is about one.
+    pub fn request(&self) -> Option<&RequestChange> {
+        match &self.fact {
+            Fact::Request { change, .. } => Some(change),
+            _ => None,
+        }
+    }
+
+    /// True when this step reports the condition `type_` at `status`.
+    pub fn request_condition(&self, type_: &str, status: &str) -> bool {
+        matches!(self.request(), Some(RequestChange::Conditions(cs))
+            if cs.iter().any(|(t, s, _)| t == type_ && s == status))
     }
 }
 
@@ -194,6 +227,28 @@ impl Story {
             .collect();
         found.sort_by_key(|s| s.at);
         found.first().map(|s| (*s).clone())
+    }
+
+    /// The last step before `before` that matches.
+    pub fn last(&self, before: SystemTime, matches: impl Fn(&Step) -> bool) -> Option<Step> {
+        let steps = self.steps.lock().unwrap_or_else(|p| p.into_inner());
+        steps
+            .iter()
+            .filter(|s| s.at < before && matches(s))
+            .max_by_key(|s| s.at)
+            .cloned()
+    }
+
+    /// Every step from `since` on that matches, in time order.
+    pub fn all(&self, since: SystemTime, matches: impl Fn(&Step) -> bool) -> Vec<Step> {
+        let steps = self.steps.lock().unwrap_or_else(|p| p.into_inner());
+        let mut found: Vec<Step> = steps
+            .iter()
+            .filter(|s| s.at >= since && matches(s))
+            .cloned()
+            .collect();
+        found.sort_by_key(|s| s.at);
+        found
     }
 }
 

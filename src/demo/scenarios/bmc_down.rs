@@ -15,7 +15,7 @@ use nodefence_mocks::kube::sim::SimEventKind;
 pub async fn run(ctx: &Ctx<'_>, out: &mut Outcome, carry: &mut Carry) -> Result<(), String> {
     make_whole(ctx).await?;
     let world = ctx.world;
-    let w = &world.wording;
+    let w = &world.wording();
     let victim = db_node(world)?;
     out.node = Some(victim.clone());
     ctx.intro(&[

@@ -7,9 +7,15 @@
 //! of the nodes unhealthy at once) out of the story. `recovery` is the exception: it
 //! needs a fenced node, and takes the one the previous scenario left, or fences one
 //! itself.
+//!
+//! nodefence runs with the configuration each scenario needs ([`Profile`]): `nhc`
+//! has it answer NodeHealthCheck's requests with a long `unhealthy_after` of its own,
+//! and the daemon is restarted with it first when an earlier scenario ran with the
+//! stock one.
 
 mod bmc_down;
 mod network_cut;
+pub mod nhc;
 mod power_loss;
 mod recovery;
 
@@ -19,6 +25,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::cluster::{POD, World};
+use super::config::Profile;
 use super::narrate::span;
 use super::style::Style;
 use super::timeline::{Fact, Step, Story};
@@ -31,14 +38,16 @@ pub enum Scenario {
     NetworkCut,
     BmcDown,
     Recovery,
+    Nhc,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 4] = [
+    pub const ALL: [Scenario; 5] = [
         Scenario::PowerLoss,
         Scenario::NetworkCut,
         Scenario::BmcDown,
         Scenario::Recovery,
+        Scenario::Nhc,
     ];
 
     /// The name on the command line and in JSON.
@@ -48,6 +57,7 @@ impl Scenario {
             Scenario::NetworkCut => "network-cut",
             Scenario::BmcDown => "bmc-down",
             Scenario::Recovery => "recovery",
+            Scenario::Nhc => "nhc",
         }
     }
 
@@ -57,6 +67,15 @@ impl Scenario {
             Scenario::NetworkCut => "unreachable but On (network cut)",
             Scenario::BmcDown => "BMC unreachable",
             Scenario::Recovery => "recovery",
+            Scenario::Nhc => "NodeHealthCheck asks, nodefence proves",
+        }
+    }
+
+    /// How nodefence is configured for it.
+    pub fn profile(self) -> Profile {
+        match self {
+            Scenario::Nhc => Profile::Remediator,
+            _ => Profile::Stock,
         }
     }
 }
@@ -75,6 +94,26 @@ pub struct Outcome {
     pub untainted_after: Option<Duration>,
     /// `(node, ResetType)` the BMC received during the scenario.
     pub power_commands: Vec<(String, String)>,
+    /// The remediation request the scenario was about (`nhc`).
+    pub request: Option<RequestOutcome>,
+    /// Whether the node still carried the out-of-service taint at the end (`nhc`).
+    pub taint_left: Option<bool>,
+}
+
+/// What became of a remediation request. Durations are cluster time since the
+/// scenario's first action.
+#[derive(Debug, Clone, Default)]
+pub struct RequestOutcome {
+    /// `namespace/name`.
+    pub name: String,
+    pub created_after: Option<Duration>,
+    /// Each change of its conditions, as narrated (`Processing=True (PoweringOff)`).
+    pub conditions: Vec<String>,
+    pub succeeded_after: Option<Duration>,
+    /// When its requester asked for its deletion.
+    pub deleted_after: Option<Duration>,
+    /// When it was gone (nodefence's finalizer removed).
+    pub gone_after: Option<Duration>,
 }
 
 /// What a scenario leaves for the next one.
@@ -165,6 +204,32 @@ impl Ctx<'_> {
         self.story
             .line(self.style.dim(&format!("  (setup) {text}")));
     }
+
+    /// Restarts nodefence with `profile`'s configuration unless it runs with it, and
+    /// waits until it leads again.
+    pub async fn use_profile(&self, profile: Profile) -> Result<(), String> {
+        let world = self.world;
+        if world.profile() == Some(profile) {
+            return Ok(());
+        }
+        let started = Instant::now();
+        world
+            .restart_daemon(profile)
+            .await
+            .map_err(|e| format!("nodefence could not be restarted: {e:#}"))?;
+        self.wait("nodefence leading again", Duration::from_secs(120), || {
+            world.nodefence_leads()
+        })
+        .await?;
+        // Let its watches list the nodes (and the requests) before the first failure.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        self.setup_note(&format!(
+            "nodefence restarted with {} (took {:.1}s)",
+            profile.describe(&world.wording()),
+            started.elapsed().as_secs_f64()
+        ));
+        Ok(())
+    }
 }
 
 /// Runs one scenario and prints its header and result line.
@@ -188,12 +253,18 @@ pub async fn run(
         running_after: None,
         untainted_after: None,
         power_commands: Vec::new(),
+        request: None,
+        taint_left: None,
     };
-    let result = match scenario {
-        Scenario::PowerLoss => power_loss::run(ctx, &mut out, carry).await,
-        Scenario::NetworkCut => network_cut::run(ctx, &mut out, carry).await,
-        Scenario::BmcDown => bmc_down::run(ctx, &mut out, carry).await,
-        Scenario::Recovery => recovery::run(ctx, &mut out, carry).await,
+    let result = match switch_profile(ctx, scenario).await {
+        Err(e) => Err(e),
+        Ok(()) => match scenario {
+            Scenario::PowerLoss => power_loss::run(ctx, &mut out, carry).await,
+            Scenario::NetworkCut => network_cut::run(ctx, &mut out, carry).await,
+            Scenario::BmcDown => bmc_down::run(ctx, &mut out, carry).await,
+            Scenario::Recovery => recovery::run(ctx, &mut out, carry).await,
+            Scenario::Nhc => nhc::run(ctx, &mut out, carry).await,
+        },
     };
     // Let the last steps arrive before the scene closes.
     tokio::time::sleep(super::timeline::REORDER_WINDOW + Duration::from_millis(100)).await;
@@ -220,6 +291,16 @@ pub async fn run(
         }
     }
     out
+}
+
+/// Restarts nodefence with the configuration `scenario` needs, from a whole cluster,
+/// when it runs with another one.
+async fn switch_profile(ctx: &Ctx<'_>, scenario: Scenario) -> Result<(), String> {
+    if ctx.world.profile() == Some(scenario.profile()) {
+        return Ok(());
+    }
+    make_whole(ctx).await?;
+    ctx.use_profile(scenario.profile()).await
 }
 
 /// Restores the cluster when an earlier scenario left it broken, and waits until it

@@ -28,7 +28,7 @@ pub async fn run(ctx: &Ctx<'_>, out: &mut Outcome, carry: &mut Carry) -> Result<
     );
     world.set_network(&victim, false);
 
-    let grace = world.wording.grace_period + world.wording.unhealthy_after;
+    let grace = world.wording().grace_period + world.wording().unhealthy_after;
     ctx.wait_step(
         "ForceOff at the BMC",
         grace + Duration::from_secs(120),
@@ -75,7 +75,7 @@ pub async fn run(ctx: &Ctx<'_>, out: &mut Outcome, carry: &mut Carry) -> Result<
         "{victim} forced off at +{} (unhealthy for {} since the first missed renewal), confirmed Off, released at +{}; \
          db-0 Running on {now_on} at +{}.",
         secs(forced.unwrap_or_default()),
-        crate::demo::narrate::span(world.wording.unhealthy_after),
+        crate::demo::narrate::span(world.wording().unhealthy_after),
         secs(out.released_after.unwrap_or_default()),
         secs(out.running_after.unwrap_or_default()),
     );

@@ -14,7 +14,7 @@ use crate::demo::narrate::span;
 
 pub async fn run(ctx: &Ctx<'_>, out: &mut Outcome, carry: &mut Carry) -> Result<(), String> {
     let world = ctx.world;
-    let w = &world.wording;
+    let w = &world.wording();
     let fenced = carry
         .fenced
         .take()
