@@ -377,7 +377,7 @@ fn check_link(
     let known = cache
         .entry(file.clone())
         .or_insert_with(|| anchors(&read(&on_disk)));
-    if known.iter().any(|a| *a == anchor) {
+    if known.contains(&anchor) {
         return None;
     }
     let near: Vec<&str> = known
