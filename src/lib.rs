@@ -22,7 +22,8 @@
 //!   metrics and health server, one controller per term.
 //! - [`telemetry`]: Prometheus metrics, `/healthz` and `/readyz`.
 //! - [`cli`]: one module per subcommand; `main.rs` only dispatches.
-//! - [`demo`]: `nodefence demo`: the whole story on one machine against the mocks.
+//! - `demo`: `nodefence demo`: the whole story on one machine against the mocks; only
+//!   with the `demo` feature (on by default, off in the image: it brings the mocks).
 //! - [`clock`]: the process's clock, replaceable in simulations.
 //! - [`tls`]: the single rustls crypto provider of the process, and how BMC
 //!   certificates are trusted (a CA file, the exact certificate, or a pinned fingerprint).
@@ -35,6 +36,7 @@ pub mod cluster;
 pub mod config;
 pub mod controller;
 pub mod daemon;
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod engine;
 #[doc(hidden)]

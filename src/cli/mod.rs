@@ -11,10 +11,17 @@
 //! | 4 | aborted: the confirmation prompt was declined or could not be shown |
 
 mod cluster_args;
+#[cfg(feature = "demo")]
 mod demo;
 mod explain;
 mod fence;
 mod logging;
+// `nodefence demo` in a build without the `demo` feature (the image): it says where
+// the demo is. The default build's unit tests check it too.
+#[cfg(any(test, not(feature = "demo")))]
+mod no_demo;
+#[cfg(not(feature = "demo"))]
+use no_demo as demo;
 mod pause;
 mod run;
 mod status;
@@ -101,6 +108,7 @@ pub enum Command {
     /// The daemon: watch nodes, confirm dead machines are off, release their volumes.
     Run(run::RunArgs),
     /// The whole story on this machine: a simulated cluster, a mock BMC, the real daemon.
+    #[cfg_attr(not(feature = "demo"), command(about = no_demo::ABOUT, long_about = None))]
     Demo(demo::DemoArgs),
     /// Stop all fencing cluster-wide (planned maintenance, upgrades); `--show` to read.
     Pause(pause::PauseArgs),
