@@ -7,7 +7,8 @@
 FROM docker.io/library/rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .
-RUN cargo build --profile dist --locked -p nodefence --bin nodefence \
+# --no-default-features: without the `demo` feature and its mocks (image/build says why).
+RUN cargo build --profile dist --locked --no-default-features -p nodefence --bin nodefence \
  && install -m 0755 target/dist/nodefence /usr/local/bin/nodefence
 
 # The default: glibc, the CA bundle, a non-root user (65532) and nothing else.
