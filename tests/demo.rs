@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Fast enough for CI (about 35 s for every scenario), slow enough for a busy machine.
+/// Fast enough for CI (about 28 s for every scenario), slow enough for a busy machine.
 const SPEED: &str = "20";
 
 struct Run {
@@ -75,6 +75,54 @@ fn in_order(text: &str, steps: &[&str]) {
             ),
         }
     }
+}
+
+/// The time at the start of a story line (`    +68.8s  worker-2 ...`), in seconds.
+fn line_time(line: &str) -> Option<f64> {
+    line.split_whitespace()
+        .next()?
+        .strip_prefix('+')?
+        .strip_suffix('s')?
+        .parse()
+        .ok()
+}
+
+/// The first line of `text` containing `what`.
+fn line_with<'a>(text: &'a str, what: &str) -> &'a str {
+    text.lines()
+        .find(|l| l.contains(what))
+        .unwrap_or_else(|| panic!("no line with {what:?} in:\n{text}"))
+}
+
+/// `+68.8s` right after `after` in `line`, in seconds.
+fn time_after(line: &str, after: &str) -> f64 {
+    let rest = &line[line
+        .find(after)
+        .unwrap_or_else(|| panic!("{after:?} not in {line:?}"))
+        + after.len()..];
+    let end = rest.find('s').unwrap_or(rest.len());
+    rest[..end]
+        .parse()
+        .unwrap_or_else(|_| panic!("no time after {after:?} in {line:?}"))
+}
+
+/// The network cut's narration says when the ForceOff will come and what the wait
+/// counts from; the times printed must bear it out (cluster time, as printed).
+fn the_stated_wait_is_the_one_kept(scenario: &str) {
+    let suspect = line_with(scenario, "nodefence      Lease not renewed for");
+    let on = line_with(scenario, "BMC says On");
+    let reset = line_with(scenario, "BMC            ForceOff received");
+    let (suspect_at, reset_at) = (line_time(suspect).unwrap(), line_time(reset).unwrap());
+    let deadline = time_after(on, "ForceOff at +");
+    let from = time_after(on, "Lease stale (+");
+    assert!((from - suspect_at).abs() < 0.15, "{suspect}\n{on}");
+    assert!((deadline - from - 60.0).abs() < 0.15, "{on}");
+    // The daemon acts on its own tick and the BMC is polled: a few seconds of
+    // cluster time at --speed 20 are a few tenths of a second.
+    assert!(
+        (reset_at - deadline).abs() < 4.0,
+        "ForceOff at +{reset_at}s, stated +{deadline}s:\n{scenario}"
+    );
 }
 
 /// The text of scenario `n` (from its header to the next one or the summary).
@@ -167,8 +215,13 @@ fn the_demo_tells_every_scenario_in_order_and_exits_0() {
         network_cut,
         &[
             "cuts the network",
+            "nodefence      Lease not renewed for",
             "node NotReady",
-            "nodefence      still On after 1m NotReady: sends ForceOff",
+            "BMC says On: it may only be cut off; ForceOff at +",
+            ", 1m after nodefence found its Lease stale (+",
+            "), unless the node recovers",
+            "nodefence      still On 1m or more after nodefence found its Lease stale (+",
+            "): sends ForceOff",
             "BMC            ForceOff received",
             "machine confirmed Off",
             "out-of-service taint added",
@@ -177,6 +230,7 @@ fn the_demo_tells_every_scenario_in_order_and_exits_0() {
         ],
     );
     assert_ne!(db_running_node(network_cut), db_node_before(network_cut));
+    the_stated_wait_is_the_one_kept(network_cut);
 
     let bmc_down = section(out, 3);
     in_order(
@@ -371,7 +425,8 @@ fn node_health_check_asks_and_nodefence_fences_once_then_lets_the_request_go() {
             "its own unhealthy_after is 10m",
             "you            cuts the network",
             "node NotReady",
-            "BMC says On: it may only be cut off; ForceOff if still NotReady after 10m",
+            "BMC says On: it may only be cut off; ForceOff at +",
+            ", 10m after nodefence found its Lease stale (+",
             "NHC            Ready Unknown for ",
             "creates NodeFenceRemediation nodefence/",
             &format!(

@@ -87,12 +87,24 @@ pub fn nodefence_events(store: &Store, story: Story, wording: Wording) -> JoinHa
             }
             told.insert(name.to_string(), count);
             let at = event_time(event).unwrap_or_else(SystemTime::now);
-            if let Some(step) = narrate::nodefence_step(event, at, &wording) {
+            let node = event
+                .pointer("/regarding/name")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            // Recorded by this task before, in the order nodefence wrote them.
+            let opener = story.last(at + OPENER_SLACK, |s| {
+                s.node == node && narrate::INCIDENT_OPENERS.iter().any(|r| s.is_nodefence(r))
+            });
+            if let Some(step) = narrate::nodefence_step(event, at, &wording, opener.as_ref()) {
                 story.record(step);
             }
         }
     })
 }
+
+/// An Event that opens an incident is written in the same decision as the
+/// `MachineStillOn` or `PoweringOff` it explains, but may be stamped a little later.
+const OPENER_SLACK: Duration = Duration::from_millis(50);
 
 fn name(event: &Value) -> Option<&str> {
     event.pointer("/metadata/name").and_then(Value::as_str)

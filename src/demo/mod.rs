@@ -44,7 +44,7 @@ use scenarios::{Carry, Ctx, Outcome};
 use style::Style;
 use timeline::Story;
 
-/// The default time scale: the whole demo takes about a minute and a half.
+/// The default time scale: the whole demo (five scenarios) takes about 86 s; 28 s at 20.
 pub const DEFAULT_SPEED: f64 = 6.0;
 
 /// Exit codes of `nodefence demo`.

@@ -8,7 +8,7 @@ use nodefence_mocks::kube::sim::{SimEvent, SimEventKind};
 use nodefence_mocks::redfish::MockPower;
 use serde_json::Value;
 
-use super::timeline::{Actor, Fact, Step};
+use super::timeline::{Actor, Fact, Mark, Step};
 
 /// The settings the words quote, in cluster time.
 #[derive(Debug, Clone)]
@@ -226,8 +226,35 @@ pub fn sim_step(ev: &SimEvent, w: &Wording) -> Option<Step> {
     })
 }
 
-/// An `events.k8s.io/v1` Event nodefence wrote, as a step at `at`.
-pub fn nodefence_step(event: &Value, at: SystemTime, w: &Wording) -> Option<Step> {
+/// The Events with which nodefence opens an incident on a node: its wait before a
+/// ForceOff (`unhealthy_after`) counts from the first of them or from NotReady,
+/// whichever came first (`engine::decide`).
+pub const INCIDENT_OPENERS: [&str; 3] = ["NodeSuspect", "NodeUnhealthy", "RemediationRequested"];
+
+/// What `unhealthy_after` counts from, in words, for the Event that opened the
+/// incident: the engine counts from when it opened the incident (after a stale Lease
+/// or NotReady), or from NotReady if that came first, which it cannot after a
+/// NodeUnhealthy (opened on NotReady) and, in the demo, does not after a NodeSuspect
+/// (the Lease goes stale well before the grace period ends).
+fn counted_from(opener: &Step) -> &'static str {
+    if opener.is_nodefence("NodeUnhealthy") {
+        "it turned NotReady"
+    } else if opener.is_nodefence("RemediationRequested") {
+        "the request came"
+    } else {
+        "nodefence found its Lease stale"
+    }
+}
+
+/// An `events.k8s.io/v1` Event nodefence wrote, as a step at `at`; `opener` is the
+/// Event that opened the node's incident (see [`INCIDENT_OPENERS`]), which the waits
+/// before a ForceOff count from.
+pub fn nodefence_step(
+    event: &Value,
+    at: SystemTime,
+    w: &Wording,
+    opener: Option<&Step>,
+) -> Option<Step> {
     let reason = event.get("reason").and_then(Value::as_str)?;
     let node = event
         .pointer("/regarding/name")
@@ -237,14 +264,34 @@ pub fn nodefence_step(event: &Value, at: SystemTime, w: &Wording) -> Option<Step
     let warning = event.get("type").and_then(Value::as_str) == Some("Warning");
     let lease = w.lease_stale_after.map_or("a while".to_string(), span);
     let unhealthy = span(w.unhealthy_after);
+    let mut marks = Vec::new();
     let text = match reason {
         "NodeSuspect" => {
             format!("Lease not renewed for {lease}: suspect; asks the BMC for the power state")
         }
         "NodeUnhealthy" => "node NotReady: asks the BMC for the power state".to_string(),
-        "MachineStillOn" => format!(
-            "BMC says On: it may only be cut off; ForceOff if still NotReady after {unhealthy}"
-        ),
+        "MachineStillOn" => match opener {
+            // The engine's deadline: the incident's start + unhealthy_after.
+            Some(o) => {
+                marks = vec![
+                    Mark {
+                        at: o.at,
+                        offset: w.unhealthy_after,
+                    },
+                    Mark {
+                        at: o.at,
+                        offset: Duration::ZERO,
+                    },
+                ];
+                format!(
+                    "BMC says On: it may only be cut off; ForceOff at {{@0}}, {unhealthy} after {} ({{@1}}), unless the node recovers",
+                    counted_from(o)
+                )
+            }
+            None => format!(
+                "BMC says On: it may only be cut off; ForceOff {unhealthy} after nodefence found the node unhealthy, unless it recovers"
+            ),
+        },
         "RemediationRequested" => format!(
             "{} asks for it to be fenced: asks the BMC for the power state",
             requester(note).unwrap_or("a remediation request")
@@ -262,7 +309,21 @@ pub fn nodefence_step(event: &Value, at: SystemTime, w: &Wording) -> Option<Step
                 Some(by) => format!(
                     "still On, and {by} asks: sends ForceOff now, without waiting for its own {unhealthy}{attempt}"
                 ),
-                None => format!("still On after {unhealthy} NotReady: sends ForceOff{attempt}"),
+                None => match opener {
+                    Some(o) => {
+                        marks = vec![Mark {
+                            at: o.at,
+                            offset: Duration::ZERO,
+                        }];
+                        format!(
+                            "still On {unhealthy} or more after {} ({{@0}}): sends ForceOff{attempt}",
+                            counted_from(o)
+                        )
+                    }
+                    None => format!(
+                        "still On {unhealthy} or more after nodefence found the node unhealthy: sends ForceOff{attempt}"
+                    ),
+                },
             }
         }
         "ConfirmedOff" => {
@@ -311,7 +372,11 @@ pub fn nodefence_step(event: &Value, at: SystemTime, w: &Wording) -> Option<Step
     let fact = Fact::Nodefence {
         reason: reason.to_string(),
     };
-    Some(Step::new(at, node, Actor::Nodefence, fact, text).warning(warning))
+    Some(
+        Step::new(at, node, Actor::Nodefence, fact, text)
+            .warning(warning)
+            .marks(marks),
+    )
 }
 
 /// The request named in a note saying "... NodeFenceRemediation ns/name asks for it
@@ -436,7 +501,7 @@ mod tests {
     fn nodefence_events_read_plainly() {
         let ev = json!({"reason": "ConfirmedOff", "type": "Normal", "regarding": {"name": "worker-2"},
             "note": "the machine is confirmed Off (3 consecutive readings since its last sign of life); adding the out-of-service taint"});
-        let step = nodefence_step(&ev, crate::clock::now(), &wording()).unwrap();
+        let step = nodefence_step(&ev, crate::clock::now(), &wording(), None).unwrap();
         assert_eq!(step.node, "worker-2");
         assert_eq!(
             step.text,
@@ -444,7 +509,7 @@ mod tests {
         );
         let ev = json!({"reason": "PowerQueryFailed", "type": "Warning", "regarding": {"name": "worker-1"},
             "note": "the power state cannot be read (timed out (after 1s)); nothing is released"});
-        let step = nodefence_step(&ev, crate::clock::now(), &wording()).unwrap();
+        let step = nodefence_step(&ev, crate::clock::now(), &wording(), None).unwrap();
         assert!(step.warning);
         assert_eq!(
             step.text,
@@ -456,7 +521,7 @@ mod tests {
         );
         let ev = json!({"reason": "PoweringOff", "type": "Warning", "regarding": {"name": "w"},
             "note": "... forcing power off (attempt 2)"});
-        let step = nodefence_step(&ev, crate::clock::now(), &wording()).unwrap();
+        let step = nodefence_step(&ev, crate::clock::now(), &wording(), None).unwrap();
         assert!(
             step.text.ends_with("sends ForceOff (attempt 2)"),
             "{}",
@@ -465,10 +530,41 @@ mod tests {
     }
 
     #[test]
+    fn the_wait_before_a_force_off_is_counted_from_the_incident() {
+        let t0 = crate::clock::now();
+        let suspect = json!({"reason": "NodeSuspect", "type": "Warning", "regarding": {"name": "w"},
+            "note": "its kubelet stopped renewing its Lease (last sign of life ...)"});
+        let opener =
+            nodefence_step(&suspect, t0 + Duration::from_secs(2), &wording(), None).unwrap();
+        let on = json!({"reason": "MachineStillOn", "type": "Warning", "regarding": {"name": "w"},
+            "note": "the machine is On; it will be powered off at ... unless the node recovers"});
+        let step =
+            nodefence_step(&on, t0 + Duration::from_secs(9), &wording(), Some(&opener)).unwrap();
+        // Shown at speed 6: the opener at +12.0s, the deadline a minute later.
+        assert_eq!(
+            step.text_since(t0, 6.0),
+            "BMC says On: it may only be cut off; ForceOff at +72.0s, 1m after nodefence found its Lease stale (+12.0s), unless the node recovers"
+        );
+        let off = json!({"reason": "PoweringOff", "type": "Warning", "regarding": {"name": "w"},
+            "note": "the machine is still On and the node has been unhealthy since ...: forcing power off (attempt 1)"});
+        let step = nodefence_step(
+            &off,
+            t0 + Duration::from_secs(12),
+            &wording(),
+            Some(&opener),
+        )
+        .unwrap();
+        assert_eq!(
+            step.text_since(t0, 6.0),
+            "still On 1m or more after nodefence found its Lease stale (+12.0s): sends ForceOff"
+        );
+    }
+
+    #[test]
     fn requests_read_plainly() {
         let ev = json!({"reason": "PoweringOff", "type": "Warning", "regarding": {"name": "w"},
             "note": "the machine is still On and NodeFenceRemediation nodefence/w asks for it to be fenced: forcing power off (attempt 1)"});
-        let step = nodefence_step(&ev, crate::clock::now(), &wording()).unwrap();
+        let step = nodefence_step(&ev, crate::clock::now(), &wording(), None).unwrap();
         assert_eq!(
             step.text,
             "still On, and NodeFenceRemediation nodefence/w asks: sends ForceOff now, without waiting for its own 1m"

@@ -3,8 +3,11 @@
 //! aligned line each, in time order.
 //!
 //! Steps arrive from several tasks, each a few milliseconds late, so the printer (see
-//! `printer`) holds them for [`REORDER_WINDOW`] and prints them sorted by when they
-//! happened. Lines are printed only inside a scenario (between [`Story::begin`] and
+//! `printer`) holds them for [`REORDER_WINDOW`] (longer once steps arrive later than
+//! that) and prints them sorted by when they happened. Each is stamped when it
+//! happened, not when it arrived (the simulation stamps a change before the write
+//! others react to); a step stamped after steps it caused moves ahead of them. Times
+//! a text refers to are [`Mark`]s, printed on the scenario's clock like the steps. Lines are printed only inside a scenario (between [`Story::begin`] and
 //! [`Story::end`]), with the time since the scenario's first action. Every step is
 //! also kept, printed or not, for the scenarios' checks and the summary.
 
@@ -105,6 +108,17 @@ pub struct Step {
     pub warning: bool,
     /// Steps that repeat (retries) are printed once per scenario per key.
     pub once: Option<String>,
+    /// Moments the text refers to: `{@0}`, `{@1}`... in it are printed as the time
+    /// of `at + offset` (offset in cluster time) on the scenario's clock, `+68.8s`.
+    pub marks: Vec<Mark>,
+}
+
+/// A moment a step's text refers to: `at` (wall clock, as the steps' times) plus
+/// `offset` (cluster time, e.g. a policy's wait).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Mark {
+    pub at: SystemTime,
+    pub offset: Duration,
 }
 
 impl Step {
@@ -117,7 +131,28 @@ impl Step {
             text,
             warning: false,
             once: None,
+            marks: Vec::new(),
         }
+    }
+
+    /// Sets the moments `{@0}`, `{@1}`... in the text stand for.
+    pub fn marks(mut self, marks: Vec<Mark>) -> Self {
+        self.marks = marks;
+        self
+    }
+
+    /// The text with its marks as times since `t0` on a clock `speed` times slower
+    /// than the wall clock (cluster time): `+68.8s`.
+    pub fn text_since(&self, t0: SystemTime, speed: f64) -> String {
+        let mut text = self.text.clone();
+        for (i, mark) in self.marks.iter().enumerate() {
+            let secs = match mark.at.duration_since(t0) {
+                Ok(d) => d.as_secs_f64() * speed,
+                Err(e) => -(e.duration().as_secs_f64() * speed),
+            } + mark.offset.as_secs_f64();
+            text = text.replace(&format!("{{@{i}}}"), &format!("{secs:+.1}s"));
+        }
+        text
     }
 
     pub fn warning(mut self, yes: bool) -> Self {

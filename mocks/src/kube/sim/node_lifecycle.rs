@@ -157,6 +157,9 @@ impl Lifecycle {
         }
         let mut zone_ready: HashMap<String, Vec<bool>> = HashMap::new();
         for node in nodes.iter() {
+            // Taken before the status write: nodefence may react to the NotReady (and
+            // record its reaction) before this loop records it.
+            let written_at = nodefence_clock::now();
             let (observed, current) = self.update_health(node);
             if objects::label(node, EXCLUDE_DISRUPTION).is_none() {
                 zone_ready
@@ -170,7 +173,8 @@ impl Lifecycle {
                 let name = objects::name(node);
                 let msg = format!("Node {name} status is now: NodeNotReady");
                 self.node_event(node, EventType::Normal, "NodeNotReady", &msg);
-                self.ctx.record(
+                self.ctx.record_at(
+                    written_at,
                     SimEventKind::NodeNotReady,
                     Some(name),
                     None,
