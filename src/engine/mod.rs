@@ -195,11 +195,13 @@ impl Engine {
         let name = facts.name.clone();
         let mut facts = facts;
         // A request this node was already released for (it may stand a while after
-        // the node came back, or registered again): nothing to do for it again.
+        // the node came back, or registered again): nothing to do for it again. Once
+        // timed out, it is kept: its requester moved on, and it stops power commands
+        // (the power-on after fence too) as any timed-out request does.
         if facts
             .request
             .as_ref()
-            .is_some_and(|r| self.served_requests.contains(&r.uid))
+            .is_some_and(|r| !r.timed_out && self.served_requests.contains(&r.uid))
         {
             facts.request = None;
         }

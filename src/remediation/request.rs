@@ -124,10 +124,11 @@ impl KeptRequest {
             .is_some_and(|c| c.status == "True")
     }
 
-    /// The request as the engine sees it: `None` once served or being deleted (its
-    /// requester found the node healthy).
+    /// The request as the engine sees it: `None` once served (unless timed out since:
+    /// it still stops power commands, a power-on after fence among them) or being
+    /// deleted (its requester found the node healthy).
     pub fn engine_request(&self) -> Option<Request> {
-        if self.deleting || self.reported_succeeded() {
+        if self.deleting || self.reported_succeeded() && self.timed_out.is_none() {
             return None;
         }
         Some(Request {
@@ -253,5 +254,9 @@ mod tests {
             observed_generation: None,
         }];
         assert_eq!(done.engine_request(), None, "served by an earlier leader");
+        // Served, then timed out (by a requester other than NodeHealthCheck, which
+        // leaves a succeeded request alone): it still stops power commands.
+        done.timed_out = Some("2026-11-27T00:01:00Z".into());
+        assert!(done.engine_request().is_some_and(|e| e.timed_out));
     }
 }

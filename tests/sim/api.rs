@@ -130,13 +130,22 @@ pub fn client(
                 truth.count(|c| c.api_errors += 1);
                 return Ok(status(code));
             }
-            let begins_release = write && check_write(&parts, &body, &store, &side, &truth);
+            let begins_release = if write {
+                check_write(&parts, &body, &store, &side, &truth)
+            } else {
+                None
+            };
             let req = Request::from_parts(parts, AxumBody::from(body));
             let resp = router
                 .oneshot(req)
                 .await
                 .map_err(|e| -> BoxError { match e {} })?;
-            if begins_release
+            if let Some(node) = begins_release.as_deref()
+                && resp.status().is_success()
+            {
+                truth.release_written(node);
+            }
+            if begins_release.is_some()
                 && resp.status().is_success()
                 && truth.crash_on_release.swap(false, Ordering::SeqCst)
             {
@@ -182,15 +191,15 @@ fn status(code: StatusCode) -> Response<AxumBody> {
     resp
 }
 
-/// Invariants 1 and 3 on one write, before it reaches the store; whether the write
-/// begins a release (a taint added, a Node deleted).
+/// Invariants 1 and 3 on one write, before it reaches the store; the node whose
+/// release the write begins (a taint added, a Node deleted), if it does.
 fn check_write(
     parts: &http::request::Parts,
     body: &[u8],
     store: &Store,
     side: &ApiSide,
     truth: &Truth,
-) -> bool {
+) -> Option<String> {
     let path = parts.uri.path();
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     // The leader election's own Lease writes and Events are not the cluster's state;
@@ -206,7 +215,7 @@ fn check_write(
             && parts.method == http::Method::POST
             && path.ends_with("/namespaces")
     {
-        return false;
+        return None;
     }
     truth.count(|c| c.writes_checked += 1);
     let holder = store
@@ -258,9 +267,7 @@ fn check_write(
         }
         _ => None,
     };
-    let Some((node, what)) = released else {
-        return false;
-    };
+    let (node, what) = released?;
     truth.count(|c| c.releases += 1);
     if let Some(why) = release_refusal(truth, &node) {
         truth.violation(format!(
@@ -282,7 +289,7 @@ fn check_write(
             "invariant 2 (no release begun while paused): {what} for {node}: {why}"
         ));
     }
-    begins
+    begins.then_some(node)
 }
 
 /// The node a pod or VolumeAttachment names (`spec.nodeName`).

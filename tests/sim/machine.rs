@@ -7,6 +7,7 @@
 //! (Off while On), flap, answer for another machine, or lose the reply to a command
 //! it carried out. Every power command is checked against the rules on the spot.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -15,6 +16,8 @@ use async_trait::async_trait;
 use nodefence::identity::MachineIdentity;
 use nodefence::power::{PowerDriver, PowerError, PowerReading, PowerState};
 use tokio::time::Instant;
+
+use super::requests::SeenRequest;
 
 /// What a BMC does when asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +80,8 @@ pub struct Machine {
     /// power-on-after-fence check: a machine that came back on by any means and lost
     /// power later is a new failure, not one nodefence left off; seed 7791).
     pub fenced_by_us: bool,
+    /// Incidents so far (one more each time it stops serving).
+    pub incident: u64,
 }
 
 impl Machine {
@@ -101,6 +106,7 @@ impl Machine {
             last_off_reading: None,
             offs_this_incident: 0,
             fenced_by_us: false,
+            incident: 0,
         }
     }
 
@@ -129,6 +135,7 @@ impl Machine {
         if self.failed_at.is_none() {
             self.failed_at = Some(at);
             self.offs_this_incident = 0;
+            self.incident += 1;
         }
     }
 }
@@ -152,6 +159,8 @@ pub struct Truth {
     pub counters: Mutex<Counters>,
     /// The schedule's own generator, for the faults decided per request.
     pub rng: Mutex<Rng>,
+    /// Remediation requests as last seen in the store, by uid.
+    pub requests: Mutex<BTreeMap<String, SeenRequest>>,
 }
 
 impl Truth {
@@ -333,6 +342,9 @@ impl SimDriver {
                     "invariant 2 (no power-off when it must not be sent): power-off for {me}: {why}"
                 ));
             }
+            if let Some(why) = self.truth.request_refusal(&me, false) {
+                self.truth.violation(format!("{why}: power-off for {me}"));
+            }
             if target != self.index {
                 self.truth.violation(format!(
                     "invariant 2: power-off for {me} reached another machine (index {target}) through a BMC that answers for it"
@@ -373,6 +385,9 @@ impl SimDriver {
                 self.truth.violation(format!(
                     "invariant 2 (nothing powered while paused): power-on for {me}: {why}"
                 ));
+            }
+            if let Some(why) = self.truth.request_refusal(&me, true) {
+                self.truth.violation(format!("{why}: power-on for {me}"));
             }
             self.truth.with(|ms| {
                 ms[target].fenced_by_us = false;

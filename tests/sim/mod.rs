@@ -8,5 +8,6 @@
 pub mod api;
 pub mod machine;
 pub mod play;
+pub mod requests;
 pub mod schedule;
 pub mod world;

@@ -16,7 +16,8 @@ use tokio::time::Instant;
 
 use super::api::{self, ApiMode, ApiSide, LEADER};
 use super::machine::{Bmc, Counters, Machine, Rng, Truth, lock};
-use super::schedule::{Fault, clock_skews, report_lags, schedule, watch_drops};
+use super::requests;
+use super::schedule::{Fault, clock_skews, remediation, report_lags, schedule, watch_drops};
 use super::world::{
     CHAOS, LIVENESS_BOUND, PASSWORD, RECOVERY_BOUND, TRANSITION, WORKERS, World, node_name,
     uuid_of, write_config,
@@ -133,7 +134,14 @@ async fn play(
         Ok(d) => d,
         Err(e) => panic!("tempdir: {e}"),
     };
-    let config_path = write_config(dir.path(), power_on_after_fence);
+    // Regression seeds and scripted scenarios play as they did before requests
+    // existed (their faults are what they were recorded with).
+    let plan = match script {
+        Some(_) => None,
+        None if crate::REGRESSIONS.contains(&seed) => None,
+        None => remediation(seed),
+    };
+    let config_path = write_config(dir.path(), power_on_after_fence, plan.is_some());
     let policy = match nodefence::config::load(&config_path) {
         Ok(c) => c.agent.policy,
         Err(e) => panic!("the simulation's configuration is invalid: {e}"),
@@ -196,6 +204,9 @@ async fn play(
         opted_out: Arc::new(Mutex::new(BTreeMap::new())),
     };
     *lock(&truth.gate) = Some(world.gate());
+    if let Some(plan) = &plan {
+        requests::install(&world.operator, plan.nhc).await;
+    }
     world.start_replica(0);
     world.start_replica(1);
     world.run_for(Duration::from_secs(20)).await;
@@ -228,11 +239,22 @@ async fn play(
                 }),
         )
         .collect();
+    if let Some(nhc) = plan.as_ref().and_then(|p| p.nhc) {
+        events.push(format!(
+            "   0s NodeHealthCheck: Ready not True for {}s{}",
+            nhc.unhealthy_for.as_secs(),
+            nhc.escalate_after.map_or(String::new(), |t| format!(
+                ", nodefence's step times out after {}s",
+                t.as_secs()
+            ))
+        ));
+    }
     let mut faults = match script {
         Some(script) => script,
         None => {
             let mut drawn = schedule(&mut rng);
             drawn.extend(watch_drops(seed));
+            drawn.extend(plan.iter().flat_map(|p| p.faults.clone()));
             drawn
         }
     };
@@ -280,6 +302,7 @@ async fn play(
         }
     }
     world.pause(false).await;
+    requests::delete_by_hand(&world.operator, &store).await;
     for i in 0..WORKERS {
         world.opt_out(&node_name(i), false).await;
         world.machine(i, |m| {
@@ -310,12 +333,17 @@ async fn play(
     if power_on_after_fence {
         let deadline = Instant::now() + policy.release_timeout + Duration::from_secs(120);
         let still_off = |w: &World| {
-            w.truth.with(|ms| {
-                ms.iter()
-                    .filter(|m| m.fenced_by_us && !m.on && m.transition.is_none())
-                    .map(|m| m.node.clone())
-                    .collect::<Vec<_>>()
-            })
+            w.truth
+                .with(|ms| {
+                    ms.iter()
+                        .filter(|m| m.fenced_by_us && !m.on && m.transition.is_none())
+                        .map(|m| m.node.clone())
+                        .collect::<Vec<_>>()
+                })
+                .into_iter()
+                // Its request timed out: powering it on is the next remediator's job.
+                .filter(|n| !w.truth.left_to_next_remediator(n))
+                .collect::<Vec<_>>()
         };
         while !still_off(&world).is_empty() && Instant::now() < deadline {
             world.run_for(Duration::from_secs(1)).await;
@@ -340,8 +368,12 @@ async fn play(
         }
     };
     let repaired = Instant::now();
-    let whole =
-        |w: &World| (0..WORKERS).all(|i| w.ready(&node_name(i)) && !w.released(&node_name(i)));
+    // Invariant 10: NodeHealthCheck deletes its requests once the nodes are healthy;
+    // every request deleted is gone (nodefence let go of its finalizer).
+    let whole = |w: &World| {
+        (0..WORKERS).all(|i| w.ready(&node_name(i)) && !w.released(&node_name(i)))
+            && requests::stored(&w.store).is_empty()
+    };
     while !whole(&world) && Instant::now() < repaired + RECOVERY_BOUND {
         repair(&world);
         world.run_for(Duration::from_secs(1)).await;
@@ -358,6 +390,22 @@ async fn play(
                 "invariant 5: {name} is Ready again but still tainted out-of-service"
             ));
         }
+    }
+    for (key, r) in requests::stored(&store) {
+        let finalizers = r
+            .pointer("/metadata/finalizers")
+            .cloned()
+            .unwrap_or_default();
+        truth.violation(match r.pointer("/metadata/deletionTimestamp") {
+            Some(_) => format!(
+                "invariant 10: request {key} was deleted and is still there {}s after the repair (finalizers {finalizers})",
+                RECOVERY_BOUND.as_secs()
+            ),
+            None => format!(
+                "invariant 10: request {key} stands {}s after its node was repaired (NodeHealthCheck did not delete it)",
+                RECOVERY_BOUND.as_secs()
+            ),
+        });
     }
     // Invariant 7: no password or token in any log line or Event.
     let text = String::from_utf8_lossy(&lock(&logs)).into_owned();

@@ -29,6 +29,20 @@ pub enum Fault {
     /// The replica that begins the next release (its taint or Node deletion) dies
     /// right after that write, before it can record the release.
     CrashOnNextRelease,
+    /// Someone (an operator, a health checker other than NodeHealthCheck) asks for
+    /// this node to be remediated: a `NodeFenceRemediation` named `name` with the node
+    /// in its annotation, marked timed out after `timeout` (as NodeHealthCheck's
+    /// escalation does) if given, deleted after `span`.
+    Request {
+        node: usize,
+        name: String,
+        timeout: Option<Duration>,
+        span: Duration,
+    },
+    /// The request `name` times out (`remediation.medik8s.io/nhc-timed-out`).
+    RequestTimesOut(String),
+    /// The request `name` is deleted (its node is healthy, or the asker gave up).
+    RequestDeleted(String),
 }
 
 pub fn schedule(rng: &mut Rng) -> Vec<(Duration, Fault)> {
@@ -128,4 +142,61 @@ pub fn clock_skews(seed: u64) -> Vec<Duration> {
             _ => Duration::ZERO,
         })
         .collect()
+}
+
+/// How a seed's cluster asks nodefence for remediation, from a generator of its own
+/// like [`watch_drops`]: `None` (no requests, `[remediation]` off: the seed plays as
+/// it did before requests existed) for half the seeds.
+#[derive(Debug, Clone)]
+pub struct RemediationPlan {
+    /// NodeHealthCheck runs beside nodefence (its stand-in,
+    /// `nodefence_mocks::remediation::nhc`), naming nodefence's template.
+    pub nhc: Option<NhcPlan>,
+    /// Requests made by hand, and the replica crashes that strike while one stands.
+    pub faults: Vec<(Duration, Fault)>,
+}
+
+/// How the NodeHealthCheck of a seed is set.
+#[derive(Debug, Clone, Copy)]
+pub struct NhcPlan {
+    /// How long Ready must be False or Unknown (NodeHealthCheck's default is 300 s).
+    pub unhealthy_for: Duration,
+    /// nodefence is the first step of an escalation that moves on after this.
+    pub escalate_after: Option<Duration>,
+}
+
+pub fn remediation(seed: u64) -> Option<RemediationPlan> {
+    let mut rng = Rng::new(seed ^ 0x5245_4d45_4449_4154);
+    if rng.below(2) == 0 {
+        return None;
+    }
+    let nhc = (rng.below(3) != 0).then(|| NhcPlan {
+        unhealthy_for: Duration::from_secs(rng.below(4) * 60 + rng.below(60)),
+        escalate_after: (rng.below(2) == 1).then(|| Duration::from_secs(10 + rng.below(170))),
+    });
+    let mut faults = Vec::new();
+    for k in 0..rng.below(4) {
+        let at = Duration::from_secs(20 + rng.below(CHAOS.as_secs() - 60));
+        let node = rng.below(WORKERS as u64) as usize;
+        let span = Duration::from_secs(5 + rng.below(240));
+        let timeout = (rng.below(3) == 0).then(|| Duration::from_secs(rng.below(span.as_secs())));
+        faults.push((
+            at,
+            Fault::Request {
+                node,
+                name: format!("by-hand-{}", k + 1),
+                timeout,
+                span,
+            },
+        ));
+        // A leader change while the request is being served: either replica (the
+        // leader half the time).
+        if rng.below(2) == 1 {
+            faults.push((
+                at + Duration::from_secs(rng.below(30)),
+                Fault::Crash(rng.below(2) as usize, Duration::from_secs(rng.below(40))),
+            ));
+        }
+    }
+    Some(RemediationPlan { nhc, faults })
 }

@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use super::api::{self, ApiMode, ApiSide, LEADER, tainted};
 use super::machine::{Bmc, Gate, Machine, SimDriver, Truth, lock};
+use super::requests;
 use super::schedule::Fault;
 
 pub const WORKERS: usize = 5;
@@ -62,7 +63,12 @@ pub fn uuid_of(i: usize) -> String {
     format!("4c4c4544-0042-3510-8053-b7c04f3{i:05}")
 }
 
-pub fn write_config(dir: &std::path::Path, power_on_after_fence: bool) -> std::path::PathBuf {
+/// `requests`: nodefence answers remediation requests (`[remediation] requests`).
+pub fn write_config(
+    dir: &std::path::Path,
+    power_on_after_fence: bool,
+    requests: bool,
+) -> std::path::PathBuf {
     let write = |name: &str, text: &str| {
         std::fs::write(dir.join(name), text).unwrap_or_else(|e| panic!("writing {name}: {e}"))
     };
@@ -71,7 +77,12 @@ pub fn write_config(dir: &std::path::Path, power_on_after_fence: bool) -> std::p
         "nodefence.toml",
         &format!(
             "inventory = \"inventory.toml\"\n[power]\nmonitor_interval = \"60s\"\n\
-             [policy]\npower_on_after_fence = {power_on_after_fence}\n"
+             [policy]\npower_on_after_fence = {power_on_after_fence}\n{}",
+            if requests {
+                "[remediation]\nrequests = true\n"
+            } else {
+                ""
+            }
         ),
     );
     let mut inventory = String::from(
@@ -222,6 +233,7 @@ impl World {
                 self.sim.set_kubelet(&node, up);
             }
         }
+        requests::observe(&self.store, &self.truth, |n| self.released(n));
     }
 
     /// Why a power-off sent now breaks invariant 2, if it does.
@@ -339,6 +351,20 @@ impl World {
                 self.opt_out(&node_name(i), true).await;
                 later.push((Instant::now() + span, Fault::OptOut(i, Duration::ZERO)));
             }
+            Fault::Request {
+                node,
+                name,
+                timeout,
+                span,
+            } => {
+                requests::create(&self.operator, &name, &node_name(node)).await;
+                if let Some(t) = timeout {
+                    later.push((Instant::now() + t, Fault::RequestTimesOut(name.clone())));
+                }
+                later.push((Instant::now() + span, Fault::RequestDeleted(name)));
+            }
+            Fault::RequestTimesOut(name) => requests::time_out(&self.operator, &name).await,
+            Fault::RequestDeleted(name) => requests::delete(&self.operator, &name).await,
         }
     }
 
@@ -356,6 +382,8 @@ impl World {
                 m.network = true;
                 m.hung = false;
             }),
+            Fault::RequestTimesOut(name) => requests::time_out(&self.operator, &name).await,
+            Fault::RequestDeleted(name) => requests::delete(&self.operator, &name).await,
             _ => {}
         }
     }

@@ -196,6 +196,37 @@ fn a_served_request_never_fences_the_node_again_after_it_came_back() {
     assert_eq!(h.power_offs("w1"), 2);
 }
 
+/// Simulation seed 15 (with requests): a request was served (the node released for
+/// it), then timed out before the power-on after fence; a new leader powered the
+/// machine on behind the requester's next remediator.
+#[test]
+fn a_served_request_that_times_out_stops_the_power_on_after_fence() {
+    let policy = Policy {
+        power_on_after_fence: true,
+        release_timeout: secs(60),
+        ..Policy::default()
+    };
+    let mut h = Harness::new(policy);
+    for n in ["w1", "w2", "w3"] {
+        h.add(n, Bmc::State(PowerState::On));
+    }
+    h.request("w1", "r1", false);
+    h.advance(secs(20));
+    assert!(h.released("w1"));
+    assert!(h.engine.request_served("r1"));
+    // Its requester gives up on nodefence before the power-on is due.
+    h.request("w1", "r1", true);
+    h.advance(secs(300));
+    assert!(
+        h.power_on_times.is_empty(),
+        "powered on behind the next remediator"
+    );
+    // The next remediator's business ends (the request is deleted): power-on resumes.
+    h.withdraw_request("w1");
+    h.advance(secs(30));
+    assert_eq!(h.power_on_times.len(), 1);
+}
+
 #[test]
 fn a_node_already_released_on_its_own_serves_a_request_at_once() {
     let mut h = Harness::three_workers();
