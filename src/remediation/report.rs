@@ -173,6 +173,19 @@ fn progress(request: &KeptRequest, state: &NodeState, policy: &Policy) -> Progre
             request.timed_out.as_deref().unwrap_or_default()
         ));
     }
+    if let Some(other) = state
+        .facts
+        .request_timed_out()
+        .filter(|r| r.uid != request.uid)
+    {
+        return Progress::Working(
+            "HeldByTimedOutRequest",
+            format!(
+                "held: {} for this node timed out (its requester moved on to another remediator): no power command is sent while it stands; a machine proven Off is still released",
+                other.by
+            ),
+        );
+    }
     let Phase::Incident(inc) = &state.phase else {
         return Progress::Working(
             "Starting",
@@ -290,4 +303,59 @@ pub fn conditions_to_write(
             })
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{NodeFacts, Request};
+    use crate::remediation::NodeFenceRemediation;
+
+    fn kept(name: &str, uid: &str) -> KeptRequest {
+        let mut r = NodeFenceRemediation::new(name, Default::default());
+        r.metadata.namespace = Some("nodefence".into());
+        r.metadata.uid = Some(uid.into());
+        KeptRequest::new(&r).unwrap_or_else(|| panic!("kept"))
+    }
+
+    fn condition<'a>(w: &'a Wanted, type_: &str) -> &'a WantedCondition {
+        w.conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .unwrap_or_else(|| panic!("{type_} in {w:?}"))
+    }
+
+    #[test]
+    fn a_request_held_by_another_that_timed_out_says_which_and_why() {
+        let now = crate::clock::now();
+        let mut facts = NodeFacts::ready("worker-1", now);
+        facts.request = Some(Request {
+            uid: "uid-nhc".into(),
+            by: "NodeFenceRemediation nodefence/worker-1".into(),
+            since: now,
+            timed_out: true,
+        });
+        let state = NodeState::new(facts, now);
+        let policy = Policy::default();
+        let mine = kept("by-hand-1", "uid-mine");
+        let wanted = wanted_status(&mine, Ok("worker-1"), Some(&state), false, &policy);
+        let processing = condition(&wanted, PROCESSING);
+        assert_eq!(
+            (processing.status, processing.reason),
+            ("True", "HeldByTimedOutRequest")
+        );
+        assert!(
+            processing
+                .message
+                .contains("NodeFenceRemediation nodefence/worker-1 for this node timed out"),
+            "{}",
+            processing.message
+        );
+        assert_eq!(condition(&wanted, SUCCEEDED).status, "Unknown");
+        // The timed-out request itself reads as timed out, not as held by itself.
+        let mut theirs = kept("worker-1", "uid-nhc");
+        theirs.timed_out = Some("2026-11-27T00:00:00Z".into());
+        let wanted = wanted_status(&theirs, Ok("worker-1"), Some(&state), false, &policy);
+        assert_eq!(condition(&wanted, PROCESSING).reason, "TimedOut");
+    }
 }

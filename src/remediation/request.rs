@@ -140,17 +140,19 @@ impl KeptRequest {
     }
 }
 
-/// Of several requests for one node, the one the engine follows: the earliest live
-/// one; if every one timed out, the latest of those (power commands stay stopped).
+/// Of several requests for one node, the one the engine follows: the latest one that
+/// timed out, if any stands (its requester moved on to another remediator, which may
+/// be working on the machine: no power command goes out behind it, whoever else
+/// asks); else the earliest live one.
 pub fn merged<'a>(requests: impl IntoIterator<Item = &'a KeptRequest>) -> Option<Request> {
     let all: Vec<Request> = requests
         .into_iter()
         .filter_map(KeptRequest::engine_request)
         .collect();
     all.iter()
-        .filter(|r| !r.timed_out)
-        .min_by_key(|r| r.since)
-        .or_else(|| all.iter().max_by_key(|r| r.since))
+        .filter(|r| r.timed_out)
+        .max_by_key(|r| r.since)
+        .or_else(|| all.iter().min_by_key(|r| r.since))
         .cloned()
 }
 
@@ -233,13 +235,19 @@ mod tests {
         );
         let timed_out = KeptRequest::new(&r).unwrap_or_else(|| panic!("kept"));
         assert!(timed_out.engine_request().is_some_and(|e| e.timed_out));
-        // Both stand: the live one is followed; only timed-out ones: power stays stopped.
+        // Both stand: power stays stopped (simulation seeds 15 and 185: another
+        // requester's live request let a power-on out behind the next remediator).
         let mut other = kept.clone();
         other.uid = "uid-2".into();
         assert_eq!(
             merged([&timed_out, &other]).map(|r| r.timed_out),
-            Some(false)
+            Some(true)
         );
+        assert_eq!(
+            merged([&other, &timed_out]).map(|r| r.timed_out),
+            Some(true)
+        );
+        assert_eq!(merged([&other]).map(|r| r.timed_out), Some(false));
         assert_eq!(merged([&timed_out]).map(|r| r.timed_out), Some(true));
         let mut deleting = kept.clone();
         deleting.deleting = true;

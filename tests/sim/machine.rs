@@ -17,6 +17,8 @@ use nodefence::identity::MachineIdentity;
 use nodefence::power::{PowerDriver, PowerError, PowerReading, PowerState};
 use tokio::time::Instant;
 
+use nodefence_mocks::kube::store::Store;
+
 use super::requests::SeenRequest;
 
 /// What a BMC does when asked.
@@ -161,6 +163,8 @@ pub struct Truth {
     pub rng: Mutex<Rng>,
     /// Remediation requests as last seen in the store, by uid.
     pub requests: Mutex<BTreeMap<String, SeenRequest>>,
+    /// The API server's store, to read the requests from.
+    pub store: Mutex<Option<Store>>,
 }
 
 impl Truth {

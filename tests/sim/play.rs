@@ -204,6 +204,7 @@ async fn play(
         opted_out: Arc::new(Mutex::new(BTreeMap::new())),
     };
     *lock(&truth.gate) = Some(world.gate());
+    *lock(&truth.store) = Some(store.clone());
     if let Some(plan) = &plan {
         requests::install(&world.operator, plan.nhc).await;
     }

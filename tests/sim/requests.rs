@@ -5,7 +5,8 @@
 //! - 8: no power command for a node whose request has been timed out for a second
 //!   (NodeHealthCheck has moved on to the next remediator);
 //! - 9: a request is served once: no power-off for a node under a request that a
-//!   release already served, unless the node failed anew on its own since;
+//!   release already served, unless another request came since or the node failed
+//!   anew on its own;
 //! - 10: every request deleted goes away (its finalizer is not left behind).
 //!
 //! A request never needs an exception to invariant 1: a machine nodefence powers off
@@ -23,13 +24,13 @@ use nodefence::remediation::{
     NODE_NAME_ANNOTATION, NodeFenceRemediation, NodeFenceRemediationTemplate, TIMED_OUT_ANNOTATION,
 };
 use nodefence_mocks::kube::crd::Registry;
-use nodefence_mocks::kube::resources::{CUSTOM_RESOURCE_DEFINITIONS, ResourceType};
+use nodefence_mocks::kube::resources::{CUSTOM_RESOURCE_DEFINITIONS, NODES, ResourceType};
 use nodefence_mocks::kube::store::Store;
 use nodefence_mocks::remediation::{install_crds, nhc, remediator_crds};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::api::LEADER;
+use super::api::{LEADER, tainted};
 use super::machine::{Truth, lock};
 use super::schedule::NhcPlan;
 
@@ -234,9 +235,15 @@ pub fn stored(store: &Store) -> Vec<(String, Value)> {
         .collect()
 }
 
-/// The truth follows the store's requests (every 250 ms of virtual time).
-/// `released(node)` says whether the node is released right now.
-pub fn observe(store: &Store, truth: &Truth, released: impl Fn(&str) -> bool) {
+/// The node is released: tainted out-of-service, or its Node deleted.
+fn released(store: &Store, node: &str) -> bool {
+    store.get(NODES, None, node).map_or(true, |n| tainted(&n))
+}
+
+/// The truth follows the store's requests (every 250 ms of virtual time, and right
+/// before a power command is judged: nodefence may hear of a deletion before the
+/// next tick).
+pub fn observe(store: &Store, truth: &Truth) {
     let now = Instant::now();
     let incidents: BTreeMap<String, u64> =
         truth.with(|ms| ms.iter().map(|m| (m.node.clone(), m.incident)).collect());
@@ -255,7 +262,7 @@ pub fn observe(store: &Store, truth: &Truth, released: impl Fn(&str) -> bool) {
             .to_string();
         let entry = seen.entry(uid.to_string()).or_insert_with(|| SeenRequest {
             key: key.clone(),
-            served_in: released(&node)
+            served_in: released(store, &node)
                 .then(|| incidents.get(&node).copied())
                 .flatten(),
             node,
@@ -286,6 +293,9 @@ impl Truth {
 
     /// Why a power command for `node` now breaks invariant 8 or 9, if it does.
     pub fn request_refusal(&self, node: &str, on: bool) -> Option<String> {
+        if let Some(store) = lock(&self.store).clone() {
+            observe(&store, self);
+        }
         let (incident, failed) = self.with(|ms| {
             ms.iter()
                 .find(|m| m.node == node)
@@ -303,7 +313,13 @@ impl Truth {
                     now.duration_since(since).as_secs()
                 ));
             }
+            // Served, and nothing new since: neither another request nor a new
+            // failure of the machine.
+            let unasked = requests
+                .values()
+                .all(|o| o.node != node || !o.live || o.served_in.is_some());
             if !on
+                && unasked
                 && let Some(served) = r.served_in
                 && !(failed && incident > served)
             {

@@ -233,7 +233,7 @@ impl World {
                 self.sim.set_kubelet(&node, up);
             }
         }
-        requests::observe(&self.store, &self.truth, |n| self.released(n));
+        requests::observe(&self.store, &self.truth);
     }
 
     /// Why a power-off sent now breaks invariant 2, if it does.
