@@ -143,6 +143,8 @@ fn random_whole_system_schedules_keep_every_invariant() {
         total.faults += o.counters.faults;
         total.api_errors += o.counters.api_errors;
         total.watches_ended += o.counters.watches_ended;
+        total.requests += o.counters.requests;
+        total.requests_served += o.counters.requests_served;
         if !o.violations.is_empty() {
             failed.push(format!(
                 "seed {seed}:\n  {}\n  schedule:\n    {}\n  replay: NODEFENCE_SIM_SEED={seed} cargo test --release --test simulation -- --nocapture",
@@ -152,7 +154,7 @@ fn random_whole_system_schedules_keep_every_invariant() {
         }
     }
     println!(
-        "simulation: {} schedules in {:.0}s: {} faults played, {} API errors injected, {} watches ended, {} power readings, {} power-offs and {} power-ons checked, {} releases and {} writes checked; {} failed",
+        "simulation: {} schedules in {:.0}s: {} faults played, {} API errors injected, {} watches ended, {} power readings, {} power-offs and {} power-ons checked, {} releases and {} writes checked, {} remediation requests ({} served); {} failed",
         results.len(),
         started.elapsed().as_secs_f64(),
         total.faults,
@@ -163,6 +165,8 @@ fn random_whole_system_schedules_keep_every_invariant() {
         total.power_ons,
         total.releases,
         total.writes_checked,
+        total.requests,
+        total.requests_served,
         failed.len()
     );
     assert!(failed.is_empty(), "{}", failed.join("\n\n"));

@@ -222,6 +222,9 @@ pub struct Counters {
     pub watches_ended: u64,
     /// Replicas killed right after a power-off or a release began (scripted faults).
     pub scripted_crashes: u64,
+    /// Remediation requests seen, and those a release served.
+    pub requests: u64,
+    pub requests_served: u64,
 }
 
 impl Truth {

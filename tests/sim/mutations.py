@@ -129,6 +129,27 @@ MUTATIONS = [
        "if !(seen.pause_synced && seen.nodes_synced && seen.leases_synced && requests_synced) {",
        "if !(seen.pause_synced && seen.nodes_synced && requests_synced) {")],
      "invariant 2"),
+    # Remediation requests (seeds whose plan has them: about half).
+    ("request-timeout-ignored",
+     [("src/remediation/request.rs",
+       "timed_out: self.timed_out.is_some(),",
+       "timed_out: false,")],
+     "invariant 8"),
+    # Two layers: the engine's memory of served requests and the Succeeded a request
+    # reports (which a new leader reads).
+    ("served-request-served-again",
+     [("src/engine/mod.rs",
+       ".is_some_and(|r| !r.timed_out && self.served_requests.contains(&r.uid))",
+       ".is_some_and(|_| false)"),
+      ("src/remediation/request.rs",
+       "if self.deleting || self.reported_succeeded() && self.timed_out.is_none() {",
+       "if self.deleting {")],
+     "invariant 9|invariant 4"),
+    ("request-finalizer-kept",
+     [("src/controller/requests.rs",
+       "} else if !hold && request.finalizer && node.is_ok() {",
+       "} else if !hold && request.finalizer && node.is_ok() && false {")],
+     "invariant 10"),
 ]
 
 # Not in the run: mutants no schedule can tell from the real code, and why.

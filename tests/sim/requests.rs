@@ -254,6 +254,7 @@ pub fn observe(store: &Store, truth: &Truth) {
             continue;
         };
         present.push(uid.to_string());
+        let new = !seen.contains_key(uid);
         let annotations = r.pointer("/metadata/annotations");
         let node = annotations
             .and_then(|a| a.get(NODE_NAME_ANNOTATION))
@@ -269,6 +270,12 @@ pub fn observe(store: &Store, truth: &Truth) {
             live: true,
             timed_out_since: None,
         });
+        if new {
+            truth.count(|c| {
+                c.requests += 1;
+                c.requests_served += u64::from(entry.served_in.is_some());
+            });
+        }
         entry.live = r.pointer("/metadata/deletionTimestamp").is_none();
         if entry.timed_out_since.is_none()
             && annotations.is_some_and(|a| a.get(TIMED_OUT_ANNOTATION).is_some())
@@ -284,11 +291,14 @@ impl Truth {
     /// for the node.
     pub fn release_written(&self, node: &str) {
         let incident = self.with(|ms| ms.iter().find(|m| m.node == node).map(|m| m.incident));
+        let mut served = 0;
         for r in lock(&self.requests).values_mut() {
             if r.node == node && r.live && r.served_in.is_none() {
                 r.served_in = incident;
+                served += 1;
             }
         }
+        self.count(|c| c.requests_served += served);
     }
 
     /// Why a power command for `node` now breaks invariant 8 or 9, if it does.
