@@ -14,6 +14,11 @@
 //!   bound to nobody and carries their aggregation labels.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "deploy_common/mod.rs"]
+mod deploy_common;
+
+use deploy_common::kubectl;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -353,28 +358,6 @@ fn the_container_arguments_are_accepted_by_the_cli() {
         Some(65532),
         "the image's non-root user"
     );
-}
-
-/// kubectl, or `None` (skipped; a failure under NODEFENCE_REQUIRE_PEERS=1).
-fn kubectl() -> Option<PathBuf> {
-    let found = std::env::var_os("NODEFENCE_KUBECTL")
-        .map(PathBuf::from)
-        .filter(|p| p.is_file())
-        .or_else(|| {
-            let path = std::env::var_os("PATH").unwrap_or_default();
-            std::env::split_paths(&path)
-                .map(|d| d.join("kubectl"))
-                .find(|p| p.is_file())
-        });
-    if found.is_none() {
-        let required = std::env::var("NODEFENCE_REQUIRE_PEERS").is_ok_and(|v| v == "1");
-        assert!(
-            !required,
-            "kubectl is required (NODEFENCE_REQUIRE_PEERS=1): set NODEFENCE_KUBECTL"
-        );
-        eprintln!("skipped: kubectl not installed (set NODEFENCE_KUBECTL)");
-    }
-    found
 }
 
 /// `to` relative to `from` (both absolute): kustomize refuses absolute paths.

@@ -17,6 +17,11 @@
 //!   removes the annotation.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "deploy_common/mod.rs"]
+mod deploy_common;
+
+use deploy_common::deploy_rbac;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,7 +45,7 @@ use nodefence_mocks::metal3::{
 use nodefence_mocks::redfish::{MockPower, MockRedfish, MockRedfishHandle, SystemSpec};
 use nodefence_mocks::remediation::{install_crds, mhc};
 use nodefence_mocks::tls::CertKind;
-use serde_json::{Value, json};
+use serde_json::json;
 
 const NS: &str = "metal3";
 const UUID: &str = "4c4c4544-0031-3510-8052-b2c04f503131";
@@ -65,21 +70,6 @@ const PROOF: ConfirmPolicy = ConfirmPolicy {
     timeout: Duration::from_secs(15),
 };
 
-/// The RBAC objects of `deploy/rbac.yaml` and `deploy/components/metal3`.
-fn deploy_rbac() -> Vec<Value> {
-    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
-    [
-        deploy.join("rbac.yaml"),
-        deploy.join("components/metal3/rbac.yaml"),
-    ]
-    .iter()
-    .flat_map(|f| {
-        serde_saphyr::from_multiple::<Value>(&std::fs::read_to_string(f).unwrap()).unwrap()
-    })
-    .filter(|d| !d.is_null())
-    .collect()
-}
-
 /// fake-kube with the CRDs, namespaces `metal3` and `nodefence`, and a client as
 /// nodefence's ServiceAccount authorized by exactly the deploy RBAC.
 struct Cluster {
@@ -103,7 +93,7 @@ async fn client_for(yaml: &str) -> Client {
 async fn cluster() -> Cluster {
     nodefence::tls::install_crypto_provider();
     let policy = nodefence_mocks::kube::authz::Policy::for_service_account(
-        &deploy_rbac(),
+        &deploy_rbac(&["metal3"]),
         "nodefence",
         "nodefence",
     );

@@ -20,12 +20,12 @@
 
 mod common;
 
-use std::path::Path;
+use common::deploy_common::deploy_rbac;
+
 use std::time::Duration;
 
 use common::world::*;
 use nodefence_mocks::redfish::MockPower;
-use serde_json::Value;
 
 const ANNOTATION: &str = "reboot.metal3.io/nodefence";
 const WORKERS: [&str; 3] = ["worker-1", "worker-2", "worker-3"];
@@ -37,24 +37,6 @@ fn hosts_only() -> WorldBuilder {
         n.in_inventory = false;
     }
     b
-}
-
-/// The RBAC objects of `deploy/rbac.yaml` and of these components.
-fn deploy_rbac(components: &[&str]) -> Vec<Value> {
-    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
-    let mut files = vec![deploy.join("rbac.yaml")];
-    files.extend(
-        components
-            .iter()
-            .map(|c| deploy.join("components").join(c).join("rbac.yaml")),
-    );
-    files
-        .iter()
-        .flat_map(|f| {
-            serde_saphyr::from_multiple::<Value>(&std::fs::read_to_string(f).unwrap()).unwrap()
-        })
-        .filter(|d| !d.is_null())
-        .collect()
 }
 
 async fn annotation(w: &World, node: &str) -> Option<String> {

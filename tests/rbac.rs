@@ -8,30 +8,13 @@
 
 mod common;
 
-use std::path::Path;
+use common::deploy_common::deploy_rbac;
+
 use std::time::Duration;
 
 use common::world::*;
 use nodefence::engine::ReleaseMode;
 use serde_json::Value;
-
-/// The RBAC objects of `deploy/rbac.yaml` and of these components.
-fn deploy_rbac(components: &[&str]) -> Vec<Value> {
-    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
-    let mut files = vec![deploy.join("rbac.yaml")];
-    files.extend(
-        components
-            .iter()
-            .map(|c| deploy.join("components").join(c).join("rbac.yaml")),
-    );
-    files
-        .iter()
-        .flat_map(|f| {
-            serde_saphyr::from_multiple::<Value>(&std::fs::read_to_string(f).unwrap()).unwrap()
-        })
-        .filter(|d| !d.is_null())
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_base_rbac_is_enough_to_fence_release_and_force_delete_pods() {

@@ -12,6 +12,8 @@
 
 mod common;
 
+use common::deploy_common::{deploy_rbac, kubectl};
+
 use std::path::Path;
 use std::time::Duration;
 
@@ -560,26 +562,11 @@ async fn a_machine_health_check_has_the_machines_node_fenced() {
     w.stop().await;
 }
 
-/// The RBAC objects of `deploy/rbac.yaml` and of the remediation component.
-fn deploy_rbac() -> Vec<Value> {
-    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
-    [
-        deploy.join("rbac.yaml"),
-        deploy.join("components/remediation/rbac.yaml"),
-    ]
-    .iter()
-    .flat_map(|f| {
-        serde_saphyr::from_multiple::<Value>(&std::fs::read_to_string(f).unwrap()).unwrap()
-    })
-    .filter(|d| !d.is_null())
-    .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_component_grants_exactly_what_answering_a_request_needs() {
     // The daemon runs as the ServiceAccount with the base's and the component's RBAC
     // only (fake-kube answers 403 to anything else); NodeHealthCheck as an admin.
-    let w = start(WorldBuilder::new().rbac(deploy_rbac())).await;
+    let w = start(WorldBuilder::new().rbac(deploy_rbac(&["remediation"]))).await;
     create_nhc(&w, node_health_check().remediation_template(template_ref())).await;
     let _nhc = nhc::NodeHealthCheckController::spawn(w.client.clone());
     let victim = "worker-3";
@@ -608,28 +595,6 @@ async fn the_component_grants_exactly_what_answering_a_request_needs() {
     .await;
     assert_eq!(w.forbidden_requests(), Vec::<String>::new());
     w.stop().await;
-}
-
-/// kubectl, or `None` (skipped; a failure under NODEFENCE_REQUIRE_PEERS=1).
-fn kubectl() -> Option<std::path::PathBuf> {
-    let found = std::env::var_os("NODEFENCE_KUBECTL")
-        .map(std::path::PathBuf::from)
-        .filter(|p| p.is_file())
-        .or_else(|| {
-            let path = std::env::var_os("PATH").unwrap_or_default();
-            std::env::split_paths(&path)
-                .map(|d| d.join("kubectl"))
-                .find(|p| p.is_file())
-        });
-    if found.is_none() {
-        let required = std::env::var("NODEFENCE_REQUIRE_PEERS").is_ok_and(|v| v == "1");
-        assert!(
-            !required,
-            "kubectl is required (NODEFENCE_REQUIRE_PEERS=1): set NODEFENCE_KUBECTL"
-        );
-        eprintln!("skipped: kubectl not installed (set NODEFENCE_KUBECTL)");
-    }
-    found
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

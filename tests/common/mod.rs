@@ -6,6 +6,8 @@ pub mod world;
 
 #[path = "../cli_common/mod.rs"]
 pub mod cli_common;
+#[path = "../deploy_common/mod.rs"]
+pub mod deploy_common;
 #[path = "../peers/moto.rs"]
 pub mod moto;
 

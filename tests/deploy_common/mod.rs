@@ -1,0 +1,52 @@
+//! What tests of the deploy manifests share: the RBAC objects the manifests grant,
+//! and the real kubectl they are checked with.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+/// The RBAC objects of `deploy/rbac.yaml` and of these components
+/// (`deploy/components/<name>/rbac.yaml`).
+pub fn deploy_rbac(components: &[&str]) -> Vec<Value> {
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+    let mut files = vec![deploy.join("rbac.yaml")];
+    files.extend(
+        components
+            .iter()
+            .map(|c| deploy.join("components").join(c).join("rbac.yaml")),
+    );
+    files
+        .iter()
+        .flat_map(|f| {
+            let text = std::fs::read_to_string(f)
+                .unwrap_or_else(|e| panic!("reading {}: {e}", f.display()));
+            serde_saphyr::from_multiple::<Value>(&text)
+                .unwrap_or_else(|e| panic!("parsing {}: {e}", f.display()))
+        })
+        .filter(|d| !d.is_null())
+        .collect()
+}
+
+/// kubectl (`NODEFENCE_KUBECTL`, else the first on PATH), or `None`: the caller skips,
+/// which is a failure under `NODEFENCE_REQUIRE_PEERS=1`.
+pub fn kubectl() -> Option<PathBuf> {
+    let found = std::env::var_os("NODEFENCE_KUBECTL")
+        .map(PathBuf::from)
+        .filter(|p| p.is_file())
+        .or_else(|| {
+            let path = std::env::var_os("PATH").unwrap_or_default();
+            std::env::split_paths(&path)
+                .map(|d| d.join("kubectl"))
+                .find(|p| p.is_file())
+        });
+    if found.is_none() {
+        let required = std::env::var("NODEFENCE_REQUIRE_PEERS").is_ok_and(|v| v == "1");
+        assert!(
+            !required,
+            "kubectl is required (NODEFENCE_REQUIRE_PEERS=1): set NODEFENCE_KUBECTL"
+        );
+        eprintln!("skipped: kubectl not installed (set NODEFENCE_KUBECTL)");
+    }
+    found
+}
