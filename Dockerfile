@@ -15,7 +15,7 @@ RUN cargo build --profile dist --locked --no-default-features -p nodefence --bin
 FROM gcr.io/distroless/cc-debian12:nonroot AS default
 COPY --from=build /usr/local/bin/nodefence /usr/local/bin/nodefence
 USER 65532:65532
-EXPOSE 9464
+EXPOSE 8081 8443
 ENTRYPOINT ["/usr/local/bin/nodefence"]
 CMD ["--help"]
 LABEL org.opencontainers.image.title="nodefence" \
@@ -31,7 +31,7 @@ RUN apt-get update \
  && useradd --uid 65532 --gid 65532 --home-dir /home/nonroot --create-home --shell /usr/sbin/nologin nonroot
 COPY --from=build /usr/local/bin/nodefence /usr/local/bin/nodefence
 USER 65532:65532
-EXPOSE 9464
+EXPOSE 8081 8443
 ENTRYPOINT ["/usr/local/bin/nodefence"]
 CMD ["--help"]
 LABEL org.opencontainers.image.title="nodefence (with fence agents)" \

@@ -8,6 +8,9 @@
 //!   calls in the code (`nodefence::cluster::access::DAEMON`): nothing missing,
 //!   nothing more. A new call without its grant fails here (and in `tests/rbac.rs`,
 //!   which runs the daemon under exactly this RBAC);
+//! - the NetworkPolicy of the base lets in the probes and the metrics port, the
+//!   latter only from the Prometheus that `components/prometheus` binds to the reader
+//!   role and scrapes with over HTTPS, and nothing else;
 //! - the remediation CRDs are the ones the Rust types generate, both ways: the file
 //!   parses back into exactly those objects, and renders from them to exactly that
 //!   text (`NODEFENCE_BLESS=1` rewrites it); the role the requesters are given is
@@ -109,6 +112,15 @@ fn every_manifest_is_a_valid_object_of_its_kind() {
                     parses_as::<k8s_openapi::api::policy::v1::PodDisruptionBudget>(&doc)
                 }
                 "Service" => parses_as::<core::Service>(&doc),
+                "NetworkPolicy" => {
+                    parses_as::<k8s_openapi::api::networking::v1::NetworkPolicy>(&doc)
+                }
+                // prometheus-operator's CRD: no Rust type here; its fields are checked
+                // in the_metrics_are_scraped_over_https_and_fenced_by_the_network_policy.
+                "ServiceMonitor" => {
+                    doc["apiVersion"] == "monitoring.coreos.com/v1"
+                        && doc["spec"]["endpoints"].is_array()
+                }
                 "CustomResourceDefinition" => {
                     parses_as::<apiextensions::CustomResourceDefinition>(&doc)
                 }
@@ -576,4 +588,144 @@ fn the_requesters_role_is_aggregated_and_bound_to_nobody() {
             .any(|g| g.2 == "nodefenceremediations" && g.0 == "create"),
         "{grants:?}"
     );
+}
+
+#[test]
+fn the_metrics_are_scraped_over_https_and_fenced_by_the_network_policy() {
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    let Some(kubectl) = kubectl() else { return };
+    let rendered = render_dirs(&kubectl, &["prometheus"]);
+    let one = |kind: &str| -> Value {
+        let mut found = rendered.iter().filter(|d| d["kind"] == kind);
+        let doc = found.next().unwrap_or_else(|| panic!("no {kind} rendered"));
+        assert!(found.next().is_none(), "more than one {kind}");
+        doc.clone()
+    };
+    let deployment: Deployment = serde_json::from_value(one("Deployment")).unwrap();
+    let pod = deployment.spec.as_ref().unwrap().template.clone();
+    let container = &pod.spec.as_ref().unwrap().containers[0];
+    let port_named = |name: &str| {
+        container
+            .ports
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|p| p.name.as_deref() == Some(name))
+            .unwrap_or_else(|| panic!("the container has no port {name}"))
+            .container_port
+    };
+    // The container listens where the arguments say, and probes the health port.
+    let args = container.args.clone().unwrap();
+    assert!(
+        args.contains(&format!("--health-listen=0.0.0.0:{}", port_named("health"))),
+        "{args:?}"
+    );
+    assert!(
+        args.contains(&format!(
+            "--metrics-listen=0.0.0.0:{}",
+            port_named("metrics")
+        )),
+        "{args:?}"
+    );
+    assert!(
+        !args.iter().any(|a| a.starts_with("--metrics-secure")),
+        "metrics stay guarded: {args:?}"
+    );
+    for probe in [&container.liveness_probe, &container.readiness_probe] {
+        let port = &probe.as_ref().unwrap().http_get.as_ref().unwrap().port;
+        assert_eq!(
+            *port,
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("health".into())
+        );
+    }
+
+    // The policy: the nodefence pods, ingress only, two rules.
+    let policy: NetworkPolicy = serde_json::from_value(one("NetworkPolicy")).unwrap();
+    let spec = policy.spec.unwrap();
+    let pod_labels = pod.metadata.unwrap().labels.unwrap();
+    for (k, v) in spec
+        .pod_selector
+        .as_ref()
+        .unwrap()
+        .match_labels
+        .clone()
+        .unwrap()
+    {
+        assert_eq!(pod_labels.get(&k), Some(&v), "the policy selects the pods");
+    }
+    assert_eq!(spec.policy_types, Some(vec!["Ingress".to_string()]));
+    let ingress = spec.ingress.unwrap();
+    assert_eq!(ingress.len(), 2, "{ingress:?}");
+    let port_of = |rule: &k8s_openapi::api::networking::v1::NetworkPolicyIngressRule| {
+        let ports = rule.ports.clone().unwrap();
+        assert_eq!(ports.len(), 1, "{ports:?}");
+        assert_eq!(ports[0].protocol.as_deref(), Some("TCP"));
+        match ports[0].port.clone().unwrap() {
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(s) => s,
+            other => panic!("ports by name, so they follow the Deployment: {other:?}"),
+        }
+    };
+    let health = ingress.iter().find(|r| port_of(r) == "health").unwrap();
+    assert!(health.from.is_none(), "the probes come from the node: open");
+    let metrics = ingress.iter().find(|r| port_of(r) == "metrics").unwrap();
+    let peers = metrics.from.clone().unwrap();
+    assert_eq!(peers.len(), 1, "one scraper: {peers:?}");
+    let namespace = peers[0]
+        .namespace_selector
+        .clone()
+        .unwrap()
+        .match_labels
+        .unwrap();
+    let scraper = peers[0].pod_selector.clone().unwrap().match_labels.unwrap();
+    assert_eq!(
+        namespace
+            .get("kubernetes.io/metadata.name")
+            .map(String::as_str),
+        Some("monitoring")
+    );
+    assert_eq!(
+        scraper.get("app.kubernetes.io/name").map(String::as_str),
+        Some("prometheus")
+    );
+
+    // The component binds that namespace's Prometheus to the reader role, which
+    // grants /metrics and nothing else, and scrapes the Service's metrics port over
+    // HTTPS with its token.
+    let binding = rendered
+        .iter()
+        .find(|d| {
+            d["kind"] == "ClusterRoleBinding" && d["roleRef"]["name"] == "nodefence-metrics-reader"
+        })
+        .expect("components/prometheus binds the reader role");
+    assert_eq!(binding["roleRef"]["name"], "nodefence-metrics-reader");
+    assert_eq!(binding["subjects"][0]["namespace"], "monitoring");
+    let reader = rendered
+        .iter()
+        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "nodefence-metrics-reader")
+        .unwrap();
+    assert_eq!(
+        reader["rules"],
+        serde_json::json!([{ "nonResourceURLs": ["/metrics"], "verbs": ["get"] }])
+    );
+    let service = one("Service");
+    let service_port = &service["spec"]["ports"][0];
+    assert_eq!(service_port["targetPort"], "metrics");
+    let monitor = one("ServiceMonitor");
+    let endpoint = &monitor["spec"]["endpoints"][0];
+    assert_eq!(endpoint["port"], service_port["name"]);
+    assert_eq!(endpoint["scheme"], "https");
+    assert_eq!(endpoint["path"], "/metrics");
+    assert_eq!(
+        endpoint["bearerTokenFile"],
+        "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    );
+    for (k, v) in monitor["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+    {
+        assert_eq!(
+            &service["metadata"]["labels"][k], v,
+            "the monitor selects the Service"
+        );
+    }
 }

@@ -129,7 +129,13 @@ async fn the_daemons_events_and_logs_show_hostile_strings_inert() {
     let mut daemon = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodefence"))
         .arg("--config")
         .arg(w._dir.path().join("nodefence.toml"))
-        .args(["--log-level", "debug", "run", "--listen", "127.0.0.1:0"])
+        .args(["--log-level", "debug", "run"])
+        .args([
+            "--health-listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
         .arg("--kubeconfig")
         .arg(&kubeconfig)
         .args([

@@ -1,6 +1,8 @@
 //! The alert rules and the dashboard against a live daemon, through the real
 //! Prometheus (Debian's `prometheus`; `NODEFENCE_PROMETHEUS` or `PATH`): it scrapes
-//! the daemon under fake-kube every second while one node loses power (released)
+//! the daemon under fake-kube every second, as deployed (HTTPS, verified here, with
+//! the bearer token of a ServiceAccount bound to `nodefence-metrics-reader`; the API
+//! server reviews it, so the scrape working is that ServiceAccount authorized), while one node loses power (released)
 //! and another is cut off behind a BMC that answers for another machine (blocked),
 //! loads `deploy/monitoring/nodefence-alerts.yaml`, and every alert expression
 //! (without its `for:`) and every dashboard query is evaluated through its HTTP API:
@@ -16,6 +18,10 @@ use std::time::Duration;
 
 use common::world::*;
 use serde_json::Value;
+
+/// kube-prometheus' Prometheus ServiceAccount token, bound to
+/// `nodefence-metrics-reader` by deploy/components/prometheus.
+const PROMETHEUS_TOKEN: &str = "prometheus-k8s-service-account-token";
 
 fn monitoring() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/monitoring")
@@ -93,15 +99,26 @@ struct Prometheus {
 }
 
 impl Prometheus {
-    async fn start(binary: &Path, target: &str) -> Self {
+    /// Scrapes `target` as deploy/components/prometheus does: HTTPS with its
+    /// ServiceAccount token (from a file), here verifying the certificate with `ca`.
+    async fn start(binary: &Path, target: &str, ca_pem: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("prometheus.yml");
+        let token = dir.path().join("token");
+        std::fs::write(&token, PROMETHEUS_TOKEN).unwrap();
+        let ca = dir.path().join("ca.crt");
+        std::fs::write(&ca, ca_pem).unwrap();
         std::fs::write(
             &config,
             format!(
                 "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\n\
-                 scrape_configs:\n  - job_name: nodefence\n    static_configs:\n      - targets: ['{target}']\n",
-                monitoring().join("nodefence-alerts.yaml").display()
+                 scrape_configs:\n  - job_name: nodefence\n    scheme: https\n\
+                 \x20   authorization:\n      credentials_file: {}\n\
+                 \x20   tls_config:\n      ca_file: {}\n      server_name: localhost\n\
+                 \x20   static_configs:\n      - targets: ['{target}']\n",
+                monitoring().join("nodefence-alerts.yaml").display(),
+                token.display(),
+                ca.display(),
             ),
         )
         .unwrap();
@@ -183,12 +200,29 @@ async fn every_alert_and_dashboard_query_runs_against_the_live_daemon() {
             n.bmc_uuid = Some("4c4c4544-0000-4000-8000-0000deadbeef".into())
         })
         .replicas(&[])
+        .service_account(
+            PROMETHEUS_TOKEN,
+            "monitoring",
+            "prometheus-k8s",
+            common::deploy_common::deploy_rbac(&["prometheus"]),
+        )
         .start()
         .await;
+    // /metrics as deployed: HTTPS (here with a certificate from files, which
+    // Prometheus verifies), each scrape's token reviewed by the API server.
+    let tls = nodefence_mocks::tls::TlsMaterial::generate().unwrap();
+    let cert = w._dir.path().join("metrics.crt");
+    let key = w._dir.path().join("metrics.key");
+    std::fs::write(&cert, tls.cert_pem()).unwrap();
+    std::fs::write(&key, tls.key_pem()).unwrap();
     let metrics_port = free_port();
-    w.options.listen = format!("127.0.0.1:{metrics_port}").parse().unwrap();
+    w.options.metrics = nodefence::daemon::MetricsEndpoint {
+        listen: format!("127.0.0.1:{metrics_port}").parse().unwrap(),
+        secure: Some(nodefence::telemetry::certificate::CertificateSource::Files { cert, key }),
+    };
     w.start_replica("test-replica");
-    let prometheus = Prometheus::start(&binary, &format!("127.0.0.1:{metrics_port}")).await;
+    let prometheus =
+        Prometheus::start(&binary, &format!("127.0.0.1:{metrics_port}"), tls.ca_pem()).await;
     // Target discovery takes a few seconds: scraping must have begun before anything
     // happens, or a counter's first sample is already its final value.
     eventually(

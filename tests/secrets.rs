@@ -369,7 +369,8 @@ async fn the_daemon_refuses_to_start_on_a_missing_secret() {
     let options = nodefence::daemon::DaemonOptions {
         drivers: Default::default(),
         dry_run: true,
-        listen: "127.0.0.1:0".parse().unwrap(),
+        health_listen: "127.0.0.1:0".parse().unwrap(),
+        metrics: nodefence::daemon::MetricsEndpoint::plain("127.0.0.1:0".parse().unwrap()),
         lease_namespace: NS.into(),
         lease_name: "nodefence".into(),
         identity: "test".into(),

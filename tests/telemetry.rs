@@ -32,14 +32,13 @@ impl Server {
         let metrics = Arc::new(Metrics::new());
         let health = Health::default();
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(telemetry::serve(
-            listener,
-            metrics.clone(),
-            health.clone(),
-            async move {
-                let _ = stopped.await;
-            },
-        ));
+        // Both route sets on one plain listener (the daemon puts them on two, and
+        // guards /metrics: tests/metrics_access.rs).
+        let routes = telemetry::health_routes(health.clone())
+            .merge(telemetry::metrics_routes(metrics.clone(), None));
+        let task = tokio::spawn(telemetry::serve(listener, routes, None, async move {
+            let _ = stopped.await;
+        }));
         let http = reqwest::Client::builder()
             .no_proxy()
             .timeout(Duration::from_secs(10))

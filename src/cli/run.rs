@@ -2,11 +2,12 @@
 //! releasing its leader Lease so another replica takes over at once.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::exit;
 use crate::cluster::leader::LeaderTimings;
-use crate::daemon::{self, DaemonOptions};
+use crate::daemon::{self, DaemonOptions, MetricsEndpoint};
+use crate::telemetry::certificate::CertificateSource;
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
@@ -14,9 +15,25 @@ pub struct RunArgs {
     /// command and write nothing to the cluster.
     #[arg(long)]
     pub dry_run: bool,
-    /// Address of /healthz, /readyz and /metrics.
-    #[arg(long, default_value = "0.0.0.0:9464")]
-    pub listen: SocketAddr,
+    /// Address of /healthz and /readyz (plain HTTP, no authentication: the kubelet's
+    /// probes).
+    #[arg(long, default_value = "0.0.0.0:8081", value_name = "ADDR")]
+    pub health_listen: SocketAddr,
+    /// Address of /metrics: HTTPS, and only for bearer tokens the API server
+    /// authenticates (TokenReview) and authorizes for `get` on `/metrics`
+    /// (SubjectAccessReview; the ClusterRole nodefence-metrics-reader grants it).
+    #[arg(long, default_value = "0.0.0.0:8443", value_name = "ADDR")]
+    pub metrics_listen: SocketAddr,
+    /// `false`: serve /metrics in plain HTTP to anyone (a daemon run by hand).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub metrics_secure: bool,
+    /// PEM certificate (chain) for /metrics, read again when it changes (e.g. a
+    /// cert-manager Secret mounted); without it, a self-signed one is made at start.
+    #[arg(long, requires = "metrics_key_file", value_name = "FILE")]
+    pub metrics_cert_file: Option<PathBuf>,
+    /// The private key of --metrics-cert-file (PEM).
+    #[arg(long, requires = "metrics_cert_file", value_name = "FILE")]
+    pub metrics_key_file: Option<PathBuf>,
     #[command(flatten)]
     pub cluster: super::cluster_args::ClusterArgs,
     /// Name of the leader-election Lease.
@@ -31,7 +48,39 @@ pub struct RunArgs {
     pub config_check_interval: std::time::Duration,
 }
 
+impl RunArgs {
+    /// How /metrics is served, from `--metrics-*`.
+    pub fn metrics_endpoint(&self) -> Result<MetricsEndpoint, String> {
+        let certificate = match (&self.metrics_cert_file, &self.metrics_key_file) {
+            (Some(cert), Some(key)) => Some(CertificateSource::Files {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            _ => None,
+        };
+        if !self.metrics_secure {
+            if certificate.is_some() {
+                return Err(
+                    "--metrics-cert-file is for HTTPS: drop it, or --metrics-secure=false".into(),
+                );
+            }
+            return Ok(MetricsEndpoint::plain(self.metrics_listen));
+        }
+        Ok(MetricsEndpoint {
+            listen: self.metrics_listen,
+            secure: Some(certificate.unwrap_or(CertificateSource::SelfSigned)),
+        })
+    }
+}
+
 pub async fn run(config_path: &Path, args: &RunArgs) -> u8 {
+    let metrics = match args.metrics_endpoint() {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::USAGE;
+        }
+    };
     let config = match super::load_config(config_path) {
         Ok(c) => c,
         Err(code) => return code,
@@ -47,7 +96,8 @@ pub async fn run(config_path: &Path, args: &RunArgs) -> u8 {
     let options = DaemonOptions {
         drivers: Default::default(),
         dry_run: args.dry_run,
-        listen: args.listen,
+        health_listen: args.health_listen,
+        metrics,
         lease_namespace: args.cluster.namespace.clone(),
         lease_name: args.lease_name.clone(),
         identity,
@@ -99,5 +149,55 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn endpoint(args: &[&str]) -> Result<MetricsEndpoint, String> {
+        let argv = std::iter::once("run").chain(args.iter().copied());
+        Cli::try_parse_from(argv)
+            .map_err(|e| e.to_string())?
+            .run
+            .metrics_endpoint()
+    }
+
+    #[test]
+    fn metrics_are_guarded_unless_asked_otherwise() {
+        let default = endpoint(&[]).unwrap();
+        assert_eq!(default.listen, "0.0.0.0:8443".parse().unwrap());
+        assert_eq!(default.secure, Some(CertificateSource::SelfSigned));
+
+        let files = endpoint(&["--metrics-cert-file=/c.pem", "--metrics-key-file=/k.pem"]).unwrap();
+        assert_eq!(
+            files.secure,
+            Some(CertificateSource::Files {
+                cert: "/c.pem".into(),
+                key: "/k.pem".into()
+            })
+        );
+        // One file without the other is refused by the parser.
+        let e = endpoint(&["--metrics-cert-file=/c.pem"]).unwrap_err();
+        assert!(e.contains("--metrics-key-file"), "{e}");
+
+        let plain = endpoint(&["--metrics-secure=false"]).unwrap();
+        assert_eq!(plain.secure, None);
+        let e = endpoint(&[
+            "--metrics-secure=false",
+            "--metrics-cert-file=/c.pem",
+            "--metrics-key-file=/k.pem",
+        ])
+        .unwrap_err();
+        assert!(e.contains("--metrics-secure=false"), "{e}");
     }
 }

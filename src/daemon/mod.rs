@@ -9,7 +9,10 @@
 //! without a restart ([`reload`]); a version that fails any check is refused whole
 //! and the running one kept.
 
+pub mod endpoints;
 pub mod reload;
+
+pub use endpoints::MetricsEndpoint;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -36,8 +39,10 @@ use crate::telemetry::{Health, Metrics};
 #[derive(Debug, Clone)]
 pub struct DaemonOptions {
     pub dry_run: bool,
-    /// Where /healthz, /readyz and /metrics are served.
-    pub listen: SocketAddr,
+    /// Where `/healthz` and `/readyz` are served (plain HTTP, open).
+    pub health_listen: SocketAddr,
+    /// Where and how `/metrics` is served.
+    pub metrics: MetricsEndpoint,
     /// Namespace and name of the leader-election Lease.
     pub lease_namespace: String,
     pub lease_name: String,
@@ -99,26 +104,16 @@ pub async fn run(
     let metrics = Arc::new(Metrics::new());
     let health = Health::default();
     health.set_alive(true);
-    let listener = tokio::net::TcpListener::bind(options.listen)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot listen on {} for /metrics and health",
-                options.listen
-            )
-        })?;
-    tracing::info!(address = %listener.local_addr()?, "serving /healthz, /readyz and /metrics");
-    let (stop_http_tx, stop_http_rx) = tokio::sync::oneshot::channel::<()>();
     // Every task the daemon starts ends with it, also when `run` is dropped (a test or
     // the demo aborting it): none outlives the process's own future.
-    let http = AbortOnDropHandle::new(tokio::spawn(crate::telemetry::serve(
-        listener,
+    let endpoints = endpoints::Endpoints::start(
+        options.health_listen,
+        &options.metrics,
         metrics.clone(),
         health.clone(),
-        async {
-            let _ = stop_http_rx.await;
-        },
-    )));
+        &client,
+    )
+    .await?;
 
     let (elector, leadership) = if options.dry_run {
         (None, Leadership::always())
@@ -220,8 +215,7 @@ pub async fn run(
     for d in controller.executor_template.drivers.values().flatten() {
         d.close().await;
     }
-    let _ = stop_http_tx.send(());
-    let _ = http.await;
+    endpoints.stop().await;
     Ok(())
 }
 

@@ -214,7 +214,10 @@ impl World {
             drivers: Default::default(),
             config_check: None,
             dry_run: false,
-            listen: "127.0.0.1:0".parse().map_err(|e| anyhow!("{e}"))?,
+            health_listen: "127.0.0.1:0".parse().map_err(|e| anyhow!("{e}"))?,
+            metrics: crate::daemon::MetricsEndpoint::plain(
+                "127.0.0.1:0".parse().map_err(|e| anyhow!("{e}"))?,
+            ),
             lease_namespace: LEADER_LEASE.0.into(),
             lease_name: LEADER_LEASE.1.into(),
             identity: IDENTITY.into(),

@@ -99,6 +99,14 @@ struct IdentityLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RefusalLabels {
+    reason: &'static str,
+}
+
+/// Why a `/metrics` scrape was refused (see [`super::access::Verdict`]).
+const REFUSAL_REASONS: [&str; 3] = ["unauthenticated", "forbidden", "review_failed"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReloadLabels {
     result: &'static str,
 }
@@ -154,6 +162,7 @@ pub struct Metrics {
     config_last_reload_successful: Gauge,
     config_last_reload_success: Gauge<f64, std::sync::atomic::AtomicU64>,
     incidents: incidents::IncidentGauges,
+    scrapes_refused: Family<RefusalLabels, Counter>,
 }
 
 /// Seconds since the Unix epoch, now.
@@ -317,6 +326,16 @@ impl Metrics {
 
         let incidents = incidents::IncidentGauges::register(&mut registry);
 
+        let scrapes_refused = Family::<RefusalLabels, Counter>::default();
+        for reason in REFUSAL_REASONS {
+            drop(scrapes_refused.get_or_create(&RefusalLabels { reason }));
+        }
+        registry.register(
+            "metrics_scrapes_refused",
+            "Scrapes of /metrics refused: unauthenticated (no token, or one the API server does not know), forbidden (not bound to nodefence-metrics-reader), review_failed (the API server did not answer)",
+            scrapes_refused.clone(),
+        );
+
         registry.register(
             "build",
             "nodefence build information",
@@ -351,7 +370,17 @@ impl Metrics {
             config_last_reload_successful,
             config_last_reload_success,
             incidents,
+            scrapes_refused,
         }
+    }
+
+    /// A `/metrics` scrape was refused, for `reason` (`unauthenticated`, `forbidden` or
+    /// `review_failed`: [`super::access::Verdict::refusal_reason`]).
+    pub fn scrape_refused(&self, reason: &str) {
+        let reason = self.closed("reason", reason, &REFUSAL_REASONS);
+        self.scrapes_refused
+            .get_or_create(&RefusalLabels { reason })
+            .inc();
     }
 
     /// A changed configuration was applied (`true`) or refused (`false`).

@@ -4,7 +4,9 @@
 //!   between the control loop, the executor and the BMC monitor, and records into it
 //!   with plain method calls (no label juggling at call sites).
 //! - [`Health`] is the readiness/liveness state the daemon flips.
-//! - [`serve`] exposes `/metrics`, `/healthz` and `/readyz` on one listener.
+//! - [`serve`] exposes `/healthz` and `/readyz` ([`health_routes`], plain HTTP, open)
+//!   and `/metrics` ([`metrics_routes`], HTTPS, each scrape's token authenticated and
+//!   authorized by the API server: [`access`]; its certificate: [`certificate`]).
 //!
 //! # The metrics, and the alert to write on each
 //!
@@ -30,15 +32,18 @@
 //! | `nodefence_bmc_monitor_failures` | gauge 0/1 | `node`, `driver` | The background BMC check cannot read this node's power state. Alert on `== 1 for 30m`: when this node dies it cannot be fenced; fix the BMC or its credentials now, not during the outage. |
 //! | `nodefence_power_level_failures` | gauge 0/1 | `node`, `level` (`1` = the primary method, `2`... its fallbacks, in order), `driver` | Only for nodes with `fallback` methods: this one method failed its last background check (the node's Event `PowerLevelFailed` names it, its endpoint and the error). Alert on `== 1 for 30m` (ticket): the node can still be fenced through another level while `nodefence_bmc_monitor_failures` is 0, but it has lost its redundancy; a dead fallback would only show during the outage it exists for. |
 //! | `nodefence_bmc_identity` | gauge 0/1 | `node`, `result` (`match`, `mismatch`, `unknown`) | 1 on the current result of the BMC identity cross-check. Alert on `result="mismatch" == 1` at once: the inventory maps the node to another machine's BMC and nodefence will never fence it; fix the inventory. `unknown` with `require_identity` blocks fencing too. |
+//! | `nodefence_metrics_scrapes_refused_total` | counter | `reason` = `unauthenticated` \| `forbidden` \| `review_failed` | Scrapes of `/metrics` refused: no token or one the API server does not know, a user not bound to `nodefence-metrics-reader`, or the API server not answering the review. Only refused scrapes are counted here, so an alert needs the scraper that *is* allowed to see it: a Prometheus refused with `forbidden` shows as `up == 0` on its own side. |
 //! | `nodefence_build_info` | info | `version` | 1; for dashboards and for spotting mixed versions during rollouts. |
 //!
 //! Label values outside a metric's documented set are recorded as `unknown` (and
 //! logged): a typo at a call site never turns into a new time series per call.
 
+pub mod access;
+pub mod certificate;
 mod exposition;
 mod metrics;
 mod server;
 
 pub use exposition::{Sample, parse_samples};
 pub use metrics::{Metrics, power_error_result, power_query_result, release_mode_label};
-pub use server::{Health, METRICS_CONTENT_TYPE, serve};
+pub use server::{Health, METRICS_CONTENT_TYPE, health_routes, metrics_routes, serve};

@@ -1,14 +1,16 @@
-//! The HTTP endpoint the kubelet probes and Prometheus scrapes.
+//! The HTTP endpoints the kubelet probes and Prometheus scrapes, on two listeners.
 //!
-//! | path | answer |
-//! |---|---|
-//! | `GET /healthz` | liveness: `200 ok` while the control loop turns, `503` otherwise (the kubelet restarts the pod) |
-//! | `GET /readyz` | readiness: `200 ok` once configuration is loaded, the API server reachable and the watches synced; `503` and a one-line reason before that |
-//! | `GET /metrics` | the [`Metrics`] in OpenMetrics text ([`METRICS_CONTENT_TYPE`]) |
-//! | anything else | `404` |
+//! | listener | path | answer |
+//! |---|---|---|
+//! | health (`--health-listen`, plain HTTP, open) | `GET /healthz` | liveness: `200 ok` while the control loop turns, `503` otherwise (the kubelet restarts the pod) |
+//! | | `GET /readyz` | readiness: `200 ok` once configuration is loaded, the API server reachable and the watches synced; `503` and a one-line reason before that |
+//! | metrics (`--metrics-listen`, HTTPS) | `GET /metrics` | the [`Metrics`] in OpenMetrics text ([`METRICS_CONTENT_TYPE`]) to a bearer token the API server authenticates and authorizes ([`super::access`]); `401`, `403` or `503` and why otherwise |
+//! | both | anything else | `404` |
 //!
-//! Plain HTTP on purpose: nothing here is secret or changes state, and a
-//! `NetworkPolicy` keeps scrapers the only clients. `HEAD` works wherever `GET` does.
+//! The probes carry nothing but "ok" and stay open (the kubelet sends no token). The
+//! metrics name nodes and BMC endpoints, so they are guarded; `--metrics-secure=false`
+//! serves them in plain HTTP to anyone, for a daemon run by hand. `HEAD` works
+//! wherever `GET` does.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,13 +19,14 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum_server::tls_rustls::RustlsConfig;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 
 use super::Metrics;
+use super::access::{READER_CLUSTER_ROLE, ScrapeAccess, Verdict};
 
 /// The `Content-Type` of `/metrics`.
 pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -91,18 +94,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-#[derive(Clone)]
-struct AppState {
-    metrics: Arc<Metrics>,
-    health: Health,
-}
-
 fn text(status: StatusCode, body: String) -> Response {
     (status, [(header::CONTENT_TYPE, TEXT)], body).into_response()
 }
 
-async fn get_healthz(State(s): State<AppState>) -> Response {
-    if s.health.is_alive() {
+async fn get_healthz(State(health): State<Health>) -> Response {
+    if health.is_alive() {
         text(StatusCode::OK, "ok\n".into())
     } else {
         text(
@@ -112,17 +109,34 @@ async fn get_healthz(State(s): State<AppState>) -> Response {
     }
 }
 
-async fn get_readyz(State(s): State<AppState>) -> Response {
-    if s.health.is_ready() {
+async fn get_readyz(State(health): State<Health>) -> Response {
+    if health.is_ready() {
         text(StatusCode::OK, "ok\n".into())
     } else {
-        let mut reason = s.health.not_ready_reason();
+        let mut reason = health.not_ready_reason();
         reason.push('\n');
         text(StatusCode::SERVICE_UNAVAILABLE, reason)
     }
 }
 
-async fn get_metrics(State(s): State<AppState>) -> Response {
+#[derive(Clone)]
+struct MetricsState {
+    metrics: Arc<Metrics>,
+    /// `None`: anyone may read (`--metrics-secure=false`).
+    access: Option<Arc<ScrapeAccess>>,
+}
+
+async fn get_metrics(State(s): State<MetricsState>, headers: HeaderMap) -> Response {
+    if let Some(access) = &s.access {
+        let authorization = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        let verdict = access.check(authorization).await;
+        if let Some(reason) = verdict.refusal_reason() {
+            s.metrics.scrape_refused(reason);
+            return refusal(verdict);
+        }
+    }
     (
         StatusCode::OK,
         [
@@ -134,55 +148,103 @@ async fn get_metrics(State(s): State<AppState>) -> Response {
         .into_response()
 }
 
+/// The answer to a refused scrape: what was wrong and what to do, never the token.
+fn refusal(verdict: Verdict) -> Response {
+    let role = READER_CLUSTER_ROLE;
+    match verdict {
+        Verdict::Allowed { .. } => text(StatusCode::OK, String::new()),
+        Verdict::NoToken => {
+            let mut r = text(
+                StatusCode::UNAUTHORIZED,
+                format!(
+                    "Unauthorized: /metrics needs a bearer token (a ServiceAccount token bound to the ClusterRole {role})\n"
+                ),
+            );
+            r.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            r
+        }
+        Verdict::Unauthenticated => {
+            tracing::debug!("refused a /metrics scrape: the API server does not accept its token");
+            let mut r = text(
+                StatusCode::UNAUTHORIZED,
+                "Unauthorized: the API server does not accept this token (TokenReview)\n".into(),
+            );
+            r.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            r
+        }
+        Verdict::Forbidden { user } => {
+            tracing::debug!(%user, "refused a /metrics scrape: not authorized");
+            text(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "Forbidden: user \"{user}\" may not get /metrics (bind it to the ClusterRole {role})\n"
+                ),
+            )
+        }
+        Verdict::Unavailable { error } => {
+            tracing::warn!(%error, "cannot check a /metrics scrape's token: the API server did not answer the review");
+            text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("cannot check this token now: {error}\n"),
+            )
+        }
+    }
+}
+
 async fn not_found() -> Response {
     text(StatusCode::NOT_FOUND, "not found\n".into())
 }
 
-/// The routes, for [`serve`] and in-process tests.
-fn router(metrics: Arc<Metrics>, health: Health) -> Router {
+/// `/healthz` and `/readyz` ([`serve`] answers `404` to anything else).
+pub fn health_routes(health: Health) -> Router {
     Router::new()
         .route("/healthz", get(get_healthz))
         .route("/readyz", get(get_readyz))
-        .route("/metrics", get(get_metrics))
-        .fallback(not_found)
-        .with_state(AppState { metrics, health })
+        .with_state(health)
 }
 
-/// Serves `/healthz`, `/readyz` and `/metrics` on `listener` until `shutdown`
+/// `/metrics`, for the callers `access` allows (`None`: for anyone).
+pub fn metrics_routes(metrics: Arc<Metrics>, access: Option<Arc<ScrapeAccess>>) -> Router {
+    Router::new()
+        .route("/metrics", get(get_metrics))
+        .with_state(MetricsState { metrics, access })
+}
+
+/// Serves `routes` on `listener` (HTTPS when `tls` is given) until `shutdown`
 /// resolves; then stops accepting, lets open requests finish (at most a few
 /// seconds) and returns.
 pub async fn serve(
     listener: TcpListener,
-    metrics: Arc<Metrics>,
-    health: Health,
+    routes: Router,
+    tls: Option<RustlsConfig>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    if let Ok(addr) = listener.local_addr() {
-        tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
-    }
-    let (fired_tx, mut fired_rx) = watch::channel(false);
-    let server =
-        axum::serve(listener, router(metrics, health)).with_graceful_shutdown(async move {
-            shutdown.await;
-            let _ = fired_tx.send(true);
-        });
-    let grace_over = async move {
-        // Err only when the signal future is gone, i.e. the server finished anyway.
-        if fired_rx.wait_for(|fired| *fired).await.is_err() {
-            std::future::pending::<()>().await;
+    let listener = listener.into_std()?;
+    let handle = axum_server::Handle::new();
+    let stopper = handle.clone();
+    let stop = tokio::spawn(async move {
+        shutdown.await;
+        stopper.graceful_shutdown(Some(SHUTDOWN_GRACE));
+    });
+    let service = routes.fallback(not_found).into_make_service();
+    let result = match tls {
+        Some(tls) => {
+            axum_server::tls_rustls::from_tcp_rustls(listener, tls)?
+                .handle(handle)
+                .serve(service)
+                .await
         }
-        tokio::time::sleep(SHUTDOWN_GRACE).await;
+        None => {
+            axum_server::from_tcp(listener)?
+                .handle(handle)
+                .serve(service)
+                .await
+        }
     };
-    tokio::select! {
-        result = server => result,
-        () = grace_over => {
-            tracing::warn!(
-                grace = ?SHUTDOWN_GRACE,
-                "telemetry server: connections still open after shutdown; leaving them"
-            );
-            Ok(())
-        }
-    }
+    stop.abort();
+    result
 }
 
 #[cfg(test)]

@@ -132,7 +132,10 @@ impl World {
         let options = DaemonOptions {
             drivers: DriverSource::Given(build),
             dry_run: false,
-            listen: "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}")),
+            health_listen: "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}")),
+            metrics: nodefence::daemon::MetricsEndpoint::plain(
+                "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}")),
+            ),
             lease_namespace: LEADER.0.into(),
             lease_name: LEADER.1.into(),
             identity: side.identity.clone(),

@@ -19,7 +19,10 @@
 //! - non-resource URLs (`/version`, discovery) and creating a
 //!   SelfSubjectAccessReview are allowed to every authenticated identity, as the
 //!   default `system:discovery`, `system:public-info-viewer` and `system:basic-user`
-//!   bindings do.
+//!   bindings do;
+//! - a rule's `nonResourceURLs` (`/metrics`, or a prefix ending in `*`) counts only
+//!   through a ClusterRoleBinding, as in RBAC: that is what a SubjectAccessReview
+//!   with `nonResourceAttributes` is answered from ([`Policy::allows_non_resource`]).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -48,6 +51,9 @@ pub struct Rule {
     pub verbs: Vec<String>,
     #[serde(default)]
     pub resource_names: Vec<String>,
+    /// `nonResourceURLs`: paths (`/metrics`), or prefixes ending in `*`.
+    #[serde(default, rename = "nonResourceURLs")]
+    pub non_resource_urls: Vec<String>,
 }
 
 /// A rule and where it applies: everywhere (a ClusterRole through a
@@ -122,6 +128,23 @@ impl Policy {
                 (Some(_), None) => false,
             };
             in_scope && rule_allows(&g.rule, a)
+        })
+    }
+}
+
+impl Policy {
+    /// Whether `verb` on the non-resource URL `path` is allowed: only cluster-wide
+    /// grants count (a RoleBinding cannot grant a URL).
+    pub fn allows_non_resource(&self, path: &str, verb: &str) -> bool {
+        self.grants.iter().any(|g| {
+            g.namespace.is_none()
+                && matches(&g.rule.verbs, verb)
+                && g.rule.non_resource_urls.iter().any(|u| {
+                    u == "*"
+                        || u == path
+                        || u.strip_suffix('*')
+                            .is_some_and(|prefix| path.starts_with(prefix))
+                })
         })
     }
 }
@@ -241,35 +264,48 @@ pub fn forbidden_status(a: &Attributes, user: &str) -> Value {
 
 /// Answers a SelfSubjectAccessReview body for `policy` (`None`: everything allowed).
 pub fn review(policy: Option<&Policy>, body: &Value) -> Value {
-    let attrs = &body["spec"]["resourceAttributes"];
-    let text = |k: &str| attrs[k].as_str().unwrap_or_default().to_owned();
-    let opt = |k: &str| {
-        attrs[k]
-            .as_str()
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned)
+    review_as("SelfSubjectAccessReview", policy, body)
+}
+
+/// Answers an access review (`kind`: SelfSubjectAccessReview or SubjectAccessReview)
+/// for `policy` (`None`: everything allowed): its `resourceAttributes`, or its
+/// `nonResourceAttributes` (`path`, `verb`).
+pub fn review_as(kind: &str, policy: Option<&Policy>, body: &Value) -> Value {
+    let spec = &body["spec"];
+    let allowed = if let Some(url) = spec["nonResourceAttributes"].as_object() {
+        let text = |k: &str| url.get(k).and_then(Value::as_str).unwrap_or_default();
+        policy.is_none_or(|p| p.allows_non_resource(text("path"), text("verb")))
+    } else {
+        let attrs = &spec["resourceAttributes"];
+        let text = |k: &str| attrs[k].as_str().unwrap_or_default().to_owned();
+        let opt = |k: &str| {
+            attrs[k]
+                .as_str()
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+        };
+        let resource = match attrs["subresource"].as_str().filter(|s| !s.is_empty()) {
+            Some(sub) => format!("{}/{sub}", text("resource")),
+            None => text("resource"),
+        };
+        let asked = Attributes {
+            verb: text("verb"),
+            group: text("group"),
+            resource,
+            namespace: opt("namespace"),
+            name: opt("name"),
+        };
+        !attrs.is_null() && policy.is_none_or(|p| p.allows(&asked))
     };
-    let resource = match attrs["subresource"].as_str().filter(|s| !s.is_empty()) {
-        Some(sub) => format!("{}/{sub}", text("resource")),
-        None => text("resource"),
-    };
-    let asked = Attributes {
-        verb: text("verb"),
-        group: text("group"),
-        resource,
-        namespace: opt("namespace"),
-        name: opt("name"),
-    };
-    let allowed = !attrs.is_null() && policy.is_none_or(|p| p.allows(&asked));
     let mut status = json!({ "allowed": allowed });
     if !allowed {
         status["reason"] = json!("no RBAC rule allows it");
     }
     json!({
-        "kind": "SelfSubjectAccessReview",
+        "kind": kind,
         "apiVersion": "authorization.k8s.io/v1",
         "metadata": { "creationTimestamp": null },
-        "spec": body["spec"].clone(),
+        "spec": spec.clone(),
         "status": status
     })
 }
@@ -383,5 +419,37 @@ mod tests {
                 .unwrap()
                 .contains("cannot delete resource \"nodes\"")
         );
+    }
+
+    #[test]
+    fn non_resource_urls_are_granted_only_cluster_wide_and_answered_in_reviews() {
+        let objects = vec![
+            json!({"kind": "ClusterRole", "metadata": {"name": "reader"},
+                   "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
+                             {"nonResourceURLs": ["/debug/*"], "verbs": ["get"]}]}),
+            json!({"kind": "ClusterRoleBinding", "metadata": {"name": "reader"},
+                   "roleRef": {"kind": "ClusterRole", "name": "reader"},
+                   "subjects": [{"kind": "ServiceAccount", "name": "prom", "namespace": "monitoring"}]}),
+            json!({"kind": "RoleBinding", "metadata": {"name": "reader", "namespace": "apps"},
+                   "roleRef": {"kind": "ClusterRole", "name": "reader"},
+                   "subjects": [{"kind": "ServiceAccount", "name": "app", "namespace": "apps"}]}),
+        ];
+        let prom = Policy::for_service_account(&objects, "monitoring", "prom");
+        assert!(prom.allows_non_resource("/metrics", "get"));
+        assert!(prom.allows_non_resource("/debug/pprof", "get"));
+        assert!(!prom.allows_non_resource("/metrics", "post"));
+        assert!(!prom.allows_non_resource("/metricsx", "get"));
+        assert!(!prom.allows(&attrs("GET", "/api/v1/nodes")));
+        // Through a RoleBinding a URL is not granted, as in RBAC.
+        let app = Policy::for_service_account(&objects, "apps", "app");
+        assert!(!app.allows_non_resource("/metrics", "get"));
+
+        let body = json!({"spec": {"user": "system:serviceaccount:monitoring:prom",
+                                   "nonResourceAttributes": {"path": "/metrics", "verb": "get"}}});
+        let answer = review_as("SubjectAccessReview", Some(&prom), &body);
+        assert_eq!(answer["status"]["allowed"], true);
+        assert_eq!(answer["kind"], "SubjectAccessReview");
+        let answer = review_as("SubjectAccessReview", Some(&app), &body);
+        assert_eq!(answer["status"]["allowed"], false);
     }
 }

@@ -178,9 +178,9 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
                 &authz::forbidden_status(&attrs, &identity.user),
                 "application/json",
             ),
-            _ => answer(&shared, &registry, route, request).await,
+            _ => answer_or_review(&shared, &registry, route, request).await,
         },
-        _ => answer(&shared, &registry, route, request).await,
+        _ => answer_or_review(&shared, &registry, route, request).await,
     };
     tracing::debug!(%method, path = %path_and_query, status = response.status().as_u16(), "fake-kube request");
     shared.log_request(
@@ -242,6 +242,126 @@ async fn access_review(policy: Option<&authz::Policy>, request: Request) -> Resp
         &authz::review(policy, &body),
         "application/json",
     )
+}
+
+const TOKEN_REVIEWS: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
+const SUBJECT_ACCESS_REVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+
+/// The reviews a server that delegates authentication and authorization to the API
+/// server sends (TokenReview, SubjectAccessReview), once the caller has been
+/// authorized to create them; everything else as [`answer`] does.
+async fn answer_or_review(
+    shared: &Arc<Shared>,
+    reg: &Registry,
+    route: Route,
+    request: Request,
+) -> Response {
+    if request.method() == Method::POST {
+        match request.uri().path().trim_end_matches('/') {
+            TOKEN_REVIEWS => return delegated_review(shared, request, token_review).await,
+            SUBJECT_ACCESS_REVIEWS => {
+                return delegated_review(shared, request, subject_access_review).await;
+            }
+            _ => {}
+        }
+    }
+    answer(shared, reg, route, request).await
+}
+
+async fn delegated_review(
+    shared: &Shared,
+    request: Request,
+    review: fn(&Shared, &serde_json::Value) -> serde_json::Value,
+) -> Response {
+    let Ok(bytes) = axum::body::to_bytes(request.into_body(), 1 << 20).await else {
+        return status::failure(StatusCode::BAD_REQUEST, "BadRequest", "unreadable body");
+    };
+    let Ok(body) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+        return status::failure(StatusCode::BAD_REQUEST, "BadRequest", "malformed JSON");
+    };
+    status::json_with_type(
+        StatusCode::CREATED,
+        &review(shared, &body),
+        "application/json",
+    )
+}
+
+/// The groups the API server gives a user: a ServiceAccount's
+/// `system:serviceaccounts[:NS]`, and `system:authenticated` for everyone.
+fn groups_of(user: &str) -> Vec<String> {
+    let mut groups = Vec::new();
+    if let Some(rest) = user.strip_prefix("system:serviceaccount:")
+        && let Some((namespace, _)) = rest.split_once(':')
+    {
+        groups.push("system:serviceaccounts".to_owned());
+        groups.push(format!("system:serviceaccounts:{namespace}"));
+    }
+    groups.push("system:authenticated".to_owned());
+    groups
+}
+
+/// The main token's user: kubeadm's admin, in `system:masters`.
+const ADMIN_USER: &str = "kubernetes-admin";
+
+/// `TokenReview`: who a bearer token belongs to: the main token is the admin (in
+/// `system:masters`), a restricted identity's is its user; any other is not
+/// authenticated, with the API server's error.
+fn token_review(shared: &Shared, body: &serde_json::Value) -> serde_json::Value {
+    let token = body["spec"]["token"].as_str().unwrap_or_default();
+    let user = if token.is_empty() {
+        None
+    } else if token == shared.token {
+        Some((
+            ADMIN_USER.to_owned(),
+            vec![
+                "system:masters".to_owned(),
+                "system:authenticated".to_owned(),
+            ],
+        ))
+    } else {
+        shared
+            .identity(token)
+            .map(|i| (i.user.clone(), groups_of(&i.user)))
+    };
+    let status = match user {
+        Some((username, groups)) => serde_json::json!({
+            "authenticated": true,
+            "user": { "username": username, "uid": format!("uid-{username}"), "groups": groups },
+            "audiences": ["https://kubernetes.default.svc.cluster.local"],
+        }),
+        None => serde_json::json!({
+            "user": {},
+            "error": "[invalid bearer token, token lookup failed]",
+        }),
+    };
+    serde_json::json!({
+        "kind": "TokenReview",
+        "apiVersion": "authentication.k8s.io/v1",
+        "metadata": { "creationTimestamp": null },
+        "spec": body["spec"].clone(),
+        "status": status,
+    })
+}
+
+/// `SubjectAccessReview`: whether `spec.user` may do what the review asks, from the
+/// policy of the restricted identity of that name; `system:masters` may do anything,
+/// an unknown user nothing.
+fn subject_access_review(shared: &Shared, body: &serde_json::Value) -> serde_json::Value {
+    let spec = &body["spec"];
+    let user = spec["user"].as_str().unwrap_or_default();
+    let masters = spec["groups"]
+        .as_array()
+        .is_some_and(|g| g.iter().any(|g| g == "system:masters"));
+    if masters {
+        return authz::review_as("SubjectAccessReview", None, body);
+    }
+    let nothing = authz::Policy::default();
+    let policy = shared
+        .identities
+        .iter()
+        .find(|i| i.user == user)
+        .map_or(&nothing, |i| &i.policy);
+    authz::review_as("SubjectAccessReview", Some(policy), body)
 }
 
 fn header(request: &Request, name: axum::http::HeaderName) -> Option<&str> {

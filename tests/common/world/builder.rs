@@ -125,6 +125,10 @@ pub struct WorldBuilder {
     /// RBAC objects (as JSON) that authorize the replicas, as the ServiceAccount
     /// `nodefence/nodefence` in namespace `nodefence` (`None`: all-powerful).
     pub rbac: Option<Vec<serde_json::Value>>,
+    /// Other ServiceAccounts fake-kube knows (token, namespace, name, the RBAC
+    /// objects that authorize them): its TokenReviews and SubjectAccessReviews
+    /// answer for them (a scraper of `/metrics`, say).
+    pub service_accounts: Vec<(String, String, String, Vec<serde_json::Value>)>,
     /// The Redfish BMC serves HTTPS with this certificate, trusted this way (`None`:
     /// plain HTTP).
     pub bmc_tls: Option<(nodefence_mocks::tls::CertKind, BmcTrust)>,
@@ -167,6 +171,7 @@ impl WorldBuilder {
             config_check: None,
             bmc_tls: None,
             rbac: None,
+            service_accounts: Vec::new(),
             kube_tls: false,
             metal3: None,
             policy: Vec::new(),
@@ -308,6 +313,20 @@ impl WorldBuilder {
         self
     }
 
+    /// fake-kube also knows the ServiceAccount `namespace/name` by `token`, authorized
+    /// by exactly these RBAC objects (for TokenReviews and SubjectAccessReviews).
+    pub fn service_account(
+        mut self,
+        token: &str,
+        namespace: &str,
+        name: &str,
+        rbac: Vec<serde_json::Value>,
+    ) -> Self {
+        self.service_accounts
+            .push((token.into(), namespace.into(), name.into(), rbac));
+        self
+    }
+
     /// Replicas reload their configuration files when they change, checking this often.
     pub fn config_check(mut self, every: Duration) -> Self {
         self.config_check = Some(every);
@@ -344,6 +363,15 @@ impl WorldBuilder {
             kube_builder = kube_builder.identity(
                 restricted_token,
                 format!("system:serviceaccount:{RBAC_NAMESPACE}:nodefence"),
+                policy,
+            );
+        }
+        for (token, namespace, name, objects) in &self.service_accounts {
+            let policy =
+                nodefence_mocks::kube::authz::Policy::for_service_account(objects, namespace, name);
+            kube_builder = kube_builder.identity(
+                token.as_str(),
+                format!("system:serviceaccount:{namespace}:{name}"),
                 policy,
             );
         }
@@ -476,7 +504,8 @@ impl WorldBuilder {
         let options = DaemonOptions {
             drivers: Default::default(),
             dry_run: self.dry_run,
-            listen: "127.0.0.1:0".parse().unwrap(),
+            health_listen: "127.0.0.1:0".parse().unwrap(),
+            metrics: nodefence::daemon::MetricsEndpoint::plain("127.0.0.1:0".parse().unwrap()),
             lease_namespace: if self.rbac.is_some() {
                 RBAC_NAMESPACE.into()
             } else {

@@ -46,6 +46,7 @@ fn every_family_is_declared_with_its_type_and_unit() {
             "nodefence_config_last_reload_success_timestamp_seconds",
             "gauge",
         ),
+        ("nodefence_metrics_scrapes_refused", "counter"),
         ("nodefence_build", "info"),
     ];
     for (name, ty) in expected {
