@@ -222,11 +222,12 @@ fn random_whole_system_schedules_keep_every_invariant() {
 /// `simulation: 12/30 schedules, 0 failed, 25 s`, straight to stderr (past libtest's
 /// capture, so a long debug run shows it is moving).
 fn progress_line(played: usize, total: usize, failed: usize, started: Instant) {
-    let _ = writeln!(
-        std::io::stderr(),
-        "simulation: {played}/{total} schedules, {failed} failed, {} s",
+    let line = format!(
+        "simulation: {played}/{total} schedules, {failed} failed, {} s\n",
         started.elapsed().as_secs()
     );
+    // One write, so the line is not split by the output around it.
+    let _ = std::io::stderr().write_all(line.as_bytes());
 }
 
 /// A scenario random schedules reach only now and then (seed 3691 of the long run): a

@@ -63,14 +63,17 @@ pub fn skip<T>(peer: &str, install: &str) -> Option<T> {
         record.test
     );
     let mut stderr = std::io::stderr().lock();
-    let _ = writeln!(stderr, "{}", record.message());
+    // One write, so the line is not split by the output around it.
+    let _ = stderr.write_all(format!("{}\n", record.message()).as_bytes());
     if let Some(dir) = std::env::var_os(SKIP_DIR)
         && let Err(e) = record.write_in(Path::new(&dir))
     {
-        let _ = writeln!(
-            stderr,
-            "could not record the skip in {}: {e}",
-            Path::new(&dir).display()
+        let _ = stderr.write_all(
+            format!(
+                "could not record the skip in {}: {e}\n",
+                Path::new(&dir).display()
+            )
+            .as_bytes(),
         );
     }
     None
