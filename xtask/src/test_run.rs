@@ -31,7 +31,13 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let skip_dir = fresh_skip_dir()?;
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
-    let mut child = Command::new(&cargo)
+    let mut command = Command::new(&cargo);
+    for (name, _) in std::env::vars_os() {
+        if set_by_cargo_run(&name.to_string_lossy()) {
+            command.env_remove(name);
+        }
+    }
+    let mut child = command
         .args(["test", "--workspace"])
         .args(&args.cargo_args)
         .env(SKIP_DIR_VARIABLE, &skip_dir)
@@ -75,6 +81,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // A test binary killed by a signal: cargo itself was, or reports 101.
     let code = status.code().unwrap_or(101);
     Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+}
+
+/// Whether `cargo run` set this variable for xtask itself (`CARGO_PKG_NAME=xtask`,
+/// ...). The `cargo test` started here must not inherit them: cargo compares a build
+/// script's `rerun-if-env-changed` variables (ring's include `CARGO_PKG_NAME` and
+/// `CARGO_MANIFEST_DIR`) with its own environment, so they would rebuild ring and
+/// everything above it, and a plain `cargo test` after that once more.
+fn set_by_cargo_run(name: &str) -> bool {
+    name.starts_with("CARGO_PKG_")
+        || name.starts_with("CARGO_MANIFEST_")
+        || matches!(
+            name,
+            "CARGO_CRATE_NAME" | "CARGO_BIN_NAME" | "CARGO_PRIMARY_PACKAGE" | "OUT_DIR"
+        )
 }
 
 /// `<target dir>/xtask-test/skips-<pid>`, empty.
@@ -269,6 +289,32 @@ mod tests {
             test: test.into(),
             peer: peer.into(),
             install: install.into(),
+        }
+    }
+
+    #[test]
+    fn what_cargo_run_set_for_xtask_is_not_passed_on_and_the_rest_is() {
+        for set in [
+            "CARGO_PKG_NAME",
+            "CARGO_PKG_VERSION_MAJOR",
+            "CARGO_MANIFEST_DIR",
+            "CARGO_MANIFEST_PATH",
+            "CARGO_CRATE_NAME",
+            "CARGO_BIN_NAME",
+            "CARGO_PRIMARY_PACKAGE",
+        ] {
+            assert!(set_by_cargo_run(set), "{set}");
+        }
+        for kept in [
+            "CARGO",
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "CARGO_INCREMENTAL",
+            "CARGO_TERM_COLOR",
+            "NODEFENCE_REQUIRE_PEERS",
+            "PATH",
+        ] {
+            assert!(!set_by_cargo_run(kept), "{kept}");
         }
     }
 
