@@ -241,7 +241,7 @@ async fn exec_section(nodes: usize, concurrency: usize) {
 }
 
 async fn aws_section(nodes: usize, concurrency: usize) {
-    // moto::start prints "skipped: <why>" on stderr when moto is missing.
+    // moto::start prints "skipped: ..." on stderr when moto is missing.
     let Some(moto) = moto::start().await else {
         println!(
             "aws: skipped: no moto server (NODEFENCE_MOTO_SERVER or \
@@ -280,7 +280,7 @@ async fn aws_section(nodes: usize, concurrency: usize) {
     println!(
         "aws: status of {nodes} EC2 instances in moto {} ({} at {}, RunInstances of {nodes} \
          took {:.0} ms through boto3), concurrency {concurrency}, one DescribeInstances per reading",
-        moto::MOTO_VERSION,
+        nodefence_mocks::peers::MOTO_VERSION,
         AWS_REGION,
         moto.endpoint,
         ms(created)

@@ -1,11 +1,11 @@
 //! The documentation holds together: README.md stays a page a user reads (at most
-//! 400 lines, the demo and the test command on its first screen), and every relative
-//! Markdown link in README.md and docs/*.md leads to a file that exists and, when it
-//! names an `#anchor`, to a heading of that file, under GitHub's rules for heading
-//! anchors (lowercase; punctuation other than `-` and `_` removed; each space a `-`;
-//! a repeated heading gets `-1`, `-2`, ...). Links to `http://`, `https://` and
-//! `mailto:` are not followed; links inside fenced code blocks and code spans are not
-//! links.
+//! 400 lines, the demo and the test command on its first screen, the test command the
+//! one CI runs), and every relative Markdown link in README.md and docs/*.md leads to
+//! a file that exists and, when it names an `#anchor`, to a heading of that file, under
+//! GitHub's rules for heading anchors (lowercase; punctuation other than `-` and `_`
+//! removed; each space a `-`; a repeated heading gets `-1`, `-2`, ...). Links to
+//! `http://`, `https://` and `mailto:` are not followed; links inside fenced code
+//! blocks and code spans are not links.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
@@ -13,7 +13,10 @@ use std::path::{Component, Path, PathBuf};
 
 const README_MAX_LINES: usize = 400;
 const FIRST_SCREEN_LINES: usize = 40;
-const FIRST_SCREEN_COMMANDS: [&str; 2] = ["cargo run --release -- demo", "cargo test --workspace"];
+/// The demo and the test command (`cargo xtask test`: `cargo test --workspace` with
+/// the list of skipped tests at the end, xtask/src/test_run.rs).
+const FIRST_SCREEN_COMMANDS: [&str; 2] = ["cargo run --release -- demo", TEST_COMMAND];
+const TEST_COMMAND: &str = "cargo xtask test";
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -411,6 +414,22 @@ fn the_readme_is_a_page_a_user_reads() {
             "README.md:1-{FIRST_SCREEN_LINES}: the first screen no longer shows `{command}`"
         );
     }
+}
+
+/// CI runs the README's test command: the line after `.ci/run`'s test section heading.
+#[test]
+fn ci_runs_the_readme_test_command() {
+    let ci = read(&root().join(".ci/run"));
+    let mut lines = ci.lines().skip_while(|l| !l.starts_with("section \"test "));
+    let heading = lines
+        .next()
+        .expect(".ci/run has no `section \"test ...\"` line");
+    let command = lines.next().unwrap_or_default();
+    assert!(
+        heading.contains(TEST_COMMAND) && command.starts_with(TEST_COMMAND),
+        ".ci/run: the test section should say and run `{TEST_COMMAND}`, the README's test command: \
+         {heading:?} then {command:?}"
+    );
 }
 
 #[test]

@@ -27,27 +27,6 @@ fn monitoring() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/monitoring")
 }
 
-fn prometheus_binary() -> Option<PathBuf> {
-    let found = std::env::var_os("NODEFENCE_PROMETHEUS")
-        .map(PathBuf::from)
-        .filter(|p| p.is_file())
-        .or_else(|| {
-            let path = std::env::var_os("PATH").unwrap_or_default();
-            std::env::split_paths(&path)
-                .map(|d| d.join("prometheus"))
-                .find(|p| p.is_file())
-        });
-    if found.is_none() {
-        let required = std::env::var("NODEFENCE_REQUIRE_PEERS").is_ok_and(|v| v == "1");
-        assert!(
-            !required,
-            "prometheus is required (NODEFENCE_REQUIRE_PEERS=1): apt-get install prometheus"
-        );
-        eprintln!("skipped: prometheus is not installed (Debian package prometheus)");
-    }
-    found
-}
-
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -189,7 +168,7 @@ impl Prometheus {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_alert_and_dashboard_query_runs_against_the_live_daemon() {
-    let Some(binary) = prometheus_binary() else {
+    let Some(binary) = nodefence_mocks::peers::prometheus() else {
         return;
     };
     // Five workers (two unhealthy stay within storm protection, 40%); worker-3's BMC

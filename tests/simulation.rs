@@ -1,6 +1,7 @@
 //! Whole-system randomized proof of the one rule (issue 15): see `tests/sim/`.
 //!
-//! `cargo test --release --test simulation` plays a bounded sample of seeds (CI);
+//! `cargo test --release --test simulation` plays a bounded sample of seeds (CI; a debug
+//! build plays fewer, see [`DEBUG_REGRESSIONS`]);
 //! `NODEFENCE_SIM_SEEDS=10000 cargo test --release --test simulation -- --nocapture`
 //! plays more; `NODEFENCE_SIM_SEED=N` replays one. A failure prints its seed, what
 //! broke, the schedule, and the one-line command that replays it.
@@ -8,7 +9,9 @@
 
 mod sim;
 
-use std::time::Instant;
+use std::io::Write as _;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 /// A seed whose policy powers machines on after fencing (`power_on_after_fence`).
 const POWER_ON_SEED: u64 = 3;
@@ -88,20 +91,43 @@ const REGRESSIONS: &[u64] = &[
     10400, 11586, 11834,
 ];
 
+/// How many seeds from 1 up a run plays besides the regression seeds when
+/// `NODEFENCE_SIM_SEEDS` does not say: 150 in an optimized build (CI's
+/// `cargo test --release --test simulation`); none in a debug build (the README's
+/// `cargo xtask test`), where a schedule costs 4 to 6 s of CPU.
+const RANDOM_SEEDS: u64 = if cfg!(debug_assertions) { 0 } else { 150 };
+
+/// The regression seeds a debug build plays when `NODEFENCE_SIM_SEEDS` does not say
+/// (all of [`REGRESSIONS`] otherwise), so this file takes about a minute of
+/// the README's test run on 2 cores instead of six: one seed per bug that no scripted
+/// scenario below replays. Left to the release run: 26 (`power-off-record-ignored`, the
+/// new-leader scenario), 686 (the two power-on scenarios), 764 (the replay test plays
+/// it twice), 2702, 3691, 6386, 10400, 11586, 11834 (each scripted below), 5439, 6483
+/// (5121's bug).
+const DEBUG_REGRESSIONS: &[u64] = &[206, 353, 446, 1172, 1503, 3815, 4623, 5121, 7791];
+
+/// How often the random schedules' test reports its progress.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
 fn seeds() -> Vec<u64> {
     if let Ok(one) = std::env::var("NODEFENCE_SIM_SEED") {
         return vec![one.trim().parse().expect("NODEFENCE_SIM_SEED is a number")];
     }
-    let n: u64 = std::env::var("NODEFENCE_SIM_SEEDS")
+    let asked: Option<u64> = std::env::var("NODEFENCE_SIM_SEEDS")
         .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(150);
+        .and_then(|s| s.trim().parse().ok());
+    let n = asked.unwrap_or(RANDOM_SEEDS);
+    let regressions = if cfg!(debug_assertions) && asked.is_none() {
+        DEBUG_REGRESSIONS
+    } else {
+        REGRESSIONS
+    };
     let first: u64 = std::env::var("NODEFENCE_SIM_FIRST")
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(1);
     let mut seeds: Vec<u64> = (first..first + n).collect();
-    for r in REGRESSIONS {
+    for r in regressions {
         if !seeds.contains(r) {
             seeds.push(*r);
         }
@@ -116,20 +142,47 @@ fn random_whole_system_schedules_keep_every_invariant() {
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let queue = std::sync::Mutex::new(seeds.clone().into_iter());
     let results = std::sync::Mutex::new(Vec::new());
+    let played = AtomicUsize::new(0);
+    let failed_so_far = AtomicUsize::new(0);
+    let progress = || {
+        progress_line(
+            played.load(Ordering::Relaxed),
+            seeds.len(),
+            failed_so_far.load(Ordering::Relaxed),
+            started,
+        );
+    };
     std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                loop {
-                    let Some(seed) = queue.lock().unwrap().next() else {
-                        break;
-                    };
-                    let mut outcome = sim::play::run(seed);
-                    outcome.log.clear(); // kept by the replay test; thousands add up
-                    results.lock().unwrap().push((seed, outcome));
-                }
-            });
+        let players: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    loop {
+                        let Some(seed) = queue.lock().unwrap().next() else {
+                            break;
+                        };
+                        let mut outcome = sim::play::run(seed);
+                        outcome.log.clear(); // kept by the replay test; thousands add up
+                        if !outcome.violations.is_empty() {
+                            failed_so_far.fetch_add(1, Ordering::Relaxed);
+                        }
+                        results.lock().unwrap().push((seed, outcome));
+                        played.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        // A line every PROGRESS_EVERY while the schedules play (the test's own
+        // output is captured until it ends).
+        let mut next = started + PROGRESS_EVERY;
+        while !players.iter().all(|p| p.is_finished()) {
+            std::thread::sleep(Duration::from_millis(100));
+            if Instant::now() >= next {
+                progress();
+                next += PROGRESS_EVERY;
+            }
         }
     });
+    progress();
     let mut results = results.into_inner().unwrap();
     results.sort_by_key(|(s, _)| *s);
     let mut total = sim::machine::Counters::default();
@@ -178,6 +231,24 @@ fn random_whole_system_schedules_keep_every_invariant() {
     }
 }
 
+#[test]
+fn the_debug_seeds_are_regression_seeds() {
+    for seed in DEBUG_REGRESSIONS {
+        assert!(REGRESSIONS.contains(seed), "{seed} is not in REGRESSIONS");
+    }
+}
+
+/// `simulation: 12/30 schedules, 0 failed, 25 s`, straight to stderr (past libtest's
+/// capture, so a long debug run shows it is moving).
+fn progress_line(played: usize, total: usize, failed: usize, started: Instant) {
+    let line = format!(
+        "simulation: {played}/{total} schedules, {failed} failed, {} s\n",
+        started.elapsed().as_secs()
+    );
+    // One write, so the line is not split by the output around it.
+    let _ = std::io::stderr().write_all(line.as_bytes());
+}
+
 /// A scenario random schedules reach only now and then (seed 3691 of the long run): a
 /// new leader term whose Lease list keeps failing while the Node list works, during a
 /// storm the Leases alone show. worker-1 has been NotReady for minutes behind a BMC
@@ -193,10 +264,7 @@ fn random_whole_system_schedules_keep_every_invariant() {
 #[cfg(tokio_unstable)]
 /// Plays a scripted scenario (see `sim::play::run_scripted`) and fails on any broken
 /// invariant; what the scenario must have done is the caller's to check.
-fn scripted(
-    seed: u64,
-    script: Vec<(std::time::Duration, sim::schedule::Fault)>,
-) -> sim::play::Outcome {
+fn scripted(seed: u64, script: Vec<(Duration, sim::schedule::Fault)>) -> sim::play::Outcome {
     let outcome = sim::play::run_scripted(seed, script);
     assert!(
         outcome.violations.is_empty(),
@@ -235,7 +303,7 @@ fn a_term_that_cannot_list_the_leases_does_not_fence_during_a_storm_it_cannot_se
     use sim::api::ApiMode;
     use sim::machine::Bmc;
     use sim::schedule::Fault;
-    use std::time::Duration;
+
     let s = Duration::from_secs;
     let script = vec![
         (s(20), Fault::NetworkCut(0)),
@@ -266,7 +334,7 @@ fn a_term_that_cannot_list_the_leases_does_not_fence_during_a_storm_it_cannot_se
 fn a_power_on_that_fails_is_tried_again_until_the_machine_is_on() {
     use sim::machine::Bmc;
     use sim::schedule::Fault;
-    use std::time::Duration;
+
     let s = Duration::from_secs;
     let script = vec![
         (s(20), Fault::NetworkCut(0)),
@@ -301,7 +369,7 @@ fn a_power_on_that_fails_is_tried_again_until_the_machine_is_on() {
 #[test]
 fn a_new_leader_does_not_power_off_again_a_machine_its_bmc_still_reports_on() {
     use sim::schedule::Fault;
-    use std::time::Duration;
+
     let s = Duration::from_secs;
     let script = vec![
         (s(20), Fault::ReportLag(1, s(55))),
@@ -326,7 +394,7 @@ fn a_new_leader_does_not_power_off_again_a_machine_its_bmc_still_reports_on() {
 #[test]
 fn a_new_leader_powers_on_a_machine_whose_release_was_never_recorded() {
     use sim::schedule::Fault;
-    use std::time::Duration;
+
     let s = Duration::from_secs;
     let script = vec![
         (s(20), Fault::CrashOnNextRelease),
@@ -358,7 +426,7 @@ fn a_new_leader_powers_on_a_machine_whose_release_was_never_recorded() {
 fn a_power_off_decided_before_a_storm_is_held_when_the_storm_comes_first() {
     use sim::api::ApiMode;
     use sim::schedule::Fault;
-    use std::time::Duration;
+
     let s = Duration::from_secs;
     let script = vec![
         (s(20), Fault::NetworkCut(0)),
@@ -391,7 +459,7 @@ fn just_after_a_power_off_was_decided(
 ) -> sim::play::Outcome {
     use sim::api::ApiMode;
     use sim::schedule::Fault;
-    use std::time::Duration;
+
     let s = Duration::from_secs;
     let script = vec![
         (s(20), Fault::NetworkCut(0)),

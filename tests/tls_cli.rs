@@ -53,25 +53,22 @@ fn squash(text: &str) -> String {
     out
 }
 
-/// `openssl x509 -noout -fingerprint -sha256` of a PEM file, or `None` (skipped, or
-/// a failure under NODEFENCE_REQUIRE_PEERS=1) when openssl is not installed.
+/// `openssl x509 -noout -fingerprint -sha256` of a PEM file, or `None` when openssl
+/// is not installed (the cross-check is reported skipped; a failure under
+/// `NODEFENCE_REQUIRE_PEERS=1`).
 fn openssl_fingerprint(pem: &Path) -> Option<String> {
-    let out = std::process::Command::new("openssl")
+    let openssl = nodefence_mocks::peers::openssl()?;
+    let out = std::process::Command::new(openssl)
         .args(["x509", "-noout", "-fingerprint", "-sha256", "-in"])
         .arg(pem)
-        .output();
-    match out {
-        Ok(out) if out.status.success() => {
-            Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
-        }
-        _ if std::env::var_os("NODEFENCE_REQUIRE_PEERS").is_some() => {
-            panic!("openssl is required (NODEFENCE_REQUIRE_PEERS)")
-        }
-        _ => {
-            eprintln!("skipped the openssl cross-check: openssl is not installed");
-            None
-        }
-    }
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "openssl x509 failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,11 +14,17 @@
 //! - [`tls`]: throwaway CA + leaf certificates for HTTPS mocks.
 //! - [`remediation`]: stand-ins for the NodeHealthCheck operator and Cluster API's
 //!   MachineHealthCheck, the health checkers that name nodefence as their remediator.
+//!
+//! For the tests themselves: [`peers`] finds the real peer programs and skips a test
+//! visibly when one is missing; [`child_log`] gives a spawned mock binary a log file
+//! of its own.
 
+pub mod child_log;
 pub mod ipmi;
 pub mod kube;
 pub mod machines;
 pub mod metal3;
+pub mod peers;
 pub mod redfish;
 pub mod remediation;
 pub mod serve;

@@ -6,16 +6,18 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
+use nodefence_mocks::child_log::ChildLog;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 const BIN: &str = env!("CARGO_BIN_EXE_mock-redfish");
 
-/// A running `mock-redfish` and the URL it printed.
+/// A running `mock-redfish`, the URL it printed, and its log (its stderr).
 struct Running {
     child: Child,
     base_url: String,
+    log: ChildLog,
 }
 
 impl Drop for Running {
@@ -26,11 +28,12 @@ impl Drop for Running {
 
 /// Starts the binary and waits (bounded) for its ready line.
 async fn spawn(args: &[&str]) -> Running {
+    let log = ChildLog::create(env!("CARGO_TARGET_TMPDIR"), "mock-redfish");
     let mut child = Command::new(BIN)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(log.stdio())
         .kill_on_drop(true)
         .spawn()
         .expect("spawning mock-redfish");
@@ -38,18 +41,30 @@ async fn spawn(args: &[&str]) -> Running {
     let mut lines = BufReader::new(stdout).lines();
     let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
         .await
-        .expect("mock-redfish printed its ready line in time")
+        .unwrap_or_else(|_| {
+            panic!("mock-redfish printed no ready line within 20 s; its log: {log}")
+        })
         .expect("reading stdout")
-        .expect("mock-redfish exited before it was ready");
+        .unwrap_or_else(|| panic!("mock-redfish exited before it was ready; its log: {log}"));
     let base_url = line
         .strip_prefix("mock-redfish listening on ")
-        .unwrap_or_else(|| panic!("unexpected ready line {line:?}"))
+        .unwrap_or_else(|| panic!("unexpected ready line {line:?}; its log: {log}"))
         .to_owned();
-    Running { child, base_url }
+    Running {
+        child,
+        base_url,
+        log,
+    }
+}
+
+/// How a stopped `mock-redfish` exited, and its log.
+struct Stopped {
+    code: Option<i32>,
+    log: std::path::PathBuf,
 }
 
 /// Sends `signal` to the child (by its pid) and returns its exit code.
-async fn stop(mut running: Running, signal: &str) -> Option<i32> {
+async fn stop(mut running: Running, signal: &str) -> Stopped {
     let pid = running.child.id().expect("still running").to_string();
     let status = std::process::Command::new("kill")
         .args([signal, &pid])
@@ -58,9 +73,18 @@ async fn stop(mut running: Running, signal: &str) -> Option<i32> {
     assert!(status.success());
     let exit = tokio::time::timeout(Duration::from_secs(10), running.child.wait())
         .await
-        .expect("mock-redfish stops promptly")
+        .unwrap_or_else(|_| {
+            panic!(
+                "mock-redfish did not stop within 10 s; its log: {}",
+                running.log
+            )
+        })
         .expect("waiting for mock-redfish");
-    exit.code()
+    let log = running.log.path().to_path_buf();
+    Stopped {
+        code: exit.code(),
+        log,
+    }
 }
 
 fn client(ca_file: Option<&Path>) -> reqwest::Client {
@@ -180,10 +204,12 @@ async fn tls_idrac_with_password_file_and_delay() {
     );
 
     let port = base.rsplit(':').next().unwrap().to_owned();
+    let stopped = stop(running, "-TERM").await;
     assert_eq!(
-        stop(running, "-TERM").await,
+        stopped.code,
         Some(0),
-        "SIGTERM is a clean stop"
+        "SIGTERM is a clean stop; its log: {}",
+        stopped.log.display()
     );
     let gone = tokio::net::TcpStream::connect(format!("127.0.0.1:{port}")).await;
     assert!(gone.is_err(), "the port is closed after stop");
@@ -243,10 +269,12 @@ power = "Off"
         .await
         .unwrap();
     assert_eq!(refused.status(), 400, "ForceOff is not in node-1's list");
+    let stopped = stop(running, "-INT").await;
     assert_eq!(
-        stop(running, "-INT").await,
+        stopped.code,
         Some(0),
-        "SIGINT is a clean stop"
+        "SIGINT is a clean stop; its log: {}",
+        stopped.log.display()
     );
 }
 
@@ -281,7 +309,8 @@ async fn repeated_system_flags_and_fault_injection() {
     assert_eq!(status, 500);
     let (status, _) = get_json(&c, &format!("{base}/redfish/v1"), None).await;
     assert_eq!(status, 200);
-    assert_eq!(stop(running, "-TERM").await, Some(0));
+    let stopped = stop(running, "-TERM").await;
+    assert_eq!(stopped.code, Some(0), "its log: {}", stopped.log.display());
 }
 
 async fn fails_with(args: &[&str], needle: &str) {

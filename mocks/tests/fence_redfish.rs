@@ -8,8 +8,6 @@
 //! its absence a failure (CI).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod peer;
-
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -20,13 +18,9 @@ use nodefence_mocks::redfish::{
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
-/// The agent, or `None` after printing why the test is skipped.
+/// The agent, or `None` after the test is reported skipped.
 fn agent() -> Option<PathBuf> {
-    peer::find(
-        "fence_redfish",
-        &["/usr/sbin", "/sbin", "/usr/local/sbin"],
-        "fence-agents",
-    )
+    nodefence_mocks::peers::fence_agent("fence_redfish")
 }
 
 /// What one agent run did.
@@ -273,6 +267,8 @@ async fn agent_against_the_binary() {
     let Some(agent) = agent() else { return };
     let dir = tempfile::tempdir().unwrap();
     let ca = dir.path().join("ca.pem");
+    let log =
+        nodefence_mocks::child_log::ChildLog::create(env!("CARGO_TARGET_TMPDIR"), "mock-redfish");
     let mut child = Command::new(env!("CARGO_BIN_EXE_mock-redfish"))
         .args([
             "--tls",
@@ -285,19 +281,21 @@ async fn agent_against_the_binary() {
         ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(log.stdio())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
         .await
+        .unwrap_or_else(|_| {
+            panic!("mock-redfish printed no ready line within 20 s; its log: {log}")
+        })
         .unwrap()
-        .unwrap()
-        .unwrap();
+        .unwrap_or_else(|| panic!("mock-redfish exited before it was ready; its log: {log}"));
     let base = line
         .strip_prefix("mock-redfish listening on ")
-        .unwrap()
+        .unwrap_or_else(|| panic!("unexpected ready line {line:?}; its log: {log}"))
         .to_owned();
     let port = base.rsplit(':').next().unwrap().to_owned();
 
@@ -315,7 +313,7 @@ async fn agent_against_the_binary() {
         &[("REQUESTS_CA_BUNDLE", ca.to_str().unwrap())],
     )
     .await;
-    assert_eq!(run.code, Some(0), "{run:?}");
+    assert_eq!(run.code, Some(0), "{run:?}; mock-redfish's log: {log}");
 
     nodefence_mocks::tls::install_crypto_provider();
     let pem = std::fs::read(&ca).unwrap();
@@ -333,7 +331,7 @@ async fn agent_against_the_binary() {
         .unwrap();
     assert_eq!(
         system["power"], "Off",
-        "the admin API sees what the agent did"
+        "the admin API sees what the agent did; mock-redfish's log: {log}"
     );
     let resets: serde_json::Value = c
         .get(format!("{base}/admin/resets"))

@@ -12,6 +12,7 @@ use std::time::Duration;
 use ipmi_common::{GUID, Login, Refused, admin_session, bmc, login, login_at};
 use nodefence_ipmi_proto::command as cmd;
 use nodefence_ipmi_proto::message::{NETFN_APP, NETFN_CHASSIS};
+use nodefence_mocks::child_log::ChildLog;
 use nodefence_mocks::ipmi::{
     ChassisControl, CipherSuite, MockIpmi, Power, Privilege, admin_router, status,
 };
@@ -157,13 +158,20 @@ async fn admin_http_api() {
 
 const BIN: &str = env!("CARGO_BIN_EXE_mock-ipmi");
 
+/// A running `mock-ipmi` and its log (its stderr).
+struct Running {
+    child: tokio::process::Child,
+    log: ChildLog,
+}
+
 /// Starts the binary, reads `lines` ready lines, and returns them.
-async fn spawn(args: &[&str], lines: usize) -> (tokio::process::Child, Vec<String>) {
+async fn spawn(args: &[&str], lines: usize) -> (Running, Vec<String>) {
+    let log = ChildLog::create(env!("CARGO_TARGET_TMPDIR"), "mock-ipmi");
     let mut child = tokio::process::Command::new(BIN)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(log.stdio())
         .kill_on_drop(true)
         .spawn()
         .expect("spawning mock-ipmi");
@@ -172,12 +180,14 @@ async fn spawn(args: &[&str], lines: usize) -> (tokio::process::Child, Vec<Strin
     for _ in 0..lines {
         let line = timeout(Duration::from_secs(20), out.next_line())
             .await
-            .expect("mock-ipmi printed its ready lines in time")
+            .unwrap_or_else(|_| {
+                panic!("mock-ipmi printed no ready line within 20 s; its log: {log}")
+            })
             .unwrap()
-            .expect("mock-ipmi exited before it was ready");
+            .unwrap_or_else(|| panic!("mock-ipmi exited before it was ready; its log: {log}"));
         got.push(line);
     }
-    (child, got)
+    (Running { child, log }, got)
 }
 
 fn udp_addr(line: &str, name: &str) -> SocketAddr {
@@ -188,14 +198,23 @@ fn udp_addr(line: &str, name: &str) -> SocketAddr {
         .unwrap()
 }
 
-async fn terminate(mut child: tokio::process::Child) -> Option<i32> {
-    let pid = child.id().unwrap().to_string();
+/// Stops the binary with SIGTERM; it must exit 0.
+async fn terminate(mut running: Running) {
+    let pid = running.child.id().unwrap().to_string();
     let killed = std::process::Command::new("kill")
         .args(["-TERM", &pid])
         .status();
     assert!(killed.unwrap().success());
-    let exit = timeout(Duration::from_secs(10), child.wait()).await;
-    exit.expect("mock-ipmi stops promptly").unwrap().code()
+    let log = &running.log;
+    let exit = timeout(Duration::from_secs(10), running.child.wait())
+        .await
+        .unwrap_or_else(|_| panic!("mock-ipmi did not stop within 10 s; its log: {log}"))
+        .unwrap();
+    assert_eq!(
+        exit.code(),
+        Some(0),
+        "SIGTERM is a clean stop; its log: {log}"
+    );
 }
 
 #[tokio::test]
@@ -253,7 +272,7 @@ async fn binary_serves_several_bmcs_and_the_admin_api() {
     };
     let refused = login_at(n2, suite3).await.err();
     assert_eq!(refused, Some(Refused::Open(status::NO_CIPHER_SUITE_MATCH)));
-    assert_eq!(terminate(child).await, Some(0));
+    terminate(child).await;
 }
 
 #[tokio::test]
@@ -287,5 +306,5 @@ async fn binary_with_a_fixture() {
         .await
         .unwrap();
     assert!(!s.status().await.power_on);
-    assert_eq!(terminate(child).await, Some(0));
+    terminate(child).await;
 }

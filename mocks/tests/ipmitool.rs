@@ -12,8 +12,6 @@
 //! absence a failure (CI).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod peer;
-
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -23,13 +21,9 @@ use nodefence_mocks::ipmi::{
 };
 use tokio::process::Command;
 
-/// ipmitool, or `None` after printing why the test is skipped.
+/// ipmitool, or `None` after the test is reported skipped.
 fn ipmitool() -> Option<PathBuf> {
-    peer::find(
-        "ipmitool",
-        &["/usr/bin", "/usr/sbin", "/usr/local/bin"],
-        "ipmitool",
-    )
+    nodefence_mocks::peers::ipmitool()
 }
 
 /// What one ipmitool run did.

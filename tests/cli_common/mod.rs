@@ -71,22 +71,8 @@ pub fn write_agent_config(
 }
 
 /// The installed ClusterLabs fence agent `name` (Debian `fence-agents`), or `None`
-/// after printing why the test is skipped; with `NODEFENCE_REQUIRE_PEERS=1` (CI) a
+/// after the test is reported skipped; with `NODEFENCE_REQUIRE_PEERS=1` (CI) a
 /// missing agent fails the test instead.
 pub fn fence_agent(name: &str) -> Option<PathBuf> {
-    use std::io::Write as _;
-    let found = ["/usr/sbin", "/sbin", "/usr/local/sbin"]
-        .iter()
-        .map(|dir| Path::new(dir).join(name))
-        .find(|p| p.is_file());
-    if found.is_none() {
-        let required = std::env::var("NODEFENCE_REQUIRE_PEERS").is_ok_and(|v| v == "1");
-        assert!(!required, "{name} missing but NODEFENCE_REQUIRE_PEERS=1");
-        // Past libtest's capture, so the skip is visible in every run.
-        let _ = writeln!(
-            std::io::stderr(),
-            "skipped: {name} not installed (apt-get install fence-agents)"
-        );
-    }
-    found
+    nodefence_mocks::peers::fence_agent(name)
 }

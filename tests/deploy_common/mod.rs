@@ -28,25 +28,8 @@ pub fn deploy_rbac(components: &[&str]) -> Vec<Value> {
         .collect()
 }
 
-/// kubectl (`NODEFENCE_KUBECTL`, else the first on PATH), or `None`: the caller skips,
-/// which is a failure under `NODEFENCE_REQUIRE_PEERS=1`.
+/// kubectl (`NODEFENCE_KUBECTL`, else the venv CI installs, else `PATH`), or `None`
+/// after the test is reported skipped; a failure under `NODEFENCE_REQUIRE_PEERS=1`.
 pub fn kubectl() -> Option<PathBuf> {
-    let found = std::env::var_os("NODEFENCE_KUBECTL")
-        .map(PathBuf::from)
-        .filter(|p| p.is_file())
-        .or_else(|| {
-            let path = std::env::var_os("PATH").unwrap_or_default();
-            std::env::split_paths(&path)
-                .map(|d| d.join("kubectl"))
-                .find(|p| p.is_file())
-        });
-    if found.is_none() {
-        let required = std::env::var("NODEFENCE_REQUIRE_PEERS").is_ok_and(|v| v == "1");
-        assert!(
-            !required,
-            "kubectl is required (NODEFENCE_REQUIRE_PEERS=1): set NODEFENCE_KUBECTL"
-        );
-        eprintln!("skipped: kubectl not installed (set NODEFENCE_KUBECTL)");
-    }
-    found
+    nodefence_mocks::peers::kubectl()
 }

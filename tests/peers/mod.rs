@@ -1,9 +1,10 @@
 //! Starting the independent IPMI peers of `tests/ipmi_peers.rs` on loopback:
 //! pyghmi's BMC (through `pyghmi_bmc.py` next to this file) and OpenIPMI's `ipmi_sim`
 //! (from a generated lan.conf, emu file and `chassis_control` script), plus the
-//! config a `nodefence` CLI run needs to reach one.
+//! config a `nodefence` CLI run needs to reach one. Each is found by
+//! `nodefence_mocks::peers`, which skips the test (or fails it under
+//! `NODEFENCE_REQUIRE_PEERS=1`) when it is missing.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -18,19 +19,6 @@ pub const USER: &str = "fence";
 pub const PASSWORD: &str = "peer-Pass-42";
 /// A GUID with no symmetry, so every byte order is told apart.
 pub const GUID: &str = "00112233-4455-6677-8899-aabbccddeeff";
-
-/// Whether a missing peer fails the test (CI) instead of skipping it.
-pub fn required() -> bool {
-    std::env::var("NODEFENCE_REQUIRE_PEERS").is_ok_and(|v| v == "1")
-}
-
-/// Prints the skip (or fails when peers are required) and returns `None`.
-pub fn skip<T>(why: &str) -> Option<T> {
-    assert!(!required(), "{why}, but NODEFENCE_REQUIRE_PEERS=1");
-    // Past libtest's capture, so the skip is visible in every run.
-    let _ = writeln!(std::io::stderr(), "skipped: {why}");
-    None
-}
 
 // ---------------------------------------------------------------------------------
 // pyghmi
@@ -76,33 +64,9 @@ impl Pyghmi {
     }
 }
 
-pub fn pyghmi_python() -> PathBuf {
-    std::env::var_os("NODEFENCE_PYGHMI_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let home = std::env::var_os("HOME").unwrap_or_default();
-            Path::new(&home).join(".cache/nodefence/pyghmi-venv/bin/python")
-        })
-}
-
 /// Starts pyghmi's BMC with the power `on` or `off`, or `None` when pyghmi is missing.
 pub async fn pyghmi(power: &str) -> Option<Pyghmi> {
-    let python = pyghmi_python();
-    let install = "python3 -m venv ~/.cache/nodefence/pyghmi-venv && \
-                   ~/.cache/nodefence/pyghmi-venv/bin/pip install pyghmi, or set NODEFENCE_PYGHMI_PYTHON";
-    if !python.is_file() {
-        return skip(&format!("no Python at {} ({install})", python.display()));
-    }
-    let probe = Command::new(&python)
-        .args(["-c", "import pyghmi.ipmi.bmc"])
-        .output()
-        .await;
-    if !probe.is_ok_and(|o| o.status.success()) {
-        return skip(&format!(
-            "{} cannot import pyghmi ({install})",
-            python.display()
-        ));
-    }
+    let python = nodefence_mocks::peers::pyghmi_python()?;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/pyghmi_bmc.py");
     let mut child = Command::new(&python)
         .arg(script)
@@ -202,14 +166,6 @@ impl Sim {
     }
 }
 
-pub fn find_ipmi_sim() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/bin", "/usr/local/bin"].map(PathBuf::from))
-        .map(|dir| dir.join("ipmi_sim"))
-        .find(|p| p.is_file())
-}
-
 /// The chassis_control program: `<script> <mc> get power` prints `power:<0|1>`,
 /// `<script> <mc> set power <v>` stores it. Other parameters are accepted and ignored.
 pub const CHASSIS_SCRIPT: &str = r#"#!/bin/sh
@@ -247,9 +203,7 @@ pub async fn ipmi_sim(on: bool) -> Option<Sim> {
 /// [`ipmi_sim`] with a BMC key (K_g). ipmi_sim keeps at most 19 bytes of a quoted
 /// key (it truncates a 20-byte one), so give it 19 or fewer, without quotes.
 pub async fn ipmi_sim_with(on: bool, kg: Option<&str>) -> Option<Sim> {
-    let Some(binary) = find_ipmi_sim() else {
-        return skip("ipmi_sim not installed (apt-get install openipmi)");
-    };
+    let binary = nodefence_mocks::peers::ipmi_sim()?;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let script = d.join("chassis");

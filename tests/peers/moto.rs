@@ -2,13 +2,13 @@
 //! `tests/aws_driver.rs`, and EC2 set-up through boto3 (`moto_ec2.py` next to this
 //! file), an independent client.
 //!
-//! The server is `NODEFENCE_MOTO_SERVER`, else `~/.cache/nodefence/moto-venv/bin/
-//! moto_server`; boto3 is the Python next to it. Each test starts its own server on a
-//! port the kernel picks (`-p 0`; the port is read from its banner), killed on drop.
-//! When moto is missing the test prints "skipped" and passes, unless
+//! The server and boto3's Python are found by `nodefence_mocks::peers::moto`
+//! (`NODEFENCE_MOTO_SERVER`, else `~/.cache/nodefence/moto-venv/bin/moto_server`, else
+//! `moto_server` on `PATH`). Each test starts its own server on a port the kernel picks
+//! (`-p 0`; the port is read from its banner), killed on drop. When moto is missing
+//! the test is skipped (`nodefence_mocks::peers::skip`), unless
 //! `NODEFENCE_REQUIRE_PEERS=1` (CI).
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -17,9 +17,6 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use url::Url;
 
-/// The version CI installs (`pip install 'moto[server]==5.2.5'`).
-pub const MOTO_VERSION: &str = "5.2.5";
-
 /// A running moto server; killed on drop.
 pub struct Moto {
     _child: Child,
@@ -27,47 +24,9 @@ pub struct Moto {
     python: PathBuf,
 }
 
-fn required() -> bool {
-    std::env::var("NODEFENCE_REQUIRE_PEERS").is_ok_and(|v| v == "1")
-}
-
-fn skip<T>(why: &str) -> Option<T> {
-    assert!(!required(), "{why}, but NODEFENCE_REQUIRE_PEERS=1");
-    // Past libtest's capture, so the skip is visible in every run.
-    let _ = writeln!(std::io::stderr(), "skipped: {why}");
-    None
-}
-
-fn server_path() -> PathBuf {
-    std::env::var_os("NODEFENCE_MOTO_SERVER")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let home = std::env::var_os("HOME").unwrap_or_default();
-            Path::new(&home).join(".cache/nodefence/moto-venv/bin/moto_server")
-        })
-}
-
 /// Starts a moto server, or `None` (after printing why) when moto is not installed.
 pub async fn start() -> Option<Moto> {
-    let server = server_path();
-    let install = format!(
-        "python3 -m venv ~/.cache/nodefence/moto-venv && \
-         ~/.cache/nodefence/moto-venv/bin/pip install 'moto[server]=={MOTO_VERSION}', \
-         or set NODEFENCE_MOTO_SERVER"
-    );
-    if !server.is_file() {
-        return skip(&format!(
-            "no moto server at {} ({install})",
-            server.display()
-        ));
-    }
-    let python = server.with_file_name("python");
-    if !python.is_file() {
-        return skip(&format!(
-            "no Python next to {} for boto3 ({install})",
-            server.display()
-        ));
-    }
+    let nodefence_mocks::peers::Moto { server, python } = nodefence_mocks::peers::moto()?;
     let mut child = Command::new(&server)
         .args(["-H", "127.0.0.1", "-p", "0"])
         .stdin(Stdio::null())
