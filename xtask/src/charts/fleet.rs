@@ -6,7 +6,7 @@
 use serde::Deserialize;
 
 use super::input::BenchFile;
-use super::svg::{self, Anchor, Area, Font, Linear, Scale, Stroke, Svg, colour, tick_label};
+use super::svg::{self, Area, Font, Linear, Scale, Stroke, Svg, colour, tick_label};
 
 pub const BENCH: &str = "fleet_steady_state";
 const COMMAND: &str = "WARMUP_S=20 MEASURE_S=450 cargo bench --bench fleet_steady_state";
@@ -92,17 +92,8 @@ fn cpu_per_interval(samples: &[Sample]) -> Vec<(f64, f64, f64)> {
 
 const WIDTH: f64 = 780.0;
 const LEFT: f64 = 80.0;
-const RIGHT: f64 = 40.0;
-
-/// A horizontal reference line across `area` at `y`, labelled at its right end.
-fn horizontal(doc: &mut Svg, area: Area, y: f64, label: &str, stroke: Stroke, class: &str) {
-    doc.line((area.left, y), (area.right, y), stroke, Some(class));
-    doc.text(
-        (area.right - 4.0, y - 4.0),
-        label,
-        Font::new(11.0).anchor(Anchor::End).fill(stroke.colour),
-    );
-}
+/// The right margin holds the labels of the horizontal lines.
+const RIGHT: f64 = 150.0;
 
 /// The chart.
 pub fn render(file: &File) -> anyhow::Result<String> {
@@ -127,7 +118,8 @@ pub fn render(file: &File) -> anyhow::Result<String> {
     let notes = "The BMC monitor reads every BMC once per interval (5 min), its pass spread \
                  over half of it: that is where the CPU goes; between passes the daemon only \
                  follows the Leases' renewals through its watches. The CPU target holds for \
-                 the window's average; each bar is one sampling interval.";
+                 the window's average; each bar is one sampling interval (bars of the \
+                 start-up above the scale have their values written).";
     let footnote = file.footnote(COMMAND);
     let note_lines = (svg::wrap(notes, 118).len() + svg::wrap(&footnote, 118).len()) as f64;
     let height = cpu_area.bottom + 48.0 + note_lines * 15.0 + 20.0;
@@ -186,13 +178,29 @@ pub fn render(file: &File) -> anyhow::Result<String> {
     let rss_y = Linear::from_zero(rss_max * 1.1, (rss_area.bottom, rss_area.top), 5);
     svg::y_axis(&mut doc, rss_area, &rss_y, "RSS (MiB)");
     svg::x_axis(&mut doc, rss_area, &x, "");
-    horizontal(
-        &mut doc,
-        rss_area,
-        rss_y.at(r.targets.rss_mib),
-        &format!("target: RSS ≤ {} MiB", tick_label(r.targets.rss_mib)),
+    let rss_target = rss_y.at(r.targets.rss_mib);
+    doc.line(
+        (rss_area.left, rss_target),
+        (rss_area.right, rss_target),
         Stroke::dashed(colour::RED, 1.5),
-        "target",
+        Some("target"),
+    );
+    let rss_end = rss_y.at(r.window.rss_mib);
+    svg::margin_labels(
+        &mut doc,
+        rss_area.right + 8.0,
+        &[
+            (
+                rss_target,
+                format!("target ≤ {} MiB", tick_label(r.targets.rss_mib)),
+                colour::RED,
+            ),
+            (
+                rss_end,
+                format!("at the end {:.1} MiB", r.window.rss_mib),
+                colour::BLUE,
+            ),
+        ],
     );
     let points: Vec<(f64, f64)> = samples
         .iter()
@@ -203,12 +211,15 @@ pub fn render(file: &File) -> anyhow::Result<String> {
         doc.dot(*point, 2.5, colour::BLUE, false, "sample rss");
     }
 
-    // CPU.
+    // CPU. The scale fits the measured window; the start-up before it (listing
+    // every Node, the first TLS handshakes) may go off the top, its value written.
     let cpu_max = cpu
         .iter()
+        .filter(|c| c.0 >= r.window.start_s)
         .map(|c| c.2)
         .fold(r.targets.cpu_percent.max(r.window.cpu_percent), f64::max);
-    let cpu_y = Linear::from_zero(cpu_max * 1.15, (cpu_area.bottom, cpu_area.top), 4);
+    let cpu_y = Linear::from_zero(cpu_max * 1.25, (cpu_area.bottom, cpu_area.top), 4);
+    let cpu_top = cpu_y.domain.1;
     svg::y_axis(&mut doc, cpu_area, &cpu_y, "CPU (% of one core)");
     svg::x_axis(
         &mut doc,
@@ -216,9 +227,12 @@ pub fn render(file: &File) -> anyhow::Result<String> {
         &x,
         "seconds since the daemon took the leader Lease (s)",
     );
+    // Bars above the scale: their values, once, right of the last of them.
+    let mut clipped: Vec<String> = Vec::new();
+    let mut clipped_end = cpu_area.left;
     for &(from, to, percent) in &cpu {
         let (x0, x1) = (x.at(from), x.at(to));
-        let top = cpu_y.at(percent);
+        let top = cpu_y.at(percent.min(cpu_top));
         doc.rect(
             x0 + 0.5,
             top,
@@ -227,17 +241,24 @@ pub fn render(file: &File) -> anyhow::Result<String> {
             colour::ORANGE,
             Some("sample cpu"),
         );
+        if percent > cpu_top {
+            clipped.push(format!("{percent:.0} %"));
+            clipped_end = x1;
+        }
     }
-    horizontal(
-        &mut doc,
-        cpu_area,
-        cpu_y.at(r.targets.cpu_percent),
-        &format!(
-            "target: CPU ≤ {} % (window average)",
-            tick_label(r.targets.cpu_percent)
-        ),
+    if !clipped.is_empty() {
+        doc.text(
+            (clipped_end + 4.0, cpu_area.top + 10.0),
+            &format!("← {} (off the scale)", clipped.join(", ")),
+            Font::new(10.0).fill(colour::ORANGE),
+        );
+    }
+    let cpu_target = cpu_y.at(r.targets.cpu_percent);
+    doc.line(
+        (cpu_area.left, cpu_target),
+        (cpu_area.right, cpu_target),
         Stroke::dashed(colour::RED, 1.5),
-        "target",
+        Some("target"),
     );
     let average = cpu_y.at(r.window.cpu_percent);
     doc.line(
@@ -246,10 +267,21 @@ pub fn render(file: &File) -> anyhow::Result<String> {
         Stroke::solid(colour::TEXT, 1.5),
         Some("average"),
     );
-    doc.text(
-        (w0 + 4.0, average - 4.0),
-        &format!("window average {:.1} %", r.window.cpu_percent),
-        Font::new(11.0),
+    svg::margin_labels(
+        &mut doc,
+        cpu_area.right + 8.0,
+        &[
+            (
+                cpu_target,
+                format!("target ≤ {} % (average)", tick_label(r.targets.cpu_percent)),
+                colour::RED,
+            ),
+            (
+                average,
+                format!("window average {:.1} %", r.window.cpu_percent),
+                colour::TEXT,
+            ),
+        ],
     );
 
     let mut y = svg::paragraph(

@@ -1,6 +1,7 @@
 //! `partition_timeline.svg`: the network cut of `benches/power_loss_recovery.rs`
 //! (kubelet cut off, machine On), its first run step by step: the cut, the Lease going
-//! stale, NotReady, the ForceOff, Off, the release and the replacement Running, against
+//! stale, NotReady, the ForceOff, Off, the release, the volume moving and the
+//! replacement Running, against
 //! the target (≤ 92 s after the cut). The steps are the demo's own
 //! (`nodefence demo --output json`, `steps`); the release and the replacement's start
 //! are the bench's figures.
@@ -17,7 +18,7 @@ struct Milestone {
     is: fn(&Step, &str) -> bool,
 }
 
-const MILESTONES: [Milestone; 5] = [
+const MILESTONES: [Milestone; 7] = [
     Milestone {
         label: "nodefence: Lease stale, incident opened",
         colour: colour::BLUE,
@@ -44,6 +45,16 @@ const MILESTONES: [Milestone; 5] = [
         label: "nodefence: Off confirmed",
         colour: colour::BLUE,
         is: |s, victim| s.node == victim && s.what == "ConfirmedOff",
+    },
+    Milestone {
+        label: "control plane: volume detached (forced)",
+        colour: colour::GREY,
+        is: |s, victim| s.node == victim && s.what == "VolumeDetached",
+    },
+    Milestone {
+        label: "control plane: volume attached elsewhere",
+        colour: colour::GREY,
+        is: |s, victim| s.node != victim && s.what == "VolumeAttached",
     },
 ];
 

@@ -54,7 +54,6 @@ pub struct Timed {
 #[derive(Debug, Clone, Deserialize)]
 pub struct AgentCalls {
     pub wall_s: f64,
-    pub calls: u64,
     /// Each call's wall-clock time, process start included.
     pub call_ms: Vec<f64>,
 }
@@ -125,19 +124,21 @@ fn bars(file: &File) -> Vec<Bar> {
             (Some(subset), Some(_)) => (subset.wall_s, subset.bmcs),
             _ => (p.nodefence.wall_s, p.nodefence.bmcs),
         };
+        // The title names the fleet; a smaller count is named on its bars.
+        let count = if bmcs == file.settings.nodes {
+            String::new()
+        } else {
+            format!(", first {}", tick_label(bmcs as f64))
+        };
         bars.push(Bar {
-            label: format!("{name}: nodefence status, {} BMCs", tick_label(bmcs as f64)),
+            label: format!("{name}: nodefence status{count}"),
             seconds: nodefence_s,
             value: format!("{} s", short(nodefence_s)),
             colour: colour::BLUE,
         });
         if let Some(agent) = &p.agent {
             bars.push(Bar {
-                label: format!(
-                    "{name}: {} one by one, {} BMCs",
-                    p.agent_tool,
-                    tick_label(agent.calls as f64)
-                ),
+                label: format!("{name}: {} one by one{count}", p.agent_tool),
                 seconds: agent.wall_s,
                 value: format!(
                     "{} s: {:.0}× as long",
@@ -250,7 +251,10 @@ pub fn render(file: &File) -> anyhow::Result<String> {
     // Time to read every BMC.
     doc.text(
         (16.0, bar_area.top - 12.0),
-        "Time to read every BMC once",
+        &format!(
+            "Time to read all {} BMCs once",
+            tick_label(file.settings.nodes as f64)
+        ),
         Font::new(13.0).bold(),
     );
     let most = bars.iter().map(|b| b.seconds).fold(0.0, f64::max);
@@ -304,12 +308,13 @@ pub fn render(file: &File) -> anyhow::Result<String> {
             &strip.label,
             Font::new(12.0).anchor(Anchor::End),
         );
-        doc.open_group("fill-opacity=\"0.45\"");
-        for (k, &ms) in strip.millis.iter().enumerate() {
-            let at = (millis.at(ms), centre + jitter(k) * (STRIP_ROW / 2.0 - 6.0));
-            doc.dot(at, 2.0, strip.colour, false, strip.class);
-        }
-        doc.close_group();
+        let centres: Vec<(f64, f64)> = strip
+            .millis
+            .iter()
+            .enumerate()
+            .map(|(k, &ms)| (millis.at(ms), centre + jitter(k) * (STRIP_ROW / 2.0 - 6.0)))
+            .collect();
+        doc.dots(&centres, 2.0, strip.colour, strip.class);
         let median = p50(strip.millis);
         let x = millis.at(median);
         doc.line(

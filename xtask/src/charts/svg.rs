@@ -195,6 +195,21 @@ impl Svg {
         ));
     }
 
+    /// Many dots as one path: a zero-length segment per dot, drawn with round caps
+    /// (`radius` × 2 wide). A thousand dots take a tenth of what circles would.
+    pub fn dots(&mut self, centres: &[(f64, f64)], radius: f64, colour: &str, class: &str) {
+        let mut d = String::new();
+        for (x, y) in centres {
+            let _ = write!(d, "M{x:.1} {y:.1}h0");
+        }
+        self.raw(format_args!(
+            "<path class=\"{}\" d=\"{d}\" fill=\"none\" stroke=\"{colour}\" \
+             stroke-width=\"{:.1}\" stroke-linecap=\"round\" stroke-opacity=\"0.45\"/>\n",
+            escape(class),
+            radius * 2.0
+        ));
+    }
+
     pub fn polyline(&mut self, points: &[(f64, f64)], stroke: Stroke, class: Option<&str>) {
         let mut list = String::new();
         for (i, (x, y)) in points.iter().enumerate() {
@@ -246,16 +261,6 @@ impl Svg {
             x = at.0,
             y = at.1,
         ));
-    }
-
-    /// Opens a group whose `attributes` (this module's callers' own constants, not
-    /// data) its children inherit: `fill-opacity="0.4"`.
-    pub fn open_group(&mut self, attributes: &str) {
-        self.raw(format_args!("<g {attributes}>\n"));
-    }
-
-    pub fn close_group(&mut self) {
-        self.out.push_str("</g>\n");
     }
 
     /// The document, closed.
@@ -533,6 +538,30 @@ pub fn reference_lines(svg: &mut Svg, area: Area, lines: &[ReferenceLine], bound
     }
 }
 
+/// The heights of labels wanted at `ys` (in any order), moved apart where needed so
+/// that two are at least `gap` apart; in the order given.
+pub fn spread_apart(ys: &[f64], gap: f64) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..ys.len()).collect();
+    order.sort_by(|&a, &b| ys[a].total_cmp(&ys[b]));
+    let mut placed = ys.to_vec();
+    let mut previous: Option<f64> = None;
+    for i in order {
+        let y = previous.map_or(ys[i], |p| ys[i].max(p + gap));
+        placed[i] = y;
+        previous = Some(y);
+    }
+    placed
+}
+
+/// Labels in the right margin at `x`, each next to the height of its horizontal line
+/// (`(y, text, colour)`), moved apart where they would overlap.
+pub fn margin_labels(svg: &mut Svg, x: f64, labels: &[(f64, String, &'static str)]) {
+    let ys: Vec<f64> = labels.iter().map(|l| l.0).collect();
+    for ((_, text, colour), y) in labels.iter().zip(spread_apart(&ys, 13.0)) {
+        svg.text((x, y + 4.0), text, Font::new(11.0).fill(colour));
+    }
+}
+
 /// `text` cut into lines of at most `width` characters, at spaces.
 pub fn wrap(text: &str, width: usize) -> Vec<String> {
     let mut lines = Vec::new();
@@ -633,6 +662,15 @@ mod tests {
         assert_eq!(label_rows(&close, (0.0, 505.0)), 2);
         // "far" (18.5 px wide) centred on 500 would end at 509: moved left to end at 505.
         assert!((placed[2].0 + text_width("far", 11.0) - 505.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn labels_too_close_are_moved_down_in_order() {
+        assert_eq!(spread_apart(&[100.0, 50.0], 13.0), [100.0, 50.0]);
+        assert_eq!(
+            spread_apart(&[105.0, 100.0, 20.0], 13.0),
+            [113.0, 100.0, 20.0]
+        );
     }
 
     #[test]

@@ -263,8 +263,8 @@ fn partition_timeline_shows_each_step_and_the_target() {
     let svg = &render(&fixture())["partition_timeline.svg"];
     let elements = parse(svg);
     let events = with_class(&elements, "sample event");
-    // The cut, the five milestones the fixture's steps hold, release, db-0 Running.
-    assert_eq!(events.len(), 8);
+    // The cut, the seven milestones the fixture's steps hold, release, db-0 Running.
+    assert_eq!(events.len(), 10);
     let xs: Vec<f64> = events.iter().map(|e| e.number("cx")).collect();
     assert!(xs.windows(2).all(|w| w[0] <= w[1]), "in time order: {xs:?}");
     let target = with_class(&elements, "target");
@@ -277,6 +277,7 @@ fn partition_timeline_shows_each_step_and_the_target() {
     for label in [
         "control plane: node NotReady",
         "BMC: ForceOff received",
+        "control plane: volume attached elsewhere",
         "+79.5 s",
         "waits 60.0 s (unhealthy_after)",
     ] {
@@ -294,8 +295,21 @@ fn fleet_chart_has_a_dot_per_sample_and_a_bar_per_interval() {
     assert_eq!(with_class(&elements, "sample cpu").len(), samples - 1);
     assert_eq!(with_class(&elements, "target").len(), 2, "RSS and CPU");
     let all_texts = texts(&elements);
-    assert!(all_texts.contains(&"target: RSS ≤ 50 MiB"), "{all_texts:?}");
-    assert!(all_texts.contains(&"target: CPU ≤ 5 % (window average)"));
+    assert!(all_texts.contains(&"target ≤ 50 MiB"), "{all_texts:?}");
+    assert!(all_texts.contains(&"target ≤ 5 % (average)"));
+    // The RSS target line at 50 MiB: the samples above it are those over 50 MiB.
+    let samples_over = json["results"]["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["rss_mib"].as_f64().unwrap() > 50.0)
+        .count();
+    let rss_target = with_class(&elements, "target")[0].number("y1");
+    let dots_over = with_class(&elements, "sample rss")
+        .iter()
+        .filter(|d| d.number("cy") < rss_target)
+        .count();
+    assert_eq!(dots_over, samples_over);
 }
 
 #[test]
@@ -312,8 +326,19 @@ fn status_chart_has_a_dot_per_reading_and_per_call() {
     let calls = count(&|p| &p["agent"]["call_ms"]);
     let svg = &render(&fixture())["status_vs_fence_agents.svg"];
     let elements = parse(svg);
-    assert_eq!(with_class(&elements, "sample reading").len(), readings);
-    assert_eq!(with_class(&elements, "sample call").len(), calls);
+    // Each strip is one path of dots: a zero-length segment per reading or call.
+    let dots = |class: &str| -> usize {
+        with_class(&elements, class)
+            .iter()
+            .map(|path| {
+                let d = &path.attributes["d"];
+                assert_eq!(d.matches('M').count(), d.matches("h0").count(), "{d}");
+                d.matches('M').count()
+            })
+            .sum()
+    };
+    assert_eq!(dots("sample reading"), readings);
+    assert_eq!(dots("sample call"), calls);
     assert_eq!(with_class(&elements, "total").len(), 2 * protocols.len());
     assert_eq!(with_class(&elements, "median").len(), 2 * protocols.len());
 }
