@@ -1,5 +1,5 @@
 //! A small SVG writer for the charts: plain SVG 1.1 that GitHub's markdown shows as an
-//! image (no scripts, no styles sheets, no external fonts: `font-family="sans-serif"`),
+//! image (no scripts, no style sheets, no external fonts: `font-family="sans-serif"`),
 //! a light background, every text taken from JSON escaped, and numbers printed with a
 //! fixed number of decimals so the same input gives the same bytes.
 //!
