@@ -20,7 +20,11 @@
 //!
 //! Targets: RSS ≤ 50 MiB and CPU ≤ 5 % of one core. `cargo bench --bench
 //! fleet_steady_state`; exits 1 when a target is missed or a rack node is not released
-//! within 60 s. Linux only (`/proc`). The image ships the `dist` build (fat LTO), whose
+//! within 60 s. The daemon's CPU time and RSS are also sampled every `SAMPLE_S`
+//! (default 5 s) from when it leads to the end of the window, and written with the
+//! window's figures and the rack's release times as JSON (`common::results`:
+//! `fleet_steady_state.json`); `WARMUP_S=20 MEASURE_S=450` covers a whole monitor
+//! cycle (its pass over every BMC, spread over half the 5 min interval, and the wait). Linux only (`/proc`). The image ships the `dist` build (fat LTO), whose
 //! code keeps about 2.5 MiB less resident than `--release`'s: measure it with
 //! `cargo build --profile dist -p nodefence --bin nodefence` and
 //! `NODEFENCE_BIN=target/dist/nodefence`.
@@ -41,6 +45,40 @@ use serde_json::{Value, json};
 
 mod common;
 use common::env_or;
+
+/// The daemon's CPU time and RSS every `every` from when it leads.
+struct Sampler {
+    pid: u32,
+    leading: Instant,
+    every: Duration,
+    next: u32,
+    samples: Vec<Value>,
+}
+
+impl Sampler {
+    /// Samples at each due time up to `until`, then waits until `until`.
+    async fn run_until(&mut self, until: Instant) {
+        loop {
+            let due = self.leading + self.every * self.next;
+            if due > until {
+                tokio::time::sleep_until(until.into()).await;
+                return;
+            }
+            tokio::time::sleep_until(due.into()).await;
+            let (cpu, rss, _) = sample(self.pid);
+            self.samples.push(json!({
+                "t_s": round3(self.leading.elapsed().as_secs_f64()),
+                "cpu_s": round3(cpu),
+                "rss_mib": round3(rss),
+            }));
+            self.next += 1;
+        }
+    }
+}
+
+fn round3(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
+}
 
 const RSS_TARGET_MIB: f64 = 50.0;
 const CPU_TARGET_PERCENT: f64 = 5.0;
@@ -326,11 +364,18 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let leading = Instant::now();
-    tokio::time::sleep(warmup).await;
+    let mut sampler = Sampler {
+        pid,
+        leading,
+        every: Duration::from_secs(env_or("SAMPLE_S", 5).max(1)),
+        next: 0,
+        samples: Vec::new(),
+    };
+    sampler.run_until(leading + warmup).await;
     let (cpu0, _, _) = sample(pid);
     let requests0 = kube.requests().len();
     let t0 = Instant::now();
-    tokio::time::sleep(measure).await;
+    sampler.run_until(t0 + measure).await;
     let (cpu1, rss, peak) = sample(pid);
     let elapsed = t0.elapsed().as_secs_f64();
     let window: Vec<_> = kube.requests().into_iter().skip(requests0).collect();
@@ -364,8 +409,18 @@ async fn main() {
     for (kind, n) in kinds.iter().take(5) {
         println!("    {n:>6}  {kind}");
     }
+    let window = json!({
+        "start_s": round3(t0.duration_since(leading).as_secs_f64()),
+        "end_s": round3(t0.duration_since(leading).as_secs_f64() + elapsed),
+        "cpu_percent": round3(cpu),
+        "rss_mib": round3(rss),
+        "peak_rss_mib": round3(peak),
+        "api_requests": requests,
+    });
     let rack = env_or("RACK", 50).min(nodes);
-    let rack_ok = rack == 0 || {
+    let (rack_ok, rack_json) = if rack == 0 {
+        (true, Value::Null)
+    } else {
         let system = |i: u64| {
             if shared {
                 (&bmcs[0], format!("Blade{i}"))
@@ -384,6 +439,24 @@ async fn main() {
     };
     let _ = daemon.start_kill();
     let _ = daemon.wait().await;
+    common::results::write(
+        "fleet_steady_state",
+        json!({
+            "nodes": nodes,
+            "bmcs": if shared { "shared" } else { "per-node" },
+            "warmup_s": warmup.as_secs(),
+            "measure_s": measure.as_secs(),
+            "sample_s": sampler.every.as_secs(),
+            "concurrency": concurrency,
+            "binary": std::env::var("NODEFENCE_BIN").ok(),
+        }),
+        json!({
+            "targets": {"rss_mib": RSS_TARGET_MIB, "cpu_percent": CPU_TARGET_PERCENT},
+            "samples": sampler.samples,
+            "window": window,
+            "rack": rack_json,
+        }),
+    );
     if cpu > CPU_TARGET_PERCENT || rss > RSS_TARGET_MIB || !rack_ok {
         eprintln!("MISSED a target");
         std::process::exit(1);
@@ -391,7 +464,8 @@ async fn main() {
 }
 
 /// Nodes `1..=rack` lose power at one moment; waits (at most 60 s) until each carries
-/// the out-of-service taint and prints when. False if one was not released in time.
+/// the out-of-service taint and prints when. False if one was not released in time;
+/// the release times and the daemon's cost as JSON.
 async fn rack_loses_power(
     store: &Store,
     pid: u32,
@@ -399,7 +473,7 @@ async fn rack_loses_power(
     concurrency: u64,
     dead: &AtomicU64,
     pull_plug: impl Fn(u64),
-) -> bool {
+) -> (bool, Value) {
     let name = |i: u64| format!("worker-{i}");
     let (cpu0, _, _) = sample(pid);
     dead.store(rack, Ordering::SeqCst);
@@ -479,5 +553,15 @@ async fn rack_loses_power(
         "  daemon while releasing: CPU {:.1} % of one core, RSS {rss:.1} MiB (peak seen {peak_rss:.1} MiB)",
         (cpu1 - cpu0) / took * 100.0
     );
-    missing == 0
+    let rounded = |v: &[f64]| v.iter().copied().map(round3).collect::<Vec<f64>>();
+    let json = json!({
+        "nodes": rack,
+        "released_after_plug_s": rounded(&after_plug),
+        "released_after_renewal_s": rounded(&after_renewal),
+        "missing": missing,
+        "cpu_percent": round3((cpu1 - cpu0) / took * 100.0),
+        "rss_mib": round3(rss),
+        "peak_rss_mib": round3(peak_rss),
+    });
+    (missing == 0, json)
 }

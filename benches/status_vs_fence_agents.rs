@@ -29,6 +29,10 @@
 //! `/proc/self/stat`; "mocks" is this process's own (the BMCs' side). An agent not
 //! installed in /usr/sbin, /sbin or /usr/local/sbin skips its part with the reason.
 //!
+//! Every reading's latency (nodefence's `latency_ms`), every agent call's wall-clock
+//! time and the totals go into the JSON results (`common::results`:
+//! `status_vs_fence_agents.json`).
+//!
 //! Run: `cargo bench --bench status_vs_fence_agents`. Environment: NODES (default
 //! 1000), AGENT_NODES (default NODES), CONCURRENCY (nodefence's
 //! `max_concurrent_requests`, default 16). Linux only (`/proc`). The BMCs hold two
@@ -44,6 +48,7 @@ use std::time::{Duration, Instant};
 use nodefence_mocks::ipmi::{MockIpmi, MockIpmiHandle, Privilege};
 use nodefence_mocks::redfish::{MockPower, MockRedfish, MockRedfishHandle, Profile, SystemSpec};
 use nodefence_mocks::tls::TlsMaterial;
+use serde_json::{Value, json};
 use tokio::process::Command;
 
 mod common;
@@ -324,7 +329,55 @@ fn nodefence_row(label: &str, cost: &Cost, bmcs: usize, readings: &[u64]) {
     );
 }
 
-async fn section(p: &Protocol, nodes: usize, agent_nodes: usize) -> Vec<Summary> {
+/// A timed stretch as JSON: wall-clock and CPU seconds.
+fn cost_json(cost: &Cost) -> Value {
+    json!({
+        "wall_s": round_ms(cost.wall.as_secs_f64()),
+        "cpu_s": round_ms(cost.children.as_secs_f64()),
+    })
+}
+
+/// `seconds` rounded to the millisecond.
+fn round_ms(seconds: f64) -> f64 {
+    (seconds * 1e3).round() / 1e3
+}
+
+/// One protocol's part of the JSON results: every reading and every agent call.
+fn protocol_json(
+    p: &Protocol,
+    all: &Cost,
+    readings: &[u64],
+    subset: Option<(usize, &Cost)>,
+    agent: Option<(&Cost, &[Duration])>,
+) -> Value {
+    let mut nodefence = cost_json(all);
+    nodefence["bmcs"] = json!(readings.len());
+    nodefence["reading_ms"] = json!(readings);
+    let agent = agent.map(|(cost, calls)| {
+        let mut agent = cost_json(cost);
+        agent["calls"] = json!(calls.len());
+        agent["call_ms"] = json!(
+            calls
+                .iter()
+                .map(|d| (ms(*d) * 100.0).round() / 100.0)
+                .collect::<Vec<f64>>()
+        );
+        agent
+    });
+    json!({
+        "protocol": p.label,
+        "nodefence": nodefence,
+        "nodefence_over_agent_bmcs": subset.map(|(bmcs, cost)| {
+            let mut over = cost_json(cost);
+            over["bmcs"] = json!(bmcs);
+            over
+        }),
+        "agent": agent,
+        "agent_tool": p.agent,
+    })
+}
+
+async fn section(p: &Protocol, nodes: usize, agent_nodes: usize) -> (Vec<Summary>, Value) {
     println!("{}:", p.label);
     let (all, readings) = nodefence_status(&p.config, &[], nodes).await;
     nodefence_row(
@@ -339,12 +392,13 @@ async fn section(p: &Protocol, nodes: usize, agent_nodes: usize) -> Vec<Summary>
              (apt-get install fence-agents)",
             p.agent
         );
-        return vec![Summary {
+        let summary = vec![Summary {
             protocol: p.label,
             bmcs: nodes,
             nodefence: all.wall,
             agents: None,
         }];
+        return (summary, protocol_json(p, &all, &readings, None, None));
     };
     // nodefence over the agents' BMCs only, when that is a subset: a measured ratio.
     let subset = if agent_nodes < nodes {
@@ -369,6 +423,13 @@ async fn section(p: &Protocol, nodes: usize, agent_nodes: usize) -> Vec<Summary>
         ms(pct(&lat, 0.5)),
         ms(pct(&lat, 0.99)),
         cpu_note(&cost, agent_nodes)
+    );
+    let json = protocol_json(
+        p,
+        &all,
+        &readings,
+        subset.as_ref().map(|c| (agent_nodes, c)),
+        Some((&cost, &lat)),
     );
     let mut out = Vec::new();
     if let Some(subset) = subset {
@@ -414,7 +475,7 @@ async fn section(p: &Protocol, nodes: usize, agent_nodes: usize) -> Vec<Summary>
             agents: Some((cost.wall, false)),
         });
     }
-    out
+    (out, json)
 }
 
 #[tokio::main]
@@ -476,10 +537,18 @@ async fn main() {
     );
 
     let mut summary = Vec::new();
+    let mut json_protocols = Vec::new();
     for p in &protocols {
         println!();
-        summary.extend(section(p, nodes, agent_nodes).await);
+        let (rows, json) = section(p, nodes, agent_nodes).await;
+        summary.extend(rows);
+        json_protocols.push(json);
     }
+    common::results::write(
+        "status_vs_fence_agents",
+        json!({"nodes": nodes, "agent_nodes": agent_nodes, "concurrency": concurrency}),
+        json!({"protocols": json_protocols}),
+    );
 
     println!();
     println!("| protocol | BMCs | nodefence status (one process) | agents one by one | ratio |");

@@ -1,6 +1,8 @@
 //! Helpers the benches share (`mod common;` in each): settings from the environment,
-//! percentiles, milliseconds, files and peers.
+//! percentiles, milliseconds, files and peers, and the results as JSON ([`results`]).
 #![allow(dead_code, clippy::unwrap_used)]
+
+pub mod results;
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;

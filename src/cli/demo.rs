@@ -24,7 +24,8 @@ pub struct DemoArgs {
     #[arg(long)]
     pub no_color: bool,
     /// Format of the closing summary; with json the story goes to standard error and
-    /// standard output carries the JSON alone.
+    /// standard output carries the JSON alone (each scenario's outcome, with its
+    /// steps as the story told them, times in cluster seconds).
     #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
     /// Where the daemon's and the simulation's logs go (default: nodefence-demo.log

@@ -118,6 +118,18 @@ struct JsonOutcome<'a> {
     /// Whether the out-of-service taint was still on the node at the end (`nhc`).
     #[serde(skip_serializing_if = "Option::is_none")]
     taint_left: Option<bool>,
+    /// The scenario's story, in time order (what the benches chart).
+    steps: Vec<JsonStep<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonStep<'a> {
+    at_s: f64,
+    node: &'a str,
+    actor: &'a str,
+    /// One word: the simulation's event kind, nodefence's Event reason, the Reset type...
+    what: &'a str,
+    text: &'a str,
 }
 
 #[derive(Serialize)]
@@ -165,6 +177,17 @@ pub fn json(outcomes: &[Outcome], speed: f64, demo: Duration) -> String {
                     gone_after_s: secs(r.gone_after),
                 }),
                 taint_left: o.taint_left,
+                steps: o
+                    .steps
+                    .iter()
+                    .map(|s| JsonStep {
+                        at_s: (s.after.as_secs_f64() * 10.0).round() / 10.0,
+                        node: &s.node,
+                        actor: s.actor,
+                        what: &s.what,
+                        text: &s.text,
+                    })
+                    .collect(),
             })
             .collect(),
     };
@@ -187,6 +210,13 @@ mod tests {
             power_commands: vec![("worker-2".into(), "ForceOff".into())],
             request: None,
             taint_left: None,
+            steps: vec![crate::demo::scenarios::StepRecord {
+                after: Duration::from_millis(71_960),
+                node: "worker-2".into(),
+                actor: "BMC",
+                what: "ForceOff".into(),
+                text: "ResetType=ForceOff".into(),
+            }],
         }
     }
 
@@ -211,6 +241,11 @@ mod tests {
         assert_eq!(j["scenarios"][0]["scenario"], "network-cut");
         assert_eq!(j["scenarios"][0]["released_after_s"], 112.3);
         assert_eq!(j["scenarios"][0]["power_commands"][0], "ForceOff worker-2");
+        let step = &j["scenarios"][0]["steps"][0];
+        assert_eq!(step["at_s"], 72.0);
+        assert_eq!(step["what"], "ForceOff");
+        assert_eq!(step["actor"], "BMC");
+        assert_eq!(step["node"], "worker-2");
         assert!(
             j["scenarios"][0].get("request").is_none(),
             "no request field where there was none"

@@ -84,6 +84,29 @@ pub enum Fact {
     Request { name: String, change: RequestChange },
 }
 
+impl Fact {
+    /// What happened, as one word for the JSON summary: the simulation's event kind
+    /// (`NodeNotReady`), nodefence's Event reason (`ConfirmedOff`), the Reset type
+    /// (`ForceOff`), `Power` and the state reached (`PowerOff`), `You`, or `Request`
+    /// and the change (`RequestCreated`).
+    pub fn key(&self) -> String {
+        match self {
+            Fact::Sim { kind, .. } => format!("{kind:?}"),
+            Fact::Nodefence { reason } => reason.clone(),
+            Fact::Reset { reset_type } => reset_type.clone(),
+            Fact::Power(state) => format!("Power{state:?}"),
+            Fact::You => "You".to_string(),
+            Fact::Request { change, .. } => match change {
+                RequestChange::Created => "RequestCreated",
+                RequestChange::Conditions(_) => "RequestConditions",
+                RequestChange::Deleting => "RequestDeleting",
+                RequestChange::Gone => "RequestGone",
+            }
+            .to_string(),
+        }
+    }
+}
+
 /// What happened to a remediation request.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RequestChange {
@@ -201,6 +224,8 @@ pub(super) enum Msg {
 #[derive(Clone)]
 pub struct Story {
     steps: Arc<Mutex<Vec<Step>>>,
+    /// When the current scene began ([`Story::begin`]), until [`Story::take_scene`].
+    scene: Arc<Mutex<Option<SystemTime>>>,
     tx: mpsc::UnboundedSender<Msg>,
 }
 
@@ -213,6 +238,7 @@ impl Story {
         (
             Story {
                 steps: Arc::new(Mutex::new(Vec::new())),
+                scene: Arc::new(Mutex::new(None)),
                 tx,
             },
             task,
@@ -242,7 +268,19 @@ impl Story {
 
     /// Starts printing steps that happen from `t0` on, timed from `t0`.
     pub fn begin(&self, t0: SystemTime) {
+        *self.scene.lock().unwrap_or_else(|p| p.into_inner()) = Some(t0);
         let _ = self.tx.send(Msg::Begin(t0));
+    }
+
+    /// The last scene's start and every step since, in time order, once: `None` when
+    /// no scene began since the last call.
+    pub fn take_scene(&self) -> Option<(SystemTime, Vec<Step>)> {
+        let t0 = self
+            .scene
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()?;
+        Some((t0, self.all(t0, |_| true)))
     }
 
     /// Prints what is still held back and stops printing steps.
@@ -328,6 +366,15 @@ mod tests {
         story.record(step(200, "dup").once("k".into()));
         story.record(step(250, "dup").once("k".into()));
         story.end().await;
+        let (begun, scene) = story.take_scene().unwrap();
+        assert_eq!(begun, t0 + Duration::from_millis(1));
+        let texts: Vec<&str> = scene.iter().map(|s| s.text.as_str()).collect();
+        assert_eq!(
+            texts,
+            ["first", "dup", "dup", "second"],
+            "kept, in time order"
+        );
+        assert!(story.take_scene().is_none(), "a scene is taken once");
         story.line("done");
         drop(story);
         printer.await.unwrap();

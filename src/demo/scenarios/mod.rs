@@ -98,6 +98,38 @@ pub struct Outcome {
     pub request: Option<RequestOutcome>,
     /// Whether the node still carried the out-of-service taint at the end (`nhc`).
     pub taint_left: Option<bool>,
+    /// The scenario's story, from its first action on.
+    pub steps: Vec<StepRecord>,
+}
+
+/// One step of a scenario's story, as the JSON summary lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepRecord {
+    /// Cluster time since the scenario's first action.
+    pub after: Duration,
+    /// The node concerned ("" when none).
+    pub node: String,
+    pub actor: &'static str,
+    /// What happened, as one word ([`Fact::key`]).
+    pub what: String,
+    /// The line as printed, its times on the scenario's clock.
+    pub text: String,
+}
+
+impl StepRecord {
+    fn new(step: &Step, t0: SystemTime, speed: f64) -> Self {
+        Self {
+            after: step
+                .at
+                .duration_since(t0)
+                .unwrap_or_default()
+                .mul_f64(speed),
+            node: step.node.clone(),
+            actor: step.actor.label(),
+            what: step.fact.key(),
+            text: step.text_since(t0, speed),
+        }
+    }
 }
 
 /// What became of a remediation request. Durations are cluster time since the
@@ -255,6 +287,7 @@ pub async fn run(
         power_commands: Vec::new(),
         request: None,
         taint_left: None,
+        steps: Vec::new(),
     };
     let result = match switch_profile(ctx, scenario).await {
         Err(e) => Err(e),
@@ -269,6 +302,13 @@ pub async fn run(
     // Let the last steps arrive before the scene closes.
     tokio::time::sleep(super::timeline::REORDER_WINDOW + Duration::from_millis(100)).await;
     ctx.story.end().await;
+    if let Some((t0, steps)) = ctx.story.take_scene() {
+        let speed = ctx.world.speed;
+        out.steps = steps
+            .iter()
+            .map(|s| StepRecord::new(s, t0, speed))
+            .collect();
+    }
     match result {
         Ok(()) => {
             out.ok = true;

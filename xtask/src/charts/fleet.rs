@@ -1,0 +1,319 @@
+//! `fleet_steady_state.svg`: the daemon's RSS and CPU at fleet scale
+//! (`benches/fleet_steady_state.rs`), sampled from when it leads through the measured
+//! window (`WARMUP_S=20 MEASURE_S=450`: a whole BMC monitor cycle), against the
+//! targets (RSS ≤ 50 MiB, CPU ≤ 5 % of one core over the window).
+
+use serde::Deserialize;
+
+use super::input::BenchFile;
+use super::svg::{self, Area, Font, Linear, Scale, Stroke, Svg, colour, tick_label};
+
+pub const BENCH: &str = "fleet_steady_state";
+const COMMAND: &str = "WARMUP_S=20 MEASURE_S=450 cargo bench --bench fleet_steady_state";
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Settings {
+    pub nodes: u64,
+    /// `per-node` (one HTTPS BMC per node) or `shared`.
+    pub bmcs: String,
+    pub sample_s: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Results {
+    pub targets: Targets,
+    pub samples: Vec<Sample>,
+    pub window: Window,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Targets {
+    pub rss_mib: f64,
+    pub cpu_percent: f64,
+}
+
+/// The daemon at one moment: seconds since it leads, its CPU time so far (user +
+/// system, seconds) and its RSS.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Sample {
+    pub t_s: f64,
+    pub cpu_s: f64,
+    pub rss_mib: f64,
+}
+
+/// The measured window (seconds since the daemon leads) and its figures.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Window {
+    pub start_s: f64,
+    pub end_s: f64,
+    pub cpu_percent: f64,
+    pub rss_mib: f64,
+}
+
+pub type File = BenchFile<Settings, Results>;
+
+/// Checks what the chart relies on: at least two samples, time going forward, CPU
+/// time never going back.
+fn check(file: &File) -> anyhow::Result<()> {
+    let samples = &file.results.samples;
+    if samples.len() < 2 {
+        return Err(file.error(
+            "results.samples",
+            format!("{} samples, at least 2 are needed", samples.len()),
+        ));
+    }
+    for (i, pair) in samples.windows(2).enumerate() {
+        if pair[1].t_s <= pair[0].t_s {
+            return Err(file.error(
+                &format!("results.samples[{}].t_s", i + 1),
+                "not after the sample before it",
+            ));
+        }
+        if pair[1].cpu_s < pair[0].cpu_s {
+            return Err(file.error(
+                &format!("results.samples[{}].cpu_s", i + 1),
+                "less than the sample before it (CPU time only grows)",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// CPU in % of one core between each sample and the one before: (end time, %).
+fn cpu_per_interval(samples: &[Sample]) -> Vec<(f64, f64, f64)> {
+    samples
+        .windows(2)
+        .map(|p| {
+            let percent = (p[1].cpu_s - p[0].cpu_s) / (p[1].t_s - p[0].t_s) * 100.0;
+            (p[0].t_s, p[1].t_s, percent)
+        })
+        .collect()
+}
+
+const WIDTH: f64 = 780.0;
+const LEFT: f64 = 80.0;
+/// The right margin holds the labels of the horizontal lines.
+const RIGHT: f64 = 150.0;
+
+/// The chart.
+pub fn render(file: &File) -> anyhow::Result<String> {
+    check(file)?;
+    let r = &file.results;
+    let samples = &r.samples;
+    let cpu = cpu_per_interval(samples);
+    let end = samples.iter().map(|s| s.t_s).fold(r.window.end_s, f64::max);
+    let x = Linear::from_zero(end, (LEFT, WIDTH - RIGHT), 10);
+
+    let rss_area = Area {
+        left: LEFT,
+        top: 96.0,
+        right: WIDTH - RIGHT,
+        bottom: 296.0,
+    };
+    let cpu_area = Area {
+        top: 350.0,
+        bottom: 510.0,
+        ..rss_area
+    };
+    let notes = "The BMC monitor reads every BMC once per interval (5 min), its pass spread \
+                 over half of it: that is where the CPU goes; between passes the daemon only \
+                 follows the Leases' renewals through its watches. The CPU target holds for \
+                 the window's average; each bar is one sampling interval (bars of the \
+                 start-up above the scale have their values written).";
+    let footnote = file.footnote(COMMAND);
+    let note_lines = (svg::wrap(notes, 118).len() + svg::wrap(&footnote, 118).len()) as f64;
+    let height = cpu_area.bottom + 48.0 + note_lines * 15.0 + 20.0;
+
+    let title = format!(
+        "nodefence run at {} nodes: RSS and CPU over a monitor cycle",
+        tick_label(file.settings.nodes as f64)
+    );
+    let mut doc = Svg::new(WIDTH, height, &title);
+    doc.text((16.0, 26.0), &title, Font::new(17.0).bold());
+    let bmcs = if file.settings.bmcs == "shared" {
+        "one shared mock BMC".to_string()
+    } else {
+        format!(
+            "{} mock HTTPS BMCs, one per node",
+            tick_label(file.settings.nodes as f64)
+        )
+    };
+    doc.text(
+        (16.0, 46.0),
+        &format!(
+            "against fake-kube (Leases renewed every 10 s) and {bmcs}; sampled every {} s",
+            file.settings.sample_s
+        ),
+        Font::new(12.0).fill(colour::GREY),
+    );
+
+    // The measured window, shaded in both panels.
+    let (w0, w1) = (x.at(r.window.start_s), x.at(r.window.end_s));
+    for area in [rss_area, cpu_area] {
+        doc.rect(
+            w0,
+            area.top,
+            w1 - w0,
+            area.bottom - area.top,
+            colour::SHADE,
+            Some("window"),
+        );
+    }
+    doc.text(
+        (w0 + 4.0, rss_area.top - 8.0),
+        &format!(
+            "measured window ({:.0} s): CPU {:.1} % of one core on average, RSS {:.1} MiB at its end",
+            r.window.end_s - r.window.start_s,
+            r.window.cpu_percent,
+            r.window.rss_mib
+        ),
+        Font::new(11.0),
+    );
+
+    // RSS.
+    let rss_max = samples
+        .iter()
+        .map(|s| s.rss_mib)
+        .fold(r.targets.rss_mib, f64::max);
+    let rss_y = Linear::from_zero(rss_max * 1.1, (rss_area.bottom, rss_area.top), 5);
+    svg::y_axis(&mut doc, rss_area, &rss_y, "RSS (MiB)");
+    svg::x_axis(&mut doc, rss_area, &x, "");
+    let rss_target = rss_y.at(r.targets.rss_mib);
+    doc.line(
+        (rss_area.left, rss_target),
+        (rss_area.right, rss_target),
+        Stroke::dashed(colour::RED, 1.5),
+        Some("target"),
+    );
+    let rss_end = rss_y.at(r.window.rss_mib);
+    svg::margin_labels(
+        &mut doc,
+        rss_area.right + 8.0,
+        &[
+            (
+                rss_target,
+                format!("target ≤ {} MiB", tick_label(r.targets.rss_mib)),
+                colour::RED,
+            ),
+            (
+                rss_end,
+                format!("at the end {:.1} MiB", r.window.rss_mib),
+                colour::BLUE,
+            ),
+        ],
+    );
+    let points: Vec<(f64, f64)> = samples
+        .iter()
+        .map(|s| (x.at(s.t_s), rss_y.at(s.rss_mib)))
+        .collect();
+    doc.polyline(&points, Stroke::solid(colour::BLUE, 1.5), None);
+    for point in &points {
+        doc.dot(*point, 2.5, colour::BLUE, false, "sample rss");
+    }
+
+    // CPU. The scale fits the measured window; the start-up before it (listing
+    // every Node, the first TLS handshakes) may go off the top, its value written.
+    let cpu_max = cpu
+        .iter()
+        .filter(|c| c.0 >= r.window.start_s)
+        .map(|c| c.2)
+        .fold(r.targets.cpu_percent.max(r.window.cpu_percent), f64::max);
+    let cpu_y = Linear::from_zero(cpu_max * 1.25, (cpu_area.bottom, cpu_area.top), 4);
+    let cpu_top = cpu_y.domain.1;
+    svg::y_axis(&mut doc, cpu_area, &cpu_y, "CPU (% of one core)");
+    svg::x_axis(
+        &mut doc,
+        cpu_area,
+        &x,
+        "seconds since the daemon took the leader Lease (s)",
+    );
+    // Bars above the scale: their values, once, right of the last of them.
+    let mut clipped: Vec<String> = Vec::new();
+    let mut clipped_end = cpu_area.left;
+    for &(from, to, percent) in &cpu {
+        let (x0, x1) = (x.at(from), x.at(to));
+        let top = cpu_y.at(percent.min(cpu_top));
+        doc.rect(
+            x0 + 0.5,
+            top,
+            (x1 - x0 - 1.0).max(0.5),
+            cpu_area.bottom - top,
+            colour::ORANGE,
+            Some("sample cpu"),
+        );
+        if percent > cpu_top {
+            clipped.push(format!("{percent:.0} %"));
+            clipped_end = x1;
+        }
+    }
+    if !clipped.is_empty() {
+        doc.text(
+            (clipped_end + 4.0, cpu_area.top + 10.0),
+            &format!("← {} (off the scale)", clipped.join(", ")),
+            Font::new(10.0).fill(colour::ORANGE),
+        );
+    }
+    let cpu_target = cpu_y.at(r.targets.cpu_percent);
+    doc.line(
+        (cpu_area.left, cpu_target),
+        (cpu_area.right, cpu_target),
+        Stroke::dashed(colour::RED, 1.5),
+        Some("target"),
+    );
+    let average = cpu_y.at(r.window.cpu_percent);
+    doc.line(
+        (w0, average),
+        (w1, average),
+        Stroke::solid(colour::TEXT, 1.5),
+        Some("average"),
+    );
+    svg::margin_labels(
+        &mut doc,
+        cpu_area.right + 8.0,
+        &[
+            (
+                cpu_target,
+                format!("target ≤ {} % (average)", tick_label(r.targets.cpu_percent)),
+                colour::RED,
+            ),
+            (
+                average,
+                format!("window average {:.1} %", r.window.cpu_percent),
+                colour::TEXT,
+            ),
+        ],
+    );
+
+    let mut y = svg::paragraph(
+        &mut doc,
+        (16.0, cpu_area.bottom + 54.0),
+        notes,
+        118,
+        Font::new(11.0).fill(colour::GREY),
+    );
+    y += 4.0;
+    svg::paragraph(
+        &mut doc,
+        (16.0, y),
+        &footnote,
+        118,
+        Font::new(11.0).fill(colour::GREY),
+    );
+    Ok(doc.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_per_interval_is_cpu_time_over_wall_time() {
+        let s = |t_s, cpu_s| Sample {
+            t_s,
+            cpu_s,
+            rss_mib: 40.0,
+        };
+        let cpu = cpu_per_interval(&[s(0.0, 1.0), s(5.0, 1.5), s(10.0, 1.5)]);
+        assert_eq!(cpu, vec![(0.0, 5.0, 10.0), (5.0, 10.0, 0.0)]);
+    }
+}
