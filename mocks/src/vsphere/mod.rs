@@ -26,6 +26,7 @@ mod server;
 mod service;
 mod soap;
 mod state;
+mod wsdl;
 mod xml;
 
 pub use faults::Fault;

@@ -169,6 +169,9 @@ impl Product {
             Product::Esxi => "ha-sessionmgr",
         }
     }
+    pub fn view_manager(self) -> &'static str {
+        "ViewManager"
+    }
     pub fn search_index(self) -> &'static str {
         match self {
             Product::VCenter => "SearchIndex",

@@ -156,6 +156,15 @@ impl MockVsphere {
         let shared = Shared::new(config, vms);
         let app = Router::new()
             .route("/sdk", post(service::handle))
+            .route(
+                "/sdk/vimService.wsdl",
+                axum::routing::get(|| async {
+                    (
+                        [(axum::http::header::CONTENT_TYPE, "text/xml; charset=utf-8")],
+                        super::wsdl::document(),
+                    )
+                }),
+            )
             .with_state(shared.clone());
         let (server, task) = crate::serve::spawn(listener, app, Some(material.server_config()?))
             .map_err(bind_error)?;

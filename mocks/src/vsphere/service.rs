@@ -7,8 +7,12 @@
 //!   `instanceUuid` true; exact UUID, as vCenter compares) and
 //!   `SearchIndex.FindByInventoryPath` (`<datacenter>/vm/<folders>/<name>`, leading and
 //!   trailing slashes ignored); both answer an empty response when nothing matches;
-//! - `PropertyCollector.RetrievePropertiesEx` for a VM (`name`, `runtime.powerState`,
-//!   `config.uuid`, `config.instanceUuid`) or a Task (`info.state`, `info.error`);
+//! - `ViewManager.CreateContainerView` of VirtualMachines, and
+//!   `PropertyCollector.RetrievePropertiesEx` for a VM (`name`, `runtime.powerState`,
+//!   `summary.runtime.powerState`, `config.uuid`, `config.instanceUuid`), every VM of a
+//!   ContainerView, or a Task (`info.state`, `info.error`);
+//! - the WSDL of this subset at `/sdk/vimService.wsdl` (for clients that build
+//!   their calls from it);
 //! - `VirtualMachine.PowerOffVM_Task` / `PowerOnVM_Task`, answering a Task reference.
 //!
 //! Every call but `RetrieveServiceContent` and `Login` needs a live session, else
@@ -21,7 +25,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 
-use super::model::{API_VERSION, split_path};
+use super::model::{API_VERSION, VmState, split_path};
 use super::soap::{self, moref};
 use super::state::{CallRecord, PowerOp, Shared, TaskInfoState};
 use super::xml::{Element, escape, parse};
@@ -87,6 +91,7 @@ pub(super) async fn handle(
             soap::reply("Logout", "")
         }
         "FindByUuid" => find_by_uuid(&shared, call),
+        "CreateContainerView" => create_container_view(call),
         "FindByInventoryPath" => find_by_path(&shared, call),
         "RetrievePropertiesEx" => retrieve_properties(&shared, call),
         "PowerOffVM_Task" => power(&shared, &this, PowerOp::PowerOff),
@@ -114,13 +119,14 @@ fn service_content(shared: &Shared) -> Response {
         api_type = p.api_type(),
     );
     let inner = format!(
-        "<returnval>{}{}{about}{}{}</returnval>",
+        "<returnval>{}{}{}{about}{}{}</returnval>",
         moref("rootFolder", "Folder", p.root_folder()),
         moref(
             "propertyCollector",
             "PropertyCollector",
             p.property_collector()
         ),
+        moref("viewManager", "ViewManager", p.view_manager()),
         moref("sessionManager", "SessionManager", p.session_manager()),
         moref("searchIndex", "SearchIndex", p.search_index()),
     );
@@ -202,6 +208,26 @@ fn find_by_path(shared: &Shared, call: &Element) -> Response {
     }
 }
 
+/// `ViewManager.CreateContainerView`: a view of every VM (the only `type` served),
+/// named as vCenter names session-scoped views.
+fn create_container_view(call: &Element) -> Response {
+    let wants_vms = call
+        .children_named("type")
+        .any(|t| t.text.trim() == "VirtualMachine");
+    if !wants_vms {
+        return soap::fault(
+            "InvalidArgument",
+            "A specified parameter was not correct: type",
+            "<invalidProperty>type</invalidProperty>",
+        );
+    }
+    let id = format!("session[{}]vm-view", uuid::Uuid::new_v4());
+    soap::reply(
+        "CreateContainerView",
+        &moref("returnval", "ContainerView", &id),
+    )
+}
+
 fn prop(name: &str, xsi_type: &str, value: &str) -> String {
     format!(
         r#"<propSet><name>{}</name><val xsi:type="{xsi_type}">{}</val></propSet>"#,
@@ -228,25 +254,34 @@ fn retrieve_properties(shared: &Shared, call: &Element) -> Response {
         let kind = obj.attribute("type").unwrap_or("");
         let id = obj.text.trim();
         let mut props = String::new();
+        if kind == "ContainerView" {
+            // The view's `view` property traversed: every VM, the view itself
+            // skipped (as fence_vmware_soap and govmomi's view package ask).
+            for vm in &inner.vms {
+                let mut vm_props = String::new();
+                for path in &paths {
+                    match vm_property(vm, path) {
+                        Some(p) => vm_props.push_str(&p),
+                        None => return invalid_property(path),
+                    }
+                }
+                objects.push_str(&format!(
+                    "<objects>{}{vm_props}</objects>",
+                    moref("obj", "VirtualMachine", &vm.moid)
+                ));
+            }
+            continue;
+        }
         match kind {
             "VirtualMachine" => {
                 let Some(vm) = inner.vm(id) else {
                     return soap::managed_object_not_found(kind, id);
                 };
                 for path in &paths {
-                    props.push_str(&match *path {
-                        "name" => prop("name", "xsd:string", &vm.name),
-                        "runtime.powerState" => prop(
-                            "runtime.powerState",
-                            "VirtualMachinePowerState",
-                            vm.power.as_str(),
-                        ),
-                        "config.uuid" => prop("config.uuid", "xsd:string", &vm.bios_uuid),
-                        "config.instanceUuid" => {
-                            prop("config.instanceUuid", "xsd:string", &vm.instance_uuid)
-                        }
-                        other => return invalid_property(other),
-                    });
+                    match vm_property(vm, path) {
+                        Some(p) => props.push_str(&p),
+                        None => return invalid_property(path),
+                    }
                 }
             }
             "Task" => {
@@ -295,6 +330,19 @@ fn retrieve_properties(shared: &Shared, call: &Element) -> Response {
         "RetrievePropertiesEx",
         &format!("<returnval>{objects}</returnval>"),
     )
+}
+
+/// One property of a VM as a `propSet`; `None` for a path not served.
+fn vm_property(vm: &VmState, path: &str) -> Option<String> {
+    Some(match path {
+        "name" => prop("name", "xsd:string", &vm.name),
+        "runtime.powerState" | "summary.runtime.powerState" => {
+            prop(path, "VirtualMachinePowerState", vm.power.as_str())
+        }
+        "config.uuid" => prop("config.uuid", "xsd:string", &vm.bios_uuid),
+        "config.instanceUuid" => prop("config.instanceUuid", "xsd:string", &vm.instance_uuid),
+        _ => return None,
+    })
 }
 
 fn invalid_property(name: &str) -> Response {
