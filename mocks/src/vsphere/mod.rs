@@ -4,7 +4,8 @@
 //! faults of the real API (govmomi's `vim25/methods` and `vim25/types`, its `vcsim`
 //! simulator, and the vSphere Web Services API reference), and the failures seen in
 //! the field ([`Fault`], plus session expiry, VMs renamed, moved, removed, and power
-//! lost out of band through the handle).
+//! lost out of band through the handle, or the `/admin` HTTP API for scripts and
+//! the `mock-vsphere` binary).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -20,6 +21,7 @@
 //! # Ok(()) }
 //! ```
 
+mod admin;
 mod faults;
 mod model;
 mod server;
@@ -29,6 +31,7 @@ mod state;
 mod wsdl;
 mod xml;
 
+pub use admin::AdminFault;
 pub use faults::Fault;
 pub use model::{API_VERSION, Product, VmPower, VmSpec, VmState};
 pub use server::{DEFAULT_PASSWORD, DEFAULT_USERNAME, MockVsphere, MockVsphereHandle, StartError};

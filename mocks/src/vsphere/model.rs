@@ -130,6 +130,18 @@ pub struct VmState {
 }
 
 impl VmState {
+    /// The VM for the admin API.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "moid": self.moid,
+            "name": self.name,
+            "bios_uuid": self.bios_uuid,
+            "instance_uuid": self.instance_uuid,
+            "folder": self.folders.join("/"),
+            "power": self.power.as_str(),
+        })
+    }
+
     /// `<datacenter>/vm/<folders>/<name>`, without a leading slash.
     pub fn inventory_path(&self, datacenter: &str) -> String {
         let mut parts = vec![datacenter.to_string(), "vm".to_string()];

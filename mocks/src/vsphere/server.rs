@@ -6,7 +6,6 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
 use axum::routing::post;
 use tokio::task::JoinHandle;
 
@@ -154,7 +153,7 @@ impl MockVsphere {
             task_delay: self.task_delay,
         };
         let shared = Shared::new(config, vms);
-        let app = Router::new()
+        let app = super::admin::router()
             .route("/sdk", post(service::handle))
             .route(
                 "/sdk/vimService.wsdl",
