@@ -419,3 +419,30 @@ async fn a_standalone_esxi_host_is_driven_by_its_own_object_ids() {
     );
     m.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_clone_that_kept_the_bios_uuid_is_refused_not_guessed() {
+    let m = MockVsphere::builder()
+        .credentials(USER, PASSWORD)
+        .vm(VmSpec::new("worker-1").moid("vm-42").bios_uuid(UUID_1))
+        // A clone whose UUID was kept, in the other byte order.
+        .vm(VmSpec::new("worker-1-clone")
+            .moid("vm-77")
+            .bios_uuid(UUID_1_SWAPPED))
+        .start()
+        .await
+        .unwrap();
+    let s = setup(&m, VmSelector::NodeUuid);
+    let d = driver(&s.target);
+    d.node_identity(&node(UUID_1));
+    let e = d.status().await.unwrap_err();
+    assert_eq!(e.kind, PowerErrorKind::Config, "{e}");
+    assert!(
+        e.message.contains("vm-42") && e.message.contains("vm-77"),
+        "{e}"
+    );
+    assert!(d.power_off().await.is_err());
+    assert!(m.power_calls().is_empty());
+    assert!(m.methods().iter().any(|c| c == "FindAllByUuid"));
+    m.shutdown().await;
+}

@@ -3,8 +3,9 @@
 //!
 //! - `RetrieveServiceContent` on `ServiceInstance` (no session needed);
 //! - `SessionManager.Login` (sets the `vmware_soap_session` cookie) and `Logout`;
-//! - `SearchIndex.FindByUuid` (BIOS `config.uuid`, or `config.instanceUuid` with
-//!   `instanceUuid` true; exact UUID, as vCenter compares) and
+//! - `SearchIndex.FindByUuid` and `FindAllByUuid` (BIOS `config.uuid`, or
+//!   `config.instanceUuid` with `instanceUuid` true; exact UUID, as vCenter
+//!   compares; the first match, or every match) and
 //!   `SearchIndex.FindByInventoryPath` (`<datacenter>/vm/<folders>/<name>`, leading and
 //!   trailing slashes ignored); both answer an empty response when nothing matches;
 //! - `ViewManager.CreateContainerView` of VirtualMachines, and
@@ -91,6 +92,7 @@ pub(super) async fn handle(
             soap::reply("Logout", "")
         }
         "FindByUuid" => find_by_uuid(&shared, call),
+        "FindAllByUuid" => find_all_by_uuid(&shared, call),
         "CreateContainerView" => create_container_view(call),
         "FindByInventoryPath" => find_by_path(&shared, call),
         "RetrievePropertiesEx" => retrieve_properties(&shared, call),
@@ -168,22 +170,41 @@ fn parse_uuid(raw: &str) -> Option<uuid::Uuid> {
     uuid::Uuid::parse_str(raw.trim()).ok()
 }
 
-fn find_by_uuid(shared: &Shared, call: &Element) -> Response {
+/// The VMs whose BIOS (or, with `instanceUuid` true, instance) UUID is the one asked.
+fn uuid_matches<'a>(inner: &'a super::state::Inner, call: &Element) -> Vec<&'a VmState> {
     let wanted = call.child_text("uuid").and_then(parse_uuid);
     let instance = call.child_text("instanceUuid") == Some("true");
     let vm_search = call.child_text("vmSearch") == Some("true");
-    let inner = shared.lock();
-    let found = wanted.filter(|_| vm_search).and_then(|w| {
-        inner.vms.iter().find(|vm| {
+    let Some(wanted) = wanted.filter(|_| vm_search) else {
+        return Vec::new();
+    };
+    inner
+        .vms
+        .iter()
+        .filter(|vm| {
             let have = if instance {
                 &vm.instance_uuid
             } else {
                 &vm.bios_uuid
             };
-            parse_uuid(have) == Some(w)
+            parse_uuid(have) == Some(wanted)
         })
-    });
-    match found {
+        .collect()
+}
+
+/// `SearchIndex.FindAllByUuid` (vSphere 6.5 and later): every match.
+fn find_all_by_uuid(shared: &Shared, call: &Element) -> Response {
+    let inner = shared.lock();
+    let found: String = uuid_matches(&inner, call)
+        .iter()
+        .map(|vm| moref("returnval", "VirtualMachine", &vm.moid))
+        .collect();
+    soap::reply("FindAllByUuid", &found)
+}
+
+fn find_by_uuid(shared: &Shared, call: &Element) -> Response {
+    let inner = shared.lock();
+    match uuid_matches(&inner, call).first() {
         Some(vm) => soap::reply(
             "FindByUuid",
             &moref("returnval", "VirtualMachine", &vm.moid),

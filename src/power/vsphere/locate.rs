@@ -1,5 +1,5 @@
-//! Which VM: by BIOS UUID (`SearchIndex.FindByUuid` with `vmSearch` true and
-//! `instanceUuid` false: `config.uuid`, the UUID the guest reads from SMBIOS and the
+//! Which VM: by BIOS UUID (`SearchIndex.FindAllByUuid`, or `FindByUuid`, with
+//! `vmSearch` true and `instanceUuid` false: `config.uuid`, the UUID the guest reads from SMBIOS and the
 //! kubelet reports as the Node's systemUUID), by managed object id, or by inventory
 //! path (`SearchIndex.FindByInventoryPath`).
 //!

@@ -5,7 +5,9 @@
 //!
 //! # Which VM
 //! `bios_uuid`, `moid` or `vm_path` when set; else the Node's systemUUID, which
-//! arrives through [`PowerDriver::node_identity`] ([`locate`]). The managed object
+//! arrives through [`PowerDriver::node_identity`] ([`locate`]). A UUID is looked up
+//! with `SearchIndex.FindAllByUuid` (`FindByUuid` before vSphere 6.5): two VMs with
+//! one BIOS UUID (a clone that kept it) are an error, never a guess. The managed object
 //! id found is kept (a rename or a move does not change it) and looked up again when
 //! vSphere says it no longer exists (`ManagedObjectNotFound`). A VM that cannot be
 //! found is an error, never Off.
@@ -165,29 +167,81 @@ impl VsphereDriver {
             )));
         };
         let content = self.session.content(deadline).await?;
+        // Every VM with either byte order of the UUID: clones that kept their
+        // BIOS UUID share it, and picking one of them would be a guess.
+        let mut found: Vec<MoRef> = Vec::new();
         for uuid in &forms {
-            let params = format!(
-                "{}{}{}",
-                field("uuid", uuid),
-                field("vmSearch", "true"),
-                field("instanceUuid", "false")
-            );
-            let reply = self
-                .session
-                .call("FindByUuid", &content.search_index, &params, deadline)
-                .await
-                .map_err(|e| e.into_error("FindByUuid"))?;
-            if let Some(vm) = returned_vm(&reply)? {
-                return Ok(vm);
+            for vm in self
+                .all_by_uuid(&content.search_index, uuid, deadline)
+                .await?
+            {
+                if !found.contains(&vm) {
+                    found.push(vm);
+                }
             }
         }
-        Err(PowerError::config(format!(
-            "no VM on {} has BIOS UUID {} ({from}; also tried {}); check that the VM exists \
-             and the vSphere user may see it (System.View, System.Read)",
-            self.session.sdk(),
-            forms[0],
-            forms.get(1).map_or("no other byte order", String::as_str)
-        )))
+        match found.as_slice() {
+            [one] => Ok(one.clone()),
+            [] => Err(PowerError::config(format!(
+                "no VM on {} has BIOS UUID {} ({from}; also tried {}); check that the VM \
+                 exists and the vSphere user may see it (System.View, System.Read)",
+                self.session.sdk(),
+                forms[0],
+                forms.get(1).map_or("no other byte order", String::as_str)
+            ))),
+            many => Err(PowerError::config(format!(
+                "{} VMs on {} have BIOS UUID {} ({from}, either byte order): {}; a cloned \
+                 VM kept its UUID. nodefence will not guess: give the clone a new UUID, or \
+                 set moid for this node",
+                many.len(),
+                self.session.sdk(),
+                forms[0],
+                many.iter()
+                    .map(|m| m.id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+        }
+    }
+
+    /// `SearchIndex.FindAllByUuid` (vSphere 6.5 and later); on an older endpoint
+    /// (`MethodNotFound`), `FindByUuid`, which answers the first match only.
+    async fn all_by_uuid(
+        &self,
+        search_index: &MoRef,
+        uuid: &str,
+        deadline: Instant,
+    ) -> Result<Vec<MoRef>, PowerError> {
+        let params = format!(
+            "{}{}{}",
+            field("uuid", uuid),
+            field("vmSearch", "true"),
+            field("instanceUuid", "false")
+        );
+        match self
+            .session
+            .call("FindAllByUuid", search_index, &params, deadline)
+            .await
+        {
+            Ok(reply) => reply
+                .children_named("returnval")
+                .map(|r| match MoRef::from_element(r) {
+                    Some(m) if m.kind == "VirtualMachine" => Ok(m),
+                    _ => Err(PowerError::protocol(
+                        "FindAllByUuid returned something that is not a VirtualMachine",
+                    )),
+                })
+                .collect(),
+            Err(e) if e.fault_type() == Some("MethodNotFound") => {
+                let reply = self
+                    .session
+                    .call("FindByUuid", search_index, &params, deadline)
+                    .await
+                    .map_err(|e| e.into_error("FindByUuid"))?;
+                Ok(returned_vm(&reply)?.into_iter().collect())
+            }
+            Err(e) => Err(e.into_error("FindAllByUuid")),
+        }
     }
 
     async fn find_by_path(&self, path: &str, deadline: Instant) -> Result<MoRef, PowerError> {
