@@ -58,6 +58,7 @@ fn assert_resolved_values(config: &Config) {
             "db-1",
             "ip-10-0-3-17.eu-central-1.compute.internal",
             "lab-1",
+            "vm-worker-1",
             "worker-1",
             "worker-2"
         ]
@@ -128,6 +129,24 @@ fn assert_resolved_values(config: &Config) {
     };
     assert_eq!(aws.region.as_deref(), Some("eu-central-1"));
     assert_eq!(aws.instance_id, None);
+
+    let PowerSource::Vsphere(vm) = &nodes["vm-worker-1"].power else {
+        panic!("vm-worker-1 is a vsphere node");
+    };
+    assert_eq!(vm.endpoint.as_str(), "https://vcenter.mgmt.example.com/");
+    assert_eq!(
+        vm.vm,
+        nodefence::power::vsphere::locate::VmSelector::NodeUuid
+    );
+    assert_eq!(vm.credential.username, "nodefence@vsphere.local");
+    assert!(
+        vm.tls
+            .ca_file
+            .as_ref()
+            .is_some_and(|c| c.ends_with("config/rack-a-ca.pem"))
+    );
+    assert!(nodes["vm-worker-1"].needs_node_identity());
+    assert!(nodes["vm-worker-1"].policy.require_identity);
 
     assert_policies(config);
 }

@@ -12,6 +12,7 @@
 //!   sync), standing in through fake-kube's API and the mock Redfish BMC, with
 //!   minimal BareMetalHost and Metal3Machine CRDs.
 //! - [`tls`]: throwaway CA + leaf certificates for HTTPS mocks.
+//! - [`vsphere`]: a vCenter or ESXi host over the vSphere Web Services (SOAP) API.
 //! - [`remediation`]: stand-ins for the NodeHealthCheck operator and Cluster API's
 //!   MachineHealthCheck, the health checkers that name nodefence as their remediator.
 //!
@@ -29,6 +30,7 @@ pub mod redfish;
 pub mod remediation;
 pub mod serve;
 pub mod tls;
+pub mod vsphere;
 
 /// The environment variables that would send a peer's HTTP requests (a fence agent's,
 /// a CLI's) to a proxy instead of the mock on loopback: remove them from its

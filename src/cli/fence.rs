@@ -102,7 +102,8 @@ pub async fn run(config_path: &Path, args: &FenceArgs) -> u8 {
                 None => {
                     eprintln!(
                         "error: node {} is not in the cluster, and its inventory entry names \
-                         no instance (instance_id or instance_tag)",
+                         no machine (aws: instance_id or instance_tag; vsphere: bios_uuid, \
+                         moid or vm_path)",
                         args.node
                     );
                     return exit::FAILED;

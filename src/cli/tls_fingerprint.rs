@@ -141,6 +141,7 @@ fn endpoints(config_path: &std::path::Path, target: &str) -> Result<Vec<Endpoint
         };
         let (url, tls) = match source {
             PowerSource::Redfish(t) => (t.endpoint.clone(), t.tls.clone()),
+            PowerSource::Vsphere(t) => (t.endpoint.clone(), t.tls.clone()),
             PowerSource::Aws(t) => match &t.endpoint {
                 Some(url) => (url.clone(), t.tls.clone()),
                 None => continue,

@@ -224,6 +224,13 @@ pub(super) fn describe_source(source: &PowerSource) -> String {
             }
         }
         PowerSource::Ipmi(t) => format!("ipmi {}:{}", t.address, t.port),
+        PowerSource::Vsphere(t) => {
+            format!(
+                "vsphere {} ({})",
+                t.endpoint.as_str().trim_end_matches('/'),
+                t.vm
+            )
+        }
         PowerSource::Aws(t) => {
             let mut out = "aws".to_string();
             if let Some(url) = &t.endpoint {

@@ -21,8 +21,9 @@ use super::model::{IpmiPrivilege, RedfishAuth};
 use super::paths::{BaseDir, FilePath};
 use super::policy::{self, PolicyDraft, Scope};
 use super::values::{
-    auth, check_env_name, cipher_suite, driver, instance_id, instance_tag, ipmi_privilege, narrow,
-    options, region, secret_key, secret_name, system_id, tls_fingerprint,
+    auth, bios_uuid, check_env_name, cipher_suite, driver, instance_id, instance_tag,
+    ipmi_privilege, moid, narrow, options, region, secret_key, secret_name, system_id,
+    tls_fingerprint, vm_path,
 };
 
 /// A power driver, as named by `driver = "..."`.
@@ -32,11 +33,18 @@ pub(crate) enum Driver {
     Ipmi,
     Aws,
     Exec,
+    Vsphere,
 }
 
 impl Driver {
-    const ALL: [Driver; 4] = [Driver::Redfish, Driver::Ipmi, Driver::Aws, Driver::Exec];
-    pub(crate) const NAMES: [&'static str; 4] = ["redfish", "ipmi", "aws", "exec"];
+    const ALL: [Driver; 5] = [
+        Driver::Redfish,
+        Driver::Ipmi,
+        Driver::Aws,
+        Driver::Exec,
+        Driver::Vsphere,
+    ];
+    pub(crate) const NAMES: [&'static str; 5] = ["redfish", "ipmi", "aws", "exec", "vsphere"];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -44,6 +52,7 @@ impl Driver {
             Driver::Ipmi => "ipmi",
             Driver::Aws => "aws",
             Driver::Exec => "exec",
+            Driver::Vsphere => "vsphere",
         }
     }
 
@@ -53,12 +62,14 @@ impl Driver {
 }
 
 const ALL: &[Driver] = &Driver::ALL;
-const CREDENTIALED: &[Driver] = &[Driver::Redfish, Driver::Ipmi, Driver::Exec];
+const CREDENTIALED: &[Driver] = &[Driver::Redfish, Driver::Ipmi, Driver::Exec, Driver::Vsphere];
+/// The drivers that speak HTTPS to an endpoint of their own and verify it.
+const TLS: &[Driver] = &[Driver::Redfish, Driver::Aws, Driver::Vsphere];
 
 /// Every field of a level, and the drivers it applies to.
 const FIELDS: &[(&str, &[Driver])] = &[
     ("driver", ALL),
-    ("endpoint", &[Driver::Redfish, Driver::Aws]),
+    ("endpoint", TLS),
     ("system_id", &[Driver::Redfish]),
     ("auth", &[Driver::Redfish]),
     ("address", &[Driver::Ipmi]),
@@ -72,6 +83,9 @@ const FIELDS: &[(&str, &[Driver])] = &[
     ("region", &[Driver::Aws]),
     ("profile", &[Driver::Aws]),
     ("credentials_file", &[Driver::Aws]),
+    ("bios_uuid", &[Driver::Vsphere]),
+    ("moid", &[Driver::Vsphere]),
+    ("vm_path", &[Driver::Vsphere]),
     ("agent", &[Driver::Exec]),
     ("options", &[Driver::Exec]),
     ("username", CREDENTIALED),
@@ -81,9 +95,9 @@ const FIELDS: &[(&str, &[Driver])] = &[
     ("password_secret", CREDENTIALED),
     ("password_secret_key", CREDENTIALED),
     ("username_secret_key", CREDENTIALED),
-    ("ca_file", &[Driver::Redfish, Driver::Aws]),
-    ("insecure", &[Driver::Redfish, Driver::Aws]),
-    ("tls_fingerprint", &[Driver::Redfish, Driver::Aws]),
+    ("ca_file", TLS),
+    ("insecure", TLS),
+    ("tls_fingerprint", TLS),
     ("connect_timeout", ALL),
     ("request_timeout", ALL),
     ("operation_timeout", ALL),
@@ -164,6 +178,12 @@ pub(crate) struct Layer {
     pub region: Option<Val<String>>,
     pub profile: Option<Val<String>>,
     pub credentials_file: Option<Val<FilePath>>,
+    /// `bios_uuid`: the vSphere VM's BIOS UUID (`config.uuid`).
+    pub bios_uuid: Option<Val<String>>,
+    /// `moid`: the vSphere VM's managed object id.
+    pub moid: Option<Val<String>>,
+    /// `vm_path`: the vSphere VM's inventory path (`{node}` allowed).
+    pub vm_path: Option<Val<String>>,
     pub agent: Option<Val<FilePath>>,
     pub options: Option<Val<BTreeMap<String, Val<String>>>>,
     pub username: Option<Val<String>>,
@@ -217,6 +237,9 @@ impl Layer {
             region: None,
             profile: None,
             credentials_file: None,
+            bios_uuid: None,
+            moid: None,
+            vm_path: None,
             agent: None,
             options: None,
             username: None,
@@ -340,6 +363,9 @@ impl Layer {
                 let v = e.non_empty_string()?;
                 self.credentials_file = Some(v.with(base.join(&v.value)));
             }
+            "bios_uuid" => self.bios_uuid = Some(bios_uuid(e)?),
+            "moid" => self.moid = Some(moid(e)?),
+            "vm_path" => self.vm_path = Some(vm_path(e)?),
             "agent" => {
                 let v = e.non_empty_string()?;
                 self.agent = Some(v.with(base.join(&v.value)));

@@ -70,6 +70,13 @@ pub(crate) enum Machine {
         port: u16,
     },
     Aws(String),
+    /// A vSphere VM named explicitly: the endpoint's host and port, and how the VM is
+    /// named (`bios_uuid` lower-cased, `moid`, or `vm_path`, `{node}` substituted).
+    Vsphere {
+        host: String,
+        port: u16,
+        vm: String,
+    },
     /// An EC2 instance found by a tag: key, value (`{node}` substituted).
     AwsTag(String, String),
     /// A fence agent (its file name) and the options that select its target, by
@@ -113,6 +120,23 @@ impl Machine {
                     Machine::AwsTag(key.clone(), substitute(value, node))
                 }),
             },
+            Driver::Vsphere => {
+                let endpoint = chain.pick(|l| &l.endpoint)?;
+                let url = parse_endpoint(&substitute(&endpoint.val.value, node), &dummy).ok()?;
+                let vm = if let Some(u) = chain.pick(|l| &l.bios_uuid) {
+                    format!("bios_uuid {}", u.val.value.to_ascii_lowercase())
+                } else if let Some(m) = chain.pick(|l| &l.moid) {
+                    format!("moid {}", m.val.value)
+                } else {
+                    let p = chain.pick(|l| &l.vm_path)?;
+                    format!("vm_path {}", substitute(&p.val.value, node))
+                };
+                Some(Machine::Vsphere {
+                    host: url.host_str()?.to_ascii_lowercase(),
+                    port: url.port_or_known_default()?,
+                    vm,
+                })
+            }
             Driver::Exec => {
                 let agent = chain.pick(|l| &l.agent)?;
                 let agent = agent
@@ -227,6 +251,7 @@ impl Machine {
             }
             Machine::Ipmi { host, port } => format!("IPMI BMC {host}:{port}"),
             Machine::Aws(id) => format!("EC2 instance {id}"),
+            Machine::Vsphere { host, port, vm } => format!("vSphere {host}:{port}, {vm}"),
             Machine::AwsTag(key, value) => format!("the EC2 instance tagged {key}={value}"),
             Machine::Exec { agent, selectors } => {
                 let options: Vec<String> =
@@ -355,7 +380,10 @@ pub(crate) fn check(src: &Source, nodes: &[Placed], diags: &mut Diagnostics) {
                     .or_default()
                     .push((placed, machine));
             }
-            Machine::Aws(_) | Machine::AwsTag(..) | Machine::Exec { .. } => {}
+            Machine::Aws(_)
+            | Machine::AwsTag(..)
+            | Machine::Exec { .. }
+            | Machine::Vsphere { .. } => {}
         }
     }
     for users in hosts.values() {

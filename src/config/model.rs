@@ -208,6 +208,7 @@ pub enum PowerSource {
     Ipmi(IpmiTarget),
     Aws(AwsTarget),
     Exec(ExecTarget),
+    Vsphere(VsphereTarget),
 }
 
 impl PowerSource {
@@ -217,6 +218,7 @@ impl PowerSource {
             PowerSource::Redfish(t) => Some(&t.credential),
             PowerSource::Ipmi(t) => Some(&t.credential),
             PowerSource::Exec(t) => t.credential.as_ref(),
+            PowerSource::Vsphere(t) => Some(&t.credential),
             PowerSource::Aws(_) => None,
         }
     }
@@ -227,14 +229,20 @@ impl PowerSource {
             PowerSource::Redfish(t) => Some(&mut t.credential),
             PowerSource::Ipmi(t) => Some(&mut t.credential),
             PowerSource::Exec(t) => t.credential.as_mut(),
+            PowerSource::Vsphere(t) => Some(&mut t.credential),
             PowerSource::Aws(_) => None,
         }
     }
 
     /// Whether the machine can only be found through the Node (an EC2 instance with
-    /// neither `instance_id` nor `instance_tag`: its providerID names it).
+    /// neither `instance_id` nor `instance_tag`: its providerID names it; a vSphere VM
+    /// with neither `bios_uuid`, `moid` nor `vm_path`: its systemUUID names it).
     pub fn needs_node_identity(&self) -> bool {
-        matches!(self, PowerSource::Aws(t) if t.instance_id.is_none() && t.instance_tag.is_none())
+        match self {
+            PowerSource::Aws(t) => t.instance_id.is_none() && t.instance_tag.is_none(),
+            PowerSource::Vsphere(t) => t.vm == crate::power::vsphere::locate::VmSelector::NodeUuid,
+            _ => false,
+        }
     }
 
     /// The deadlines for talking to this source.
@@ -244,6 +252,7 @@ impl PowerSource {
             PowerSource::Ipmi(t) => &t.timeouts,
             PowerSource::Aws(t) => &t.timeouts,
             PowerSource::Exec(t) => &t.timeouts,
+            PowerSource::Vsphere(t) => &t.timeouts,
         }
     }
 
@@ -253,6 +262,7 @@ impl PowerSource {
             PowerSource::Ipmi(_) => "ipmi",
             PowerSource::Aws(_) => "aws",
             PowerSource::Exec(_) => "exec",
+            PowerSource::Vsphere(_) => "vsphere",
         }
     }
 }
@@ -357,6 +367,19 @@ pub struct AwsTarget {
     pub profile: Option<String>,
     /// A shared credentials file read instead of `~/.aws/credentials`.
     pub credentials_file: Option<PathBuf>,
+    pub timeouts: Timeouts,
+}
+
+/// A VM on vCenter Server or a standalone ESXi host (vSphere Web Services API).
+#[derive(Debug, Clone)]
+pub struct VsphereTarget {
+    /// Base URL of vCenter or the ESXi host (`https://vcenter.example.com`); SOAP goes
+    /// to `<endpoint>/sdk`.
+    pub endpoint: Url,
+    /// Which VM: `bios_uuid`, `moid`, `vm_path`, or the Node's systemUUID.
+    pub vm: crate::power::vsphere::locate::VmSelector,
+    pub credential: Credential,
+    pub tls: TlsSettings,
     pub timeouts: Timeouts,
 }
 

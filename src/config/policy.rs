@@ -565,6 +565,7 @@ mod tests {
             (Driver::Redfish, true),
             (Driver::Ipmi, true),
             (Driver::Aws, true),
+            (Driver::Vsphere, true),
             (Driver::Exec, false),
         ] {
             let p = cluster.for_node(None, None, driver);

@@ -251,7 +251,7 @@ pub(crate) fn power_source(
         let help = if matches!(chain.node.subject, Subject::Fallback(..)) {
             "every fallback entry names its own driver, e.g. { driver = \"exec\", agent = ... }"
         } else {
-            "set driver = \"redfish\" (or \"ipmi\", \"aws\", \"exec\") on the node, its group \
+            "set driver = \"redfish\" (or \"ipmi\", \"aws\", \"vsphere\", \"exec\") on the node, its group \
              or in [defaults]"
         };
         ctx.error(
@@ -271,6 +271,7 @@ pub(crate) fn power_source(
         Driver::Ipmi => targets::ipmi(ctx, name, chain, timeouts),
         Driver::Aws => targets::aws(ctx, name, chain, timeouts),
         Driver::Exec => targets::exec(ctx, name, chain, timeouts),
+        Driver::Vsphere => targets::vsphere(ctx, name, chain, timeouts),
     };
     if ctx.diags.error_count() > before {
         return None;

@@ -13,9 +13,10 @@ use super::files;
 use super::layer::Driver;
 use super::model::{
     AwsTarget, ExecTarget, IpmiPrivilege, IpmiTarget, PowerSource, RedfishTarget, Timeouts,
-    TlsSettings,
+    TlsSettings, VsphereTarget,
 };
 use super::resolve::{Chain, Ctx, Picked, from_where, note_insecure, rank};
+use crate::power::vsphere::locate::VmSelector;
 
 /// The standard IPMI-over-LAN (RMCP+) port.
 pub(crate) const IPMI_PORT: u16 = 623;
@@ -331,6 +332,78 @@ pub(crate) fn exec(
         agent: agent?,
         options,
         credential: credential.ok()?,
+        timeouts,
+    }))
+}
+
+/// A vSphere VM: `endpoint` and credentials required; at most one of `bios_uuid`,
+/// `moid` and `vm_path` (none: the Node's systemUUID finds the VM).
+pub(crate) fn vsphere(
+    ctx: &mut Ctx<'_>,
+    name: &str,
+    chain: &Chain<'_>,
+    timeouts: Timeouts,
+) -> Option<PowerSource> {
+    let endpoint = match chain.pick(|l| &l.endpoint) {
+        Some(p) => endpoint(ctx, name, p),
+        None => {
+            missing(
+                ctx,
+                chain,
+                Driver::Vsphere,
+                "endpoint",
+                "\"https://vcenter.example.com\"",
+            );
+            None
+        }
+    };
+    let uuid = chain.pick(|l| &l.bios_uuid);
+    let moid = chain.pick(|l| &l.moid);
+    let path = chain.pick(|l| &l.vm_path);
+    let written: Vec<(&str, &super::layer::Layer, &super::diagnostic::Span)> = [
+        uuid.map(|p| ("bios_uuid", p.layer, &p.val.key)),
+        moid.map(|p| ("moid", p.layer, &p.val.key)),
+        path.map(|p| ("vm_path", p.layer, &p.val.key)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if let [first, second, ..] = written.as_slice() {
+        let (at, other) = if rank(second.1) >= rank(first.1) {
+            (second, first)
+        } else {
+            (first, second)
+        };
+        ctx.error(
+            at.1,
+            at.2,
+            format!(
+                "`{}` and `{}` both name the VM (both in effect{}): a node has one VM",
+                other.0,
+                at.0,
+                from_where(other.1, at.1)
+            ),
+            Some(
+                "keep one: bios_uuid (found wherever the VM is), moid, or vm_path; or none, to \
+                 find the VM by the Node's systemUUID"
+                    .into(),
+            ),
+        );
+        return None;
+    }
+    let vm = match (uuid, moid, path) {
+        (Some(u), _, _) => VmSelector::BiosUuid(u.val.value.clone()),
+        (_, Some(m), _) => VmSelector::Moid(m.val.value.clone()),
+        (_, _, Some(p)) => VmSelector::Path(substitute(&p.val.value, name)),
+        _ => VmSelector::NodeUuid,
+    };
+    let credential = credential(ctx, chain, Driver::Vsphere, true);
+    let tls = tls(ctx, chain);
+    Some(PowerSource::Vsphere(VsphereTarget {
+        endpoint: endpoint?,
+        vm,
+        credential: credential.ok()??,
+        tls: tls?,
         timeouts,
     }))
 }

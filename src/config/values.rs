@@ -316,3 +316,61 @@ pub(crate) fn secret_key(e: &Entry<'_, '_>) -> Result<Val<String>, Problem> {
     }
     Ok(v)
 }
+
+/// `bios_uuid`: a vSphere VM's BIOS UUID (`config.uuid`), in either byte order.
+pub(crate) fn bios_uuid(e: &Entry<'_, '_>) -> Result<Val<String>, Problem> {
+    let v = e.non_empty_string()?;
+    match uuid::Uuid::parse_str(v.value.trim()) {
+        Ok(u) if !u.is_nil() && u.as_bytes() != &[0xff; 16] => Ok(v.with(v.value.trim().to_string())),
+        _ => Err(Problem::new(
+            &v.span,
+            "`bios_uuid` is not a VM's BIOS UUID",
+            Some(
+                "e.g. bios_uuid = \"4213e0f1-2a3b-4c5d-8e9f-a0b1c2d3e4f5\" (the VM's config.uuid, or \
+                 the Node's systemUUID in either byte order); or leave it out to use the Node's \
+                 systemUUID"
+                    .into(),
+            ),
+        )),
+    }
+}
+
+/// `moid`: a vSphere managed object id (`vm-42` on vCenter, `42` on ESXi).
+pub(crate) fn moid(e: &Entry<'_, '_>) -> Result<Val<String>, Problem> {
+    let v = e.non_empty_string()?;
+    let ok = v.value.len() <= 80
+        && v.value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if !ok {
+        return Err(Problem::new(
+            &v.span,
+            "`moid` is not a managed object id",
+            Some(
+                "e.g. moid = \"vm-42\" (vCenter) or \"42\" (ESXi): the VM's id, not its name or \
+                 path (use vm_path for that)"
+                    .into(),
+            ),
+        ));
+    }
+    Ok(v)
+}
+
+/// `vm_path`: a vSphere inventory path, `<datacenter>/vm/<folders>/<name>`, `{node}`
+/// allowed.
+pub(crate) fn vm_path(e: &Entry<'_, '_>) -> Result<Val<String>, Problem> {
+    let v = e.non_empty_string()?;
+    check_placeholders("vm_path", &v.value, &v.span)?;
+    let parts = v.value.split('/').filter(|p| !p.is_empty()).count();
+    if parts < 3 || !v.value.contains("/vm/") {
+        return Err(Problem::new(
+            &v.span,
+            "`vm_path` is not a VM's inventory path",
+            Some(
+                "write <datacenter>/vm/<folders>/<name>, e.g. vm_path = \"DC0/vm/k8s/{node}\""
+                    .into(),
+            ),
+        ));
+    }
+    Ok(v)
+}

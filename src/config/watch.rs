@@ -50,6 +50,7 @@ pub fn files_of(config: &Config) -> BTreeSet<PathBuf> {
             }
             match source {
                 PowerSource::Redfish(t) => files.extend(t.tls.ca_file.clone()),
+                PowerSource::Vsphere(t) => files.extend(t.tls.ca_file.clone()),
                 PowerSource::Aws(t) => {
                     files.extend(t.tls.ca_file.clone());
                     files.extend(t.credentials_file.clone());

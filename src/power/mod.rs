@@ -16,6 +16,7 @@ pub mod ipmi;
 pub mod redfish;
 pub mod registry;
 pub mod topology;
+pub mod vsphere;
 
 use std::fmt;
 use std::time::{Duration, SystemTime};

@@ -19,6 +19,7 @@ use super::exec::ExecDriver;
 use super::ipmi::IpmiDriver;
 use super::redfish::RedfishDriver;
 use super::topology::TopologyDriver;
+use super::vsphere::VsphereDriver;
 use super::{PowerDriver, PowerError};
 use crate::config::{NodeTarget, PowerSource, TlsSettings};
 use crate::metal3::power::{KubeHosts, Metal3Driver};
@@ -164,6 +165,15 @@ impl DriverFactory {
                     client,
                     self.limiter.clone(),
                 )))
+            }
+            PowerSource::Vsphere(target) => {
+                let client = self.client(&ClientProfile {
+                    tls: target.tls.clone(),
+                    connect_timeout: target.timeouts.connect,
+                })?;
+                let driver = VsphereDriver::new(target, client, self.limiter.clone())
+                    .map_err(|e| PowerError::new(e.kind, format!("node {name}: {}", e.message)))?;
+                Ok(Arc::new(driver))
             }
         }
     }

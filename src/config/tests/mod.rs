@@ -11,6 +11,7 @@ mod policy;
 mod resolution;
 mod secret_refs;
 mod secrets;
+mod vsphere;
 mod warnings;
 
 use std::collections::HashMap;

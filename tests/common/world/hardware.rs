@@ -3,7 +3,9 @@
 //! Every node has a system on the shared mock Redfish BMC. A node's [`Method`]s (its
 //! fencing levels, primary first) decide what else it gets: its own mock IPMI BMC
 //! (reached natively or through Debian's `fence_ipmilan`), an EC2 instance in the
-//! world's moto server (its Node carries the instance's providerID), or a Redfish
+//! world's moto server (its Node carries the instance's providerID), a VM on the
+//! world's mock vCenter (its BIOS UUID the Node's systemUUID, byte-swapped as older
+//! guests report it), or a Redfish
 //! BMC that accepts connections and never answers (a hung BMC). The machine is
 //! powered when every power path its methods use says so (a PDU outlet switched off
 //! stops the machine whatever its BMC thinks), and its kubelet follows that.
@@ -23,6 +25,7 @@ use nodefence::power::{PowerDriver, PowerState};
 use nodefence_mocks::ipmi::{MockIpmi, MockIpmiHandle, Power, Privilege};
 use nodefence_mocks::machines::PowerProbe;
 use nodefence_mocks::redfish::{MockPower, MockRedfishHandle};
+use nodefence_mocks::vsphere::{MockVsphere, MockVsphereHandle, VmPower, VmSpec};
 use tokio::task::JoinHandle;
 
 use super::NodeSetup;
@@ -49,6 +52,9 @@ pub enum Method {
     /// An EC2 instance in the world's moto server (`driver = "aws"`; the instance
     /// comes from the Node's providerID).
     Aws,
+    /// A VM on the world's mock vCenter (`driver = "vsphere"`; the VM is found by the
+    /// Node's systemUUID).
+    Vsphere,
 }
 
 impl NodeSetup {
@@ -64,9 +70,14 @@ impl NodeSetup {
         self.uses(|m| m == Method::Aws)
     }
 
+    pub(super) fn has_vsphere(&self) -> bool {
+        self.uses(|m| m == Method::Vsphere)
+    }
+
     /// Whether the machine's power is the shared Redfish BMC system's.
     pub(super) fn powered_by_redfish(&self) -> bool {
-        self.uses(|m| m == Method::Redfish) || !(self.has_ipmi() || self.has_aws())
+        self.uses(|m| m == Method::Redfish)
+            || !(self.has_ipmi() || self.has_aws() || self.has_vsphere())
     }
 }
 
@@ -78,6 +89,10 @@ pub struct Hardware {
     pub moto: Option<Moto>,
     /// node → EC2 instance id.
     pub instances: BTreeMap<String, String>,
+    /// The mock vCenter, when a node is a VM.
+    pub vsphere: Option<MockVsphereHandle>,
+    /// node → the VM's managed object id.
+    pub vms: BTreeMap<String, String>,
     /// node → the instance's power as last read (0 unknown, 1 on, 2 off).
     aws_power: BTreeMap<String, Arc<AtomicU8>>,
     pollers: Vec<JoinHandle<()>>,
@@ -102,8 +117,38 @@ impl Hardware {
             .iter()
             .any(|n| n.uses(|m| m == Method::HungRedfish))
             .then(|| std::net::TcpListener::bind("127.0.0.1:0").unwrap());
+        let vm_nodes: Vec<&NodeSetup> = nodes.iter().filter(|n| n.has_vsphere()).collect();
+        let mut vms = BTreeMap::new();
+        let vsphere = if vm_nodes.is_empty() {
+            None
+        } else {
+            let mut builder = MockVsphere::builder()
+                .credentials(USER, PASSWORD)
+                .task_delay(transition_delay);
+            for (i, n) in vm_nodes.iter().enumerate() {
+                let moid = format!("vm-{}", 101 + i);
+                let uuid = n.bmc_uuid.as_ref().or(n.uuid.as_ref()).map(|u| {
+                    // config.uuid with the first three fields swapped against the
+                    // systemUUID, as older guests report it.
+                    let parsed = uuid::Uuid::parse_str(u).unwrap();
+                    uuid::Uuid::from_bytes_le(*parsed.as_bytes()).to_string()
+                });
+                let mut spec = VmSpec::new(n.name.clone()).moid(moid.clone()).folder("k8s");
+                if let Some(uuid) = uuid {
+                    spec = spec.bios_uuid(uuid);
+                }
+                if n.power == MockPower::Off {
+                    spec = spec.power(VmPower::PoweredOff);
+                }
+                builder = builder.vm(spec);
+                vms.insert(n.name.clone(), moid);
+            }
+            Some(builder.start().await.unwrap())
+        };
         let mut hw = Hardware {
             ipmi: BTreeMap::new(),
+            vsphere,
+            vms,
             moto,
             instances: BTreeMap::new(),
             aws_power: BTreeMap::new(),
@@ -167,6 +212,9 @@ impl Hardware {
         }
         if let Some(ipmi) = self.ipmi.get(&n.name) {
             on &= ipmi.power().is_on();
+        }
+        if let (Some(vc), Some(moid)) = (&self.vsphere, self.vms.get(&n.name)) {
+            on &= vc.power(moid)? == VmPower::PoweredOn;
         }
         if let Some(state) = self.aws_power.get(&n.name) {
             match state.load(Ordering::SeqCst) {
@@ -256,6 +304,19 @@ impl Hardware {
                 k.extend(credentials());
                 k
             }
+            Method::Vsphere => {
+                let endpoint = self
+                    .vsphere
+                    .as_ref()
+                    .map_or("https://127.0.0.1:1".into(), MockVsphereHandle::base_url);
+                let mut k = vec![
+                    ("driver".into(), q("vsphere")),
+                    ("endpoint".into(), q(&endpoint)),
+                    ("ca_file".into(), q("vsphere-ca.pem")),
+                ];
+                k.extend(credentials());
+                k
+            }
             Method::Aws => {
                 let endpoint = self
                     .moto
@@ -284,8 +345,12 @@ impl Hardware {
         keys
     }
 
-    /// Writes the shared credentials file the AWS levels name.
+    /// Writes the shared credentials file the AWS levels name, and the mock
+    /// vCenter's CA.
     pub fn write_files(&self, dir: &Path) {
+        if let Some(vc) = &self.vsphere {
+            std::fs::write(dir.join("vsphere-ca.pem"), vc.ca_pem()).unwrap();
+        }
         crate::common::cli_common::write_secret(
             &dir.join("aws-credentials"),
             &format!(

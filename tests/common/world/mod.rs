@@ -106,9 +106,25 @@ impl World {
         if let Some(bmc) = self.ipmi.get(node) {
             bmc.set_power(IpmiPower::Off);
         }
+        if let (Some(vc), Some(moid)) = (&self.hw.vsphere, self.hw.vms.get(node)) {
+            vc.set_power(moid, nodefence_mocks::vsphere::VmPower::PoweredOff);
+        }
         if n.powered_by_redfish() {
             self.bmc.set_power(&n.system_id, MockPower::Off);
         }
+    }
+
+    /// The mock vCenter of a world with [`Method::Vsphere`] nodes.
+    pub fn vsphere(&self) -> &nodefence_mocks::vsphere::MockVsphereHandle {
+        self.hw
+            .vsphere
+            .as_ref()
+            .expect("a node with Method::Vsphere")
+    }
+
+    /// The managed object id of `node`'s VM.
+    pub fn vm_of(&self, node: &str) -> String {
+        self.hw.vms[node].clone()
     }
 
     /// The machine's power: On only when every power path its methods use is on.
