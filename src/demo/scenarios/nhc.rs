@@ -30,6 +30,10 @@ use crate::demo::cluster::{NHC_NAME, REMEDIATION_NAMESPACE, REMEDIATION_TEMPLATE
 use crate::demo::narrate::span;
 use crate::demo::timeline::{Fact, RequestChange, Step};
 
+/// How far apart (cluster time) two watches may report the request gone and the taint
+/// removed, in the wrong order, without that being the wrong order of the writes.
+const GONE_ORDER_SLACK: Duration = Duration::from_secs(5);
+
 /// How long `Ready` must be False or Unknown before NodeHealthCheck asks (cluster
 /// time). The operator guide's example says 300s (NHC's default); a minute keeps the
 /// demo short and is still far below nodefence's own `unhealthy_after` here.
@@ -243,7 +247,12 @@ async fn play(ctx: &Ctx<'_>, out: &mut Outcome) -> Result<(), String> {
     if deleted.at < released.at {
         return Err("NodeHealthCheck deleted the request before the node was released".into());
     }
-    if gone.at < untainted.at {
+    // Two watches (the request's, the Node's) report these: a few hundred milliseconds
+    // of delivery order apart is not an order of the writes (nodefence removes its
+    // finalizer only after it has seen its taint gone). The wrong order this guards
+    // against (the finalizer let go with the taint still on) is the node's 30 s
+    // `recovered_after` or more apart.
+    if gone.at + GONE_ORDER_SLACK < untainted.at {
         return Err("the request was gone before nodefence removed its taint".into());
     }
     if world
