@@ -29,6 +29,14 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    // What followed `test` on the command line, as typed: clap (which answers
+    // `--help`) drops a `--` that comes first (`cargo xtask test -- --nocapture`), and
+    // cargo test needs it.
+    let cargo_args: Vec<OsString> = std::env::args_os()
+        .skip_while(|a| a != "test")
+        .skip(1)
+        .collect();
+    debug_assert!(cargo_args.len() >= args.cargo_args.len());
     let skip_dir = fresh_skip_dir()?;
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
     let mut command = Command::new(&cargo);
@@ -39,7 +47,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let mut child = command
         .args(["test", "--workspace"])
-        .args(&args.cargo_args)
+        .args(&cargo_args)
         .env(SKIP_DIR_VARIABLE, &skip_dir)
         .stdin(Stdio::inherit())
         .stdout(Stdio::piped())
@@ -49,6 +57,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut totals = Totals::default();
     if let Some(mut stdout) = child.stdout.take() {
         let mut out = std::io::stdout();
+        let mut forwarding = true;
         let mut line = Vec::new();
         let mut buf = [0u8; 8192];
         loop {
@@ -58,10 +67,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             if n == 0 {
                 break;
             }
-            // Passed through as it comes (a test's name before its result, too).
-            out.write_all(&buf[..n])
-                .and_then(|()| out.flush())
-                .context("writing to stdout")?;
+            // Passed through as it comes (a test's name before its result, too); once
+            // stdout is closed (`| head`), the run goes on and is still counted.
+            if forwarding {
+                forwarding = out.write_all(&buf[..n]).and_then(|()| out.flush()).is_ok();
+            }
             for &byte in &buf[..n] {
                 if byte == b'\n' {
                     totals.add_line(&String::from_utf8_lossy(&line));
@@ -75,7 +85,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let status = child.wait().context("waiting for cargo test")?;
     let skips = read_skips(&skip_dir)?;
-    print!("{}", summary(&skips, &totals));
+    let _ = std::io::stdout().write_all(summary(&skips, &totals).as_bytes());
     std::fs::remove_dir_all(&skip_dir)
         .with_context(|| format!("removing {}", skip_dir.display()))?;
     // A test binary killed by a signal: cargo itself was, or reports 101.
