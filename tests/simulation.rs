@@ -1,6 +1,6 @@
 //! Whole-system randomized proof of the one rule (issue 15): see `tests/sim/`.
 //!
-//! `cargo test --release --test simulation` plays a bounded sample of seeds (CI; a debug
+//! `cargo test --release --test simulation` plays a bounded sample of seeds (a debug
 //! build plays fewer, see [`DEBUG_REGRESSIONS`]);
 //! `NODEFENCE_SIM_SEEDS=10000 cargo test --release --test simulation -- --nocapture`
 //! plays more; `NODEFENCE_SIM_SEED=N` replays one. A failure prints its seed, what
@@ -92,8 +92,9 @@ const REGRESSIONS: &[u64] = &[
 ];
 
 /// How many seeds from 1 up a run plays besides the regression seeds when
-/// `NODEFENCE_SIM_SEEDS` does not say: 150 in an optimized build (CI's
-/// `cargo test --release --test simulation`); none in a debug build (the README's
+/// `NODEFENCE_SIM_SEEDS` does not say: 150 in an optimized build (`cargo test
+/// --release --test simulation`; CI plays as many in debug with
+/// `NODEFENCE_SIM_SEEDS=150`); none in a debug build (the README's
 /// `cargo xtask test`), where a schedule costs 4 to 6 s of CPU.
 const RANDOM_SEEDS: u64 = if cfg!(debug_assertions) { 0 } else { 150 };
 
