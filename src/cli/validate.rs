@@ -231,6 +231,20 @@ pub(super) fn describe_source(source: &PowerSource) -> String {
                 t.vm
             )
         }
+        PowerSource::Kubevirt(t) => match &t.context {
+            Some(context) => format!(
+                "kubevirt VirtualMachine {}/{} (kubeconfig {}, context {context})",
+                t.namespace,
+                t.vm,
+                t.kubeconfig.display()
+            ),
+            None => format!(
+                "kubevirt VirtualMachine {}/{} (kubeconfig {})",
+                t.namespace,
+                t.vm,
+                t.kubeconfig.display()
+            ),
+        },
         PowerSource::Aws(t) => {
             let mut out = "aws".to_string();
             if let Some(url) = &t.endpoint {

@@ -77,6 +77,13 @@ pub(crate) enum Machine {
         port: u16,
         vm: String,
     },
+    /// A KubeVirt VirtualMachine: the kubeconfig file as written, the namespace as
+    /// written (`None`: the kubeconfig's), and the VM's name (`{node}` substituted).
+    Kubevirt {
+        kubeconfig: String,
+        namespace: Option<String>,
+        vm: String,
+    },
     /// An EC2 instance found by a tag: key, value (`{node}` substituted).
     AwsTag(String, String),
     /// A fence agent (its file name) and the options that select its target, by
@@ -137,6 +144,19 @@ impl Machine {
                     vm,
                 })
             }
+            Driver::Kubevirt => Some(Machine::Kubevirt {
+                kubeconfig: chain
+                    .pick(|l| &l.kubeconfig)?
+                    .val
+                    .value
+                    .abs
+                    .display()
+                    .to_string(),
+                namespace: chain.pick(|l| &l.namespace).map(|p| p.val.value.clone()),
+                vm: chain
+                    .pick(|l| &l.vm)
+                    .map_or_else(|| node.to_string(), |p| substitute(&p.val.value, node)),
+            }),
             Driver::Exec => {
                 let agent = chain.pick(|l| &l.agent)?;
                 let agent = agent
@@ -252,6 +272,14 @@ impl Machine {
             Machine::Ipmi { host, port } => format!("IPMI BMC {host}:{port}"),
             Machine::Aws(id) => format!("EC2 instance {id}"),
             Machine::Vsphere { host, port, vm } => format!("vSphere {host}:{port}, {vm}"),
+            Machine::Kubevirt {
+                kubeconfig,
+                namespace,
+                vm,
+            } => match namespace {
+                Some(ns) => format!("KubeVirt VirtualMachine {ns}/{vm} (kubeconfig {kubeconfig})"),
+                None => format!("KubeVirt VirtualMachine {vm} (kubeconfig {kubeconfig})"),
+            },
             Machine::AwsTag(key, value) => format!("the EC2 instance tagged {key}={value}"),
             Machine::Exec { agent, selectors } => {
                 let options: Vec<String> =
@@ -383,7 +411,8 @@ pub(crate) fn check(src: &Source, nodes: &[Placed], diags: &mut Diagnostics) {
             Machine::Aws(_)
             | Machine::AwsTag(..)
             | Machine::Exec { .. }
-            | Machine::Vsphere { .. } => {}
+            | Machine::Vsphere { .. }
+            | Machine::Kubevirt { .. } => {}
         }
     }
     for users in hosts.values() {

@@ -12,8 +12,8 @@ use super::endpoint::{check_address, parse_endpoint, substitute};
 use super::files;
 use super::layer::Driver;
 use super::model::{
-    AwsTarget, ExecTarget, IpmiPrivilege, IpmiTarget, PowerSource, RedfishTarget, Timeouts,
-    TlsSettings, VsphereTarget,
+    AwsTarget, ExecTarget, IpmiPrivilege, IpmiTarget, KubevirtTarget, PowerSource, RedfishTarget,
+    Timeouts, TlsSettings, VsphereTarget,
 };
 use super::resolve::{Chain, Ctx, Picked, from_where, note_insecure, rank};
 use crate::power::vsphere::locate::VmSelector;
@@ -404,6 +404,61 @@ pub(crate) fn vsphere(
         vm,
         credential: credential.ok()??,
         tls: tls?,
+        timeouts,
+    }))
+}
+
+/// A KubeVirt VirtualMachine: `kubeconfig` required and checked (parses, has the
+/// context, the context's cluster names a server); `namespace` else the context's
+/// else `default`; `vm` else the node's name.
+pub(crate) fn kubevirt(
+    ctx: &mut Ctx<'_>,
+    name: &str,
+    chain: &Chain<'_>,
+    timeouts: Timeouts,
+) -> Option<PowerSource> {
+    let context = chain
+        .pick(|l| &l.kubeconfig_context)
+        .map(|p| p.val.value.clone());
+    let Some(p) = chain.pick(|l| &l.kubeconfig) else {
+        missing(
+            ctx,
+            chain,
+            Driver::Kubevirt,
+            "kubeconfig",
+            "\"/etc/nodefence/kubevirt/kubeconfig\"",
+        );
+        return None;
+    };
+    // One check per written setting and context (a group's file serves many nodes).
+    let id = {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::hash::DefaultHasher::new();
+        (p.val.span.start, &context, "kubeconfig").hash(&mut h);
+        // Keys of `ctx.files` are spans' starts: keep this one out of their range.
+        (h.finish() as usize) | (1 << (usize::BITS - 1))
+    };
+    let checked = super::files::check_kubeconfig(&p.val.value, context.as_deref());
+    if !ctx.files.contains_key(&id)
+        && let Err(e) = &checked
+    {
+        ctx.error(p.layer, &p.val.span, e.message.clone(), e.help.clone());
+    }
+    ctx.files.insert(id, checked.is_ok());
+    let kubeconfig_context = checked.ok()?;
+    let namespace = chain
+        .pick(|l| &l.namespace)
+        .map(|p| p.val.value.clone())
+        .or(kubeconfig_context.namespace)
+        .unwrap_or_else(|| "default".to_string());
+    let vm = chain
+        .pick(|l| &l.vm)
+        .map_or_else(|| name.to_string(), |p| substitute(&p.val.value, name));
+    Some(PowerSource::Kubevirt(KubevirtTarget {
+        kubeconfig: p.val.value.abs.clone(),
+        context,
+        namespace,
+        vm,
         timeouts,
     }))
 }

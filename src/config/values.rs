@@ -374,3 +374,39 @@ pub(crate) fn vm_path(e: &Entry<'_, '_>) -> Result<Val<String>, Problem> {
     }
     Ok(v)
 }
+
+/// `namespace` (kubevirt): the VirtualMachine's namespace, an RFC 1123 label.
+pub(crate) fn kube_namespace(e: &Entry<'_, '_>) -> Result<Val<String>, Problem> {
+    let v = e.non_empty_string()?;
+    if !is_dns_label(&v.value) {
+        return Err(Problem::new(
+            &v.span,
+            "`namespace` is not a Kubernetes namespace name",
+            Some(
+                "the VirtualMachine's namespace in the infrastructure cluster: lowercase \
+                 letters, digits and '-', at most 63 characters, e.g. namespace = \"guests\""
+                    .into(),
+            ),
+        ));
+    }
+    Ok(v)
+}
+
+/// `vm` (kubevirt): a VirtualMachine's name (an RFC 1123 subdomain once `{node}` is
+/// replaced; a node name is one).
+pub(crate) fn kube_vm_name(e: &Entry<'_, '_>) -> Result<Val<String>, Problem> {
+    let v = e.non_empty_string()?;
+    check_placeholders("vm", &v.value, &v.span)?;
+    if !is_dns_subdomain(&v.value.replace("{node}", "node")) {
+        return Err(Problem::new(
+            &v.span,
+            "`vm` is not the name of a KubeVirt VirtualMachine",
+            Some(
+                "the VirtualMachine's metadata.name: lowercase letters, digits, '-' and '.', \
+                 `{node}` for the node's name, e.g. vm = \"{node}\" (the default)"
+                    .into(),
+            ),
+        ));
+    }
+    Ok(v)
+}

@@ -17,6 +17,8 @@ use super::aws::AwsDriver;
 use super::confirm::ConfirmPolicy;
 use super::exec::ExecDriver;
 use super::ipmi::IpmiDriver;
+use super::kubevirt::KubevirtDriver;
+use super::kubevirt::api::{InfraClient, InfraProfile};
 use super::redfish::RedfishDriver;
 use super::topology::TopologyDriver;
 use super::vsphere::VsphereDriver;
@@ -38,6 +40,8 @@ struct ClientProfile {
 pub struct DriverFactory {
     limiter: Arc<Semaphore>,
     clients: Mutex<HashMap<ClientProfile, reqwest::Client>>,
+    /// KubeVirt infrastructure clusters' clients, one per kubeconfig and context.
+    infra: Mutex<HashMap<InfraProfile, Arc<InfraClient>>>,
     /// How a fencing topology's levels prove their power off.
     confirm: ConfirmPolicy,
     /// Cluster access for machines whose power Metal3 manages
@@ -51,6 +55,7 @@ impl DriverFactory {
         Self {
             limiter: Arc::new(Semaphore::new(max_concurrent_requests.max(1))),
             clients: Mutex::new(HashMap::new()),
+            infra: Mutex::new(HashMap::new()),
             confirm: ConfirmPolicy::default(),
             metal3: None,
         }
@@ -174,6 +179,26 @@ impl DriverFactory {
                 let driver = VsphereDriver::new(target, client, self.limiter.clone())
                     .map_err(|e| PowerError::new(e.kind, format!("node {name}: {}", e.message)))?;
                 Ok(Arc::new(driver))
+            }
+            PowerSource::Kubevirt(target) => {
+                let profile = InfraProfile {
+                    kubeconfig: target.kubeconfig.clone(),
+                    context: target.context.clone(),
+                    timeouts: target.timeouts,
+                };
+                let infra = {
+                    let mut infra = self
+                        .infra
+                        .lock()
+                        .map_err(|_| PowerError::config("internal: client cache poisoned"))?;
+                    infra
+                        .entry(profile.clone())
+                        .or_insert_with(|| {
+                            Arc::new(InfraClient::new(profile, self.limiter.clone()))
+                        })
+                        .clone()
+                };
+                Ok(Arc::new(KubevirtDriver::new(target, infra)))
             }
         }
     }
