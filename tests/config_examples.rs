@@ -148,6 +148,16 @@ fn assert_resolved_values(config: &Config) {
     assert!(nodes["vm-worker-1"].needs_node_identity());
     assert!(nodes["vm-worker-1"].policy.require_identity);
 
+    let PowerSource::Kubevirt(guest) = &nodes["guest-worker-1"].power else {
+        panic!("guest-worker-1 is a kubevirt node");
+    };
+    assert!(guest.kubeconfig.ends_with("config/infra.kubeconfig"));
+    assert_eq!(
+        (guest.namespace.as_str(), guest.vm.as_str(), guest.context.as_deref()),
+        ("guests", "guest-worker-1", None)
+    );
+    assert!(nodes["guest-worker-1"].policy.require_identity);
+
     assert_policies(config);
 }
 
