@@ -153,7 +153,11 @@ fn assert_resolved_values(config: &Config) {
     };
     assert!(guest.kubeconfig.ends_with("config/infra.kubeconfig"));
     assert_eq!(
-        (guest.namespace.as_str(), guest.vm.as_str(), guest.context.as_deref()),
+        (
+            guest.namespace.as_str(),
+            guest.vm.as_str(),
+            guest.context.as_deref()
+        ),
         ("guests", "guest-worker-1", None)
     );
     assert!(nodes["guest-worker-1"].policy.require_identity);

@@ -774,12 +774,17 @@ fn the_kubevirt_component_mounts_the_kubeconfig_and_the_infra_role_is_least_priv
         .arg(deploy_dir().join("kubevirt-infra"))
         .output()
         .unwrap();
-    assert!(infra.status.success(), "{}", String::from_utf8_lossy(&infra.stderr));
-    let docs: Vec<Value> = serde_saphyr::from_multiple::<Value>(&String::from_utf8_lossy(&infra.stdout))
-        .unwrap()
-        .into_iter()
-        .filter(|d| !d.is_null())
-        .collect();
+    assert!(
+        infra.status.success(),
+        "{}",
+        String::from_utf8_lossy(&infra.stderr)
+    );
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple::<Value>(&String::from_utf8_lossy(&infra.stdout))
+            .unwrap()
+            .into_iter()
+            .filter(|d| !d.is_null())
+            .collect();
     let kinds: BTreeSet<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
     assert_eq!(
         kinds,
