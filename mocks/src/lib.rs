@@ -23,6 +23,7 @@
 pub mod child_log;
 pub mod ipmi;
 pub mod kube;
+pub mod kubevirt;
 pub mod machines;
 pub mod metal3;
 pub mod peers;
