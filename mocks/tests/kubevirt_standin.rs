@@ -567,3 +567,47 @@ async fn virt_api_down_slow_controller_and_rbac() {
             .any(|r| r.path_and_query.ends_with("/vm/stop") && r.status == 403 && r.user.is_some())
     );
 }
+
+#[tokio::test]
+async fn restart_replaces_the_vmi_and_halted_refuses_it() {
+    let env = setup(fast()).await;
+    env.create(VmBuilder::new(NS, "re")).await;
+    let first = env.running("re").await;
+    let (code, body) = env
+        .put("re", "restart", Some(json!({"gracePeriodSeconds": 5})))
+        .await;
+    assert_eq!(
+        (code, message(&body)),
+        (
+            400,
+            "For force restart, only gracePeriod=0 is supported for now"
+        )
+    );
+    let (code, _) = env
+        .put("re", "restart", Some(json!({"gracePeriodSeconds": 0})))
+        .await;
+    assert_eq!(code, 202);
+    let second = eventually(WITHIN, "a new VMI", || async {
+        let vmi = env.vmi("re").await?;
+        let uid = vmi["metadata"]["uid"].as_str()?.to_owned();
+        (uid != first && vmi["status"]["phase"] == "Running").then_some(uid)
+    })
+    .await;
+    assert_ne!(second, first);
+    env.printable("re", "Running").await;
+    assert!(
+        env.vm("re").await["status"]
+            .get("stateChangeRequests")
+            .is_none()
+    );
+
+    env.create(VmBuilder::new(NS, "off").run_strategy(RunStrategy::Halted))
+        .await;
+    env.printable("off", "Stopped").await;
+    let (code, body) = env.put("off", "restart", None).await;
+    assert_eq!(code, 409);
+    assert!(
+        message(&body).ends_with("RunStategy Halted does not support manual restart requests"),
+        "{body}"
+    );
+}

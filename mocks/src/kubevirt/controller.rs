@@ -363,13 +363,19 @@ async fn update_status(
         .cloned();
     let condition = match old_condition {
         Some(c) if c["status"] == ready_status => c,
-        _ => json!({
-            "type": "Ready",
-            "status": ready_status,
-            "lastProbeTime": null,
-            "lastTransitionTime": crate::remediation::common::rfc3339(crate::remediation::common::now()),
-            "reason": if vmi.is_none() { "VMINotExists" } else { "" },
-        }),
+        _ => {
+            let mut c = json!({
+                "type": "Ready",
+                "status": ready_status,
+                "lastProbeTime": null,
+                "lastTransitionTime": crate::remediation::common::rfc3339(crate::remediation::common::now()),
+            });
+            if vmi.is_none() {
+                c["reason"] = json!("VMINotExists");
+                c["message"] = json!("VMI does not exist");
+            }
+            c
+        }
     };
     new["status"]["conditions"] = json!([condition]);
     new["status"]["printableStatus"] = json!(printable_status(vm, vmi, expect.start, expect.stop));

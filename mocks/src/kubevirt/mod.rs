@@ -233,3 +233,42 @@ pub struct Faults {
     /// started again.
     pub failed_vmi_stuck: bool,
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_legacy_firmware_uuid_is_uuid5_of_the_name() {
+        // Python: uuid.uuid5(uuid.UUID(FIRMWARE_UUID_NAMESPACE), "vm1").
+        assert_eq!(
+            legacy_firmware_uuid("vm1"),
+            "133bf63e-9459-5126-9b21-b56e9b3d17b3"
+        );
+        assert_eq!(
+            legacy_firmware_uuid("testvmi"),
+            "f8918e71-270a-598e-a2a4-1afac39e1394"
+        );
+    }
+
+    #[test]
+    fn run_strategy_follows_virtual_machine_run_strategy() {
+        let vm = |spec| json!({ "spec": spec });
+        assert_eq!(run_strategy(&vm(json!({}))), Ok(RunStrategy::Halted));
+        assert_eq!(
+            run_strategy(&vm(json!({"running": true}))),
+            Ok(RunStrategy::Always)
+        );
+        assert_eq!(
+            run_strategy(&vm(json!({"running": false}))),
+            Ok(RunStrategy::Halted)
+        );
+        assert_eq!(
+            run_strategy(&vm(json!({"runStrategy": "RerunOnFailure"}))),
+            Ok(RunStrategy::RerunOnFailure)
+        );
+        assert!(run_strategy(&vm(json!({"running": true, "runStrategy": "Always"}))).is_err());
+    }
+}
