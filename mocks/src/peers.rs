@@ -234,6 +234,36 @@ pub fn fence_agent(name: &str) -> Option<PathBuf> {
     on_path(name).or_else(|| skip(name, "apt-get install fence-agents"))
 }
 
+/// The Debian packages [`fence_kubevirt`] needs besides `fence-agents`.
+pub const FENCE_KUBEVIRT_INSTALL: &str =
+    "apt-get install fence-agents python3-kubernetes python3-openshift";
+
+/// ClusterLabs' `fence_kubevirt`, when the Python its `#!` line names (else
+/// `python3`) imports `kubernetes` and `openshift.dynamic` (Debian
+/// `python3-kubernetes`, `python3-openshift`): without them the agent starts and
+/// fails every action.
+pub fn fence_kubevirt() -> Option<PathBuf> {
+    let Some(agent) = on_path("fence_kubevirt") else {
+        return skip("fence_kubevirt", FENCE_KUBEVIRT_INSTALL);
+    };
+    let python = shebang_interpreter(&agent)
+        .or_else(|| on_path("python3"))
+        .unwrap_or_else(|| PathBuf::from("python3"));
+    for module in ["kubernetes.config", "openshift.dynamic"] {
+        if !imports(&python, module) {
+            return skip(
+                &format!(
+                    "{module} (for {} via {})",
+                    agent.display(),
+                    python.display()
+                ),
+                FENCE_KUBEVIRT_INSTALL,
+            );
+        }
+    }
+    Some(agent)
+}
+
 /// `ipmitool` (Debian `ipmitool`).
 pub fn ipmitool() -> Option<PathBuf> {
     on_path("ipmitool").or_else(|| skip("ipmitool", "apt-get install ipmitool"))
