@@ -164,7 +164,10 @@ impl Env {
         let resp = req.send().await.unwrap();
         let status = resp.status().as_u16();
         let text = resp.text().await.unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
     }
 
     async fn put(&self, name: &str, action: &str, body: Option<Value>) -> (u16, Value) {
@@ -541,10 +544,7 @@ async fn virt_api_down_slow_controller_and_rbac() {
 
     env.api.set_down(true);
     let (code, body) = env.put("vm", "start", None).await;
-    assert_eq!(
-        (code, body["reason"].as_str()),
-        (503, Some("ServiceUnavailable"))
-    );
+    assert_eq!((code, body), (503, json!("service unavailable\n")));
     env.api.set_down(false);
 
     let (code, body) = env.put_as(LIMITED_TOKEN, "vm", "stop", None).await;
