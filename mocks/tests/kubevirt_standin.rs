@@ -535,12 +535,14 @@ async fn a_failed_vmi_whose_deletion_never_completes_keeps_the_vm_stopped() {
 
 #[tokio::test]
 async fn virt_api_down_slow_controller_and_rbac() {
-    let mut timing = fast();
-    timing.controller_delay = Duration::from_millis(1500);
-    let env = setup(timing).await;
+    let env = setup(fast()).await;
     env.create(VmBuilder::new(NS, "vm").run_strategy(RunStrategy::Manual))
         .await;
     env.printable("vm", "Stopped").await;
+    env.kv.set_faults(Faults {
+        controller_delay: Duration::from_millis(1500),
+        ..Faults::default()
+    });
 
     env.api.set_down(true);
     let (code, body) = env.put("vm", "start", None).await;
