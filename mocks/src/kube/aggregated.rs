@@ -53,25 +53,47 @@ pub struct AggregatedRequest {
     pub body: Vec<u8>,
 }
 
+/// The body of an [`AggregatedResponse`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum AggregatedBody {
+    /// None (virt-api's `202 Accepted`).
+    Empty,
+    Json(Value),
+    /// `text/plain` (Go's `http.Error`, as the aggregator's own errors).
+    Text(String),
+}
+
 /// What an aggregated API answers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AggregatedResponse {
     pub code: StatusCode,
-    /// A JSON body (`None`: an empty body, as virt-api's `202 Accepted`).
-    pub body: Option<Value>,
+    pub body: AggregatedBody,
 }
 
 impl AggregatedResponse {
     /// A status with no body.
     pub fn empty(code: StatusCode) -> Self {
-        Self { code, body: None }
+        Self {
+            code,
+            body: AggregatedBody::Empty,
+        }
+    }
+
+    /// What kube-aggregator answers while an APIService has no available endpoint
+    /// (`proxyError(w, req, "service unavailable", 503)`: Go's `http.Error`, plain
+    /// text).
+    pub fn service_unavailable() -> Self {
+        Self {
+            code: StatusCode::SERVICE_UNAVAILABLE,
+            body: AggregatedBody::Text("service unavailable\n".to_owned()),
+        }
     }
 
     /// A metav1 `Status` failure (`reason` as the apiserver's `StatusReason`).
     pub fn failure(code: StatusCode, reason: &str, message: &str, details: Value) -> Self {
         Self {
             code,
-            body: Some(json!({
+            body: AggregatedBody::Json(json!({
                 "kind": "Status",
                 "apiVersion": "v1",
                 "metadata": {},
@@ -85,15 +107,15 @@ impl AggregatedResponse {
     }
 
     pub(crate) fn into_response(self) -> Response {
-        match self.body {
-            None => (self.code, Body::empty()).into_response(),
-            Some(body) => {
-                let mut resp = (self.code, Body::from(format!("{body}\n"))).into_response();
-                resp.headers_mut()
-                    .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-                resp
-            }
-        }
+        let (body, content_type) = match self.body {
+            AggregatedBody::Empty => return (self.code, Body::empty()).into_response(),
+            AggregatedBody::Json(v) => (format!("{v}\n"), "application/json"),
+            AggregatedBody::Text(t) => (t, "text/plain; charset=utf-8"),
+        };
+        let mut resp = (self.code, Body::from(body)).into_response();
+        resp.headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+        resp
     }
 }
 

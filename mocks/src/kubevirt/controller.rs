@@ -196,7 +196,8 @@ async fn stop_vmi(c: &Cluster, vmi: &Value, expect: &mut Expect) -> anyhow::Resu
 }
 
 /// `startVMI` (`SetupVMIFromVM`): the VMI from the template, named after the VM,
-/// owned by it, with the template's firmware UUID and both finalizers.
+/// owned by it, with the template's firmware UUID and both finalizers, `Pending`
+/// as virt-api's mutating webhook makes it.
 async fn start_vmi(c: &Cluster, vm: &Value, expect: &mut Expect) -> anyhow::Result<()> {
     let template = &vm["spec"]["template"];
     let mut metadata = if template["metadata"].is_object() {
@@ -229,11 +230,20 @@ async fn start_vmi(c: &Cluster, vm: &Value, expect: &mut Expect) -> anyhow::Resu
         spec["terminationGracePeriodSeconds"] =
             json!(super::DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS);
     }
+    // virt-api's mutating webhook (`vmi-mutator.go`) creates every VMI `Pending`, with
+    // the VMI finalizer: no client ever sees a VMI without a phase.
+    let now = crate::remediation::common::rfc3339(crate::remediation::common::now());
     let vmi = json!({
         "apiVersion": API_VERSION,
         "kind": "VirtualMachineInstance",
         "metadata": metadata,
         "spec": spec,
+        "status": {
+            "phase": super::phase::PENDING,
+            "phaseTransitionTimestamps": [
+                {"phase": super::phase::PENDING, "phaseTransitionTimestamp": now},
+            ],
+        },
     });
     match c.vmis.create(&PostParams::default(), &object(&vmi)?).await {
         Ok(_) => {

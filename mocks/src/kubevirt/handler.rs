@@ -8,7 +8,7 @@
 //! `pkg/virt-controller/watch/node/node.go` (a VMI on an unresponsive node is
 //! `Failed` after `heartBeatTimeout`):
 //!
-//! - a new VMI is `Pending`, then `Scheduling`, `Scheduled` and `Running` after
+//! - a new VMI is `Pending` (from virt-api's mutating webhook), then `Scheduling`, `Scheduled` and `Running` after
 //!   [`Timing::pending`], [`Timing::scheduling`] and [`Timing::scheduled`]; from
 //!   `Running` its domain runs (`status.nodeName`, condition `Ready=True`);
 //! - a deleted VMI's domain keeps running for its `terminationGracePeriodSeconds`

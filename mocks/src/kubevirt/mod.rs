@@ -58,8 +58,8 @@ pub mod phase {
     pub const UNKNOWN: &str = "Unknown";
 }
 
-/// VM `status.printableStatus` values (`VirtualMachinePrintableStatus`) this
-/// stand-in can write.
+/// VM `status.printableStatus` values (`VirtualMachinePrintableStatus`); this
+/// stand-in writes all but `CrashLoopBackOff` (start failures are not modelled).
 pub mod printable {
     pub const STOPPED: &str = "Stopped";
     pub const STARTING: &str = "Starting";
@@ -167,8 +167,9 @@ pub struct Timing {
     /// The stand-in's resync: how often everything is reconciled without a watch
     /// event (virt-controller re-queues; 1 s here).
     pub resync: Duration,
-    /// How long the controller waits after a change before acting (0: at once; set
-    /// it to model a slow or overloaded virt-controller).
+    /// How long the controllers wait before every round (0: at once; set it to model
+    /// a slow or overloaded virt-controller; [`Faults::controller_delay`] adds to it
+    /// at runtime).
     pub controller_delay: Duration,
     /// Pending → Scheduling (the launcher pod created).
     pub pending: Duration,
@@ -232,6 +233,9 @@ pub struct Faults {
     /// completes, the VM keeps a final VMI (printableStatus `Stopped`) and is never
     /// started again.
     pub failed_vmi_stuck: bool,
+    /// A slow virt-controller (and virt-handler): every reaction to a change waits
+    /// this long (on top of [`Timing::controller_delay`]).
+    pub controller_delay: Duration,
 }
 
 #[cfg(test)]

@@ -166,12 +166,13 @@ async fn run(inner: Arc<Inner>) {
         let resync = Instant::now() + inner.timing.resync;
         let at = next.map_or(resync, |n| n.min(resync));
         tokio::select! {
-            () = inner.wake.notified() => {
-                if !inner.timing.controller_delay.is_zero() {
-                    tokio::time::sleep(inner.timing.controller_delay).await;
-                }
-            }
+            () = inner.wake.notified() => {}
             () = tokio::time::sleep_until(at) => {}
+        }
+        // A slow controller: whatever woke it, it acts only this much later.
+        let delay = inner.timing.controller_delay + inner.state().faults.controller_delay;
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
         }
     }
 }

@@ -32,7 +32,8 @@
 //! - `dryRun` is passed to the patches, which fake-kube refuses (400).
 //!
 //! [`VirtApi::set_down`] makes every request a 503 (the APIService unavailable), as
-//! the aggregator answers while virt-api has no ready endpoint.
+//! the aggregator answers while virt-api has no ready endpoint: Go's `http.Error`, a
+//! `text/plain` body `service unavailable`, not a `Status`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -139,19 +140,10 @@ impl AggregatedApi for VirtApi {
         Box::pin(async move {
             match client {
                 Some(client) if !down => serve(client, request).await,
-                _ => unavailable(),
+                _ => AggregatedResponse::service_unavailable(),
             }
         })
     }
-}
-
-fn unavailable() -> AggregatedResponse {
-    AggregatedResponse::failure(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "ServiceUnavailable",
-        "the server is currently unable to handle the request",
-        json!({}),
-    )
 }
 
 fn not_found() -> AggregatedResponse {
