@@ -452,3 +452,67 @@ fn node_health_check_asks_and_nodefence_fences_once_then_lets_the_request_go() {
     );
     assert!(story.contains("request: Processing=True"), "{story}");
 }
+
+#[test]
+fn a_vms_host_loses_power_and_nodefence_reads_powered_off_through_vsphere() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = demo(
+        &[
+            "--speed",
+            SPEED,
+            "--scenario",
+            "vsphere-power-loss",
+            "-o",
+            "json",
+        ],
+        &dir.path().join("demo.log"),
+        Duration::from_secs(90),
+    );
+    assert_eq!(
+        run.code,
+        Some(0),
+        "took {:?}\nstdout:\n{}\nstderr:\n{}",
+        run.took,
+        run.stdout,
+        run.stderr
+    );
+    let summary: serde_json::Value = serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("{e}: stdout is not JSON alone:\n{}", run.stdout));
+    assert_eq!(summary["ok"], true);
+    let only = &summary["scenarios"][0];
+    assert_eq!(only["scenario"], "vsphere-power-loss");
+    let node = only["node"].as_str().unwrap();
+    // The VM was already off: no PowerOffVM_Task, no PowerOnVM_Task.
+    assert_eq!(only["power_commands"], serde_json::json!([]), "{only}");
+    let released = only["released_after_s"].as_f64().unwrap();
+    let running = only["pod_running_after_s"].as_f64().unwrap();
+    assert!(released > 0.0 && released <= running, "{only}");
+    let story = &run.stderr;
+    in_order(
+        story,
+        &[
+            "each worker is a VM on a vCenter",
+            "a VM's host loses power (vSphere)",
+            "you            the VM's host loses power",
+            "out-of-service taint added",
+            "db-0 Running",
+            "✓",
+            "read poweredOff through the vsphere driver",
+        ],
+    );
+    let scene = section(story, 1);
+    assert_eq!(db_node_before(scene), node, "{scene}");
+    assert_ne!(
+        db_running_node(scene),
+        node,
+        "db-0 runs elsewhere:\n{scene}"
+    );
+    assert!(
+        !scene.contains("BMC            "),
+        "no Redfish BMC speaks in a world of VMs:\n{scene}"
+    );
+    assert!(
+        !story.contains("VM_Task received"),
+        "no power task:\n{story}"
+    );
+}

@@ -21,6 +21,7 @@ fn short_outcome(o: &Outcome) -> String {
             None => "ok: Ready, taint removed".to_string(),
         },
         Scenario::Nhc => "ok: requested, forced off, released, Succeeded".to_string(),
+        Scenario::VspherePowerLoss => "ok: VM poweredOff confirmed, released".to_string(),
     }
 }
 

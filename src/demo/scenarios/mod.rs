@@ -12,19 +12,24 @@
 //! has it answer NodeHealthCheck's requests with a long `unhealthy_after` of its own,
 //! and the daemon is restarted with it first when an earlier scenario ran with the
 //! stock one.
+//!
+//! `vsphere-power-loss` plays on a world of its own, whose workers are VMs on a mock
+//! vCenter ([`Workers::Vms`]); it is not part of `all` (the other scenarios' BMC is
+//! Redfish) and runs alone.
 
 mod bmc_down;
 mod network_cut;
 pub mod nhc;
 mod power_loss;
 mod recovery;
+mod vsphere;
 
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::cluster::{POD, World};
+use super::cluster::{POD, Workers, World};
 use super::config::Profile;
 use super::narrate::span;
 use super::style::Style;
@@ -39,6 +44,8 @@ pub enum Scenario {
     BmcDown,
     Recovery,
     Nhc,
+    /// Power loss of a worker that is a VM on vCenter (not in [`Scenario::ALL`]).
+    VspherePowerLoss,
 }
 
 impl Scenario {
@@ -58,6 +65,7 @@ impl Scenario {
             Scenario::BmcDown => "bmc-down",
             Scenario::Recovery => "recovery",
             Scenario::Nhc => "nhc",
+            Scenario::VspherePowerLoss => "vsphere-power-loss",
         }
     }
 
@@ -68,6 +76,15 @@ impl Scenario {
             Scenario::BmcDown => "BMC unreachable",
             Scenario::Recovery => "recovery",
             Scenario::Nhc => "NodeHealthCheck asks, nodefence proves",
+            Scenario::VspherePowerLoss => "a VM's host loses power (vSphere)",
+        }
+    }
+
+    /// What the workers' machines are in the world it plays in.
+    pub fn workers(self) -> Workers {
+        match self {
+            Scenario::VspherePowerLoss => Workers::Vms,
+            _ => Workers::BmcSystems,
         }
     }
 
@@ -297,6 +314,7 @@ pub async fn run(
             Scenario::BmcDown => bmc_down::run(ctx, &mut out, carry).await,
             Scenario::Recovery => recovery::run(ctx, &mut out, carry).await,
             Scenario::Nhc => nhc::run(ctx, &mut out, carry).await,
+            Scenario::VspherePowerLoss => vsphere::run(ctx, &mut out, carry).await,
         },
     };
     // Let the last steps arrive before the scene closes.
