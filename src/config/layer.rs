@@ -21,9 +21,9 @@ use super::model::{IpmiPrivilege, RedfishAuth};
 use super::paths::{BaseDir, FilePath};
 use super::policy::{self, PolicyDraft, Scope};
 use super::values::{
-    auth, bios_uuid, check_env_name, cipher_suite, driver, instance_id, instance_tag,
-    ipmi_privilege, moid, narrow, options, region, secret_key, secret_name, system_id,
-    tls_fingerprint, vm_path,
+    auth, bios_uuid, check_env_name, cipher_suite, datacenter, driver, instance_id, instance_tag,
+    instance_uuid, ipmi_privilege, moid, narrow, options, region, secret_key, secret_name,
+    system_id, tls_fingerprint, vm_path,
 };
 
 /// A power driver, as named by `driver = "..."`.
@@ -86,6 +86,8 @@ const FIELDS: &[(&str, &[Driver])] = &[
     ("bios_uuid", &[Driver::Vsphere]),
     ("moid", &[Driver::Vsphere]),
     ("vm_path", &[Driver::Vsphere]),
+    ("instance_uuid", &[Driver::Vsphere]),
+    ("datacenter", &[Driver::Vsphere]),
     ("agent", &[Driver::Exec]),
     ("options", &[Driver::Exec]),
     ("username", CREDENTIALED),
@@ -184,6 +186,10 @@ pub(crate) struct Layer {
     pub moid: Option<Val<String>>,
     /// `vm_path`: the vSphere VM's inventory path (`{node}` allowed).
     pub vm_path: Option<Val<String>>,
+    /// `instance_uuid`: the vSphere VM's instance UUID (`config.instanceUuid`).
+    pub instance_uuid: Option<Val<String>>,
+    /// `datacenter`: the vSphere datacenter a UUID search is limited to.
+    pub datacenter: Option<Val<String>>,
     pub agent: Option<Val<FilePath>>,
     pub options: Option<Val<BTreeMap<String, Val<String>>>>,
     pub username: Option<Val<String>>,
@@ -240,6 +246,8 @@ impl Layer {
             bios_uuid: None,
             moid: None,
             vm_path: None,
+            instance_uuid: None,
+            datacenter: None,
             agent: None,
             options: None,
             username: None,
@@ -366,6 +374,8 @@ impl Layer {
             "bios_uuid" => self.bios_uuid = Some(bios_uuid(e)?),
             "moid" => self.moid = Some(moid(e)?),
             "vm_path" => self.vm_path = Some(vm_path(e)?),
+            "instance_uuid" => self.instance_uuid = Some(instance_uuid(e)?),
+            "datacenter" => self.datacenter = Some(datacenter(e)?),
             "agent" => {
                 let v = e.non_empty_string()?;
                 self.agent = Some(v.with(base.join(&v.value)));
