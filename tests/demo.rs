@@ -454,19 +454,12 @@ fn node_health_check_asks_and_nodefence_fences_once_then_lets_the_request_go() {
 }
 
 #[test]
-fn a_vms_host_loses_power_and_nodefence_reads_powered_off_through_vsphere() {
+fn vms_on_vcenter_lose_power_or_network_and_nodefence_fences_them_through_vsphere() {
     let dir = tempfile::tempdir().unwrap();
     let run = demo(
-        &[
-            "--speed",
-            SPEED,
-            "--scenario",
-            "vsphere-power-loss",
-            "-o",
-            "json",
-        ],
+        &["--speed", SPEED, "--scenario", "vsphere", "-o", "json"],
         &dir.path().join("demo.log"),
-        Duration::from_secs(90),
+        Duration::from_secs(150),
     );
     assert_eq!(
         run.code,
@@ -479,15 +472,17 @@ fn a_vms_host_loses_power_and_nodefence_reads_powered_off_through_vsphere() {
     let summary: serde_json::Value = serde_json::from_str(&run.stdout)
         .unwrap_or_else(|e| panic!("{e}: stdout is not JSON alone:\n{}", run.stdout));
     assert_eq!(summary["ok"], true);
-    let only = &summary["scenarios"][0];
-    assert_eq!(only["scenario"], "vsphere-power-loss");
-    let node = only["node"].as_str().unwrap();
-    // The VM was already off: no PowerOffVM_Task, no PowerOnVM_Task.
-    assert_eq!(only["power_commands"], serde_json::json!([]), "{only}");
-    let released = only["released_after_s"].as_f64().unwrap();
-    let running = only["pod_running_after_s"].as_f64().unwrap();
-    assert!(released > 0.0 && released <= running, "{only}");
     let story = &run.stderr;
+
+    // 1. The VM's host loses power: poweredOff read, no power task.
+    let lost = &summary["scenarios"][0];
+    assert_eq!(lost["scenario"], "vsphere-power-loss");
+    let node = lost["node"].as_str().unwrap();
+    assert_eq!(lost["power_commands"], serde_json::json!([]), "{lost}");
+    let released = lost["released_after_s"].as_f64().unwrap();
+    let running = lost["pod_running_after_s"].as_f64().unwrap();
+    assert!(released > 0.0 && released <= running, "{lost}");
+    let scene = section(story, 1);
     in_order(
         story,
         &[
@@ -500,7 +495,6 @@ fn a_vms_host_loses_power_and_nodefence_reads_powered_off_through_vsphere() {
             "read poweredOff through the vsphere driver",
         ],
     );
-    let scene = section(story, 1);
     assert_eq!(db_node_before(scene), node, "{scene}");
     assert_ne!(
         db_running_node(scene),
@@ -508,11 +502,48 @@ fn a_vms_host_loses_power_and_nodefence_reads_powered_off_through_vsphere() {
         "db-0 runs elsewhere:\n{scene}"
     );
     assert!(
-        !scene.contains("BMC            "),
-        "no Redfish BMC speaks in a world of VMs:\n{scene}"
+        !scene.contains("VM_Task received"),
+        "no power task:\n{scene}"
     );
-    assert!(
-        !story.contains("VM_Task received"),
-        "no power task:\n{story}"
+
+    // 2. A VM cut off but poweredOn: one PowerOffVM_Task, then the release.
+    let cut = &summary["scenarios"][1];
+    assert_eq!(cut["scenario"], "vsphere-network-cut");
+    let node = cut["node"].as_str().unwrap();
+    assert_eq!(
+        cut["power_commands"],
+        serde_json::json!([format!("PowerOffVM_Task {node}")]),
+        "{cut}"
     );
+    let scene = section(story, 2);
+    in_order(
+        scene,
+        &[
+            "a VM cut off but poweredOn (vSphere)",
+            "you            cuts the VM's network",
+            "vCenter        PowerOffVM_Task received",
+            "vCenter        VM is poweredOff",
+            "out-of-service taint added",
+            "db-0 Running",
+            "✓",
+        ],
+    );
+    assert_eq!(db_node_before(scene), node, "{scene}");
+    assert_ne!(
+        db_running_node(scene),
+        node,
+        "db-0 runs elsewhere:\n{scene}"
+    );
+    assert_eq!(
+        scene.matches("PowerOffVM_Task received").count(),
+        1,
+        "{scene}"
+    );
+    for n in [1, 2] {
+        let scene = section(story, n);
+        assert!(
+            !scene.contains("BMC            "),
+            "no Redfish BMC speaks in a world of VMs:\n{scene}"
+        );
+    }
 }

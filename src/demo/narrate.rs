@@ -469,7 +469,7 @@ pub fn reset_text(reset_type: &str) -> String {
     match reset_type {
         "ForceOff" => "ForceOff received: power cut".to_string(),
         "On" | "ForceOn" => format!("{reset_type} received: powering on"),
-        "PowerOffVM_Task" => "PowerOffVM_Task received: VM powered off".to_string(),
+        "PowerOffVM_Task" => "PowerOffVM_Task received: powering the VM off (hard)".to_string(),
         "PowerOnVM_Task" => "PowerOnVM_Task received: VM powering on".to_string(),
         other => format!("{other} received"),
     }

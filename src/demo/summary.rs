@@ -22,6 +22,7 @@ fn short_outcome(o: &Outcome) -> String {
         },
         Scenario::Nhc => "ok: requested, forced off, released, Succeeded".to_string(),
         Scenario::VspherePowerLoss => "ok: VM poweredOff confirmed, released".to_string(),
+        Scenario::VsphereNetworkCut => "ok: PowerOffVM_Task, released".to_string(),
     }
 }
 

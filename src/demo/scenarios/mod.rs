@@ -13,9 +13,9 @@
 //! and the daemon is restarted with it first when an earlier scenario ran with the
 //! stock one.
 //!
-//! `vsphere-power-loss` plays on a world of its own, whose workers are VMs on a mock
-//! vCenter ([`Workers::Vms`]); it is not part of `all` (the other scenarios' BMC is
-//! Redfish) and runs alone.
+//! `vsphere-power-loss` and `vsphere-network-cut` play on a world of their own, whose
+//! workers are VMs on a mock vCenter ([`Workers::Vms`]); they are not part of `all`
+//! (the other scenarios' BMC is Redfish) and run alone or together (`vsphere`).
 
 mod bmc_down;
 mod network_cut;
@@ -46,6 +46,8 @@ pub enum Scenario {
     Nhc,
     /// Power loss of a worker that is a VM on vCenter (not in [`Scenario::ALL`]).
     VspherePowerLoss,
+    /// A network cut of a worker that is a VM on vCenter: PowerOffVM_Task.
+    VsphereNetworkCut,
 }
 
 impl Scenario {
@@ -57,6 +59,9 @@ impl Scenario {
         Scenario::Nhc,
     ];
 
+    /// The scenarios whose workers are VMs, in the order `vsphere` runs them.
+    pub const VSPHERE: [Scenario; 2] = [Scenario::VspherePowerLoss, Scenario::VsphereNetworkCut];
+
     /// The name on the command line and in JSON.
     pub fn name(self) -> &'static str {
         match self {
@@ -66,6 +71,7 @@ impl Scenario {
             Scenario::Recovery => "recovery",
             Scenario::Nhc => "nhc",
             Scenario::VspherePowerLoss => "vsphere-power-loss",
+            Scenario::VsphereNetworkCut => "vsphere-network-cut",
         }
     }
 
@@ -77,13 +83,14 @@ impl Scenario {
             Scenario::Recovery => "recovery",
             Scenario::Nhc => "NodeHealthCheck asks, nodefence proves",
             Scenario::VspherePowerLoss => "a VM's host loses power (vSphere)",
+            Scenario::VsphereNetworkCut => "a VM cut off but poweredOn (vSphere)",
         }
     }
 
     /// What the workers' machines are in the world it plays in.
     pub fn workers(self) -> Workers {
         match self {
-            Scenario::VspherePowerLoss => Workers::Vms,
+            Scenario::VspherePowerLoss | Scenario::VsphereNetworkCut => Workers::Vms,
             _ => Workers::BmcSystems,
         }
     }
@@ -314,7 +321,8 @@ pub async fn run(
             Scenario::BmcDown => bmc_down::run(ctx, &mut out, carry).await,
             Scenario::Recovery => recovery::run(ctx, &mut out, carry).await,
             Scenario::Nhc => nhc::run(ctx, &mut out, carry).await,
-            Scenario::VspherePowerLoss => vsphere::run(ctx, &mut out, carry).await,
+            Scenario::VspherePowerLoss => vsphere::power_loss(ctx, &mut out, carry).await,
+            Scenario::VsphereNetworkCut => vsphere::network_cut(ctx, &mut out, carry).await,
         },
     };
     // Let the last steps arrive before the scene closes.
