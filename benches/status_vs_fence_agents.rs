@@ -4,10 +4,12 @@
 //!
 //! The bench starts NODES mock HTTPS Redfish BMCs (iDRAC profile, one system
 //! `System.Embedded.1` each, powered On, certificates from one private CA) and NODES
-//! mock IPMI BMCs (RMCP+, cipher suite 17), all on loopback in this process, and
+//! mock IPMI BMCs (RMCP+, cipher suite 17), and one mock vCenter serving NODES VMs
+//! (powered on), all on loopback in this process, and
 //! writes one configuration directory per protocol, as the daemon would be
-//! configured: `nodefence.toml`, an inventory with one node per BMC (Redfish:
-//! `endpoint` and `ca_file`; IPMI: `address`, `port`, `cipher_suite = 17`) and the
+//! configured: `nodefence.toml`, an inventory with one node per BMC or VM (Redfish:
+//! `endpoint` and `ca_file`; IPMI: `address`, `port`, `cipher_suite = 17`; vSphere:
+//! the vCenter's `endpoint` and `ca_file`, and each VM's `bios_uuid`) and the
 //! password in a 0600 `password_file`. For each protocol it then times:
 //!
 //! 1. **nodefence**: the real binary, `nodefence --config DIR/nodefence.toml status
@@ -15,10 +17,16 @@
 //!    handshakes or RMCP+ sessions, `max_concurrent_requests` = CONCURRENCY in
 //!    flight). Every node must read On in the JSON, or the bench fails.
 //! 2. **agents**: `fence_redfish` (`--ssl-insecure --systems-uri
-//!    /redfish/v1/Systems/System.Embedded.1`) or `fence_ipmilan` (`--lanplus
-//!    --cipher 17`) with `-o status`, one process per BMC, one after the other, as a
-//!    shell loop runs them (options on the command line). Each must exit 0 and print
-//!    `Status: ON`, or the bench fails.
+//!    /redfish/v1/Systems/System.Embedded.1`), `fence_ipmilan` (`--lanplus
+//!    --cipher 17`) or `fence_vmware_soap` (`--ssl-insecure --plug <VM name>`; it
+//!    fetches the WSDL, logs in, and reads every VM through a container view on each
+//!    call, as it does against a real vCenter; needs `python3-suds`) with `-o status`,
+//!    one process per BMC or VM, one after the other, as a shell loop runs them
+//!    (options on the command line). Each must exit 0 and print `Status: ON`, or the
+//!    bench fails.
+//!
+//! For vSphere a "BMC" below is a VM: NODES VMs behind one vCenter, the shape of a
+//! real VMware cluster (nodefence keeps one session per node's driver).
 //!
 //! The ratio is the agents' total over nodefence's, for the same BMCs. Sequential
 //! Python agents take minutes over a thousand BMCs: AGENT_NODES=K runs them over the
@@ -35,7 +43,8 @@
 //!
 //! Run: `cargo bench --bench status_vs_fence_agents`. Environment: NODES (default
 //! 1000), AGENT_NODES (default NODES), CONCURRENCY (nodefence's
-//! `max_concurrent_requests`, default 16). Linux only (`/proc`). The BMCs hold two
+//! `max_concurrent_requests`, default 16), PROTOCOLS (which sections, comma-separated:
+//! default `redfish,ipmi,vsphere`). Linux only (`/proc`). The BMCs hold two
 //! sockets per node in this process (2,000 descriptors for the default 1,000): raise
 //! `ulimit -n` above the usual 1,024 first; `nodefence status` itself needs few (at
 //! most CONCURRENCY connections open).
@@ -48,6 +57,7 @@ use std::time::{Duration, Instant};
 use nodefence_mocks::ipmi::{MockIpmi, MockIpmiHandle, Privilege};
 use nodefence_mocks::redfish::{MockPower, MockRedfish, MockRedfishHandle, Profile, SystemSpec};
 use nodefence_mocks::tls::TlsMaterial;
+use nodefence_mocks::vsphere::{MockVsphere, MockVsphereHandle, VmPower, VmSpec};
 use serde_json::{Value, json};
 use tokio::process::Command;
 
@@ -301,6 +311,38 @@ fn ipmi(dir: &Path, concurrency: usize, bmcs: &[MockIpmiHandle]) -> Protocol {
     }
 }
 
+/// Every VM of the one vCenter: the vCenter's endpoint and CA as defaults, each
+/// node's VM by its BIOS UUID (`SearchIndex.FindAllByUuid`); the agent names the VM.
+fn vsphere(dir: &Path, concurrency: usize, vc: &MockVsphereHandle) -> Protocol {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("vcenter-ca.pem"), vc.ca_pem()).unwrap();
+    let vms = vc.vms();
+    let mut nodes = String::new();
+    for vm in &vms {
+        nodes.push_str(&format!(
+            "[nodes.{}]\nbios_uuid = \"{}\"\n",
+            vm.name, vm.bios_uuid
+        ));
+    }
+    Protocol {
+        label: "vsphere",
+        agent: "fence_vmware_soap",
+        config: write_config(
+            dir,
+            concurrency,
+            &format!(
+                "driver = \"vsphere\"\nendpoint = \"{}\"\nca_file = \"vcenter-ca.pem\"\n",
+                vc.base_url()
+            ),
+            &nodes,
+        ),
+        agent_args: vms
+            .iter()
+            .map(|vm| agent_args(vc.addr().port(), &["--ssl-insecure", "--plug", &vm.name]))
+            .collect(),
+    }
+}
+
 /// One line of the summary table.
 struct Summary {
     protocol: &'static str,
@@ -484,12 +526,23 @@ async fn main() {
     let nodes = env_or("NODES", 1000).max(1);
     let agent_nodes = env_or("AGENT_NODES", nodes).clamp(1, nodes);
     let concurrency = env_or("CONCURRENCY", 16).max(1);
+    let wanted: String = env_or("PROTOCOLS", "redfish,ipmi,vsphere".to_string());
+    let wanted: Vec<&str> = wanted.split(',').map(str::trim).collect();
+    for w in &wanted {
+        assert!(
+            ["redfish", "ipmi", "vsphere"].contains(w),
+            "PROTOCOLS: unknown {w:?} (redfish, ipmi, vsphere)"
+        );
+    }
+    let on = |p: &str| wanted.contains(&p);
+    // The BMCs of the sections not run are not started.
+    let bmcs = |p: &str| if on(p) { nodes } else { 0 };
 
     let started = Instant::now();
     let tls = TlsMaterial::generate().expect("TLS material");
     let mut redfish_bmcs = Vec::with_capacity(nodes);
     let mut ipmi_bmcs = Vec::with_capacity(nodes);
-    for i in 1..=nodes {
+    for i in 1..=bmcs("redfish") {
         redfish_bmcs.push(
             MockRedfish::builder()
                 .profile(Profile::Idrac)
@@ -505,6 +558,8 @@ async fn main() {
                 .await
                 .expect("mock Redfish BMC"),
         );
+    }
+    for i in 1..=bmcs("ipmi") {
         ipmi_bmcs.push(
             MockIpmi::builder()
                 .name(node_name(i))
@@ -514,8 +569,16 @@ async fn main() {
                 .expect("mock IPMI BMC"),
         );
     }
+    let mut vcenter = MockVsphere::builder().credentials(USER, PASSWORD);
+    for i in 1..=bmcs("vsphere") {
+        vcenter = vcenter.vm(VmSpec::new(node_name(i))
+            .folder("k8s")
+            .bios_uuid(format!("4213{i:04x}-0000-4000-8000-{i:012x}"))
+            .power(VmPower::PoweredOn));
+    }
+    let vcenter = vcenter.start().await.expect("mock vCenter");
     let dir = tempfile::tempdir().expect("temp dir");
-    let protocols = [
+    let protocols: Vec<Protocol> = [
         redfish(
             &dir.path().join("redfish"),
             concurrency,
@@ -523,11 +586,19 @@ async fn main() {
             tls.ca_pem(),
         ),
         ipmi(&dir.path().join("ipmi"), concurrency, &ipmi_bmcs),
-    ];
+        vsphere(&dir.path().join("vsphere"), concurrency, &vcenter),
+    ]
+    .into_iter()
+    .filter(|p| on(p.label))
+    .collect();
     println!(
-        "status vs fence agents: {nodes} mock HTTPS Redfish BMCs (iDRAC profile) and {nodes} mock \
-         IPMI BMCs (cipher suite 17) on loopback, set up in {:.1} s; nodefence \
+        "status vs fence agents: {} mock HTTPS Redfish BMCs (iDRAC profile), {} mock IPMI \
+         BMCs (cipher suite 17) and {} VMs on one mock vCenter, on loopback, set up in {:.1} s; \
+         nodefence \
          max_concurrent_requests {concurrency}; agents over {}",
+        bmcs("redfish"),
+        bmcs("ipmi"),
+        bmcs("vsphere"),
         started.elapsed().as_secs_f64(),
         if agent_nodes < nodes {
             format!("the first {agent_nodes} BMCs (AGENT_NODES)")
@@ -583,4 +654,5 @@ async fn main() {
     for bmc in ipmi_bmcs {
         bmc.shutdown().await;
     }
+    vcenter.shutdown().await;
 }

@@ -135,13 +135,17 @@ async fn the_agent_and_the_driver_read_the_same_state() {
     assert_eq!(agent_state(&run), Ok("ON"));
 
     // Stopped by the driver: no VMI, the VM Stopped.
-    execute(d.as_ref(), PowerAction::Off, &policy()).await.unwrap();
+    execute(d.as_ref(), PowerAction::Off, &policy())
+        .await
+        .unwrap();
     let run = fence(&agent, &kubeconfig, "w1", "status").await;
     assert_eq!(agent_state(&run), Ok("OFF"));
     assert_eq!(d.status().await.unwrap().state, PowerState::Off);
 
     // Started again by the driver.
-    execute(d.as_ref(), PowerAction::On, &policy()).await.unwrap();
+    execute(d.as_ref(), PowerAction::On, &policy())
+        .await
+        .unwrap();
     infra.wait_running("w1").await;
     let run = fence(&agent, &kubeconfig, "w1", "status").await;
     assert_eq!(agent_state(&run), Ok("ON"));

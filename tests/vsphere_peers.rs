@@ -119,6 +119,7 @@ fn driver(vc: &MockVsphereHandle, ca: &Path) -> Arc<dyn PowerDriver> {
     let target = VsphereTarget {
         endpoint: vc.base_url().parse().unwrap(),
         vm: VmSelector::BiosUuid(UUID_1.into()),
+        datacenter: None,
         credential: Credential {
             username: USER.into(),
             password: PASSWORD.to_string().into(),

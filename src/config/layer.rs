@@ -21,9 +21,9 @@ use super::model::{IpmiPrivilege, RedfishAuth};
 use super::paths::{BaseDir, FilePath};
 use super::policy::{self, PolicyDraft, Scope};
 use super::values::{
-    auth, bios_uuid, check_env_name, cipher_suite, driver, instance_id, instance_tag,
-    ipmi_privilege, kube_namespace, kube_vm_name, moid, narrow, options, region, secret_key,
-    secret_name, system_id, tls_fingerprint, vm_path,
+    auth, bios_uuid, check_env_name, cipher_suite, datacenter, driver, instance_id, instance_tag,
+    instance_uuid, ipmi_privilege, kube_namespace, kube_vm_name, moid, narrow, options, region,
+    secret_key, secret_name, system_id, tls_fingerprint, vm_path,
 };
 
 /// A power driver, as named by `driver = "..."`.
@@ -90,6 +90,8 @@ const FIELDS: &[(&str, &[Driver])] = &[
     ("bios_uuid", &[Driver::Vsphere]),
     ("moid", &[Driver::Vsphere]),
     ("vm_path", &[Driver::Vsphere]),
+    ("instance_uuid", &[Driver::Vsphere]),
+    ("datacenter", &[Driver::Vsphere]),
     ("kubeconfig", &[Driver::Kubevirt]),
     ("kubeconfig_context", &[Driver::Kubevirt]),
     ("namespace", &[Driver::Kubevirt]),
@@ -192,6 +194,10 @@ pub(crate) struct Layer {
     pub moid: Option<Val<String>>,
     /// `vm_path`: the vSphere VM's inventory path (`{node}` allowed).
     pub vm_path: Option<Val<String>>,
+    /// `instance_uuid`: the vSphere VM's instance UUID (`config.instanceUuid`).
+    pub instance_uuid: Option<Val<String>>,
+    /// `datacenter`: the vSphere datacenter a UUID search is limited to.
+    pub datacenter: Option<Val<String>>,
     /// `kubeconfig`: the KubeVirt infrastructure cluster's kubeconfig file.
     pub kubeconfig: Option<Val<FilePath>>,
     /// `kubeconfig_context`: the context to use (else its `current-context`).
@@ -256,6 +262,8 @@ impl Layer {
             bios_uuid: None,
             moid: None,
             vm_path: None,
+            instance_uuid: None,
+            datacenter: None,
             kubeconfig: None,
             kubeconfig_context: None,
             namespace: None,
@@ -386,6 +394,8 @@ impl Layer {
             "bios_uuid" => self.bios_uuid = Some(bios_uuid(e)?),
             "moid" => self.moid = Some(moid(e)?),
             "vm_path" => self.vm_path = Some(vm_path(e)?),
+            "instance_uuid" => self.instance_uuid = Some(instance_uuid(e)?),
+            "datacenter" => self.datacenter = Some(datacenter(e)?),
             "kubeconfig" => {
                 let v = e.non_empty_string()?;
                 self.kubeconfig = Some(v.with(base.join(&v.value)));

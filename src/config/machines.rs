@@ -71,7 +71,8 @@ pub(crate) enum Machine {
     },
     Aws(String),
     /// A vSphere VM named explicitly: the endpoint's host and port, and how the VM is
-    /// named (`bios_uuid` lower-cased, `moid`, or `vm_path`, `{node}` substituted).
+    /// named (`bios_uuid` lower-cased, `instance_uuid`, each with its `datacenter`,
+    /// `moid`, or `vm_path`, `{node}` substituted).
     Vsphere {
         host: String,
         port: u16,
@@ -130,8 +131,13 @@ impl Machine {
             Driver::Vsphere => {
                 let endpoint = chain.pick(|l| &l.endpoint)?;
                 let url = parse_endpoint(&substitute(&endpoint.val.value, node), &dummy).ok()?;
+                let scope = chain
+                    .pick(|l| &l.datacenter)
+                    .map_or(String::new(), |d| format!(" in datacenter {}", d.val.value));
                 let vm = if let Some(u) = chain.pick(|l| &l.bios_uuid) {
-                    format!("bios_uuid {}", u.val.value.to_ascii_lowercase())
+                    format!("bios_uuid {}{scope}", u.val.value.to_ascii_lowercase())
+                } else if let Some(i) = chain.pick(|l| &l.instance_uuid) {
+                    format!("instance_uuid {}{scope}", i.val.value)
                 } else if let Some(m) = chain.pick(|l| &l.moid) {
                     format!("moid {}", m.val.value)
                 } else {

@@ -379,8 +379,12 @@ pub struct VsphereTarget {
     /// Base URL of vCenter or the ESXi host (`https://vcenter.example.com`); SOAP goes
     /// to `<endpoint>/sdk`.
     pub endpoint: Url,
-    /// Which VM: `bios_uuid`, `moid`, `vm_path`, or the Node's systemUUID.
+    /// Which VM: `bios_uuid`, `instance_uuid`, `moid`, `vm_path`, or the Node's
+    /// systemUUID.
     pub vm: crate::power::vsphere::locate::VmSelector,
+    /// `datacenter`: the inventory path of the datacenter a UUID search is limited
+    /// to (`None`: every datacenter).
+    pub datacenter: Option<String>,
     pub credential: Credential,
     pub tls: TlsSettings,
     pub timeouts: Timeouts,

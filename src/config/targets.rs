@@ -337,7 +337,8 @@ pub(crate) fn exec(
 }
 
 /// A vSphere VM: `endpoint` and credentials required; at most one of `bios_uuid`,
-/// `moid` and `vm_path` (none: the Node's systemUUID finds the VM).
+/// `instance_uuid`, `moid` and `vm_path` (none: the Node's systemUUID finds the VM);
+/// `datacenter` only with a UUID search (`moid` and `vm_path` need none).
 pub(crate) fn vsphere(
     ctx: &mut Ctx<'_>,
     name: &str,
@@ -358,10 +359,13 @@ pub(crate) fn vsphere(
         }
     };
     let uuid = chain.pick(|l| &l.bios_uuid);
+    let instance = chain.pick(|l| &l.instance_uuid);
     let moid = chain.pick(|l| &l.moid);
     let path = chain.pick(|l| &l.vm_path);
+    let datacenter = chain.pick(|l| &l.datacenter);
     let written: Vec<(&str, &super::layer::Layer, &super::diagnostic::Span)> = [
         uuid.map(|p| ("bios_uuid", p.layer, &p.val.key)),
+        instance.map(|p| ("instance_uuid", p.layer, &p.val.key)),
         moid.map(|p| ("moid", p.layer, &p.val.key)),
         path.map(|p| ("vm_path", p.layer, &p.val.key)),
     ]
@@ -384,17 +388,38 @@ pub(crate) fn vsphere(
                 from_where(other.1, at.1)
             ),
             Some(
-                "keep one: bios_uuid (found wherever the VM is), moid, or vm_path; or none, to \
-                 find the VM by the Node's systemUUID"
+                "keep one: bios_uuid (found wherever the VM is), instance_uuid, moid, or vm_path; \
+                 or none, to find the VM by the Node's systemUUID"
                     .into(),
             ),
         );
         return None;
     }
-    let vm = match (uuid, moid, path) {
-        (Some(u), _, _) => VmSelector::BiosUuid(u.val.value.clone()),
-        (_, Some(m), _) => VmSelector::Moid(m.val.value.clone()),
-        (_, _, Some(p)) => VmSelector::Path(substitute(&p.val.value, name)),
+    if let (Some(dc), Some(other)) = (datacenter, written.first())
+        && matches!(other.0, "moid" | "vm_path")
+    {
+        ctx.error(
+            dc.layer,
+            &dc.val.key,
+            format!(
+                "`datacenter` limits a UUID search, and `{}` names the VM without one{}",
+                other.0,
+                from_where(other.1, dc.layer)
+            ),
+            Some(
+                "remove datacenter (a vm_path starts with its datacenter; a moid is unique \
+                 on its vCenter), or name the VM by bios_uuid or instance_uuid"
+                    .into(),
+            ),
+        );
+        return None;
+    }
+
+    let vm = match (uuid, instance, moid, path) {
+        (Some(u), _, _, _) => VmSelector::BiosUuid(u.val.value.clone()),
+        (_, Some(i), _, _) => VmSelector::InstanceUuid(i.val.value.clone()),
+        (_, _, Some(m), _) => VmSelector::Moid(m.val.value.clone()),
+        (_, _, _, Some(p)) => VmSelector::Path(substitute(&p.val.value, name)),
         _ => VmSelector::NodeUuid,
     };
     let credential = credential(ctx, chain, Driver::Vsphere, true);
@@ -402,6 +427,7 @@ pub(crate) fn vsphere(
     Some(PowerSource::Vsphere(VsphereTarget {
         endpoint: endpoint?,
         vm,
+        datacenter: datacenter.map(|d| d.val.value.clone()),
         credential: credential.ok()??,
         tls: tls?,
         timeouts,

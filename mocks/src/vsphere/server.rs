@@ -101,6 +101,12 @@ impl MockVsphere {
         self
     }
 
+    fn default_datacenter(&self) -> String {
+        self.datacenter
+            .clone()
+            .unwrap_or_else(|| self.product.default_datacenter().to_string())
+    }
+
     fn vm_states(&self) -> Result<Vec<VmState>, StartError> {
         let mut out: Vec<VmState> = Vec::new();
         for (i, spec) in self.vms.iter().enumerate() {
@@ -124,6 +130,10 @@ impl MockVsphere {
                     .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
                 folders: spec.folders.clone(),
                 power: spec.power,
+                datacenter: spec
+                    .datacenter
+                    .clone()
+                    .unwrap_or_else(|| self.default_datacenter()),
             });
         }
         Ok(out)
@@ -144,10 +154,15 @@ impl MockVsphere {
         let base_url = base_url(addr, true);
         let config = Config {
             product: self.product,
-            datacenter: self
-                .datacenter
-                .clone()
-                .unwrap_or_else(|| self.product.default_datacenter().to_string()),
+            datacenters: {
+                let mut names = vec![self.default_datacenter()];
+                for vm in &vms {
+                    if !names.contains(&vm.datacenter) {
+                        names.push(vm.datacenter.clone());
+                    }
+                }
+                names
+            },
             username: self.username.clone(),
             password: self.password.clone(),
             task_delay: self.task_delay,

@@ -17,7 +17,9 @@ use super::model::{Product, VmPower, VmState};
 #[derive(Debug, Clone)]
 pub(super) struct Config {
     pub product: Product,
-    pub datacenter: String,
+    /// Every datacenter's name, the default first; the `n`th is
+    /// [`Product::datacenter_moid`]`(n)`.
+    pub datacenters: Vec<String>,
     pub username: String,
     pub password: String,
     pub task_delay: Duration,
@@ -124,6 +126,27 @@ pub(super) struct Inner {
     pub tasks: Vec<Task>,
     pub faults: Faults,
     pub calls: Vec<CallRecord>,
+    /// Container views: id → the datacenter they cover (`None`: every VM).
+    pub views: HashMap<String, Option<String>>,
+}
+
+impl Config {
+    /// The name of the datacenter with this managed object id.
+    pub fn datacenter_named_by(&self, moid: &str) -> Option<&str> {
+        self.datacenters
+            .iter()
+            .enumerate()
+            .find(|(i, _)| self.product.datacenter_moid(i + 1) == moid)
+            .map(|(_, name)| name.as_str())
+    }
+
+    /// The managed object id of the datacenter at this inventory path.
+    pub fn datacenter_at(&self, path: &str) -> Option<String> {
+        self.datacenters
+            .iter()
+            .position(|name| name == path)
+            .map(|i| self.product.datacenter_moid(i + 1))
+    }
 }
 
 /// State shared between the server and the handle.

@@ -40,6 +40,10 @@ pub struct ServiceContent {
     pub session_manager: MoRef,
     pub search_index: MoRef,
     pub property_collector: MoRef,
+    /// `rootFolder` and `viewManager` (a VM scan's container view; `None` when the
+    /// server names none).
+    pub root_folder: Option<MoRef>,
+    pub view_manager: Option<MoRef>,
     /// `about.apiVersion` (`8.0.2.0`).
     pub api_version: String,
     /// `about.apiType`: `VirtualCenter` or `HostAgent` (a standalone ESXi host).
@@ -66,6 +70,24 @@ impl CallError {
         match self {
             CallError::Fault(f) => Some(f.fault_type.as_str()),
             CallError::Other(_) => None,
+        }
+    }
+
+    /// Whether the server does not have `method` at all (a method of a later vSphere
+    /// release): `MethodNotFound` (govmomi's simulator), or what vCenter and ESXi
+    /// answer, an `InvalidRequest` fault whose `faultstring` says "Unable to resolve
+    /// WSDL method name <method>". Any other `InvalidRequest` is not this.
+    pub fn is_unknown_method(&self, method: &str) -> bool {
+        match self {
+            CallError::Fault(f) => {
+                f.fault_type == "MethodNotFound"
+                    || (f.fault_type == "InvalidRequest"
+                        && f.message
+                            .strip_prefix("Unable to resolve WSDL method name ")
+                            .and_then(|rest| rest.split_whitespace().next())
+                            == Some(method))
+            }
+            CallError::Other(_) => false,
         }
     }
 }
@@ -475,6 +497,8 @@ fn read_content(reply: &Element) -> Result<ServiceContent, String> {
         session_manager: moref("sessionManager")?,
         search_index: moref("searchIndex")?,
         property_collector: moref("propertyCollector")?,
+        root_folder: content.child("rootFolder").and_then(MoRef::from_element),
+        view_manager: content.child("viewManager").and_then(MoRef::from_element),
         api_version: about
             .and_then(|a| a.child_text("apiVersion"))
             .filter(|v| !v.is_empty() && v.chars().all(|c| c.is_ascii_digit() || c == '.'))
@@ -491,6 +515,26 @@ fn read_content(reply: &Element) -> Result<ServiceContent, String> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_method_the_server_does_not_have_is_told_from_other_invalid_requests() {
+        let fault = |fault_type: &str, message: &str| {
+            CallError::Fault(soap::Fault {
+                fault_type: fault_type.into(),
+                message: message.into(),
+            })
+        };
+        let old = fault(
+            "InvalidRequest",
+            "Unable to resolve WSDL method name FindAllByUuid for namespace name urn:vim25\n\nwhile parsing SOAP body",
+        );
+        assert!(old.is_unknown_method("FindAllByUuid"));
+        assert!(!old.is_unknown_method("FindByUuid"));
+        assert!(fault("MethodNotFound", "").is_unknown_method("FindAllByUuid"));
+        assert!(!fault("InvalidRequest", "bad argument").is_unknown_method("FindAllByUuid"));
+        assert!(!fault("InvalidArgument", "").is_unknown_method("FindAllByUuid"));
+        assert!(!CallError::Other(PowerError::protocol("x")).is_unknown_method("FindAllByUuid"));
+    }
 
     #[test]
     fn the_session_cookie_is_read_with_its_quotes() {

@@ -25,7 +25,7 @@ pub struct Results {
 /// One protocol's BMCs.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Protocol {
-    /// `redfish`, `ipmi`.
+    /// `redfish`, `ipmi`, `vsphere` (its "BMCs" are the VMs of one vCenter).
     pub protocol: String,
     /// One cold `nodefence status` over every BMC.
     pub nodefence: Status,
@@ -90,11 +90,13 @@ fn check(file: &File) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `redfish` → `Redfish`, `ipmi` → `IPMI`; anything else as it is.
+/// `redfish` → `Redfish`, `ipmi` → `IPMI`, `vsphere` → `vSphere`; anything else as
+/// it is.
 fn protocol_name(protocol: &str) -> &str {
     match protocol {
         "redfish" => "Redfish",
         "ipmi" => "IPMI",
+        "vsphere" => "vSphere",
         other => other,
     }
 }
@@ -226,8 +228,9 @@ pub fn render(file: &File) -> anyhow::Result<String> {
     let notes = format!(
         "One cold nodefence status (its own process: start-up, configuration, TLS \
          handshakes or RMCP+ sessions, {} readings in flight) against the agents run one \
-         after the other, as a shell loop would, over mock BMCs on loopback. An agent call \
-         pays a Python start-up (and for IPMI an ipmitool process) every time; a reading \
+         after the other, as a shell loop would, over mock BMCs (for vSphere, the VMs of one \
+         mock vCenter) on loopback. An agent call pays a Python start-up (and for IPMI an \
+         ipmitool process, for vSphere a WSDL parse and a scan of every VM) every time; a reading \
          inside status is one request on a session. Readings are whole milliseconds: those \
          under 1 ms sit at the axis' left end.",
         file.settings.concurrency
