@@ -212,7 +212,7 @@ fn api_error(subject: &str, e: &kube::Error) -> PowerError {
                 )),
                 403 => PowerError::privilege(format!(
                     "{subject}: forbidden (403: {said}): bind the Role of \
-                     deploy/components/kubevirt/infra in the VM's namespace to the kubeconfig's \
+                     deploy/kubevirt-infra in the VM's namespace to the kubeconfig's \
                      user"
                 )),
                 404 => PowerError::config(format!(
