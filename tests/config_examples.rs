@@ -19,6 +19,7 @@ const FILES: &[&str] = &[
     "nodefence.toml",
     "inventory.toml",
     "rack-a-ca.pem",
+    "infra.kubeconfig",
     "secrets/bmc-password",
 ];
 
@@ -56,6 +57,7 @@ fn assert_resolved_values(config: &Config) {
         names,
         [
             "db-1",
+            "guest-worker-1",
             "ip-10-0-3-17.eu-central-1.compute.internal",
             "lab-1",
             "vm-worker-1",
