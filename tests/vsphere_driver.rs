@@ -691,3 +691,41 @@ async fn before_6_5_the_datacenter_still_limits_the_search() {
     );
     m.shutdown().await;
 }
+
+#[tokio::test]
+async fn every_vm_behind_one_vcenter_shares_one_login_logged_out_by_the_last() {
+    let m = vcenter(VmPower::PoweredOn).await;
+    let one = setup(&m, VmSelector::Moid("vm-42".into()));
+    let mut two = setup(&m, VmSelector::Moid("vm-43".into()));
+    // One group's settings: the same CA file.
+    two.target.tls = one.target.tls.clone();
+    nodefence::tls::install_crypto_provider();
+    let factory = DriverFactory::new(8);
+    let node = |name: &str, target: &VsphereTarget| NodeTarget {
+        fallback: Vec::new(),
+        origin: Default::default(),
+        metal3_host: None,
+        name: name.into(),
+        group: None,
+        power: PowerSource::Vsphere(target.clone()),
+        policy: Default::default(),
+    };
+    let d1 = factory.driver(&node("worker-1", &one.target)).unwrap();
+    let d2 = factory.driver(&node("worker-2", &two.target)).unwrap();
+    // Another password for the same user is another session (a rotated Secret).
+    let mut other = two.target.clone();
+    other.credential.password = "not-the-password".to_string().into();
+    let d3 = factory.driver(&node("worker-3", &other)).unwrap();
+    assert_eq!(d1.status().await.unwrap().state, PowerState::On);
+    assert_eq!(d2.status().await.unwrap().state, PowerState::On);
+    assert_eq!(d3.status().await.unwrap_err().kind, PowerErrorKind::Auth);
+    let count = |what: &str| m.methods().iter().filter(|c| *c == what).count();
+    assert_eq!(count("Login"), 2, "one shared, one refused: {:?}", m.methods());
+    d1.close().await;
+    d1.close().await; // closing twice detaches once
+    assert_eq!(count("Logout"), 0, "worker-2 still uses the session");
+    assert_eq!(d2.status().await.unwrap().state, PowerState::On);
+    d2.close().await;
+    assert_eq!(count("Logout"), 1);
+    assert_eq!(count("Login"), 2);
+}

@@ -40,6 +40,8 @@ struct ClientProfile {
 pub struct DriverFactory {
     limiter: Arc<Semaphore>,
     clients: Mutex<HashMap<ClientProfile, reqwest::Client>>,
+    /// vSphere sessions, one per endpoint and user: one login for every VM behind it.
+    vsphere: Mutex<Vec<(TlsSettings, Arc<super::vsphere::session::Session>)>>,
     /// KubeVirt infrastructure clusters' clients, one per kubeconfig and context.
     infra: Mutex<HashMap<InfraProfile, Arc<InfraClient>>>,
     /// How a fencing topology's levels prove their power off.
@@ -55,6 +57,7 @@ impl DriverFactory {
         Self {
             limiter: Arc::new(Semaphore::new(max_concurrent_requests.max(1))),
             clients: Mutex::new(HashMap::new()),
+            vsphere: Mutex::new(Vec::new()),
             infra: Mutex::new(HashMap::new()),
             confirm: ConfirmPolicy::default(),
             metal3: None,
@@ -176,9 +179,33 @@ impl DriverFactory {
                     tls: target.tls.clone(),
                     connect_timeout: target.timeouts.connect,
                 })?;
-                let driver = VsphereDriver::new(target, client, self.limiter.clone())
-                    .map_err(|e| PowerError::new(e.kind, format!("node {name}: {}", e.message)))?;
-                Ok(Arc::new(driver))
+                let mut sessions = self
+                    .vsphere
+                    .lock()
+                    .map_err(|_| PowerError::config("internal: session cache poisoned"))?;
+                let session = match sessions.iter().find(|(tls, s)| {
+                    *tls == target.tls
+                        && s.serves(&target.endpoint, &target.credential, &target.timeouts)
+                }) {
+                    Some((_, s)) => s.clone(),
+                    None => {
+                        let session = Arc::new(
+                            super::vsphere::session::Session::new(
+                                client,
+                                &target.endpoint,
+                                target.credential.clone(),
+                                target.timeouts,
+                                self.limiter.clone(),
+                            )
+                            .map_err(|e| {
+                                PowerError::new(e.kind, format!("node {name}: {}", e.message))
+                            })?,
+                        );
+                        sessions.push((target.tls.clone(), session.clone()));
+                        session
+                    }
+                };
+                Ok(Arc::new(VsphereDriver::with_session(target, session)))
             }
             PowerSource::Kubevirt(target) => {
                 let profile = InfraProfile {

@@ -75,7 +75,9 @@ struct Found {
 
 /// One VM behind one vSphere endpoint.
 pub struct VsphereDriver {
-    session: Session,
+    session: Arc<Session>,
+    /// Set once [`PowerDriver::close`] has run (the session is detached once).
+    closed: std::sync::atomic::AtomicBool,
     selector: VmSelector,
     /// `datacenter`: the inventory path of the datacenter UUID searches are limited to.
     datacenter: Option<String>,
@@ -96,26 +98,36 @@ impl std::fmt::Debug for VsphereDriver {
 }
 
 impl VsphereDriver {
-    /// `client` carries the TLS profile; `limiter` bounds requests in flight.
+    /// `client` carries the TLS profile; `limiter` bounds requests in flight. A
+    /// session of its own; [`Self::with_session`] shares one.
     pub fn new(
         target: &VsphereTarget,
         client: reqwest::Client,
         limiter: Arc<Semaphore>,
     ) -> Result<Self, PowerError> {
-        Ok(Self {
-            session: Session::new(
-                client,
-                &target.endpoint,
-                target.credential.clone(),
-                target.timeouts,
-                limiter,
-            )?,
+        let session = Arc::new(Session::new(
+            client,
+            &target.endpoint,
+            target.credential.clone(),
+            target.timeouts,
+            limiter,
+        )?);
+        Ok(Self::with_session(target, session))
+    }
+
+    /// A driver using `session` (the same endpoint and user: one login for every VM
+    /// behind a vCenter).
+    pub fn with_session(target: &VsphereTarget, session: Arc<Session>) -> Self {
+        session.attach();
+        Self {
+            session,
+            closed: std::sync::atomic::AtomicBool::new(false),
             selector: target.vm.clone(),
             datacenter: target.datacenter.clone(),
             datacenter_ref: Mutex::new(None),
             node_uuid: RwLock::new(None),
             found: Mutex::new(None),
-        })
+        }
     }
 
     fn found(&self) -> Option<Found> {
@@ -752,7 +764,9 @@ impl PowerDriver for VsphereDriver {
     }
 
     async fn close(&self) {
-        self.session.logout().await;
+        if !self.closed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            self.session.detach().await;
+        }
     }
 }
 

@@ -121,7 +121,8 @@ struct SessionState {
     cookie: Option<SecretString>,
 }
 
-/// One vSphere endpoint.
+/// One vSphere endpoint and user: one login, shared by every VM driver built for
+/// them ([`crate::power::registry`]), logged out when the last of them closes.
 pub struct Session {
     client: reqwest::Client,
     sdk: Url,
@@ -129,6 +130,8 @@ pub struct Session {
     timeouts: Timeouts,
     limiter: Arc<Semaphore>,
     state: Mutex<SessionState>,
+    /// Drivers using this session and not closed yet ([`Session::attach`]).
+    users: std::sync::atomic::AtomicUsize,
 }
 
 /// One attempt's failure; `retry` when trying again may help.
@@ -158,7 +161,43 @@ impl Session {
             timeouts,
             limiter,
             state: Mutex::new(SessionState::default()),
+            users: std::sync::atomic::AtomicUsize::new(0),
         })
+    }
+
+    /// Whether this session serves `endpoint` as `credential` with these settings
+    /// (the same password too: a changed Secret is a new session).
+    pub fn serves(&self, endpoint: &Url, credential: &Credential, timeouts: &Timeouts) -> bool {
+        use secrecy::ExposeSecret as _;
+        let mut sdk = endpoint.clone();
+        if !sdk.path().ends_with("/sdk") {
+            let path = format!("{}/sdk", sdk.path().trim_end_matches('/'));
+            sdk.set_path(&path);
+        }
+        self.sdk == sdk
+            && self.timeouts == *timeouts
+            && self.credential.username == credential.username
+            && self.credential.password.expose_secret() == credential.password.expose_secret()
+    }
+
+    /// One more driver uses this session.
+    pub fn attach(&self) {
+        self.users.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// A driver is done with it: the last one logs out.
+    pub async fn detach(&self) {
+        let before = self
+            .users
+            .fetch_update(
+                std::sync::atomic::Ordering::SeqCst,
+                std::sync::atomic::Ordering::SeqCst,
+                |n| n.checked_sub(1),
+            )
+            .unwrap_or(0);
+        if before <= 1 {
+            self.logout().await;
+        }
     }
 
     /// The SOAP URL.
