@@ -8,37 +8,18 @@
 
 mod common;
 
-use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::kubevirt::{FENCER, Infra, VM_NAMESPACE, fast_timing};
-use common::{fast_timeouts, policy};
-use nodefence::config::{NodeTarget, PowerSource};
+use common::policy;
 use nodefence::identity::MachineIdentity;
 use nodefence::power::confirm::{ActionError, execute};
 use nodefence::power::kubevirt::model::SAVED_RUN_STRATEGY;
-use nodefence::power::registry::DriverFactory;
 use nodefence::power::{PowerAction, PowerDriver, PowerErrorKind, PowerState};
 use nodefence_mocks::kubevirt::{Faults, RunStrategy, VmBuilder, legacy_firmware_uuid};
 use serde_json::{Value, json};
 
 const UUID_1: &str = "6f4c1a52-9d0e-4b8a-a1c3-5e7f90b1c2d3";
-
-fn driver(infra: &Infra, kubeconfig: &Path, vm: &str) -> Arc<dyn PowerDriver> {
-    nodefence::tls::install_crypto_provider();
-    DriverFactory::new(8)
-        .driver(&NodeTarget {
-            fallback: Vec::new(),
-            origin: Default::default(),
-            metal3_host: None,
-            name: vm.into(),
-            group: None,
-            power: PowerSource::Kubevirt(infra.target(kubeconfig, vm, fast_timeouts())),
-            policy: Default::default(),
-        })
-        .unwrap()
-}
 
 fn annotation(vm: &Value) -> Option<String> {
     vm["metadata"]["annotations"][SAVED_RUN_STRATEGY]
@@ -74,7 +55,7 @@ async fn off_sticks_and_on_restores_the_run_strategy_under_each() {
                     .firmware_uuid(UUID_1),
             )
             .await;
-        let d = driver(&infra, &kubeconfig, &name);
+        let d = infra.driver(&kubeconfig, &name);
         assert_eq!(d.driver_name(), "kubevirt");
         if strategy == RunStrategy::Manual {
             // A Manual VM starts only on request: power-on is that request.
@@ -195,7 +176,7 @@ async fn a_bare_forced_stop_is_undone_under_rerun_on_failure_and_the_drivers_is_
     assert_eq!(infra.run_strategy("bare").await, "RerunOnFailure");
 
     // The driver holds it Halted first: nothing starts it again.
-    let d = driver(&infra, &infra.fencer_kubeconfig(), "driven");
+    let d = infra.driver(&infra.fencer_kubeconfig(), "driven");
     execute(d.as_ref(), PowerAction::Off, &policy())
         .await
         .unwrap();
@@ -214,7 +195,7 @@ async fn a_lost_host_reads_off_without_a_command_and_a_stuck_failed_vmi_too() {
                 .firmware_uuid(UUID_1),
         )
         .await;
-    let d = driver(&infra, &kubeconfig, "manual");
+    let d = infra.driver(&kubeconfig, "manual");
     execute(d.as_ref(), PowerAction::On, &policy())
         .await
         .unwrap();
@@ -252,7 +233,7 @@ async fn a_lost_host_reads_off_without_a_command_and_a_stuck_failed_vmi_too() {
         )
         .await;
     infra.wait_running("stuck").await;
-    let d = driver(&infra, &kubeconfig, "stuck");
+    let d = infra.driver(&kubeconfig, "stuck");
     infra.kube.clear_request_log();
     assert!(infra.kv.lose_host(VM_NAMESPACE, "stuck"));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
@@ -285,7 +266,7 @@ async fn identity_is_the_firmware_uuid_kubevirt_persists() {
         .create(VmBuilder::new(VM_NAMESPACE, "plain").run_strategy(RunStrategy::Always))
         .await;
     infra.wait_running("plain").await;
-    let d = driver(&infra, &infra.fencer_kubeconfig(), "plain");
+    let d = infra.driver(&infra.fencer_kubeconfig(), "plain");
     d.status().await.unwrap();
     assert_eq!(
         d.machine_identity().await.unwrap(),
@@ -332,7 +313,7 @@ async fn every_failure_is_named_and_never_off() {
     let fencer = infra.fencer_kubeconfig();
 
     // A VM that does not exist: a configuration error, never Off.
-    let e = driver(&infra, &fencer, "nope").status().await.unwrap_err();
+    let e = infra.driver(&fencer, "nope").status().await.unwrap_err();
     assert_eq!(e.kind, PowerErrorKind::Config, "{e}");
     assert!(
         e.message.contains("guests/nope") && e.message.contains("does not exist"),
@@ -340,7 +321,7 @@ async fn every_failure_is_named_and_never_off() {
     );
 
     // May read, may not patch: a privilege error naming the Role to bind.
-    let reader = driver(&infra, &infra.kubeconfig_for("reader-token"), "w1");
+    let reader = infra.driver(&infra.kubeconfig_for("reader-token"), "w1");
     assert_eq!(reader.status().await.unwrap().state, PowerState::On);
     let e = execute(reader.as_ref(), PowerAction::Off, &policy())
         .await
@@ -350,14 +331,14 @@ async fn every_failure_is_named_and_never_off() {
     assert_eq!(infra.run_strategy("w1").await, "Always", "nothing changed");
 
     // A token the infrastructure cluster does not know.
-    let stranger = driver(&infra, &infra.kubeconfig_for("forged-token"), "w1");
+    let stranger = infra.driver(&infra.kubeconfig_for("forged-token"), "w1");
     let e = stranger.status().await.unwrap_err();
     assert_eq!(e.kind, PowerErrorKind::Auth, "{e}");
     assert!(!e.message.contains("forged-token"), "{e}");
 
     // virt-api down (its APIService has no ready endpoint): unreachable.
     infra.api.set_down(true);
-    let d = driver(&infra, &fencer, "w1");
+    let d = infra.driver(&fencer, "w1");
     let e = execute(d.as_ref(), PowerAction::Off, &policy())
         .await
         .unwrap_err();
@@ -384,7 +365,7 @@ async fn every_failure_is_named_and_never_off() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("wrong-ca.kubeconfig");
     std::fs::write(&path, forged).unwrap();
-    let e = driver(&infra, &path, "w1").status().await.unwrap_err();
+    let e = infra.driver(&path, "w1").status().await.unwrap_err();
     assert_eq!(e.kind, PowerErrorKind::Tls, "{e}");
 
     // Nobody listening.
@@ -395,6 +376,6 @@ async fn every_failure_is_named_and_never_off() {
     let gone = text.replace(&base, &format!("https://127.0.0.1:{port}"));
     let path = dir.path().join("gone.kubeconfig");
     std::fs::write(&path, gone).unwrap();
-    let e = driver(&infra, &path, "w1").status().await.unwrap_err();
+    let e = infra.driver(&path, "w1").status().await.unwrap_err();
     assert_eq!(e.kind, PowerErrorKind::Unreachable, "{e}");
 }

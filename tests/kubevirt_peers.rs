@@ -15,14 +15,11 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::kubevirt::{Infra, VM_NAMESPACE, fast_timing};
-use common::{fast_timeouts, policy};
-use nodefence::config::{NodeTarget, PowerSource};
+use common::policy;
 use nodefence::power::confirm::execute;
-use nodefence::power::registry::DriverFactory;
 use nodefence::power::{PowerAction, PowerDriver, PowerState};
 use nodefence_mocks::kubevirt::{Faults, RunStrategy, VmBuilder};
 use tokio::process::Command;
@@ -80,21 +77,6 @@ async fn fence(agent: &Path, kubeconfig: &Path, vm: &str, action: &str) -> Run {
     }
 }
 
-fn driver(infra: &Infra, kubeconfig: &Path, vm: &str) -> Arc<dyn PowerDriver> {
-    nodefence::tls::install_crypto_provider();
-    DriverFactory::new(8)
-        .driver(&NodeTarget {
-            fallback: Vec::new(),
-            origin: Default::default(),
-            metal3_host: None,
-            name: vm.into(),
-            group: None,
-            power: PowerSource::Kubevirt(infra.target(kubeconfig, vm, fast_timeouts())),
-            policy: Default::default(),
-        })
-        .unwrap()
-}
-
 /// The agent's reading: "ON", "OFF", or its failure.
 fn agent_state(run: &Run) -> Result<&'static str, String> {
     match run.code {
@@ -129,7 +111,7 @@ async fn the_agent_and_the_driver_read_the_same_state() {
         )
         .await;
     infra.wait_running("w1").await;
-    let d = driver(&infra, &kubeconfig, "w1");
+    let d = infra.driver(&kubeconfig, "w1");
     assert_eq!(d.status().await.unwrap().state, PowerState::On);
     let run = fence(&agent, &kubeconfig, "w1", "status").await;
     assert_eq!(agent_state(&run), Ok("ON"));
@@ -153,7 +135,7 @@ async fn the_agent_and_the_driver_read_the_same_state() {
     // A VM that does not exist: both fail, neither says off.
     let run = fence(&agent, &kubeconfig, "nope", "status").await;
     assert!(agent_state(&run).is_err(), "{run:?}");
-    assert!(driver(&infra, &kubeconfig, "nope").status().await.is_err());
+    assert!(infra.driver(&kubeconfig, "nope").status().await.is_err());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -179,7 +161,7 @@ async fn the_agents_commands_land_on_the_vm_the_driver_reads() {
         .await;
     infra.wait_running("w1").await;
     infra.wait_running("w2").await;
-    let d = driver(&infra, &kubeconfig, "w1");
+    let d = infra.driver(&kubeconfig, "w1");
 
     let run = fence(&agent, &kubeconfig, "w1", "off").await;
     assert_eq!(run.code, Some(0), "{run:?}");
@@ -212,7 +194,7 @@ async fn a_failed_vmi_is_off_to_the_driver_and_a_failure_to_the_agent() {
         .await;
     infra.wait_running("w1").await;
     assert!(infra.kv.lose_host(VM_NAMESPACE, "w1"));
-    let d = driver(&infra, &kubeconfig, "w1");
+    let d = infra.driver(&kubeconfig, "w1");
     wait_driver(d.as_ref(), PowerState::Off).await;
     assert_eq!(infra.vmi("w1").await.unwrap()["status"]["phase"], "Failed");
     // The agent's trap: a Failed VMI is "unknown", and its status fails.

@@ -720,7 +720,12 @@ async fn every_vm_behind_one_vcenter_shares_one_login_logged_out_by_the_last() {
     assert_eq!(d2.status().await.unwrap().state, PowerState::On);
     assert_eq!(d3.status().await.unwrap_err().kind, PowerErrorKind::Auth);
     let count = |what: &str| m.methods().iter().filter(|c| *c == what).count();
-    assert_eq!(count("Login"), 2, "one shared, one refused: {:?}", m.methods());
+    assert_eq!(
+        count("Login"),
+        2,
+        "one shared, one refused: {:?}",
+        m.methods()
+    );
     d1.close().await;
     d1.close().await; // closing twice detaches once
     assert_eq!(count("Logout"), 0, "worker-2 still uses the session");

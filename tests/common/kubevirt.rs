@@ -151,6 +151,27 @@ impl Infra {
         }
     }
 
+    /// nodefence's driver for VM `vm` through `kubeconfig`, built as the daemon
+    /// builds it (one shared client per kubeconfig).
+    pub fn driver(&self, kubeconfig: &Path, vm: &str) -> Arc<dyn nodefence::power::PowerDriver> {
+        nodefence::tls::install_crypto_provider();
+        nodefence::power::registry::DriverFactory::new(8)
+            .driver(&nodefence::config::NodeTarget {
+                fallback: Vec::new(),
+                origin: Default::default(),
+                metal3_host: None,
+                name: vm.into(),
+                group: None,
+                power: nodefence::config::PowerSource::Kubevirt(self.target(
+                    kubeconfig,
+                    vm,
+                    crate::common::fast_timeouts(),
+                )),
+                policy: Default::default(),
+            })
+            .unwrap()
+    }
+
     fn resource(kind: &str, plural: &str) -> ApiResource {
         ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("kubevirt.io", "v1", kind), plural)
     }

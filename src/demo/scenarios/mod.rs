@@ -235,6 +235,35 @@ impl Ctx<'_> {
             .mul_f64(self.world.speed)
     }
 
+    /// Waits (from `t0`) for nodefence to release `victim` (within `release`) and
+    /// then for db-0 to run on another node (within `run`), records both in `out`,
+    /// and returns the release step and where db-0 runs now.
+    pub async fn released_and_moved(
+        &self,
+        out: &mut Outcome,
+        victim: &str,
+        t0: SystemTime,
+        release: Duration,
+        run: Duration,
+    ) -> Result<(Step, String), String> {
+        let released = self
+            .wait_step("out-of-service taint from nodefence", release, t0, |s| {
+                s.node == victim && s.is_nodefence("Released")
+            })
+            .await?;
+        out.released_after = Some(self.elapsed(t0, released.at));
+        let world = self.world;
+        self.wait("db-0 Running on another node", run, || {
+            world.db_running_on().is_some_and(|n| n != victim)
+        })
+        .await?;
+        let now_on = db_node(world)?;
+        out.running_after = self
+            .pod_running_elsewhere(t0, victim)
+            .or_else(|| Some(self.elapsed(t0, crate::clock::now())));
+        Ok((released, now_on))
+    }
+
     /// When db-0 was reported Running on a node other than `not_on`, since `t0`.
     pub fn pod_running_elsewhere(&self, t0: SystemTime, not_on: &str) -> Option<Duration> {
         let wanted = format!("{}/{POD}", super::cluster::NAMESPACE);
