@@ -225,14 +225,7 @@ async fn a_lost_host_reads_off_without_a_command_and_a_stuck_failed_vmi_too() {
         failed_vmi_stuck: true,
         ..Faults::default()
     });
-    infra
-        .create(
-            VmBuilder::new(VM_NAMESPACE, "stuck")
-                .run_strategy(RunStrategy::Always)
-                .firmware_uuid(UUID_1),
-        )
-        .await;
-    infra.wait_running("stuck").await;
+    infra.running_vm("stuck", RunStrategy::Always, UUID_1).await;
     let d = infra.driver(&kubeconfig, "stuck");
     infra.kube.clear_request_log();
     assert!(infra.kv.lose_host(VM_NAMESPACE, "stuck"));
@@ -302,14 +295,7 @@ async fn every_failure_is_named_and_never_off() {
                "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": VM_NAMESPACE}]}),
     ];
     let infra = Infra::start_with(fast_timing(), &[("reader-token", "reader", get_only)]).await;
-    infra
-        .create(
-            VmBuilder::new(VM_NAMESPACE, "w1")
-                .run_strategy(RunStrategy::Always)
-                .firmware_uuid(UUID_1),
-        )
-        .await;
-    infra.wait_running("w1").await;
+    infra.running_vm("w1", RunStrategy::Always, UUID_1).await;
     let fencer = infra.fencer_kubeconfig();
 
     // A VM that does not exist: a configuration error, never Off.

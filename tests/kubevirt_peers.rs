@@ -103,14 +103,7 @@ async fn the_agent_and_the_driver_read_the_same_state() {
     let Some(agent) = agent() else { return };
     let infra = Infra::start(fast_timing()).await;
     let kubeconfig = infra.fencer_kubeconfig();
-    infra
-        .create(
-            VmBuilder::new(VM_NAMESPACE, "w1")
-                .run_strategy(RunStrategy::Always)
-                .firmware_uuid(UUID_1),
-        )
-        .await;
-    infra.wait_running("w1").await;
+    infra.running_vm("w1", RunStrategy::Always, UUID_1).await;
     let d = infra.driver(&kubeconfig, "w1");
     assert_eq!(d.status().await.unwrap().state, PowerState::On);
     let run = fence(&agent, &kubeconfig, "w1", "status").await;
@@ -185,14 +178,7 @@ async fn a_failed_vmi_is_off_to_the_driver_and_a_failure_to_the_agent() {
         ..Faults::default()
     });
     let kubeconfig = infra.fencer_kubeconfig();
-    infra
-        .create(
-            VmBuilder::new(VM_NAMESPACE, "w1")
-                .run_strategy(RunStrategy::Always)
-                .firmware_uuid(UUID_1),
-        )
-        .await;
-    infra.wait_running("w1").await;
+    infra.running_vm("w1", RunStrategy::Always, UUID_1).await;
     assert!(infra.kv.lose_host(VM_NAMESPACE, "w1"));
     let d = infra.driver(&kubeconfig, "w1");
     wait_driver(d.as_ref(), PowerState::Off).await;

@@ -18,7 +18,8 @@ use nodefence::config::{KubevirtTarget, Timeouts};
 use nodefence_mocks::kube::authz::Policy;
 use nodefence_mocks::kube::{FakeKube, FakeKubeHandle};
 use nodefence_mocks::kubevirt::{
-    self, KubevirtStandIn, SUBRESOURCES_GROUP, SUBRESOURCES_VERSION, Timing, VirtApi, VmBuilder,
+    self, KubevirtStandIn, RunStrategy, SUBRESOURCES_GROUP, SUBRESOURCES_VERSION, Timing, VirtApi,
+    VmBuilder,
 };
 use serde_json::Value;
 
@@ -198,6 +199,17 @@ impl Infra {
             .create(&PostParams::default(), &obj)
             .await
             .unwrap();
+    }
+
+    /// Creates VM `name` (`strategy`, firmware UUID `uuid`) and waits until it runs.
+    pub async fn running_vm(&self, name: &str, strategy: RunStrategy, uuid: &str) {
+        self.create(
+            VmBuilder::new(VM_NAMESPACE, name)
+                .run_strategy(strategy)
+                .firmware_uuid(uuid),
+        )
+        .await;
+        self.wait_running(name).await;
     }
 
     pub async fn vm(&self, name: &str) -> Value {
