@@ -410,8 +410,13 @@ fn node_health_check_asks_and_nodefence_fences_once_then_lets_the_request_go() {
         released < deleted,
         "released before NodeHealthCheck deleted the request: {only}"
     );
+    // The taint's removal and the request's disappearance come from two watches: a
+    // few seconds of delivery order is not the order of the writes (the scenario's
+    // own check allows the same, GONE_ORDER_SLACK in src/demo/scenarios/nhc.rs). The
+    // bug this guards against (the finalizer let go with the taint still on) shows
+    // as 30 s or more.
     assert!(
-        deleted <= untainted && untainted <= gone,
+        deleted <= untainted && untainted <= gone + 5.0,
         "the finalizer holds the request until the taint is removed: {only}"
     );
     assert_eq!(only["taint_left"], false, "no taint left behind");
