@@ -243,13 +243,33 @@ pub const FENCE_KUBEVIRT_INSTALL: &str =
 /// `python3-kubernetes`, `python3-openshift`): without them the agent starts and
 /// fails every action.
 pub fn fence_kubevirt() -> Option<PathBuf> {
-    let Some(agent) = on_path("fence_kubevirt") else {
-        return skip("fence_kubevirt", FENCE_KUBEVIRT_INSTALL);
+    python_fence_agent(
+        "fence_kubevirt",
+        &["kubernetes.config", "openshift.dynamic"],
+        FENCE_KUBEVIRT_INSTALL,
+    )
+}
+
+/// The Debian packages [`fence_vmware_rest`] needs.
+pub const FENCE_VMWARE_REST_INSTALL: &str = "apt-get install fence-agents python3-pycurl";
+
+/// ClusterLabs' `fence_vmware_rest`, when the Python its `#!` line names (else
+/// `python3`) imports `pycurl` (Debian `python3-pycurl`, which `fence-agents` only
+/// suggests): without it the agent starts and fails every action.
+pub fn fence_vmware_rest() -> Option<PathBuf> {
+    python_fence_agent("fence_vmware_rest", &["pycurl"], FENCE_VMWARE_REST_INSTALL)
+}
+
+/// A fence agent written in Python, when its Python imports every module named;
+/// else the skip, naming the module and `install`.
+fn python_fence_agent(name: &str, modules: &[&str], install: &str) -> Option<PathBuf> {
+    let Some(agent) = on_path(name) else {
+        return skip(name, install);
     };
     let python = shebang_interpreter(&agent)
         .or_else(|| on_path("python3"))
         .unwrap_or_else(|| PathBuf::from("python3"));
-    for module in ["kubernetes.config", "openshift.dynamic"] {
+    for module in modules {
         if !imports(&python, module) {
             return skip(
                 &format!(
@@ -257,7 +277,7 @@ pub fn fence_kubevirt() -> Option<PathBuf> {
                     agent.display(),
                     python.display()
                 ),
-                FENCE_KUBEVIRT_INSTALL,
+                install,
             );
         }
     }

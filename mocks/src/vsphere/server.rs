@@ -140,7 +140,7 @@ impl MockVsphere {
     }
 
     /// Binds, serves HTTPS (a fresh private CA's leaf for the loopback names) at
-    /// `/sdk` in the background, and returns the handle.
+    /// `/sdk` (and `/rest`) in the background, and returns the handle.
     pub async fn start(self) -> Result<MockVsphereHandle, StartError> {
         let vms = self.vm_states()?;
         let bind_error = |source| StartError::Bind {
@@ -169,6 +169,7 @@ impl MockVsphere {
         };
         let shared = Shared::new(config, vms);
         let app = super::admin::router()
+            .merge(super::rest::router())
             .route("/sdk", post(service::handle))
             .route(
                 "/sdk/vimService.wsdl",
@@ -288,7 +289,8 @@ impl MockVsphereHandle {
         self.shared.lock().faults = Default::default();
     }
 
-    /// Every SOAP call answered so far.
+    /// Every call answered so far: SOAP (the operation's name) and REST (the
+    /// request line with `{vm}` for the VM, which is then `this`).
     pub fn calls(&self) -> Vec<CallRecord> {
         self.shared.lock().calls.clone()
     }
@@ -298,11 +300,16 @@ impl MockVsphereHandle {
         self.calls().into_iter().map(|c| c.method).collect()
     }
 
-    /// The power operations called so far (`PowerOffVM_Task`, ...) and on which VM.
+    /// The power operations called so far and on which VM: SOAP's
+    /// (`PowerOffVM_Task`, ...) and REST's (`POST /rest/vcenter/vm/{vm}/power/stop`,
+    /// `.../start`), in order.
     pub fn power_calls(&self) -> Vec<(String, String)> {
         self.calls()
             .into_iter()
-            .filter(|c| c.method.ends_with("VM_Task"))
+            .filter(|c| {
+                c.method.ends_with("VM_Task")
+                    || (c.method.starts_with("POST /rest/") && c.method.contains("/power/"))
+            })
             .map(|c| (c.method, c.this))
             .collect()
     }

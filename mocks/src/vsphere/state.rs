@@ -105,16 +105,17 @@ impl Task {
     }
 }
 
-/// One SOAP call the mock answered.
+/// One call the mock answered: SOAP at `/sdk`, or REST at `/rest`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CallRecord {
-    /// The operation (`Login`, `FindByUuid`, `PowerOffVM_Task`, ...).
+    /// The SOAP operation (`Login`, `FindByUuid`, `PowerOffVM_Task`, ...), or the
+    /// REST request line with `{vm}` for the VM (`POST /rest/vcenter/vm/{vm}/power/stop`).
     pub method: String,
-    /// The `_this` managed object id.
+    /// The `_this` managed object id (REST: the VM's id, or "").
     pub this: String,
-    /// The `SOAPAction` header as sent ("" when absent).
+    /// The `SOAPAction` header as sent ("" when absent, and for REST).
     pub soap_action: String,
-    /// Whether the call carried a live session cookie.
+    /// Whether the call carried a live session (cookie, or REST's session id).
     pub authenticated: bool,
 }
 
