@@ -65,6 +65,15 @@ pub fn fast_timing() -> Timing {
     }
 }
 
+/// Short deadlines so failure paths finish quickly (this file is shared with the
+/// benches, which do not have `tests/common`'s).
+pub const FAST_TIMEOUTS: Timeouts = Timeouts {
+    connect: Duration::from_secs(2),
+    request: Duration::from_secs(2),
+    operation: Duration::from_secs(8),
+    retries: 3,
+};
+
 /// One infrastructure cluster.
 pub struct Infra {
     pub kube: FakeKubeHandle,
@@ -166,7 +175,7 @@ impl Infra {
                 power: nodefence::config::PowerSource::Kubevirt(self.target(
                     kubeconfig,
                     vm,
-                    crate::common::fast_timeouts(),
+                    FAST_TIMEOUTS,
                 )),
                 policy: Default::default(),
             })
