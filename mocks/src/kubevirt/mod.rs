@@ -1,5 +1,5 @@
 //! A stand-in for KubeVirt: the `kubevirt.io/v1` VirtualMachine and
-//! VirtualMachineInstance CRDs ([`crds`]), virt-api's VM lifecycle subresources
+//! VirtualMachineInstance CRDs ([`crds()`]), virt-api's VM lifecycle subresources
 //! (`subresources.kubevirt.io/v1` `start`, `stop`, `restart`, served through
 //! fake-kube's aggregated-API hook: [`virt_api`]), and virt-controller with the part of
 //! virt-handler that moves a VMI through its phases ([`KubevirtStandIn`]:

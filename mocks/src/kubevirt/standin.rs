@@ -62,7 +62,7 @@ fn resource(kind: &str, plural: &str) -> ApiResource {
 
 impl KubevirtStandIn {
     /// Starts virt-controller and virt-handler for the VMs and VMIs of `namespace`
-    /// (the CRDs must be installed: [`super::crds`]).
+    /// (the CRDs must be installed: [`super::crds()`]).
     pub fn spawn(client: kube::Client, namespace: &str, timing: Timing) -> Self {
         let cluster = Cluster {
             vms: Api::namespaced_with(

@@ -76,7 +76,7 @@ impl CallError {
     /// Whether the server does not have `method` at all (a method of a later vSphere
     /// release): `MethodNotFound` (govmomi's simulator), or what vCenter and ESXi
     /// answer, an `InvalidRequest` fault whose `faultstring` says "Unable to resolve
-    /// WSDL method name <method>". Any other `InvalidRequest` is not this.
+    /// WSDL method name `<method>`". Any other `InvalidRequest` is not this.
     pub fn is_unknown_method(&self, method: &str) -> bool {
         match self {
             CallError::Fault(f) => {
