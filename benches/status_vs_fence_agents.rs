@@ -4,21 +4,44 @@
 //!
 //! The bench starts NODES mock HTTPS Redfish BMCs (iDRAC profile, one system
 //! `System.Embedded.1` each, powered On, certificates from one private CA) and NODES
-//! mock IPMI BMCs (RMCP+, cipher suite 17), all on loopback in this process, and
-//! writes one configuration directory per protocol, as the daemon would be
-//! configured: `nodefence.toml`, an inventory with one node per BMC (Redfish:
-//! `endpoint` and `ca_file`; IPMI: `address`, `port`, `cipher_suite = 17`) and the
+//! mock IPMI BMCs (RMCP+, cipher suite 17), one mock vCenter serving NODES VMs
+//! (powered on), and one KubeVirt infrastructure cluster with NODES VirtualMachines,
+//! all Running (fake-kube over HTTPS with the KubeVirt CRDs, virt-api's subresources
+//! behind the aggregated-API hook and the virt-controller/virt-handler stand-in: the
+//! tests' `tests/common/kubevirt.rs`, included here), all on loopback in this process,
+//! and writes one configuration directory per protocol, as the daemon would be
+//! configured: `nodefence.toml`, an inventory with one node per BMC or VM (Redfish:
+//! `endpoint` and `ca_file`; IPMI: `address`, `port`, `cipher_suite = 17`; vSphere:
+//! the vCenter's `endpoint` and `ca_file`, and each VM's `bios_uuid`; KubeVirt: the
+//! `kubeconfig` of the ServiceAccount `deploy/kubevirt-infra/rbac.yaml` binds, and
+//! the `namespace`, each node's VM by its name) and, but for KubeVirt, the
 //! password in a 0600 `password_file`. For each protocol it then times:
 //!
 //! 1. **nodefence**: the real binary, `nodefence --config DIR/nodefence.toml status
 //!    -o json`, as its own process and cold (process start, configuration load, TLS
 //!    handshakes or RMCP+ sessions, `max_concurrent_requests` = CONCURRENCY in
-//!    flight). Every node must read On in the JSON, or the bench fails.
+//!    flight; its drivers come from one `DriverFactory`, so every KubeVirt VM is read
+//!    through the one client of their kubeconfig). Every node must read On in the
+//!    JSON, or the bench fails.
 //! 2. **agents**: `fence_redfish` (`--ssl-insecure --systems-uri
-//!    /redfish/v1/Systems/System.Embedded.1`) or `fence_ipmilan` (`--lanplus
-//!    --cipher 17`) with `-o status`, one process per BMC, one after the other, as a
-//!    shell loop runs them (options on the command line). Each must exit 0 and print
-//!    `Status: ON`, or the bench fails.
+//!    /redfish/v1/Systems/System.Embedded.1`), `fence_ipmilan` (`--lanplus
+//!    --cipher 17`) or `fence_vmware_soap` (`--ssl-insecure --plug <VM name>`; it
+//!    fetches the WSDL, logs in, and reads every VM through a container view on each
+//!    call, as it does against a real vCenter; needs `python3-suds`) or
+//!    `fence_kubevirt` (`--kubeconfig K --namespace NS --plug <VM name>`; it loads the
+//!    kubeconfig, discovers the API through `python3-openshift`'s DynamicClient and
+//!    reads the VMI on each call; found through `nodefence_mocks::peers`, which checks
+//!    that its Python imports `kubernetes` and `openshift`) with `-o status`,
+//!    one process per BMC or VM, one after the other, as a shell loop runs them
+//!    (options on the command line). Each must exit 0 and print `Status: ON`, or the
+//!    bench fails.
+//!
+//! For vSphere a "BMC" below is a VM: NODES VMs behind one vCenter, the shape of a
+//! real VMware cluster (nodefence keeps one session per node's driver). For KubeVirt
+//! it is a VirtualMachine: NODES VMs in one namespace of one infrastructure cluster,
+//! the shape of a guest cluster on OpenShift Virtualization or Harvester. The
+//! stand-in's phases are fast (tens of milliseconds, as in the tests) and its resync
+//! slow, so that it sits idle while the Running VMs are read.
 //!
 //! The ratio is the agents' total over nodefence's, for the same BMCs. Sequential
 //! Python agents take minutes over a thousand BMCs: AGENT_NODES=K runs them over the
@@ -35,7 +58,8 @@
 //!
 //! Run: `cargo bench --bench status_vs_fence_agents`. Environment: NODES (default
 //! 1000), AGENT_NODES (default NODES), CONCURRENCY (nodefence's
-//! `max_concurrent_requests`, default 16). Linux only (`/proc`). The BMCs hold two
+//! `max_concurrent_requests`, default 16), PROTOCOLS (which sections, comma-separated:
+//! default `redfish,ipmi,vsphere,kubevirt`). Linux only (`/proc`). The BMCs hold two
 //! sockets per node in this process (2,000 descriptors for the default 1,000): raise
 //! `ulimit -n` above the usual 1,024 first; `nodefence status` itself needs few (at
 //! most CONCURRENCY connections open).
@@ -45,9 +69,15 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+#[path = "../tests/common/kubevirt.rs"]
+#[allow(dead_code)]
+mod kubevirt;
+
 use nodefence_mocks::ipmi::{MockIpmi, MockIpmiHandle, Privilege};
+use nodefence_mocks::kubevirt::{RunStrategy, VmBuilder};
 use nodefence_mocks::redfish::{MockPower, MockRedfish, MockRedfishHandle, Profile, SystemSpec};
 use nodefence_mocks::tls::TlsMaterial;
+use nodefence_mocks::vsphere::{MockVsphere, MockVsphereHandle, VmPower, VmSpec};
 use serde_json::{Value, json};
 use tokio::process::Command;
 
@@ -120,11 +150,23 @@ async fn output(mut cmd: Command, what: &str) -> std::process::Output {
         .unwrap_or_else(|e| panic!("{what} could not be started: {e}"))
 }
 
-/// `dir/nodefence.toml` naming `dir/inventory.toml` (`[defaults]` with the username
-/// and password file, then `nodes`), and the password file; returns the config path.
-fn write_config(dir: &Path, concurrency: usize, defaults: &str, nodes: &str) -> PathBuf {
+/// `dir/nodefence.toml` naming `dir/inventory.toml` (`[defaults]`, with the username
+/// and password file when `credentials`, then `nodes`), and the password file; returns
+/// the config path.
+fn write_config(
+    dir: &Path,
+    concurrency: usize,
+    credentials: bool,
+    defaults: &str,
+    nodes: &str,
+) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
-    write_secret(&dir.join("bmc-password"), PASSWORD);
+    let credentials = if credentials {
+        write_secret(&dir.join("bmc-password"), PASSWORD);
+        format!("username = \"{USER}\"\npassword_file = \"bmc-password\"\n")
+    } else {
+        String::new()
+    };
     std::fs::write(
         dir.join("nodefence.toml"),
         format!(
@@ -134,9 +176,7 @@ fn write_config(dir: &Path, concurrency: usize, defaults: &str, nodes: &str) -> 
     .unwrap();
     std::fs::write(
         dir.join("inventory.toml"),
-        format!(
-            "[defaults]\nusername = \"{USER}\"\npassword_file = \"bmc-password\"\n{defaults}{nodes}"
-        ),
+        format!("[defaults]\n{credentials}{defaults}{nodes}"),
     )
     .unwrap();
     dir.join("nodefence.toml")
@@ -217,6 +257,8 @@ async fn agents_one_by_one(agent: &Path, calls: &[Vec<String>]) -> (Cost, Vec<Du
 struct Protocol {
     label: &'static str,
     agent: &'static str,
+    /// Where the agent is, if it can run here (else `None`, and why, printed).
+    find_agent: fn(&str) -> Option<PathBuf>,
     config: PathBuf,
     /// The agent's arguments for each BMC, in node order.
     agent_args: Vec<Vec<String>>,
@@ -258,9 +300,11 @@ fn redfish(dir: &Path, concurrency: usize, bmcs: &[MockRedfishHandle], ca: &str)
     Protocol {
         label: "redfish",
         agent: "fence_redfish",
+        find_agent,
         config: write_config(
             dir,
             concurrency,
+            true,
             "driver = \"redfish\"\nca_file = \"bmc-ca.pem\"\n",
             &nodes,
         ),
@@ -288,15 +332,95 @@ fn ipmi(dir: &Path, concurrency: usize, bmcs: &[MockIpmiHandle]) -> Protocol {
     Protocol {
         label: "ipmi",
         agent: "fence_ipmilan",
+        find_agent,
         config: write_config(
             dir,
             concurrency,
+            true,
             "driver = \"ipmi\"\ncipher_suite = 17\n",
             &nodes,
         ),
         agent_args: bmcs
             .iter()
             .map(|b| agent_args(b.port(), &["--lanplus", "--cipher", "17"]))
+            .collect(),
+    }
+}
+
+/// Every VM of the one vCenter: the vCenter's endpoint and CA as defaults, each
+/// node's VM by its BIOS UUID (`SearchIndex.FindAllByUuid`); the agent names the VM.
+fn vsphere(dir: &Path, concurrency: usize, vc: &MockVsphereHandle) -> Protocol {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("vcenter-ca.pem"), vc.ca_pem()).unwrap();
+    let vms = vc.vms();
+    let mut nodes = String::new();
+    for vm in &vms {
+        nodes.push_str(&format!(
+            "[nodes.{}]\nbios_uuid = \"{}\"\n",
+            vm.name, vm.bios_uuid
+        ));
+    }
+    Protocol {
+        label: "vsphere",
+        agent: "fence_vmware_soap",
+        find_agent,
+        config: write_config(
+            dir,
+            concurrency,
+            true,
+            &format!(
+                "driver = \"vsphere\"\nendpoint = \"{}\"\nca_file = \"vcenter-ca.pem\"\n",
+                vc.base_url()
+            ),
+            &nodes,
+        ),
+        agent_args: vms
+            .iter()
+            .map(|vm| agent_args(vc.addr().port(), &["--ssl-insecure", "--plug", &vm.name]))
+            .collect(),
+    }
+}
+
+/// Every VM of the one infrastructure cluster's namespace: the fencer's kubeconfig
+/// and the namespace as defaults, each node's VM by the node's name (`vm` unset);
+/// the agent gets the same kubeconfig, namespace and name.
+fn kubevirt(dir: &Path, concurrency: usize, infra: &kubevirt::Infra, vms: usize) -> Protocol {
+    let kubeconfig = infra.fencer_kubeconfig();
+    let mut nodes = String::new();
+    for i in 1..=vms {
+        nodes.push_str(&format!("[nodes.{}]\n", node_name(i)));
+    }
+    let kubeconfig_arg = kubeconfig.display().to_string();
+    Protocol {
+        label: "kubevirt",
+        agent: "fence_kubevirt",
+        find_agent: |_| nodefence_mocks::peers::fence_kubevirt(),
+        config: write_config(
+            dir,
+            concurrency,
+            false,
+            &format!(
+                "driver = \"kubevirt\"\nkubeconfig = \"{kubeconfig_arg}\"\nnamespace = \"{}\"\n",
+                kubevirt::VM_NAMESPACE
+            ),
+            &nodes,
+        ),
+        agent_args: (1..=vms)
+            .map(|i| {
+                [
+                    "--kubeconfig",
+                    &kubeconfig_arg,
+                    "--namespace",
+                    kubevirt::VM_NAMESPACE,
+                    "--plug",
+                    &node_name(i),
+                    "-o",
+                    "status",
+                ]
+                .iter()
+                .map(|s| (*s).to_string())
+                .collect()
+            })
             .collect(),
     }
 }
@@ -386,10 +510,11 @@ async fn section(p: &Protocol, nodes: usize, agent_nodes: usize) -> (Vec<Summary
         nodes,
         &readings,
     );
-    let Some(agent) = find_agent(p.agent) else {
+    let Some(agent) = (p.find_agent)(p.agent) else {
         println!(
-            "  {}: skipped: not installed in /usr/sbin, /sbin or /usr/local/sbin \
-             (apt-get install fence-agents)",
+            "  {}: skipped: not installed in /usr/sbin, /sbin or /usr/local/sbin, or its \
+             Python modules missing (apt-get install fence-agents; for fence_kubevirt \
+             also python3-kubernetes python3-openshift)",
             p.agent
         );
         let summary = vec![Summary {
@@ -484,12 +609,23 @@ async fn main() {
     let nodes = env_or("NODES", 1000).max(1);
     let agent_nodes = env_or("AGENT_NODES", nodes).clamp(1, nodes);
     let concurrency = env_or("CONCURRENCY", 16).max(1);
+    let wanted: String = env_or("PROTOCOLS", "redfish,ipmi,vsphere,kubevirt".to_string());
+    let wanted: Vec<&str> = wanted.split(',').map(str::trim).collect();
+    for w in &wanted {
+        assert!(
+            ["redfish", "ipmi", "vsphere", "kubevirt"].contains(w),
+            "PROTOCOLS: unknown {w:?} (redfish, ipmi, vsphere, kubevirt)"
+        );
+    }
+    let on = |p: &str| wanted.contains(&p);
+    // The BMCs of the sections not run are not started.
+    let bmcs = |p: &str| if on(p) { nodes } else { 0 };
 
     let started = Instant::now();
     let tls = TlsMaterial::generate().expect("TLS material");
     let mut redfish_bmcs = Vec::with_capacity(nodes);
     let mut ipmi_bmcs = Vec::with_capacity(nodes);
-    for i in 1..=nodes {
+    for i in 1..=bmcs("redfish") {
         redfish_bmcs.push(
             MockRedfish::builder()
                 .profile(Profile::Idrac)
@@ -505,6 +641,8 @@ async fn main() {
                 .await
                 .expect("mock Redfish BMC"),
         );
+    }
+    for i in 1..=bmcs("ipmi") {
         ipmi_bmcs.push(
             MockIpmi::builder()
                 .name(node_name(i))
@@ -514,8 +652,41 @@ async fn main() {
                 .expect("mock IPMI BMC"),
         );
     }
+    let mut vcenter = MockVsphere::builder().credentials(USER, PASSWORD);
+    for i in 1..=bmcs("vsphere") {
+        vcenter = vcenter.vm(VmSpec::new(node_name(i))
+            .folder("k8s")
+            .bios_uuid(format!("4213{i:04x}-0000-4000-8000-{i:012x}"))
+            .power(VmPower::PoweredOn));
+    }
+    let vcenter = vcenter.start().await.expect("mock vCenter");
+    // The infrastructure cluster only when its section runs (it is a whole API server).
+    let infra = if on("kubevirt") {
+        // Phases in tens of milliseconds; a slow resync, so that the stand-in (which
+        // lists every VM and VMI on each round) sits idle while they are read.
+        let infra = kubevirt::Infra::start(nodefence_mocks::kubevirt::Timing {
+            resync: Duration::from_secs(10),
+            ..kubevirt::fast_timing()
+        })
+        .await;
+        for i in 1..=nodes {
+            infra
+                .create(
+                    VmBuilder::new(kubevirt::VM_NAMESPACE, &node_name(i))
+                        .run_strategy(RunStrategy::Always)
+                        .firmware_uuid(&format!("6f4c{i:04x}-0000-4000-8000-{i:012x}")),
+                )
+                .await;
+        }
+        for i in 1..=nodes {
+            infra.wait_running(&node_name(i)).await;
+        }
+        Some(infra)
+    } else {
+        None
+    };
     let dir = tempfile::tempdir().expect("temp dir");
-    let protocols = [
+    let mut protocols: Vec<Protocol> = [
         redfish(
             &dir.path().join("redfish"),
             concurrency,
@@ -523,11 +694,29 @@ async fn main() {
             tls.ca_pem(),
         ),
         ipmi(&dir.path().join("ipmi"), concurrency, &ipmi_bmcs),
-    ];
+        vsphere(&dir.path().join("vsphere"), concurrency, &vcenter),
+    ]
+    .into_iter()
+    .filter(|p| on(p.label))
+    .collect();
+    if let Some(infra) = &infra {
+        protocols.push(kubevirt(
+            &dir.path().join("kubevirt"),
+            concurrency,
+            infra,
+            nodes,
+        ));
+    }
     println!(
-        "status vs fence agents: {nodes} mock HTTPS Redfish BMCs (iDRAC profile) and {nodes} mock \
-         IPMI BMCs (cipher suite 17) on loopback, set up in {:.1} s; nodefence \
+        "status vs fence agents: {} mock HTTPS Redfish BMCs (iDRAC profile), {} mock IPMI \
+         BMCs (cipher suite 17), {} VMs on one mock vCenter and {} KubeVirt VMs (Running) \
+         in one infrastructure cluster, on loopback, set up in {:.1} s; \
+         nodefence \
          max_concurrent_requests {concurrency}; agents over {}",
+        bmcs("redfish"),
+        bmcs("ipmi"),
+        bmcs("vsphere"),
+        bmcs("kubevirt"),
         started.elapsed().as_secs_f64(),
         if agent_nodes < nodes {
             format!("the first {agent_nodes} BMCs (AGENT_NODES)")
@@ -582,5 +771,10 @@ async fn main() {
     }
     for bmc in ipmi_bmcs {
         bmc.shutdown().await;
+    }
+    vcenter.shutdown().await;
+    if let Some(infra) = infra {
+        infra.kv.shutdown().await;
+        infra.kube.shutdown().await;
     }
 }

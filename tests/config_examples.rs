@@ -19,6 +19,7 @@ const FILES: &[&str] = &[
     "nodefence.toml",
     "inventory.toml",
     "rack-a-ca.pem",
+    "infra.kubeconfig",
     "secrets/bmc-password",
 ];
 
@@ -56,6 +57,7 @@ fn assert_resolved_values(config: &Config) {
         names,
         [
             "db-1",
+            "guest-worker-1",
             "ip-10-0-3-17.eu-central-1.compute.internal",
             "lab-1",
             "vm-worker-1",
@@ -147,6 +149,20 @@ fn assert_resolved_values(config: &Config) {
     );
     assert!(nodes["vm-worker-1"].needs_node_identity());
     assert!(nodes["vm-worker-1"].policy.require_identity);
+
+    let PowerSource::Kubevirt(guest) = &nodes["guest-worker-1"].power else {
+        panic!("guest-worker-1 is a kubevirt node");
+    };
+    assert!(guest.kubeconfig.ends_with("config/infra.kubeconfig"));
+    assert_eq!(
+        (
+            guest.namespace.as_str(),
+            guest.vm.as_str(),
+            guest.context.as_deref()
+        ),
+        ("guests", "guest-worker-1", None)
+    );
+    assert!(nodes["guest-worker-1"].policy.require_identity);
 
     assert_policies(config);
 }

@@ -410,8 +410,13 @@ fn node_health_check_asks_and_nodefence_fences_once_then_lets_the_request_go() {
         released < deleted,
         "released before NodeHealthCheck deleted the request: {only}"
     );
+    // The taint's removal and the request's disappearance come from two watches: a
+    // few seconds of delivery order is not the order of the writes (the scenario's
+    // own check allows the same, GONE_ORDER_SLACK in src/demo/scenarios/nhc.rs). The
+    // bug this guards against (the finalizer let go with the taint still on) shows
+    // as 30 s or more.
     assert!(
-        deleted <= untainted && untainted <= gone,
+        deleted <= untainted && untainted <= gone + 5.0,
         "the finalizer holds the request until the taint is removed: {only}"
     );
     assert_eq!(only["taint_left"], false, "no taint left behind");
@@ -451,4 +456,99 @@ fn node_health_check_asks_and_nodefence_fences_once_then_lets_the_request_go() {
         "one ForceOff:\n{story}"
     );
     assert!(story.contains("request: Processing=True"), "{story}");
+}
+
+#[test]
+fn vms_on_vcenter_lose_power_or_network_and_nodefence_fences_them_through_vsphere() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = demo(
+        &["--speed", SPEED, "--scenario", "vsphere", "-o", "json"],
+        &dir.path().join("demo.log"),
+        Duration::from_secs(150),
+    );
+    assert_eq!(
+        run.code,
+        Some(0),
+        "took {:?}\nstdout:\n{}\nstderr:\n{}",
+        run.took,
+        run.stdout,
+        run.stderr
+    );
+    let summary: serde_json::Value = serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("{e}: stdout is not JSON alone:\n{}", run.stdout));
+    assert_eq!(summary["ok"], true);
+    let story = &run.stderr;
+
+    // 1. The VM's host loses power: poweredOff read, no power task.
+    let lost = &summary["scenarios"][0];
+    assert_eq!(lost["scenario"], "vsphere-power-loss");
+    let node = lost["node"].as_str().unwrap();
+    assert_eq!(lost["power_commands"], serde_json::json!([]), "{lost}");
+    let released = lost["released_after_s"].as_f64().unwrap();
+    let running = lost["pod_running_after_s"].as_f64().unwrap();
+    assert!(released > 0.0 && released <= running, "{lost}");
+    let scene = section(story, 1);
+    in_order(
+        story,
+        &[
+            "each worker is a VM on a vCenter",
+            "a VM's host loses power (vSphere)",
+            "you            the VM's host loses power",
+            "out-of-service taint added",
+            "db-0 Running",
+            "✓",
+            "read poweredOff through the vsphere driver",
+        ],
+    );
+    assert_eq!(db_node_before(scene), node, "{scene}");
+    assert_ne!(
+        db_running_node(scene),
+        node,
+        "db-0 runs elsewhere:\n{scene}"
+    );
+    assert!(
+        !scene.contains("VM_Task received"),
+        "no power task:\n{scene}"
+    );
+
+    // 2. A VM cut off but poweredOn: one PowerOffVM_Task, then the release.
+    let cut = &summary["scenarios"][1];
+    assert_eq!(cut["scenario"], "vsphere-network-cut");
+    let node = cut["node"].as_str().unwrap();
+    assert_eq!(
+        cut["power_commands"],
+        serde_json::json!([format!("PowerOffVM_Task {node}")]),
+        "{cut}"
+    );
+    let scene = section(story, 2);
+    in_order(
+        scene,
+        &[
+            "a VM cut off but poweredOn (vSphere)",
+            "you            cuts the VM's network",
+            "vCenter        PowerOffVM_Task received",
+            "vCenter        VM is poweredOff",
+            "out-of-service taint added",
+            "db-0 Running",
+            "✓",
+        ],
+    );
+    assert_eq!(db_node_before(scene), node, "{scene}");
+    assert_ne!(
+        db_running_node(scene),
+        node,
+        "db-0 runs elsewhere:\n{scene}"
+    );
+    assert_eq!(
+        scene.matches("PowerOffVM_Task received").count(),
+        1,
+        "{scene}"
+    );
+    for n in [1, 2] {
+        let scene = section(story, n);
+        assert!(
+            !scene.contains("BMC            "),
+            "no Redfish BMC speaks in a world of VMs:\n{scene}"
+        );
+    }
 }

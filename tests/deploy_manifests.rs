@@ -100,8 +100,13 @@ fn every_manifest_is_a_valid_object_of_its_kind() {
                 "Role" => parses_as::<rbac::Role>(&doc),
                 "RoleBinding" => parses_as::<rbac::RoleBinding>(&doc),
                 "Secret" => {
+                    // A ServiceAccount token Secret holds nothing written here: the
+                    // infrastructure cluster fills it (deploy/kubevirt-infra).
+                    let token_request = doc["type"] == "kubernetes.io/service-account-token"
+                        && doc.get("data").is_none()
+                        && doc.get("stringData").is_none();
                     assert!(
-                        file.starts_with(deploy_dir().join("examples")),
+                        file.starts_with(deploy_dir().join("examples")) || token_request,
                         "{}: a Secret outside deploy/examples/ would be applied",
                         file.display()
                     );
@@ -728,4 +733,101 @@ fn the_metrics_are_scraped_over_https_and_fenced_by_the_network_policy() {
             "the monitor selects the Service"
         );
     }
+}
+
+#[test]
+fn the_kubevirt_component_mounts_the_kubeconfig_and_the_infra_role_is_least_privilege() {
+    let Some(kubectl) = kubectl() else { return };
+    let rendered = render_dirs(&kubectl, &["kubevirt"]);
+    assert_eq!(
+        grants_of(&rendered),
+        table_grants(Component::Base),
+        "the component grants nothing in nodefence's cluster"
+    );
+    let deployment = rendered
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("the Deployment");
+    let spec = &deployment["spec"]["template"]["spec"];
+    let volume = spec["volumes"]
+        .as_array()
+        .and_then(|v| v.iter().find(|v| v["name"] == "kubevirt"))
+        .expect("the kubevirt volume");
+    assert_eq!(volume["secret"]["secretName"], "nodefence-kubevirt");
+    let mount = spec["containers"][0]["volumeMounts"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["name"] == "kubevirt"))
+        .expect("the kubevirt mount");
+    assert_eq!(mount["readOnly"], true);
+    // The path the inventory example and the operator guide name.
+    let path = format!("{}/kubeconfig", mount["mountPath"].as_str().unwrap());
+    assert_eq!(path, "/etc/nodefence/kubevirt/kubeconfig");
+    for doc in ["config/inventory.toml", "docs/operator-guide.md"] {
+        let text =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(doc)).unwrap();
+        assert!(text.contains(&path), "{doc} names {path}");
+    }
+
+    // The infrastructure side: exactly what src/power/kubevirt calls, in one namespace.
+    let infra = std::process::Command::new(&kubectl)
+        .arg("kustomize")
+        .arg(deploy_dir().join("kubevirt-infra"))
+        .output()
+        .unwrap();
+    assert!(
+        infra.status.success(),
+        "{}",
+        String::from_utf8_lossy(&infra.stderr)
+    );
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple::<Value>(&String::from_utf8_lossy(&infra.stdout))
+            .unwrap()
+            .into_iter()
+            .filter(|d| !d.is_null())
+            .collect();
+    let kinds: BTreeSet<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+    assert_eq!(
+        kinds,
+        BTreeSet::from(["Role", "RoleBinding", "Secret", "ServiceAccount"]),
+        "namespaced objects only: no ClusterRole"
+    );
+    let role = docs.iter().find(|d| d["kind"] == "Role").unwrap();
+    let mut rules = BTreeSet::new();
+    for rule in role["rules"].as_array().unwrap() {
+        for group in rule["apiGroups"].as_array().unwrap() {
+            for resource in rule["resources"].as_array().unwrap() {
+                for verb in rule["verbs"].as_array().unwrap() {
+                    rules.insert(format!(
+                        "{} {}/{}",
+                        verb.as_str().unwrap(),
+                        group.as_str().unwrap(),
+                        resource.as_str().unwrap()
+                    ));
+                }
+            }
+        }
+    }
+    let want: BTreeSet<String> = [
+        "get kubevirt.io/virtualmachines",
+        "patch kubevirt.io/virtualmachines",
+        "get kubevirt.io/virtualmachineinstances",
+        "update subresources.kubevirt.io/virtualmachines/stop",
+        "update subresources.kubevirt.io/virtualmachines/start",
+    ]
+    .into_iter()
+    .map(str::to_string)
+    .collect();
+    assert_eq!(rules, want);
+    let binding = docs.iter().find(|d| d["kind"] == "RoleBinding").unwrap();
+    assert_eq!(binding["subjects"][0]["name"], "nodefence-fencer");
+    let secret = docs.iter().find(|d| d["kind"] == "Secret").unwrap();
+    assert_eq!(
+        secret["metadata"]["annotations"]["kubernetes.io/service-account.name"],
+        "nodefence-fencer"
+    );
+    let namespaces: BTreeSet<&str> = docs
+        .iter()
+        .filter_map(|d| d["metadata"]["namespace"].as_str())
+        .collect();
+    assert_eq!(namespaces.len(), 1, "{namespaces:?}");
 }

@@ -60,6 +60,7 @@ fn setup(mock: &MockVsphereHandle, vm: VmSelector) -> Setup {
         target: VsphereTarget {
             endpoint: mock.base_url().parse().unwrap(),
             vm,
+            datacenter: None,
             credential: Credential {
                 username: USER.into(),
                 password: PASSWORD.to_string().into(),
@@ -445,4 +446,291 @@ async fn a_clone_that_kept_the_bios_uuid_is_refused_not_guessed() {
     assert!(m.power_calls().is_empty());
     assert!(m.methods().iter().any(|c| c == "FindAllByUuid"));
     m.shutdown().await;
+}
+
+/// The fault a server before vSphere 6.5 answers `FindAllByUuid` with, as the
+/// driver sees it: `InvalidRequest`, "Unable to resolve WSDL method name".
+#[tokio::test]
+async fn before_6_5_find_by_uuid_finds_the_vm_in_either_byte_order() {
+    for (system_uuid, want) in [
+        (UUID_1, Equivalence::Exact),
+        (UUID_1_SWAPPED, Equivalence::FieldsSwapped),
+    ] {
+        let m = vcenter(VmPower::PoweredOff).await;
+        m.inject(Fault::NoFindAllByUuid);
+        let s = setup(&m, VmSelector::NodeUuid);
+        let d = driver(&s.target);
+        d.node_identity(&node(system_uuid));
+        let (identity, reading) = d.read_with_identity().await;
+        assert_eq!(reading.unwrap().state, PowerState::Off, "{system_uuid}");
+        let identity = identity.unwrap();
+        assert_eq!(identity, MachineIdentity::Uuid(UUID_1.into()));
+        assert_eq!(
+            identity::check(&node(system_uuid), &identity),
+            IdentityCheck::Match(want),
+            "{system_uuid}"
+        );
+        assert!(d.endpoint().contains("vm-42"), "{}", d.endpoint());
+        let methods = m.methods();
+        assert!(methods.iter().any(|c| c == "FindAllByUuid"), "{methods:?}");
+        assert!(methods.iter().any(|c| c == "FindByUuid"), "{methods:?}");
+        // The clone check read every VM, and the view was let go.
+        assert!(
+            methods.iter().any(|c| c == "CreateContainerView"),
+            "{methods:?}"
+        );
+        assert!(methods.iter().any(|c| c == "DestroyView"), "{methods:?}");
+        m.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn before_6_5_a_clone_that_kept_the_bios_uuid_is_still_refused() {
+    // Exactly the same UUID (FindByUuid names only the first), then the other byte
+    // order (FindByUuid of each order names a different VM).
+    for clone_uuid in [UUID_1, UUID_1_SWAPPED] {
+        let m = MockVsphere::builder()
+            .credentials(USER, PASSWORD)
+            .vm(VmSpec::new("worker-1")
+                .moid("vm-42")
+                .bios_uuid(UUID_1)
+                .power(VmPower::PoweredOff))
+            .vm(VmSpec::new("worker-1-clone")
+                .moid("vm-77")
+                .bios_uuid(clone_uuid)
+                .power(VmPower::PoweredOff))
+            .start()
+            .await
+            .unwrap();
+        m.inject(Fault::NoFindAllByUuid);
+        let s = setup(&m, VmSelector::NodeUuid);
+        let d = driver(&s.target);
+        d.node_identity(&node(UUID_1));
+        let e = d.status().await.unwrap_err();
+        assert_eq!(e.kind, PowerErrorKind::Config, "{clone_uuid}: {e}");
+        assert!(
+            e.message.contains("vm-42") && e.message.contains("vm-77"),
+            "{clone_uuid}: {e}"
+        );
+        assert!(d.power_off().await.is_err());
+        assert!(m.power_calls().is_empty());
+        assert!(m.methods().iter().any(|c| c == "FindByUuid"));
+        m.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn before_6_5_an_unknown_uuid_is_an_error_never_off() {
+    let m = vcenter(VmPower::PoweredOff).await;
+    m.inject(Fault::NoFindAllByUuid);
+    let s = setup(&m, VmSelector::NodeUuid);
+    let d = driver(&s.target);
+    d.node_identity(&node("00000000-1111-2222-3333-444444444444"));
+    let e = d.status().await.unwrap_err();
+    assert_eq!(e.kind, PowerErrorKind::Config, "{e}");
+    assert!(e.message.contains("no VM"), "{e}");
+    m.shutdown().await;
+}
+
+/// worker-1's instance UUID (vCenter's own id), which worker-2 has as its BIOS UUID:
+/// only a search with `instanceUuid` true finds worker-1 by it.
+const INSTANCE_1: &str = "50123456-89ab-cdef-0123-456789abcdef";
+
+#[tokio::test]
+async fn instance_uuid_finds_the_vm_and_its_identity_is_still_its_bios_uuid() {
+    let m = MockVsphere::builder()
+        .credentials(USER, PASSWORD)
+        .vm(VmSpec::new("worker-1")
+            .moid("vm-42")
+            .bios_uuid(UUID_1)
+            .instance_uuid(INSTANCE_1))
+        .vm(VmSpec::new("worker-2").moid("vm-43").bios_uuid(INSTANCE_1))
+        .start()
+        .await
+        .unwrap();
+    let s = setup(&m, VmSelector::InstanceUuid(INSTANCE_1.into()));
+    let d = driver(&s.target);
+    let (identity, reading) = d.read_with_identity().await;
+    assert_eq!(reading.unwrap().state, PowerState::On);
+    let identity = identity.unwrap();
+    assert_eq!(
+        identity,
+        MachineIdentity::Uuid(UUID_1.into()),
+        "config.uuid"
+    );
+    assert_eq!(
+        identity::check(&node(UUID_1), &identity),
+        IdentityCheck::Match(Equivalence::Exact)
+    );
+    assert!(
+        matches!(
+            identity::check(&node(INSTANCE_1), &identity),
+            IdentityCheck::Mismatch { .. }
+        ),
+        "the instance UUID is not the machine's identity"
+    );
+    assert!(d.endpoint().contains("instance_uuid"), "{}", d.endpoint());
+    execute(d.as_ref(), PowerAction::Off, &policy())
+        .await
+        .unwrap();
+    assert_eq!(m.power("vm-42"), Some(VmPower::PoweredOff));
+    assert_eq!(
+        m.power("vm-43"),
+        Some(VmPower::PoweredOn),
+        "not the VM whose BIOS UUID it is"
+    );
+
+    // An instance UUID no VM has is an error, never Off.
+    let s = setup(&m, VmSelector::InstanceUuid(UUID_2.into()));
+    let e = driver(&s.target).status().await.unwrap_err();
+    assert_eq!(e.kind, PowerErrorKind::Config, "{e}");
+    assert!(e.message.contains("instance UUID"), "{e}");
+    m.shutdown().await;
+}
+
+/// One BIOS UUID in two datacenters (a VM copied to another site kept it).
+async fn two_sites() -> MockVsphereHandle {
+    MockVsphere::builder()
+        .credentials(USER, PASSWORD)
+        .vm(VmSpec::new("worker-1")
+            .moid("vm-42")
+            .bios_uuid(UUID_1)
+            .power(VmPower::PoweredOff))
+        .vm(VmSpec::new("worker-1")
+            .moid("vm-77")
+            .bios_uuid(UUID_1)
+            .datacenter("DC1"))
+        .start()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn datacenter_limits_the_uuid_search_to_one_site() {
+    let m = two_sites().await;
+    // Unscoped, the two VMs cannot be told apart.
+    let s = setup(&m, VmSelector::NodeUuid);
+    let d = driver(&s.target);
+    d.node_identity(&node(UUID_1));
+    let e = d.status().await.unwrap_err();
+    assert_eq!(e.kind, PowerErrorKind::Config, "{e}");
+    assert!(
+        e.message.contains("vm-42") && e.message.contains("vm-77"),
+        "{e}"
+    );
+
+    for (dc, vm, state) in [
+        ("DC0", "vm-42", PowerState::Off),
+        ("/DC1/", "vm-77", PowerState::On),
+    ] {
+        let mut s = setup(&m, VmSelector::NodeUuid);
+        s.target.datacenter = Some(dc.into());
+        let d = driver(&s.target);
+        d.node_identity(&node(UUID_1));
+        assert_eq!(d.status().await.unwrap().state, state, "{dc}");
+        assert!(d.endpoint().contains(vm), "{dc}: {}", d.endpoint());
+        // The Datacenter is found once, by its inventory path.
+        d.status().await.unwrap();
+    }
+    let paths = m
+        .methods()
+        .iter()
+        .filter(|c| *c == "FindByInventoryPath")
+        .count();
+    assert_eq!(paths, 2, "one datacenter lookup per driver");
+    // Only DC1's VM is powered off.
+    let mut s = setup(&m, VmSelector::BiosUuid(UUID_1.into()));
+    s.target.datacenter = Some("DC1".into());
+    execute(driver(&s.target).as_ref(), PowerAction::Off, &policy())
+        .await
+        .unwrap();
+    assert_eq!(
+        m.power_calls(),
+        vec![("PowerOffVM_Task".to_string(), "vm-77".to_string())]
+    );
+    m.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_datacenter_that_is_not_there_is_an_error_never_off() {
+    let m = two_sites().await;
+    for dc in ["DC9", "DC0/vm/k8s"] {
+        let mut s = setup(&m, VmSelector::NodeUuid);
+        s.target.datacenter = Some(dc.into());
+        let d = driver(&s.target);
+        d.node_identity(&node(UUID_1));
+        let e = d.status().await.unwrap_err();
+        assert_eq!(e.kind, PowerErrorKind::Config, "{dc}: {e}");
+        assert!(e.message.contains("datacenter"), "{dc}: {e}");
+        assert!(d.power_off().await.is_err());
+    }
+    assert!(m.power_calls().is_empty());
+    m.shutdown().await;
+}
+
+#[tokio::test]
+async fn before_6_5_the_datacenter_still_limits_the_search() {
+    let m = two_sites().await;
+    m.inject(Fault::NoFindAllByUuid);
+    for (dc, vm) in [("DC0", "vm-42"), ("DC1", "vm-77")] {
+        let mut s = setup(&m, VmSelector::NodeUuid);
+        s.target.datacenter = Some(dc.into());
+        let d = driver(&s.target);
+        d.node_identity(&node(UUID_1));
+        d.status().await.unwrap();
+        assert!(d.endpoint().contains(vm), "{dc}: {}", d.endpoint());
+    }
+    // Unscoped, the scan sees both.
+    let s = setup(&m, VmSelector::NodeUuid);
+    let d = driver(&s.target);
+    d.node_identity(&node(UUID_1));
+    let e = d.status().await.unwrap_err();
+    assert!(
+        e.message.contains("vm-42") && e.message.contains("vm-77"),
+        "{e}"
+    );
+    m.shutdown().await;
+}
+
+#[tokio::test]
+async fn every_vm_behind_one_vcenter_shares_one_login_logged_out_by_the_last() {
+    let m = vcenter(VmPower::PoweredOn).await;
+    let one = setup(&m, VmSelector::Moid("vm-42".into()));
+    let mut two = setup(&m, VmSelector::Moid("vm-43".into()));
+    // One group's settings: the same CA file.
+    two.target.tls = one.target.tls.clone();
+    nodefence::tls::install_crypto_provider();
+    let factory = DriverFactory::new(8);
+    let node = |name: &str, target: &VsphereTarget| NodeTarget {
+        fallback: Vec::new(),
+        origin: Default::default(),
+        metal3_host: None,
+        name: name.into(),
+        group: None,
+        power: PowerSource::Vsphere(target.clone()),
+        policy: Default::default(),
+    };
+    let d1 = factory.driver(&node("worker-1", &one.target)).unwrap();
+    let d2 = factory.driver(&node("worker-2", &two.target)).unwrap();
+    // Another password for the same user is another session (a rotated Secret).
+    let mut other = two.target.clone();
+    other.credential.password = "not-the-password".to_string().into();
+    let d3 = factory.driver(&node("worker-3", &other)).unwrap();
+    assert_eq!(d1.status().await.unwrap().state, PowerState::On);
+    assert_eq!(d2.status().await.unwrap().state, PowerState::On);
+    assert_eq!(d3.status().await.unwrap_err().kind, PowerErrorKind::Auth);
+    let count = |what: &str| m.methods().iter().filter(|c| *c == what).count();
+    assert_eq!(
+        count("Login"),
+        2,
+        "one shared, one refused: {:?}",
+        m.methods()
+    );
+    d1.close().await;
+    d1.close().await; // closing twice detaches once
+    assert_eq!(count("Logout"), 0, "worker-2 still uses the session");
+    assert_eq!(d2.status().await.unwrap().state, PowerState::On);
+    d2.close().await;
+    assert_eq!(count("Logout"), 1);
+    assert_eq!(count("Login"), 2);
 }

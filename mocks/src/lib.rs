@@ -11,6 +11,10 @@
 //! - [`metal3`]: Metal3's baremetal-operator and Ironic (power actions and power-state
 //!   sync), standing in through fake-kube's API and the mock Redfish BMC, with
 //!   minimal BareMetalHost and Metal3Machine CRDs.
+//! - [`kubevirt`]: KubeVirt (virt-api's `start`/`stop` subresources behind fake-kube's
+//!   aggregated-API hook, virt-controller's run strategies, virt-handler's VMI phases and
+//!   grace periods) with the VirtualMachine and VirtualMachineInstance CRDs and its
+//!   failure modes.
 //! - [`tls`]: throwaway CA + leaf certificates for HTTPS mocks.
 //! - [`vsphere`]: a vCenter or ESXi host over the vSphere Web Services (SOAP) API.
 //! - [`remediation`]: stand-ins for the NodeHealthCheck operator and Cluster API's
@@ -23,6 +27,7 @@
 pub mod child_log;
 pub mod ipmi;
 pub mod kube;
+pub mod kubevirt;
 pub mod machines;
 pub mod metal3;
 pub mod peers;

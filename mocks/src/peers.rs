@@ -234,6 +234,56 @@ pub fn fence_agent(name: &str) -> Option<PathBuf> {
     on_path(name).or_else(|| skip(name, "apt-get install fence-agents"))
 }
 
+/// The Debian packages [`fence_kubevirt`] needs besides `fence-agents`.
+pub const FENCE_KUBEVIRT_INSTALL: &str =
+    "apt-get install fence-agents python3-kubernetes python3-openshift";
+
+/// ClusterLabs' `fence_kubevirt`, when the Python its `#!` line names (else
+/// `python3`) imports `kubernetes` and `openshift.dynamic` (Debian
+/// `python3-kubernetes`, `python3-openshift`): without them the agent starts and
+/// fails every action.
+pub fn fence_kubevirt() -> Option<PathBuf> {
+    python_fence_agent(
+        "fence_kubevirt",
+        &["kubernetes.config", "openshift.dynamic"],
+        FENCE_KUBEVIRT_INSTALL,
+    )
+}
+
+/// The Debian packages [`fence_vmware_rest`] needs.
+pub const FENCE_VMWARE_REST_INSTALL: &str = "apt-get install fence-agents python3-pycurl";
+
+/// ClusterLabs' `fence_vmware_rest`, when the Python its `#!` line names (else
+/// `python3`) imports `pycurl` (Debian `python3-pycurl`, which `fence-agents` only
+/// suggests): without it the agent starts and fails every action.
+pub fn fence_vmware_rest() -> Option<PathBuf> {
+    python_fence_agent("fence_vmware_rest", &["pycurl"], FENCE_VMWARE_REST_INSTALL)
+}
+
+/// A fence agent written in Python, when its Python imports every module named;
+/// else the skip, naming the module and `install`.
+fn python_fence_agent(name: &str, modules: &[&str], install: &str) -> Option<PathBuf> {
+    let Some(agent) = on_path(name) else {
+        return skip(name, install);
+    };
+    let python = shebang_interpreter(&agent)
+        .or_else(|| on_path("python3"))
+        .unwrap_or_else(|| PathBuf::from("python3"));
+    for module in modules {
+        if !imports(&python, module) {
+            return skip(
+                &format!(
+                    "{module} (for {} via {})",
+                    agent.display(),
+                    python.display()
+                ),
+                install,
+            );
+        }
+    }
+    Some(agent)
+}
+
 /// `ipmitool` (Debian `ipmitool`).
 pub fn ipmitool() -> Option<PathBuf> {
     on_path("ipmitool").or_else(|| skip("ipmitool", "apt-get install ipmitool"))

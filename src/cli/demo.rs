@@ -73,8 +73,16 @@ pub enum ScenarioArg {
     Recovery,
     /// NodeHealthCheck asks nodefence to fence a cut-off node (NodeFenceRemediation).
     Nhc,
-    /// All five, in this order.
+    /// All five above, in this order.
     All,
+    /// On its own: the workers are VMs on a mock vCenter, and the host of the one
+    /// running db-0 loses power (the vsphere driver reads poweredOff).
+    VspherePowerLoss,
+    /// On its own, in the same world: the network of the VM running db-0 is cut,
+    /// nodefence powers it off with PowerOffVM_Task.
+    VsphereNetworkCut,
+    /// Both vSphere scenarios, in this order.
+    Vsphere,
 }
 
 fn parse_speed(raw: &str) -> Result<f64, String> {
@@ -96,6 +104,9 @@ pub async fn run(args: &DemoArgs) -> u8 {
         ScenarioArg::Recovery => vec![Scenario::Recovery],
         ScenarioArg::Nhc => vec![Scenario::Nhc],
         ScenarioArg::All => Scenario::ALL.to_vec(),
+        ScenarioArg::VspherePowerLoss => vec![Scenario::VspherePowerLoss],
+        ScenarioArg::VsphereNetworkCut => vec![Scenario::VsphereNetworkCut],
+        ScenarioArg::Vsphere => Scenario::VSPHERE.to_vec(),
     };
     demo::run(DemoOptions {
         speed: args.speed,

@@ -146,7 +146,8 @@ fn endpoints(config_path: &std::path::Path, target: &str) -> Result<Vec<Endpoint
                 Some(url) => (url.clone(), t.tls.clone()),
                 None => continue,
             },
-            PowerSource::Ipmi(_) | PowerSource::Exec(_) => continue,
+            // A kubeconfig carries its own CA.
+            PowerSource::Ipmi(_) | PowerSource::Exec(_) | PowerSource::Kubevirt(_) => continue,
         };
         if url.scheme() != "https" {
             eprintln!("note: {label}: {url} is plain HTTP: there is no certificate to check");

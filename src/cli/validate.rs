@@ -178,9 +178,25 @@ fn origin_lines(config: &Config) -> String {
 fn deploy_line(config: &Config) -> String {
     use crate::cluster::access::{self, Component};
     let components = access::components(config);
+    // KubeVirt nodes need no grant here, but their kubeconfig mounted, and an
+    // identity in the infrastructure cluster.
+    let kubevirt = config
+        .inventory
+        .nodes
+        .values()
+        .any(|n| n.sources().any(|s| matches!(s, PowerSource::Kubevirt(_))));
+    let kubevirt_note = "; KubeVirt nodes: add components/kubevirt (it mounts the Secret \
+                         nodefence-kubevirt holding the infrastructure cluster's kubeconfig) and \
+                         apply deploy/kubevirt-infra in the infrastructure cluster";
     if components.is_empty() {
-        return "deploy: the base of deploy/ grants everything this configuration needs\n"
-            .to_string();
+        return if kubevirt {
+            format!(
+                "deploy: the base of deploy/ grants everything this configuration needs in this \
+                 cluster{kubevirt_note}\n"
+            )
+        } else {
+            "deploy: the base of deploy/ grants everything this configuration needs\n".to_string()
+        };
     }
     let mut line = format!(
         "deploy: add the Kustomize component(s) {} to deploy/'s base",
@@ -197,6 +213,9 @@ fn deploy_line(config: &Config) -> String {
              nodefence's namespace)",
             secrets.join(", ")
         ));
+    }
+    if kubevirt {
+        line.push_str(kubevirt_note);
     }
     line.push('\n');
     line
@@ -231,6 +250,20 @@ pub(super) fn describe_source(source: &PowerSource) -> String {
                 t.vm
             )
         }
+        PowerSource::Kubevirt(t) => match &t.context {
+            Some(context) => format!(
+                "kubevirt VirtualMachine {}/{} (kubeconfig {}, context {context})",
+                t.namespace,
+                t.vm,
+                t.kubeconfig.display()
+            ),
+            None => format!(
+                "kubevirt VirtualMachine {}/{} (kubeconfig {})",
+                t.namespace,
+                t.vm,
+                t.kubeconfig.display()
+            ),
+        },
         PowerSource::Aws(t) => {
             let mut out = "aws".to_string();
             if let Some(url) = &t.endpoint {
@@ -536,6 +569,36 @@ mod tests {
             exit::FAILED
         );
         bmc.shutdown().await;
+    }
+
+    #[test]
+    fn a_kubevirt_node_names_its_component_and_the_infrastructure_role() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("nodefence.toml"),
+            "inventory = \"inventory.toml\"\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("infra.kubeconfig"),
+            "apiVersion: v1\nkind: Config\ncurrent-context: i\nclusters:\n- name: i\n  \
+             cluster:\n    server: https://infra:6443\ncontexts:\n- name: i\n  context:\n    \
+             cluster: i\n    user: u\nusers:\n- name: u\n  user:\n    token: t0k3n-x\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("inventory.toml"),
+            "[nodes.guest-1]\ndriver = \"kubevirt\"\nkubeconfig = \"infra.kubeconfig\"\n\
+             namespace = \"guests\"\n",
+        )
+        .unwrap();
+        let path = dir.path().join("nodefence.toml");
+        let config = crate::config::load(&path).unwrap();
+        let report = ok_report(&path, &config);
+        assert!(report.contains("components/kubevirt"), "{report}");
+        assert!(report.contains("deploy/kubevirt-infra"), "{report}");
+        assert!(report.contains("1 kubevirt"), "{report}");
+        assert!(!report.contains("t0k3n-x"), "{report}");
     }
 
     #[test]

@@ -352,3 +352,90 @@ mod tests {
         assert!(err.help.unwrap().contains("/usr/sbin/fence_y"));
     }
 }
+
+/// A kubeconfig larger than this is surely the wrong file.
+const MAX_KUBECONFIG: u64 = 4 * 1024 * 1024;
+
+/// What a kubeconfig's chosen context says, once checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KubeconfigContext {
+    /// The context's default namespace, if it names one.
+    pub namespace: Option<String>,
+}
+
+/// Checks that a kubeconfig parses and has the context (`context`, else its
+/// `current-context`) with a cluster that names a server. Never shows the file's
+/// content: a YAML error can quote a token, so only the fact is reported.
+pub(crate) fn check_kubeconfig(
+    path: &FilePath,
+    context: Option<&str>,
+) -> Result<KubeconfigContext, FileProblem> {
+    let shown = path.display.display();
+    let mut file = open(
+        "kubeconfig",
+        path,
+        "point it at the infrastructure cluster's kubeconfig, e.g. the mounted Secret of \
+         deploy/components/kubevirt",
+        MAX_KUBECONFIG,
+    )?;
+    let mut text = String::new();
+    file.read_to_string(&mut text).map_err(|e| {
+        problem(
+            format!("kubeconfig {shown} cannot be read as text: {e}"),
+            "",
+        )
+    })?;
+    let config = kube::config::Kubeconfig::from_yaml(&text).map_err(|_| {
+        problem(
+            format!("kubeconfig {shown} is not a valid kubeconfig"),
+            "check it with `kubectl --kubeconfig <file> config view` (its error is not shown \
+             here: it can quote a token)",
+        )
+    })?;
+    let wanted = match context.or(config.current_context.as_deref()) {
+        Some(name) => name,
+        None => {
+            return Err(problem(
+                format!("kubeconfig {shown} has no current-context"),
+                "name the context with `kubeconfig_context`, or set current-context in the file",
+            ));
+        }
+    };
+    let Some(ctx) = config
+        .contexts
+        .iter()
+        .find(|c| c.name == wanted)
+        .and_then(|c| c.context.as_ref())
+    else {
+        let names: Vec<&str> = config.contexts.iter().map(|c| c.name.as_str()).collect();
+        return Err(problem(
+            format!("kubeconfig {shown} has no context \"{wanted}\""),
+            &format!(
+                "its contexts: {}; correct `kubeconfig_context`",
+                if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(", ")
+                }
+            ),
+        ));
+    };
+    let server = config
+        .clusters
+        .iter()
+        .find(|c| c.name == ctx.cluster)
+        .and_then(|c| c.cluster.as_ref())
+        .and_then(|c| c.server.as_deref());
+    if server.is_none_or(str::is_empty) {
+        return Err(problem(
+            format!(
+                "kubeconfig {shown}: context \"{wanted}\" names cluster \"{}\", which has no server",
+                ctx.cluster
+            ),
+            "the cluster entry needs `server: https://<api-server>:6443`",
+        ));
+    }
+    Ok(KubeconfigContext {
+        namespace: ctx.namespace.clone().filter(|n| !n.is_empty()),
+    })
+}

@@ -21,9 +21,9 @@ use super::model::{IpmiPrivilege, RedfishAuth};
 use super::paths::{BaseDir, FilePath};
 use super::policy::{self, PolicyDraft, Scope};
 use super::values::{
-    auth, bios_uuid, check_env_name, cipher_suite, driver, instance_id, instance_tag,
-    ipmi_privilege, moid, narrow, options, region, secret_key, secret_name, system_id,
-    tls_fingerprint, vm_path,
+    auth, bios_uuid, check_env_name, cipher_suite, datacenter, driver, instance_id, instance_tag,
+    instance_uuid, ipmi_privilege, kube_namespace, kube_vm_name, moid, narrow, options, region,
+    secret_key, secret_name, system_id, tls_fingerprint, vm_path,
 };
 
 /// A power driver, as named by `driver = "..."`.
@@ -34,17 +34,20 @@ pub(crate) enum Driver {
     Aws,
     Exec,
     Vsphere,
+    Kubevirt,
 }
 
 impl Driver {
-    const ALL: [Driver; 5] = [
+    const ALL: [Driver; 6] = [
         Driver::Redfish,
         Driver::Ipmi,
         Driver::Aws,
         Driver::Exec,
         Driver::Vsphere,
+        Driver::Kubevirt,
     ];
-    pub(crate) const NAMES: [&'static str; 5] = ["redfish", "ipmi", "aws", "exec", "vsphere"];
+    pub(crate) const NAMES: [&'static str; 6] =
+        ["redfish", "ipmi", "aws", "exec", "vsphere", "kubevirt"];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -53,6 +56,7 @@ impl Driver {
             Driver::Aws => "aws",
             Driver::Exec => "exec",
             Driver::Vsphere => "vsphere",
+            Driver::Kubevirt => "kubevirt",
         }
     }
 
@@ -86,6 +90,12 @@ const FIELDS: &[(&str, &[Driver])] = &[
     ("bios_uuid", &[Driver::Vsphere]),
     ("moid", &[Driver::Vsphere]),
     ("vm_path", &[Driver::Vsphere]),
+    ("instance_uuid", &[Driver::Vsphere]),
+    ("datacenter", &[Driver::Vsphere]),
+    ("kubeconfig", &[Driver::Kubevirt]),
+    ("kubeconfig_context", &[Driver::Kubevirt]),
+    ("namespace", &[Driver::Kubevirt]),
+    ("vm", &[Driver::Kubevirt]),
     ("agent", &[Driver::Exec]),
     ("options", &[Driver::Exec]),
     ("username", CREDENTIALED),
@@ -184,6 +194,18 @@ pub(crate) struct Layer {
     pub moid: Option<Val<String>>,
     /// `vm_path`: the vSphere VM's inventory path (`{node}` allowed).
     pub vm_path: Option<Val<String>>,
+    /// `instance_uuid`: the vSphere VM's instance UUID (`config.instanceUuid`).
+    pub instance_uuid: Option<Val<String>>,
+    /// `datacenter`: the vSphere datacenter a UUID search is limited to.
+    pub datacenter: Option<Val<String>>,
+    /// `kubeconfig`: the KubeVirt infrastructure cluster's kubeconfig file.
+    pub kubeconfig: Option<Val<FilePath>>,
+    /// `kubeconfig_context`: the context to use (else its `current-context`).
+    pub kubeconfig_context: Option<Val<String>>,
+    /// `namespace`: the VirtualMachine's namespace in the infrastructure cluster.
+    pub namespace: Option<Val<String>>,
+    /// `vm`: the VirtualMachine's name (`{node}` allowed; default the node's name).
+    pub vm: Option<Val<String>>,
     pub agent: Option<Val<FilePath>>,
     pub options: Option<Val<BTreeMap<String, Val<String>>>>,
     pub username: Option<Val<String>>,
@@ -240,6 +262,12 @@ impl Layer {
             bios_uuid: None,
             moid: None,
             vm_path: None,
+            instance_uuid: None,
+            datacenter: None,
+            kubeconfig: None,
+            kubeconfig_context: None,
+            namespace: None,
+            vm: None,
             agent: None,
             options: None,
             username: None,
@@ -366,6 +394,15 @@ impl Layer {
             "bios_uuid" => self.bios_uuid = Some(bios_uuid(e)?),
             "moid" => self.moid = Some(moid(e)?),
             "vm_path" => self.vm_path = Some(vm_path(e)?),
+            "instance_uuid" => self.instance_uuid = Some(instance_uuid(e)?),
+            "datacenter" => self.datacenter = Some(datacenter(e)?),
+            "kubeconfig" => {
+                let v = e.non_empty_string()?;
+                self.kubeconfig = Some(v.with(base.join(&v.value)));
+            }
+            "kubeconfig_context" => self.kubeconfig_context = Some(e.non_empty_string()?),
+            "namespace" => self.namespace = Some(kube_namespace(e)?),
+            "vm" => self.vm = Some(kube_vm_name(e)?),
             "agent" => {
                 let v = e.non_empty_string()?;
                 self.agent = Some(v.with(base.join(&v.value)));

@@ -71,10 +71,18 @@ pub(crate) enum Machine {
     },
     Aws(String),
     /// A vSphere VM named explicitly: the endpoint's host and port, and how the VM is
-    /// named (`bios_uuid` lower-cased, `moid`, or `vm_path`, `{node}` substituted).
+    /// named (`bios_uuid` lower-cased, `instance_uuid`, each with its `datacenter`,
+    /// `moid`, or `vm_path`, `{node}` substituted).
     Vsphere {
         host: String,
         port: u16,
+        vm: String,
+    },
+    /// A KubeVirt VirtualMachine: the kubeconfig file as written, the namespace as
+    /// written (`None`: the kubeconfig's), and the VM's name (`{node}` substituted).
+    Kubevirt {
+        kubeconfig: String,
+        namespace: Option<String>,
         vm: String,
     },
     /// An EC2 instance found by a tag: key, value (`{node}` substituted).
@@ -123,8 +131,13 @@ impl Machine {
             Driver::Vsphere => {
                 let endpoint = chain.pick(|l| &l.endpoint)?;
                 let url = parse_endpoint(&substitute(&endpoint.val.value, node), &dummy).ok()?;
+                let scope = chain
+                    .pick(|l| &l.datacenter)
+                    .map_or(String::new(), |d| format!(" in datacenter {}", d.val.value));
                 let vm = if let Some(u) = chain.pick(|l| &l.bios_uuid) {
-                    format!("bios_uuid {}", u.val.value.to_ascii_lowercase())
+                    format!("bios_uuid {}{scope}", u.val.value.to_ascii_lowercase())
+                } else if let Some(i) = chain.pick(|l| &l.instance_uuid) {
+                    format!("instance_uuid {}{scope}", i.val.value)
                 } else if let Some(m) = chain.pick(|l| &l.moid) {
                     format!("moid {}", m.val.value)
                 } else {
@@ -137,6 +150,19 @@ impl Machine {
                     vm,
                 })
             }
+            Driver::Kubevirt => Some(Machine::Kubevirt {
+                kubeconfig: chain
+                    .pick(|l| &l.kubeconfig)?
+                    .val
+                    .value
+                    .abs
+                    .display()
+                    .to_string(),
+                namespace: chain.pick(|l| &l.namespace).map(|p| p.val.value.clone()),
+                vm: chain
+                    .pick(|l| &l.vm)
+                    .map_or_else(|| node.to_string(), |p| substitute(&p.val.value, node)),
+            }),
             Driver::Exec => {
                 let agent = chain.pick(|l| &l.agent)?;
                 let agent = agent
@@ -252,6 +278,14 @@ impl Machine {
             Machine::Ipmi { host, port } => format!("IPMI BMC {host}:{port}"),
             Machine::Aws(id) => format!("EC2 instance {id}"),
             Machine::Vsphere { host, port, vm } => format!("vSphere {host}:{port}, {vm}"),
+            Machine::Kubevirt {
+                kubeconfig,
+                namespace,
+                vm,
+            } => match namespace {
+                Some(ns) => format!("KubeVirt VirtualMachine {ns}/{vm} (kubeconfig {kubeconfig})"),
+                None => format!("KubeVirt VirtualMachine {vm} (kubeconfig {kubeconfig})"),
+            },
             Machine::AwsTag(key, value) => format!("the EC2 instance tagged {key}={value}"),
             Machine::Exec { agent, selectors } => {
                 let options: Vec<String> =
@@ -383,7 +417,8 @@ pub(crate) fn check(src: &Source, nodes: &[Placed], diags: &mut Diagnostics) {
             Machine::Aws(_)
             | Machine::AwsTag(..)
             | Machine::Exec { .. }
-            | Machine::Vsphere { .. } => {}
+            | Machine::Vsphere { .. }
+            | Machine::Kubevirt { .. } => {}
         }
     }
     for users in hosts.values() {

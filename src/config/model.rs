@@ -209,6 +209,7 @@ pub enum PowerSource {
     Aws(AwsTarget),
     Exec(ExecTarget),
     Vsphere(VsphereTarget),
+    Kubevirt(KubevirtTarget),
 }
 
 impl PowerSource {
@@ -219,7 +220,7 @@ impl PowerSource {
             PowerSource::Ipmi(t) => Some(&t.credential),
             PowerSource::Exec(t) => t.credential.as_ref(),
             PowerSource::Vsphere(t) => Some(&t.credential),
-            PowerSource::Aws(_) => None,
+            PowerSource::Aws(_) | PowerSource::Kubevirt(_) => None,
         }
     }
 
@@ -230,7 +231,7 @@ impl PowerSource {
             PowerSource::Ipmi(t) => Some(&mut t.credential),
             PowerSource::Exec(t) => t.credential.as_mut(),
             PowerSource::Vsphere(t) => Some(&mut t.credential),
-            PowerSource::Aws(_) => None,
+            PowerSource::Aws(_) | PowerSource::Kubevirt(_) => None,
         }
     }
 
@@ -253,6 +254,7 @@ impl PowerSource {
             PowerSource::Aws(t) => &t.timeouts,
             PowerSource::Exec(t) => &t.timeouts,
             PowerSource::Vsphere(t) => &t.timeouts,
+            PowerSource::Kubevirt(t) => &t.timeouts,
         }
     }
 
@@ -263,6 +265,7 @@ impl PowerSource {
             PowerSource::Aws(_) => "aws",
             PowerSource::Exec(_) => "exec",
             PowerSource::Vsphere(_) => "vsphere",
+            PowerSource::Kubevirt(_) => "kubevirt",
         }
     }
 }
@@ -376,10 +379,29 @@ pub struct VsphereTarget {
     /// Base URL of vCenter or the ESXi host (`https://vcenter.example.com`); SOAP goes
     /// to `<endpoint>/sdk`.
     pub endpoint: Url,
-    /// Which VM: `bios_uuid`, `moid`, `vm_path`, or the Node's systemUUID.
+    /// Which VM: `bios_uuid`, `instance_uuid`, `moid`, `vm_path`, or the Node's
+    /// systemUUID.
     pub vm: crate::power::vsphere::locate::VmSelector,
+    /// `datacenter`: the inventory path of the datacenter a UUID search is limited
+    /// to (`None`: every datacenter).
+    pub datacenter: Option<String>,
     pub credential: Credential,
     pub tls: TlsSettings,
+    pub timeouts: Timeouts,
+}
+
+/// A KubeVirt VirtualMachine in an infrastructure cluster (a guest cluster's node).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubevirtTarget {
+    /// The infrastructure cluster's kubeconfig (a mounted Secret).
+    pub kubeconfig: PathBuf,
+    /// The kubeconfig's context to use; `None`: its `current-context`.
+    pub context: Option<String>,
+    /// The VirtualMachine's namespace (`namespace`, else the context's, else
+    /// `default`, as kubectl does).
+    pub namespace: String,
+    /// The VirtualMachine's name (`vm`, `{node}` replaced; default the node's name).
+    pub vm: String,
     pub timeouts: Timeouts,
 }
 

@@ -251,8 +251,8 @@ pub(crate) fn power_source(
         let help = if matches!(chain.node.subject, Subject::Fallback(..)) {
             "every fallback entry names its own driver, e.g. { driver = \"exec\", agent = ... }"
         } else {
-            "set driver = \"redfish\" (or \"ipmi\", \"aws\", \"vsphere\", \"exec\") on the node, its group \
-             or in [defaults]"
+            "set driver = \"redfish\" (or \"ipmi\", \"aws\", \"vsphere\", \"kubevirt\", \"exec\") on \
+             the node, its group or in [defaults]"
         };
         ctx.error(
             chain.node,
@@ -272,6 +272,7 @@ pub(crate) fn power_source(
         Driver::Aws => targets::aws(ctx, name, chain, timeouts),
         Driver::Exec => targets::exec(ctx, name, chain, timeouts),
         Driver::Vsphere => targets::vsphere(ctx, name, chain, timeouts),
+        Driver::Kubevirt => targets::kubevirt(ctx, name, chain, timeouts),
     };
     if ctx.diags.error_count() > before {
         return None;

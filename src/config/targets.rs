@@ -12,8 +12,8 @@ use super::endpoint::{check_address, parse_endpoint, substitute};
 use super::files;
 use super::layer::Driver;
 use super::model::{
-    AwsTarget, ExecTarget, IpmiPrivilege, IpmiTarget, PowerSource, RedfishTarget, Timeouts,
-    TlsSettings, VsphereTarget,
+    AwsTarget, ExecTarget, IpmiPrivilege, IpmiTarget, KubevirtTarget, PowerSource, RedfishTarget,
+    Timeouts, TlsSettings, VsphereTarget,
 };
 use super::resolve::{Chain, Ctx, Picked, from_where, note_insecure, rank};
 use crate::power::vsphere::locate::VmSelector;
@@ -337,7 +337,8 @@ pub(crate) fn exec(
 }
 
 /// A vSphere VM: `endpoint` and credentials required; at most one of `bios_uuid`,
-/// `moid` and `vm_path` (none: the Node's systemUUID finds the VM).
+/// `instance_uuid`, `moid` and `vm_path` (none: the Node's systemUUID finds the VM);
+/// `datacenter` only with a UUID search (`moid` and `vm_path` need none).
 pub(crate) fn vsphere(
     ctx: &mut Ctx<'_>,
     name: &str,
@@ -358,10 +359,13 @@ pub(crate) fn vsphere(
         }
     };
     let uuid = chain.pick(|l| &l.bios_uuid);
+    let instance = chain.pick(|l| &l.instance_uuid);
     let moid = chain.pick(|l| &l.moid);
     let path = chain.pick(|l| &l.vm_path);
+    let datacenter = chain.pick(|l| &l.datacenter);
     let written: Vec<(&str, &super::layer::Layer, &super::diagnostic::Span)> = [
         uuid.map(|p| ("bios_uuid", p.layer, &p.val.key)),
+        instance.map(|p| ("instance_uuid", p.layer, &p.val.key)),
         moid.map(|p| ("moid", p.layer, &p.val.key)),
         path.map(|p| ("vm_path", p.layer, &p.val.key)),
     ]
@@ -384,17 +388,38 @@ pub(crate) fn vsphere(
                 from_where(other.1, at.1)
             ),
             Some(
-                "keep one: bios_uuid (found wherever the VM is), moid, or vm_path; or none, to \
-                 find the VM by the Node's systemUUID"
+                "keep one: bios_uuid (found wherever the VM is), instance_uuid, moid, or vm_path; \
+                 or none, to find the VM by the Node's systemUUID"
                     .into(),
             ),
         );
         return None;
     }
-    let vm = match (uuid, moid, path) {
-        (Some(u), _, _) => VmSelector::BiosUuid(u.val.value.clone()),
-        (_, Some(m), _) => VmSelector::Moid(m.val.value.clone()),
-        (_, _, Some(p)) => VmSelector::Path(substitute(&p.val.value, name)),
+    if let (Some(dc), Some(other)) = (datacenter, written.first())
+        && matches!(other.0, "moid" | "vm_path")
+    {
+        ctx.error(
+            dc.layer,
+            &dc.val.key,
+            format!(
+                "`datacenter` limits a UUID search, and `{}` names the VM without one{}",
+                other.0,
+                from_where(other.1, dc.layer)
+            ),
+            Some(
+                "remove datacenter (a vm_path starts with its datacenter; a moid is unique \
+                 on its vCenter), or name the VM by bios_uuid or instance_uuid"
+                    .into(),
+            ),
+        );
+        return None;
+    }
+
+    let vm = match (uuid, instance, moid, path) {
+        (Some(u), _, _, _) => VmSelector::BiosUuid(u.val.value.clone()),
+        (_, Some(i), _, _) => VmSelector::InstanceUuid(i.val.value.clone()),
+        (_, _, Some(m), _) => VmSelector::Moid(m.val.value.clone()),
+        (_, _, _, Some(p)) => VmSelector::Path(substitute(&p.val.value, name)),
         _ => VmSelector::NodeUuid,
     };
     let credential = credential(ctx, chain, Driver::Vsphere, true);
@@ -402,8 +427,64 @@ pub(crate) fn vsphere(
     Some(PowerSource::Vsphere(VsphereTarget {
         endpoint: endpoint?,
         vm,
+        datacenter: datacenter.map(|d| d.val.value.clone()),
         credential: credential.ok()??,
         tls: tls?,
+        timeouts,
+    }))
+}
+
+/// A KubeVirt VirtualMachine: `kubeconfig` required and checked (parses, has the
+/// context, the context's cluster names a server); `namespace` else the context's
+/// else `default`; `vm` else the node's name.
+pub(crate) fn kubevirt(
+    ctx: &mut Ctx<'_>,
+    name: &str,
+    chain: &Chain<'_>,
+    timeouts: Timeouts,
+) -> Option<PowerSource> {
+    let context = chain
+        .pick(|l| &l.kubeconfig_context)
+        .map(|p| p.val.value.clone());
+    let Some(p) = chain.pick(|l| &l.kubeconfig) else {
+        missing(
+            ctx,
+            chain,
+            Driver::Kubevirt,
+            "kubeconfig",
+            "\"/etc/nodefence/kubevirt/kubeconfig\"",
+        );
+        return None;
+    };
+    // One check per written setting and context (a group's file serves many nodes).
+    let id = {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::hash::DefaultHasher::new();
+        (p.val.span.start, &context, "kubeconfig").hash(&mut h);
+        // Keys of `ctx.files` are spans' starts: keep this one out of their range.
+        (h.finish() as usize) | (1 << (usize::BITS - 1))
+    };
+    let checked = super::files::check_kubeconfig(&p.val.value, context.as_deref());
+    if !ctx.files.contains_key(&id)
+        && let Err(e) = &checked
+    {
+        ctx.error(p.layer, &p.val.span, e.message.clone(), e.help.clone());
+    }
+    ctx.files.insert(id, checked.is_ok());
+    let kubeconfig_context = checked.ok()?;
+    let namespace = chain
+        .pick(|l| &l.namespace)
+        .map(|p| p.val.value.clone())
+        .or(kubeconfig_context.namespace)
+        .unwrap_or_else(|| "default".to_string());
+    let vm = chain
+        .pick(|l| &l.vm)
+        .map_or_else(|| name.to_string(), |p| substitute(&p.val.value, name));
+    Some(PowerSource::Kubevirt(KubevirtTarget {
+        kubeconfig: p.val.value.abs.clone(),
+        context,
+        namespace,
+        vm,
         timeouts,
     }))
 }

@@ -335,6 +335,50 @@ pub(crate) fn bios_uuid(e: &Entry<'_, '_>) -> Result<Val<String>, Problem> {
     }
 }
 
+/// `instance_uuid`: a vSphere VM's instance UUID (`config.instanceUuid`, vCenter's
+/// own id of the VM; the guest never sees it, so it has one byte order).
+pub(crate) fn instance_uuid(e: &Entry<'_, '_>) -> Result<Val<String>, Problem> {
+    let v = e.non_empty_string()?;
+    match uuid::Uuid::parse_str(v.value.trim()) {
+        Ok(u) if !u.is_nil() && u.as_bytes() != &[0xff; 16] => {
+            Ok(v.with(u.hyphenated().to_string()))
+        }
+        _ => Err(Problem::new(
+            &v.span,
+            "`instance_uuid` is not a VM's instance UUID",
+            Some(
+                "e.g. instance_uuid = \"50123456-89ab-cdef-0123-456789abcdef\" (the VM's \
+                 config.instanceUuid, as vCenter shows it); or bios_uuid for the UUID the \
+                 guest and the Node report"
+                    .into(),
+            ),
+        )),
+    }
+}
+
+/// `datacenter`: the inventory path of the vSphere datacenter a UUID search is
+/// limited to (`DC0`, or `Folder/DC0` when it sits in a folder).
+pub(crate) fn datacenter(e: &Entry<'_, '_>) -> Result<Val<String>, Problem> {
+    let v = e.non_empty_string()?;
+    let parts: Vec<&str> = v.value.split('/').filter(|p| !p.is_empty()).collect();
+    let ok = !parts.is_empty()
+        && !parts.contains(&"vm")
+        && !v.value.contains('{')
+        && v.value.len() <= 400;
+    if !ok {
+        return Err(Problem::new(
+            &v.span,
+            "`datacenter` is not a datacenter's inventory path",
+            Some(
+                "write the datacenter's name, e.g. datacenter = \"DC0\" (or \"Folder/DC0\" when \
+                 it sits in a folder), not a VM's path"
+                    .into(),
+            ),
+        ));
+    }
+    Ok(v.with(parts.join("/")))
+}
+
 /// `moid`: a vSphere managed object id (`vm-42` on vCenter, `42` on ESXi).
 pub(crate) fn moid(e: &Entry<'_, '_>) -> Result<Val<String>, Problem> {
     let v = e.non_empty_string()?;
@@ -368,6 +412,42 @@ pub(crate) fn vm_path(e: &Entry<'_, '_>) -> Result<Val<String>, Problem> {
             "`vm_path` is not a VM's inventory path",
             Some(
                 "write <datacenter>/vm/<folders>/<name>, e.g. vm_path = \"DC0/vm/k8s/{node}\""
+                    .into(),
+            ),
+        ));
+    }
+    Ok(v)
+}
+
+/// `namespace` (kubevirt): the VirtualMachine's namespace, an RFC 1123 label.
+pub(crate) fn kube_namespace(e: &Entry<'_, '_>) -> Result<Val<String>, Problem> {
+    let v = e.non_empty_string()?;
+    if !is_dns_label(&v.value) {
+        return Err(Problem::new(
+            &v.span,
+            "`namespace` is not a Kubernetes namespace name",
+            Some(
+                "the VirtualMachine's namespace in the infrastructure cluster: lowercase \
+                 letters, digits and '-', at most 63 characters, e.g. namespace = \"guests\""
+                    .into(),
+            ),
+        ));
+    }
+    Ok(v)
+}
+
+/// `vm` (kubevirt): a VirtualMachine's name (an RFC 1123 subdomain once `{node}` is
+/// replaced; a node name is one).
+pub(crate) fn kube_vm_name(e: &Entry<'_, '_>) -> Result<Val<String>, Problem> {
+    let v = e.non_empty_string()?;
+    check_placeholders("vm", &v.value, &v.span)?;
+    if !is_dns_subdomain(&v.value.replace("{node}", "node")) {
+        return Err(Problem::new(
+            &v.span,
+            "`vm` is not the name of a KubeVirt VirtualMachine",
+            Some(
+                "the VirtualMachine's metadata.name: lowercase letters, digits, '-' and '.', \
+                 `{node}` for the node's name, e.g. vm = \"{node}\" (the default)"
                     .into(),
             ),
         ));

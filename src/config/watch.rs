@@ -55,6 +55,9 @@ pub fn files_of(config: &Config) -> BTreeSet<PathBuf> {
                     files.extend(t.tls.ca_file.clone());
                     files.extend(t.credentials_file.clone());
                 }
+                PowerSource::Kubevirt(t) => {
+                    files.insert(t.kubeconfig.clone());
+                }
                 PowerSource::Ipmi(_) | PowerSource::Exec(_) => {}
             }
         }

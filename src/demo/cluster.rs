@@ -5,6 +5,11 @@
 //! over HTTP with timings scaled to the demo's speed; plus the queries and levers the
 //! scenarios use, and an orderly teardown.
 //!
+//! With [`Workers::Vms`], the workers' machines are VMs on one mock vCenter instead
+//! (`driver = "vsphere"`), each found by its Node's systemUUID, the VM's BIOS UUID
+//! (the second one's with its first three fields byte-swapped, as older guests
+//! report it); the Redfish BMC then serves no node.
+//!
 //! The remediation component is installed too (the `NodeFenceRemediation` CRDs and
 //! the template `nodefence/nodefence`, as `deploy/components/remediation` applies
 //! them), and the stand-in of the NodeHealthCheck operator runs, idle until a
@@ -23,6 +28,7 @@ use nodefence_mocks::machines::{self, Machine};
 use nodefence_mocks::redfish::{
     MockPower, MockRedfish, MockRedfishHandle, Profile as BmcProfile, ResetRecord, SystemSpec,
 };
+use nodefence_mocks::vsphere::{MockVsphere, MockVsphereHandle, VmSpec};
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -49,12 +55,24 @@ pub const REMEDIATION_TEMPLATE: &str = "nodefence";
 /// The NodeHealthCheck of the `nhc` scenario.
 pub const NHC_NAME: &str = "workers-nodefence";
 
+/// What the workers' machines are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workers {
+    /// Systems of one Redfish BMC.
+    BmcSystems,
+    /// VMs on one vCenter.
+    Vms,
+}
+
 /// Everything running for the demo.
 pub struct World {
     pub speed: f64,
     kube: FakeKubeHandle,
     sim: Arc<SimHandle>,
     bmc: Arc<MockRedfishHandle>,
+    /// The mock vCenter, when the workers are VMs ([`Workers::Vms`]); `machines` then
+    /// holds each VM's managed object id.
+    vcenter: Option<Arc<MockVsphereHandle>>,
     machines: Vec<Machine>,
     ledger: PowerLedger,
     link: JoinHandle<()>,
@@ -91,6 +109,7 @@ impl World {
         status_after_lease: Duration,
         story: &Story,
         profile: Profile,
+        workers: Workers,
     ) -> anyhow::Result<World> {
         let store = Store::default();
         let kube = FakeKube::builder()
@@ -107,7 +126,7 @@ impl World {
         ));
         let stock = SimConfig::default();
         let mut feeds = Vec::new();
-        let machines: Vec<Machine> = WORKERS
+        let mut machines: Vec<Machine> = WORKERS
             .iter()
             .enumerate()
             .map(|(i, w)| Machine::new(format!("Blade{}", i + 1), *w))
@@ -144,7 +163,32 @@ impl World {
                 .await
                 .context("starting the mock Redfish BMC")?,
         );
-        let demo = DemoConfig::new(speed, &bmc.base_url(), &password, &machines);
+        let vcenter = match workers {
+            Workers::BmcSystems => None,
+            Workers::Vms => {
+                let mut builder = MockVsphere::builder()
+                    .credentials("fence", &password)
+                    .task_delay(
+                        Duration::from_secs(2)
+                            .div_f64(speed)
+                            .max(Duration::from_millis(20)),
+                    );
+                for (i, w) in WORKERS.iter().enumerate() {
+                    builder = builder.vm(VmSpec::new(*w).folder("k8s").bios_uuid(bmc_uuid(i)));
+                }
+                let vcenter = builder.start().await.context("starting the mock vCenter")?;
+                machines = vcenter
+                    .vms()
+                    .into_iter()
+                    .map(|vm| Machine::new(vm.moid, vm.name))
+                    .collect();
+                Some(Arc::new(vcenter))
+            }
+        };
+        let mut demo = DemoConfig::new(speed, &bmc.base_url(), &password, &machines);
+        if let Some(vc) = &vcenter {
+            demo = demo.on_vcenter(&vc.base_url(), &vc.ca_pem());
+        }
         let files = config::Files::write(&demo)?;
         // The simulation's words are the same in both profiles.
         let (_, stock_words) = config::load(&files, &demo, &stock, Profile::Stock)?;
@@ -158,12 +202,10 @@ impl World {
             stock_words.clone(),
         ));
         feeds.push(feeds::requests(&store, story.clone(), speed));
-        feeds.push(feeds::bmc(
-            bmc.clone(),
-            machines.clone(),
-            ledger.clone(),
-            story.clone(),
-        ));
+        feeds.push(match &vcenter {
+            Some(vc) => feeds::vcenter(vc.clone(), machines.clone(), ledger.clone(), story.clone()),
+            None => feeds::bmc(bmc.clone(), machines.clone(), ledger.clone(), story.clone()),
+        });
         sim.add_node(NodeSpec::new(CONTROL_PLANE).control_plane(true));
         for (w, u) in WORKERS.iter().zip(&uuids) {
             sim.add_node(
@@ -173,12 +215,29 @@ impl World {
             );
         }
         sim.add_stateful_workload(WorkloadSpec::new(NAMESPACE, WORKLOAD));
-        let link = machines::link(
-            bmc.clone(),
-            sim.clone(),
-            machines.clone(),
-            Duration::from_millis(50),
-        );
+        let link = match &vcenter {
+            Some(vc) => machines::link_probes(
+                sim.clone(),
+                machines
+                    .iter()
+                    .map(|m| {
+                        let (vc, moid) = (vc.clone(), m.system_id.clone());
+                        let probe: machines::PowerProbe = Arc::new(move || {
+                            vc.power(&moid)
+                                .map(|p| p != nodefence_mocks::vsphere::VmPower::PoweredOff)
+                        });
+                        (m.node.clone(), probe)
+                    })
+                    .collect(),
+                Duration::from_millis(50),
+            ),
+            None => machines::link(
+                bmc.clone(),
+                sim.clone(),
+                machines.clone(),
+                Duration::from_millis(50),
+            ),
+        };
 
         // NodeHealthCheck's operator has a client of its own, as in a cluster.
         let nhc = nodefence_mocks::remediation::nhc::NodeHealthCheckController::spawn(
@@ -189,6 +248,7 @@ impl World {
             kube,
             sim,
             bmc,
+            vcenter,
             machines,
             ledger,
             link,
@@ -235,6 +295,15 @@ impl World {
             events,
         });
         Ok(())
+    }
+
+    /// What the workers' machines are.
+    pub fn workers(&self) -> Workers {
+        if self.vcenter.is_some() {
+            Workers::Vms
+        } else {
+            Workers::BmcSystems
+        }
     }
 
     /// The configuration the daemon runs with.
@@ -407,17 +476,41 @@ impl World {
             .ok_or_else(|| anyhow!("{node} has no machine"))
     }
 
-    /// The machine's real power state.
+    /// The machine's real power state (a VM's `runtime.powerState`, `suspended` as
+    /// Paused).
     pub fn power(&self, node: &str) -> Option<MockPower> {
-        self.bmc.power(self.system(node).ok()?)
+        let system = self.system(node).ok()?;
+        match &self.vcenter {
+            Some(vc) => vc.power(system).map(feeds::mock_power),
+            None => self.bmc.power(system),
+        }
     }
 
-    /// Pulls the plug (`Off`) or restores power (`On`), as a person would.
+    /// Pulls the plug (`Off`) or restores power (`On`), as a person would; a VM's
+    /// power changes out of band (its host lost power, or came back).
     pub fn set_power(&self, node: &str, power: MockPower) -> anyhow::Result<()> {
         let system = self.system(node)?;
-        self.ledger
-            .set(&self.bmc, system, power)
-            .map_err(|e| anyhow!("{e}"))
+        match &self.vcenter {
+            Some(vc) => {
+                if self.ledger.set_vm(vc, system, power) {
+                    Ok(())
+                } else {
+                    Err(anyhow!("VM {system} of {node} cannot be set {power:?}"))
+                }
+            }
+            None => self
+                .ledger
+                .set(&self.bmc, system, power)
+                .map_err(|e| anyhow!("{e}")),
+        }
+    }
+
+    /// The vSphere methods the mock vCenter answered so far (none without VMs).
+    pub fn vcenter_methods(&self) -> Vec<String> {
+        self.vcenter
+            .as_ref()
+            .map(|vc| vc.methods())
+            .unwrap_or_default()
     }
 
     /// Cuts (`false`) or restores (`true`) the node's network: its kubelet falls
@@ -431,23 +524,47 @@ impl World {
     }
 
     /// Makes every BMC request hang (`true`) or answers normally again (`false`).
+    /// (With VMs, the vCenter answers 503 instead: it does not hang.)
     pub fn bmc_hangs(&self, hang: bool) {
         if hang {
             self.bmc.inject(nodefence_mocks::redfish::Fault::Hang);
+            if let Some(vc) = &self.vcenter {
+                vc.inject(nodefence_mocks::vsphere::Fault::Unavailable);
+            }
         } else {
             self.bmc.clear_faults();
+            if let Some(vc) = &self.vcenter {
+                vc.clear_faults();
+            }
         }
     }
 
-    /// How many Resets the BMC has received so far (a mark for [`Self::resets_since`]).
-    pub fn reset_mark(&self) -> usize {
-        self.bmc.resets().len()
+    /// The power commands the machines received: Resets at the BMC, or power tasks
+    /// at the vCenter (`PowerOffVM_Task`...), with the managed object id.
+    fn power_commands(&self) -> Vec<ResetRecord> {
+        match &self.vcenter {
+            Some(vc) => vc
+                .power_calls()
+                .into_iter()
+                .map(|(method, moid)| ResetRecord {
+                    system: moid,
+                    reset_type: method,
+                })
+                .collect(),
+            None => self.bmc.resets(),
+        }
     }
 
-    /// The Resets received since `mark`, as `(node, ResetType)`.
+    /// How many power commands the machines have received so far (a mark for
+    /// [`Self::resets_since`]).
+    pub fn reset_mark(&self) -> usize {
+        self.power_commands().len()
+    }
+
+    /// The power commands received since `mark`, as `(node, ResetType)` (or the
+    /// vSphere method, `PowerOffVM_Task`).
     pub fn resets_since(&self, mark: usize) -> Vec<(String, String)> {
-        self.bmc
-            .resets()
+        self.power_commands()
             .into_iter()
             .skip(mark)
             .map(|ResetRecord { system, reset_type }| {
@@ -478,6 +595,9 @@ impl World {
         }
         if let Ok(bmc) = Arc::try_unwrap(self.bmc) {
             let _ = tokio::time::timeout(Duration::from_secs(5), bmc.shutdown()).await;
+        }
+        if let Some(Ok(vc)) = self.vcenter.take().map(Arc::try_unwrap) {
+            let _ = tokio::time::timeout(Duration::from_secs(5), vc.shutdown()).await;
         }
         let _ = tokio::time::timeout(Duration::from_secs(5), self.kube.shutdown()).await;
     }

@@ -68,6 +68,8 @@ pub struct DemoConfig {
     bmc_url: String,
     password: String,
     machines: Vec<Machine>,
+    /// When the workers are VMs: the mock vCenter's URL and CA certificate (PEM).
+    vcenter: Option<(String, String)>,
 }
 
 impl DemoConfig {
@@ -77,7 +79,15 @@ impl DemoConfig {
             bmc_url: bmc_url.to_string(),
             password: password.to_string(),
             machines: machines.to_vec(),
+            vcenter: None,
         }
+    }
+
+    /// The workers are VMs on the vCenter at `url` (whose CA is `ca_pem`), each found
+    /// by its Node's systemUUID (`driver = "vsphere"`, no VM named in the inventory).
+    pub fn on_vcenter(mut self, url: &str, ca_pem: &str) -> Self {
+        self.vcenter = Some((url.to_string(), ca_pem.to_string()));
+        self
     }
 
     /// `cluster` at the demo's speed, but never below `floor`.
@@ -113,24 +123,39 @@ impl DemoConfig {
     }
 
     fn inventory_toml(&self) -> String {
+        let (driver, endpoint, tls) = match &self.vcenter {
+            Some((url, _)) => (
+                "vsphere",
+                url.as_str(),
+                format!("ca_file = \"{VCENTER_CA}\"\n"),
+            ),
+            None => ("redfish", self.bmc_url.as_str(), String::new()),
+        };
         let mut out = format!(
-            "[defaults]\ndriver = \"redfish\"\nendpoint = \"{}\"\nusername = \"fence\"\n\
-             password_file = \"bmc-password\"\nconnect_timeout = \"{}\"\nrequest_timeout = \"{}\"\n\
+            "[defaults]\ndriver = \"{driver}\"\nendpoint = \"{endpoint}\"\nusername = \"fence\"\n\
+             password_file = \"bmc-password\"\n{tls}connect_timeout = \"{}\"\nrequest_timeout = \"{}\"\n\
              operation_timeout = \"{}\"\nretries = 1\n",
-            self.bmc_url,
             ms(self.scaled(Duration::from_secs(5), Duration::from_secs(1))),
             ms(self.scaled(Duration::from_secs(10), Duration::from_secs(1))),
             ms(self.scaled(Duration::from_secs(60), Duration::from_secs(3))),
         );
         for m in &self.machines {
-            out.push_str(&format!(
-                "\n[nodes.{}]\nsystem_id = \"{}\"\n",
-                m.node, m.system_id
-            ));
+            if self.vcenter.is_some() {
+                // Nothing names the VM: the Node's systemUUID finds it.
+                out.push_str(&format!("\n[nodes.{}]\n", m.node));
+            } else {
+                out.push_str(&format!(
+                    "\n[nodes.{}]\nsystem_id = \"{}\"\n",
+                    m.node, m.system_id
+                ));
+            }
         }
         out
     }
 }
+
+/// The mock vCenter's CA certificate, next to the inventory.
+const VCENTER_CA: &str = "vcenter-ca.pem";
 
 fn ms(d: Duration) -> String {
     format!("{}ms", d.as_millis().max(1))
@@ -152,6 +177,9 @@ impl Files {
             write_private(&files.dir.join(profile.file()), &demo.agent_toml(profile))?;
         }
         write_private(&files.dir.join("inventory.toml"), &demo.inventory_toml())?;
+        if let Some((_, ca_pem)) = &demo.vcenter {
+            write_private(&files.dir.join(VCENTER_CA), ca_pem)?;
+        }
         Ok(files)
     }
 
@@ -290,5 +318,31 @@ mod tests {
             demo.leader_timings().retry_period,
             Duration::from_millis(200)
         );
+    }
+
+    #[test]
+    fn on_vcenter_the_workers_are_vms_found_by_their_node_uuid() {
+        use crate::config::PowerSource;
+        use crate::power::vsphere::locate::VmSelector;
+        let machines = vec![Machine::new("vm-41", "worker-1")];
+        let demo = DemoConfig::new(10.0, "http://127.0.0.1:9", "pw", &machines)
+            .on_vcenter("https://127.0.0.1:9443", "-----BEGIN CERTIFICATE-----\n");
+        let files = Files::write(&demo).unwrap();
+        assert!(files.dir.join(VCENTER_CA).is_file());
+        let (config, _) = load(&files, &demo, &SimConfig::default(), Profile::Stock).unwrap();
+        let node = &config.inventory.nodes["worker-1"];
+        let PowerSource::Vsphere(target) = &node.power else {
+            panic!("a vsphere node, got {:?}", node.power)
+        };
+        assert_eq!(target.vm, VmSelector::NodeUuid);
+        assert_eq!(target.endpoint.as_str(), "https://127.0.0.1:9443/");
+        assert!(
+            target
+                .tls
+                .ca_file
+                .as_ref()
+                .is_some_and(|p| p.ends_with(VCENTER_CA))
+        );
+        assert!(node.needs_node_identity());
     }
 }

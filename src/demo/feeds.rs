@@ -5,7 +5,9 @@
 //!   are written (a repeated Event is a new `series.count` on the same object);
 //! - the BMC: Resets received and power states reached, polled every
 //!   [`BMC_POLL`]. Power changes the demo makes itself are announced by the demo
-//!   ("you") and not again by this feed: see [`PowerLedger`];
+//!   ("you") and not again by this feed: see [`PowerLedger`]; when the workers are
+//!   VMs, the mock vCenter instead: power tasks called and power states reached
+//!   ([`vcenter`], every [`VCENTER_POLL`]);
 //! - the remediation requests (`NodeFenceRemediation`), read from fake-kube's store
 //!   as they are written: created (by NodeHealthCheck), their `Processing` and
 //!   `Succeeded` conditions as nodefence changes them, their deletion asked for and
@@ -22,6 +24,7 @@ use nodefence_mocks::kube::sim::{SimEvent, SimEventKind};
 use nodefence_mocks::kube::store::{EventType, Store, StoreEvent};
 use nodefence_mocks::machines::Machine;
 use nodefence_mocks::redfish::{MockPower, MockRedfishHandle, UnknownSystem};
+use nodefence_mocks::vsphere::{MockVsphereHandle, VmPower};
 use serde_json::Value;
 use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::task::JoinHandle;
@@ -31,6 +34,9 @@ use super::timeline::{Actor, Fact, RequestChange, Step, Story};
 
 /// How often the BMC is looked at.
 pub const BMC_POLL: Duration = Duration::from_millis(5);
+
+/// How often the mock vCenter is looked at (it lists every call it answered).
+pub const VCENTER_POLL: Duration = Duration::from_millis(20);
 
 /// Relays the simulation's timeline.
 pub fn simulation(
@@ -144,6 +150,98 @@ impl PowerLedger {
         known.insert(system.to_string(), power);
         Ok(())
     }
+
+    /// Sets a VM's power out of band (its host lost power) as the person running the
+    /// demo, without a vCenter line. `false`: no such VM.
+    pub fn set_vm(&self, vcenter: &MockVsphereHandle, moid: &str, power: MockPower) -> bool {
+        let mut known = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(vm_power) = vm_power(power) else {
+            return false;
+        };
+        if !vcenter.set_power(moid, vm_power) {
+            return false;
+        }
+        known.insert(moid.to_string(), mock_power(vm_power));
+        true
+    }
+}
+
+/// A VM's `runtime.powerState` in the demo's terms: a suspended VM is Paused.
+pub fn mock_power(power: VmPower) -> MockPower {
+    match power {
+        VmPower::PoweredOn => MockPower::On,
+        VmPower::PoweredOff => MockPower::Off,
+        VmPower::Suspended => MockPower::Paused,
+    }
+}
+
+/// The VM power state a person can set (`None` for transitional states, which a VM
+/// does not have).
+fn vm_power(power: MockPower) -> Option<VmPower> {
+    match power {
+        MockPower::On => Some(VmPower::PoweredOn),
+        MockPower::Off => Some(VmPower::PoweredOff),
+        MockPower::Paused => Some(VmPower::Suspended),
+        MockPower::PoweringOn | MockPower::PoweringOff => None,
+    }
+}
+
+/// Watches the mock vCenter: power tasks called (`PowerOffVM_Task`...) and the power
+/// states its VMs reached. `machines` map managed object ids to nodes.
+pub fn vcenter(
+    vcenter: Arc<MockVsphereHandle>,
+    machines: Vec<Machine>,
+    ledger: PowerLedger,
+    story: Story,
+) -> JoinHandle<()> {
+    let node_of = move |moid: &str| {
+        machines
+            .iter()
+            .find(|m| m.system_id == moid)
+            .map_or_else(|| moid.to_string(), |m| m.node.clone())
+    };
+    tokio::spawn(async move {
+        let mut calls_told = vcenter.power_calls().len();
+        {
+            let mut known = ledger.0.lock().unwrap_or_else(|p| p.into_inner());
+            for vm in vcenter.vms() {
+                known.insert(vm.moid, mock_power(vm.power));
+            }
+        }
+        loop {
+            let now = crate::clock::now();
+            let calls = vcenter.power_calls();
+            for (method, moid) in calls.iter().skip(calls_told) {
+                let fact = Fact::Reset {
+                    reset_type: method.clone(),
+                };
+                let text = narrate::reset_text(method);
+                story.record(Step::new(now, &node_of(moid), Actor::Vcenter, fact, text));
+            }
+            calls_told = calls.len();
+            {
+                let mut known = ledger.0.lock().unwrap_or_else(|p| p.into_inner());
+                for vm in vcenter.vms() {
+                    let power = mock_power(vm.power);
+                    if known.get(&vm.moid) == Some(&power) {
+                        continue;
+                    }
+                    known.insert(vm.moid.clone(), power);
+                    if let Some(text) = narrate::vm_power_text(vm.power) {
+                        let node = node_of(&vm.moid);
+                        story.record(Step::new(
+                            now,
+                            &node,
+                            Actor::Vcenter,
+                            Fact::Power(power),
+                            text,
+                        ));
+                    }
+                }
+            }
+            tokio::time::sleep(VCENTER_POLL).await;
+        }
+    })
 }
 
 /// Watches the BMC: Resets received and the power states reached.

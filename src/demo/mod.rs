@@ -13,7 +13,9 @@
 //! machine still On, an unreachable BMC, recovery, and NodeHealthCheck asking
 //! nodefence to fence a node), one line per step from the simulation's timeline,
 //! nodefence's own Events, the BMC and the remediation requests, and ends with a
-//! summary. Each scenario has deadlines: the exit code is 1 when an expected outcome
+//! summary. A sixth, `vsphere-power-loss`, runs alone in a world whose workers are
+//! VMs on a mock vCenter: the VM's host loses power, nodefence reads `poweredOff`
+//! through its vSphere driver and releases the node. Each scenario has deadlines: the exit code is 1 when an expected outcome
 //! did not happen in time, so the demo doubles as a smoke test.
 //!
 //! Layout: `cluster` (the world: start, levers, queries, teardown), `config` (the
@@ -38,7 +40,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use cluster::{CONTROL_PLANE, POD, WORKERS, World};
+use cluster::{CONTROL_PLANE, POD, WORKERS, Workers, World};
 pub use scenarios::Scenario;
 use scenarios::{Carry, Ctx, Outcome};
 use style::Style;
@@ -117,7 +119,19 @@ async fn demo(options: DemoOptions, log_path: PathBuf) -> u8 {
         .scenarios
         .first()
         .map_or(config::Profile::Stock, |s| s.profile());
-    let code = match World::start(options.speed, options.status_after_lease, &story, profile).await
+    // One world for every scenario: VMs when the first one plays on VMs.
+    let workers = options
+        .scenarios
+        .first()
+        .map_or(Workers::BmcSystems, |s| s.workers());
+    let code = match World::start(
+        options.speed,
+        options.status_after_lease,
+        &story,
+        profile,
+        workers,
+    )
+    .await
     {
         Err(e) => {
             story.line(style.red(&format!("error: the demo could not start: {e:#}")));
@@ -181,7 +195,14 @@ fn header(story: &Story, style: Style, world: &World, log: &Path) {
     );
     row(
         "",
-        "each worker is one system of a Redfish BMC (mock, on 127.0.0.1)".to_string(),
+        match world.workers() {
+            Workers::BmcSystems => {
+                "each worker is one system of a Redfish BMC (mock, on 127.0.0.1)".to_string()
+            }
+            Workers::Vms => "each worker is a VM on a vCenter (mock, on 127.0.0.1), found by its \
+                             Node's systemUUID (driver vsphere)"
+                .to_string(),
+        },
     );
     row(
         "workload",

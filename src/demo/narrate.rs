@@ -469,6 +469,8 @@ pub fn reset_text(reset_type: &str) -> String {
     match reset_type {
         "ForceOff" => "ForceOff received: power cut".to_string(),
         "On" | "ForceOn" => format!("{reset_type} received: powering on"),
+        "PowerOffVM_Task" => "PowerOffVM_Task received: powering the VM off (hard)".to_string(),
+        "PowerOnVM_Task" => "PowerOnVM_Task received: VM powering on".to_string(),
         other => format!("{other} received"),
     }
 }
@@ -479,6 +481,16 @@ pub fn power_text(power: MockPower) -> Option<String> {
         MockPower::Off => Some("machine is Off".to_string()),
         MockPower::On => Some("machine is On".to_string()),
         _ => None,
+    }
+}
+
+/// A power state a VM reached, when worth a line.
+pub fn vm_power_text(power: nodefence_mocks::vsphere::VmPower) -> Option<String> {
+    use nodefence_mocks::vsphere::VmPower;
+    match power {
+        VmPower::PoweredOff => Some("VM is poweredOff".to_string()),
+        VmPower::PoweredOn => Some("VM is poweredOn".to_string()),
+        VmPower::Suspended => Some("VM is suspended".to_string()),
     }
 }
 

@@ -21,6 +21,8 @@ fn short_outcome(o: &Outcome) -> String {
             None => "ok: Ready, taint removed".to_string(),
         },
         Scenario::Nhc => "ok: requested, forced off, released, Succeeded".to_string(),
+        Scenario::VspherePowerLoss => "ok: VM poweredOff confirmed, released".to_string(),
+        Scenario::VsphereNetworkCut => "ok: PowerOffVM_Task, released".to_string(),
     }
 }
 

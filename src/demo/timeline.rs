@@ -35,6 +35,8 @@ pub enum Actor {
     ControlPlane,
     Nodefence,
     Bmc,
+    /// The mock vCenter, when the workers are VMs.
+    Vcenter,
     /// The NodeHealthCheck operator (its stand-in).
     Nhc,
 }
@@ -47,6 +49,7 @@ impl Actor {
             Actor::ControlPlane => "control plane",
             Actor::Nodefence => "nodefence",
             Actor::Bmc => "BMC",
+            Actor::Vcenter => "vCenter",
             Actor::Nhc => "NHC",
         }
     }
@@ -57,7 +60,7 @@ impl Actor {
             Actor::Kubelet => style.blue(text),
             Actor::ControlPlane => style.blue(text),
             Actor::Nodefence => style.cyan(text),
-            Actor::Bmc => style.magenta(text),
+            Actor::Bmc | Actor::Vcenter => style.magenta(text),
             Actor::Nhc => style.yellow(text),
         }
     }

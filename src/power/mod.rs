@@ -13,6 +13,7 @@ pub mod aws;
 pub mod confirm;
 pub mod exec;
 pub mod ipmi;
+pub mod kubevirt;
 pub mod redfish;
 pub mod registry;
 pub mod topology;

@@ -17,6 +17,8 @@ use super::aws::AwsDriver;
 use super::confirm::ConfirmPolicy;
 use super::exec::ExecDriver;
 use super::ipmi::IpmiDriver;
+use super::kubevirt::KubevirtDriver;
+use super::kubevirt::api::{InfraClient, InfraProfile};
 use super::redfish::RedfishDriver;
 use super::topology::TopologyDriver;
 use super::vsphere::VsphereDriver;
@@ -38,6 +40,10 @@ struct ClientProfile {
 pub struct DriverFactory {
     limiter: Arc<Semaphore>,
     clients: Mutex<HashMap<ClientProfile, reqwest::Client>>,
+    /// vSphere sessions, one per endpoint and user: one login for every VM behind it.
+    vsphere: Mutex<Vec<(TlsSettings, Arc<super::vsphere::session::Session>)>>,
+    /// KubeVirt infrastructure clusters' clients, one per kubeconfig and context.
+    infra: Mutex<HashMap<InfraProfile, Arc<InfraClient>>>,
     /// How a fencing topology's levels prove their power off.
     confirm: ConfirmPolicy,
     /// Cluster access for machines whose power Metal3 manages
@@ -51,6 +57,8 @@ impl DriverFactory {
         Self {
             limiter: Arc::new(Semaphore::new(max_concurrent_requests.max(1))),
             clients: Mutex::new(HashMap::new()),
+            vsphere: Mutex::new(Vec::new()),
+            infra: Mutex::new(HashMap::new()),
             confirm: ConfirmPolicy::default(),
             metal3: None,
         }
@@ -171,9 +179,53 @@ impl DriverFactory {
                     tls: target.tls.clone(),
                     connect_timeout: target.timeouts.connect,
                 })?;
-                let driver = VsphereDriver::new(target, client, self.limiter.clone())
-                    .map_err(|e| PowerError::new(e.kind, format!("node {name}: {}", e.message)))?;
-                Ok(Arc::new(driver))
+                let mut sessions = self
+                    .vsphere
+                    .lock()
+                    .map_err(|_| PowerError::config("internal: session cache poisoned"))?;
+                let session = match sessions.iter().find(|(tls, s)| {
+                    *tls == target.tls
+                        && s.serves(&target.endpoint, &target.credential, &target.timeouts)
+                }) {
+                    Some((_, s)) => s.clone(),
+                    None => {
+                        let session = Arc::new(
+                            super::vsphere::session::Session::new(
+                                client,
+                                &target.endpoint,
+                                target.credential.clone(),
+                                target.timeouts,
+                                self.limiter.clone(),
+                            )
+                            .map_err(|e| {
+                                PowerError::new(e.kind, format!("node {name}: {}", e.message))
+                            })?,
+                        );
+                        sessions.push((target.tls.clone(), session.clone()));
+                        session
+                    }
+                };
+                Ok(Arc::new(VsphereDriver::with_session(target, session)))
+            }
+            PowerSource::Kubevirt(target) => {
+                let profile = InfraProfile {
+                    kubeconfig: target.kubeconfig.clone(),
+                    context: target.context.clone(),
+                    timeouts: target.timeouts,
+                };
+                let infra = {
+                    let mut infra = self
+                        .infra
+                        .lock()
+                        .map_err(|_| PowerError::config("internal: client cache poisoned"))?;
+                    infra
+                        .entry(profile.clone())
+                        .or_insert_with(|| {
+                            Arc::new(InfraClient::new(profile, self.limiter.clone()))
+                        })
+                        .clone()
+                };
+                Ok(Arc::new(KubevirtDriver::new(target, infra)))
             }
         }
     }

@@ -2,6 +2,7 @@
 //! ([`world`]) the end-to-end harness (fake-kube, simulation, mock BMC, daemon replicas).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod kubevirt;
 pub mod world;
 
 #[path = "../cli_common/mod.rs"]

@@ -19,7 +19,8 @@
 //! - [`patch`], [`smp`]: merge, JSON and strategic merge patches.
 //! - [`watch`]: watch streams; [`negotiate`], [`table`] (+ `printers`),
 //!   [`discovery`], [`openapi`], [`status`]: representations and documents;
-//!   [`admin`]: `/admin`.
+//!   [`admin`]: `/admin`; [`aggregated`]: group-versions served by another program
+//!   behind the aggregator (KubeVirt's virt-api), see [`FakeKube::aggregated_api`].
 //!
 //! Custom resources: `apiextensions.k8s.io/v1` CustomResourceDefinitions are served
 //! with all verbs and `/status`, validated (422 naming the field) and given the
@@ -63,6 +64,7 @@
 //!   `cordon`, `label` and `delete` do not need more.
 
 pub mod admin;
+pub mod aggregated;
 pub mod authz;
 pub mod crd;
 pub mod deletion;

@@ -3,7 +3,7 @@
 //! - `application/merge-patch+json`: RFC 7386 (kube-rs `Patch::Merge`).
 //! - `application/json-patch+json`: RFC 6902 (kube-rs `Patch::Json`); a failing
 //!   `test` or a missing path is a 422, a malformed patch a 400, as on the real
-//!   server.
+//!   server (whose `test` of `null` passes against a missing member).
 //! - `application/strategic-merge-patch+json`: see [`super::smp`].
 //! - `application/apply-patch+yaml` (server-side apply): refused with 415 and a
 //!   `Status` saying fake-kube does not implement it. Field management is a large
@@ -89,7 +89,18 @@ pub fn apply(
         PatchKind::Json => {
             let ops: json_patch::Patch = serde_json::from_value(patch.clone())
                 .map_err(|e| StoreError::BadRequest(format!("invalid JSON patch: {e}")))?;
-            json_patch::patch(&mut doc, &ops).map_err(|e| StoreError::Invalid(e.to_string()))?;
+            // The apiserver's json-patch (evanphx) passes a `test` of `null` against a
+            // missing member; KubeVirt's patches rely on it.
+            for op in ops.0 {
+                if let json_patch::PatchOperation::Test(t) = &op
+                    && t.value.is_null()
+                    && doc.pointer(t.path.as_str()).is_none()
+                {
+                    continue;
+                }
+                json_patch::patch(&mut doc, &[op])
+                    .map_err(|e| StoreError::Invalid(e.to_string()))?;
+            }
         }
         PatchKind::Strategic => smp::apply(rt, &mut doc, patch)?,
         PatchKind::Apply => {

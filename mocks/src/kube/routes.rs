@@ -66,6 +66,14 @@ pub(crate) enum Route {
     /// `/openapi/...`: what follows `openapi/` (`v3`, `v3/apis/g/v`, `v2`).
     OpenApi(String),
     Resource(Box<Target>),
+    /// `/apis/{group}` of an aggregated API.
+    AggregatedGroup(String),
+    /// `/apis/{group}/{version}/...` of an aggregated API: its index in
+    /// `Shared::aggregated` and the path segments after the version.
+    Aggregated {
+        index: usize,
+        rest: Vec<String>,
+    },
     NotFound,
 }
 
@@ -88,6 +96,29 @@ pub(crate) fn parse(path: &str, reg: &Registry) -> Route {
         ["api", "v1", rest @ ..] => resource_route(reg, "", "v1", rest),
         ["apis", group, version, rest @ ..] if discovery::serves(reg, group, Some(version)) => {
             resource_route(reg, group, version, rest)
+        }
+        _ => Route::NotFound,
+    }
+}
+
+/// A path of an aggregated API (see [`super::aggregated`]), else `NotFound`.
+fn parse_aggregated(path: &str, apis: &[super::aggregated::Registration]) -> Route {
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    match segs.as_slice() {
+        ["apis", group] if apis.iter().any(|r| r.group == *group) => {
+            Route::AggregatedGroup((*group).to_owned())
+        }
+        ["apis", group, version, rest @ ..] => {
+            match apis
+                .iter()
+                .position(|r| r.group == *group && r.version == *version)
+            {
+                Some(index) => Route::Aggregated {
+                    index,
+                    rest: rest.iter().map(|s| (*s).to_owned()).collect(),
+                },
+                None => Route::NotFound,
+            }
         }
         _ => Route::NotFound,
     }
@@ -157,7 +188,10 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
         |p| p.as_str().to_owned(),
     );
     let registry = shared.registry();
-    let route = parse(request.uri().path(), &registry);
+    let route = match parse(request.uri().path(), &registry) {
+        Route::NotFound => parse_aggregated(request.uri().path(), &shared.aggregated),
+        route => route,
+    };
     tracing::trace!(%method, path = %path_and_query, accept = ?request.headers().get(ACCEPT), content_type = ?request.headers().get(CONTENT_TYPE), "fake-kube request received");
     let caller = caller(&shared, &request);
     let user = match &caller {
@@ -166,6 +200,24 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
     };
     let response = match &caller {
         Caller::Anonymous if !route.is_public() => status::unauthorized(),
+        Caller::Restricted(identity)
+            if matches!(route, Route::Aggregated { .. })
+                && authz::attributes(method.as_str(), &path_and_query)
+                    .is_some_and(|attrs| !identity.policy.allows(&attrs)) =>
+        {
+            let attrs = authz::attributes(method.as_str(), &path_and_query);
+            match attrs {
+                Some(attrs) => status::json_with_type(
+                    StatusCode::FORBIDDEN,
+                    &authz::forbidden_status(&attrs, &identity.user),
+                    "application/json",
+                ),
+                None => status::path_not_found(),
+            }
+        }
+        _ if matches!(route, Route::Aggregated { .. }) => {
+            aggregated(&shared, route, user.clone(), request).await
+        }
         Caller::Restricted(identity) if is_access_review(&method, request.uri().path()) => {
             access_review(Some(&identity.policy), request).await
         }
@@ -393,8 +445,16 @@ async fn answer(shared: &Arc<Shared>, reg: &Registry, route: Route, request: Req
                 (Route::CoreVersions, false) => {
                     status::ok(&discovery::core_versions(&shared.server_address))
                 }
-                (_, true) => discovery_v2(&discovery::groups_aggregated(reg)),
-                (_, false) => status::ok(&discovery::group_list(reg)),
+                (_, true) => {
+                    let mut doc = discovery::groups_aggregated(reg);
+                    super::aggregated::extend_aggregated(&mut doc, &shared.aggregated);
+                    discovery_v2(&doc)
+                }
+                (_, false) => {
+                    let mut doc = discovery::group_list(reg);
+                    super::aggregated::extend_group_list(&mut doc, &shared.aggregated);
+                    status::ok(&doc)
+                }
             }
         }
         Route::Group(g) if is_get => match discovery::group(reg, &g) {
@@ -404,10 +464,58 @@ async fn answer(shared: &Arc<Shared>, reg: &Registry, route: Route, request: Req
         Route::ResourceList { group, version } if is_get => {
             status::ok(&discovery::resource_list(reg, &group, &version))
         }
+        Route::AggregatedGroup(g) if is_get => {
+            match super::aggregated::group(&shared.aggregated, &g) {
+                Some(doc) => status::ok(&doc),
+                None => status::path_not_found(),
+            }
+        }
         Route::Resource(target) => resource(shared, *target, request).await,
         Route::NotFound => status::path_not_found(),
         _ => status::method_not_allowed(),
     }
+}
+
+/// A request for an aggregated API (authenticated and authorized): its resource
+/// list for `GET /apis/{g}/{v}`, else whatever the API answers.
+async fn aggregated(
+    shared: &Arc<Shared>,
+    route: Route,
+    user: Option<String>,
+    request: Request,
+) -> Response {
+    let Route::Aggregated { index, rest } = route else {
+        return status::path_not_found();
+    };
+    let Some(reg) = shared.aggregated.get(index) else {
+        return status::path_not_found();
+    };
+    let method = request.method().clone();
+    if rest.is_empty() {
+        return if method == Method::GET || method == Method::HEAD {
+            status::ok(&super::aggregated::resource_list(reg))
+        } else {
+            status::method_not_allowed()
+        };
+    }
+    let query = request.uri().query().unwrap_or_default().to_owned();
+    let Ok(body) = axum::body::to_bytes(request.into_body(), 8 << 20).await else {
+        return status::failure(StatusCode::BAD_REQUEST, "BadRequest", "unreadable body");
+    };
+    let segs: Vec<&str> = rest.iter().map(String::as_str).collect();
+    let (namespace, resource, name, subresource) = super::aggregated::request_info(&segs);
+    let forwarded = super::aggregated::AggregatedRequest {
+        method: method.as_str().to_owned(),
+        path: format!("/{}", rest.join("/")),
+        query,
+        namespace,
+        resource,
+        name,
+        subresource,
+        user,
+        body: body.to_vec(),
+    };
+    reg.api.handle(forwarded).await.into_response()
 }
 
 fn text_ok(text: &'static str) -> Response {

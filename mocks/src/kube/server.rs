@@ -19,6 +19,7 @@ use tokio::sync::watch as signal;
 use tokio::task::JoinHandle;
 
 use super::admin::{self, AdminHook};
+use super::aggregated::{self, AggregatedApi};
 use super::crd;
 use super::kubeconfig;
 use super::resources::NAMESPACES;
@@ -83,6 +84,8 @@ pub(crate) struct Shared {
     pub identities: Vec<Identity>,
     /// The custom resource types of the store's CRDs.
     crds: crd::Cache,
+    /// Group-versions served by other programs behind the aggregator.
+    pub aggregated: Vec<aggregated::Registration>,
     log: Mutex<Vec<RequestRecord>>,
 }
 
@@ -130,6 +133,7 @@ pub struct FakeKube {
     bookmark_interval: Duration,
     admin: Option<Arc<dyn AdminHook>>,
     identities: Vec<Identity>,
+    aggregated: Vec<aggregated::Registration>,
 }
 
 impl Default for FakeKube {
@@ -143,6 +147,7 @@ impl Default for FakeKube {
             bookmark_interval: DEFAULT_BOOKMARK_INTERVAL,
             admin: None,
             identities: Vec::new(),
+            aggregated: Vec::new(),
         }
     }
 }
@@ -223,6 +228,25 @@ impl FakeKube {
         self
     }
 
+    /// Serves `/apis/{group}/{version}` with `api`, as kube-apiserver's aggregator
+    /// serves an APIService (KubeVirt's `subresources.kubevirt.io/v1` is virt-api):
+    /// requests are authenticated, logged and authorized (RBAC from the path, as for
+    /// any resource) here, then answered by `api`; discovery lists the group. A
+    /// group-version registered twice is served by the first.
+    pub fn aggregated_api(
+        mut self,
+        group: impl Into<String>,
+        version: impl Into<String>,
+        api: Arc<dyn AggregatedApi>,
+    ) -> Self {
+        self.aggregated.push(aggregated::Registration {
+            group: group.into(),
+            version: version.into(),
+            api,
+        });
+        self
+    }
+
     /// Binds, creates the system namespaces, serves in the background.
     pub async fn start(self) -> Result<FakeKubeHandle, StartError> {
         let bind_error = |source| StartError::Bind {
@@ -280,6 +304,7 @@ impl FakeKube {
             admin: self.admin.clone(),
             identities: self.identities.clone(),
             crds: crd::Cache::default(),
+            aggregated: self.aggregated.clone(),
             log: Mutex::new(Vec::new()),
         });
         let router = Router::new()

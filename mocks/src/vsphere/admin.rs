@@ -7,7 +7,7 @@
 //! | POST | `/admin/vms/{moid}/power` | `{"state":"poweredOff"}` | `VmState` |
 //! | POST | `/admin/vms/{moid}/rename` | `{"name":"worker-1-old"}` | `VmState` |
 //! | POST | `/admin/vms/{moid}/move` | `{"folder":"k8s/retired"}` | `VmState` |
-//! | POST | `/admin/faults` | `{"slow_tasks_ms":30000}`, `{"fail_next_task":"GenericVmConfigFault"}`, `"no_power_privilege"` or `"unavailable"` | 204 |
+//! | POST | `/admin/faults` | `{"slow_tasks_ms":30000}`, `{"fail_next_task":"GenericVmConfigFault"}`, `"no_power_privilege"`, `"unavailable"` or `"no_find_all_by_uuid"` | 204 |
 //! | DELETE | `/admin/faults` | | 204 |
 //! | POST | `/admin/sessions/expire` | | `{"expired": n}` |
 //! | GET | `/admin/calls` | | `[CallRecord]` |
@@ -38,6 +38,7 @@ pub enum AdminFault {
     FailNextTask(String),
     NoPowerPrivilege,
     Unavailable,
+    NoFindAllByUuid,
 }
 
 impl From<AdminFault> for Fault {
@@ -47,6 +48,7 @@ impl From<AdminFault> for Fault {
             AdminFault::FailNextTask(name) => Fault::FailNextTask(name),
             AdminFault::NoPowerPrivilege => Fault::NoPowerPrivilege,
             AdminFault::Unavailable => Fault::Unavailable,
+            AdminFault::NoFindAllByUuid => Fault::NoFindAllByUuid,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The failures a vSphere endpoint shows in the field, injected through the handle
 //! (or the admin API): slow power tasks, a task that ends in error, a user without
-//! the power privilege, a load balancer answering for a vCenter that is down.
+//! the power privilege, a load balancer answering for a vCenter that is down, a
+//! server older than vSphere 6.5 (no `SearchIndex.FindAllByUuid`).
 //! Session expiry, out-of-band power changes, renames and moves are handle methods
 //! of their own (they change state rather than how calls are answered).
 
@@ -20,6 +21,11 @@ pub enum Fault {
     NoPowerPrivilege,
     /// Every SOAP call answers HTTP 503 with an HTML page.
     Unavailable,
+    /// A server before vSphere 6.5: `FindAllByUuid` is not in its WSDL, and it answers
+    /// as vSphere answers a method it cannot resolve, a `ServerFaultCode` fault
+    /// "Unable to resolve WSDL method name FindAllByUuid for namespace name urn:vim25"
+    /// whose detail is an `InvalidRequest`. `FindByUuid` (the first match) still works.
+    NoFindAllByUuid,
 }
 
 /// The faults in force.
@@ -29,6 +35,7 @@ pub(super) struct Faults {
     pub fail_next_task: Option<String>,
     pub no_power_privilege: bool,
     pub unavailable: bool,
+    pub no_find_all_by_uuid: bool,
 }
 
 impl Faults {
@@ -38,6 +45,7 @@ impl Faults {
             Fault::FailNextTask(name) => self.fail_next_task = Some(name),
             Fault::NoPowerPrivilege => self.no_power_privilege = true,
             Fault::Unavailable => self.unavailable = true,
+            Fault::NoFindAllByUuid => self.no_find_all_by_uuid = true,
         }
     }
 }

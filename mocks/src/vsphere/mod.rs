@@ -5,7 +5,9 @@
 //! simulator, and the vSphere Web Services API reference), and the failures seen in
 //! the field ([`Fault`], plus session expiry, VMs renamed, moved, removed, and power
 //! lost out of band through the handle, or the `/admin` HTTP API for scripts and
-//! the `mock-vsphere` binary).
+//! the `mock-vsphere` binary). The same server answers the vSphere Automation REST
+//! API's `/rest` flavour on the same VMs (the `rest` module: sessions, the VM list,
+//! power stop and start), as `fence_vmware_rest` uses it.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -24,6 +26,7 @@
 mod admin;
 mod faults;
 mod model;
+mod rest;
 mod server;
 mod service;
 mod soap;
@@ -34,6 +37,7 @@ mod xml;
 pub use admin::AdminFault;
 pub use faults::Fault;
 pub use model::{API_VERSION, Product, VmPower, VmSpec, VmState};
+pub use rest::REST_SESSION_HEADER;
 pub use server::{DEFAULT_PASSWORD, DEFAULT_USERNAME, MockVsphere, MockVsphereHandle, StartError};
 pub use service::SESSION_COOKIE;
 pub use state::{CallRecord, PowerOp, TaskFault, TaskInfoState};

@@ -67,6 +67,8 @@ pub struct VmSpec {
     /// Folders under the datacenter's `vm` folder (`["k8s", "workers"]`).
     pub folders: Vec<String>,
     pub power: VmPower,
+    /// The datacenter it is in; default the mock's (`DC0`).
+    pub datacenter: Option<String>,
 }
 
 impl VmSpec {
@@ -79,7 +81,15 @@ impl VmSpec {
             instance_uuid: None,
             folders: Vec::new(),
             power: VmPower::PoweredOn,
+            datacenter: None,
         }
+    }
+
+    /// Puts it in another datacenter than the mock's first (vCenter only: a second
+    /// datacenter is `datacenter-3`, and so on).
+    pub fn datacenter(mut self, name: impl Into<String>) -> Self {
+        self.datacenter = Some(name.into());
+        self
     }
 
     pub fn moid(mut self, moid: impl Into<String>) -> Self {
@@ -127,6 +137,8 @@ pub struct VmState {
     pub instance_uuid: String,
     pub folders: Vec<String>,
     pub power: VmPower,
+    /// The datacenter's name.
+    pub datacenter: String,
 }
 
 impl VmState {
@@ -138,13 +150,14 @@ impl VmState {
             "bios_uuid": self.bios_uuid,
             "instance_uuid": self.instance_uuid,
             "folder": self.folders.join("/"),
+            "datacenter": self.datacenter,
             "power": self.power.as_str(),
         })
     }
 
     /// `<datacenter>/vm/<folders>/<name>`, without a leading slash.
-    pub fn inventory_path(&self, datacenter: &str) -> String {
-        let mut parts = vec![datacenter.to_string(), "vm".to_string()];
+    pub fn inventory_path(&self) -> String {
+        let mut parts = vec![self.datacenter.clone(), "vm".to_string()];
         parts.extend(self.folders.iter().cloned());
         parts.push(self.name.clone());
         parts.join("/")
@@ -209,6 +222,14 @@ impl Product {
             Product::Esxi => "ha-datacenter",
         }
     }
+    /// The managed object id of the `n`th datacenter (from 1).
+    pub fn datacenter_moid(self, n: usize) -> String {
+        match self {
+            Product::VCenter => format!("datacenter-{}", n + 1),
+            Product::Esxi => "ha-datacenter".to_string(),
+        }
+    }
+
     /// The managed object id of the `n`th VM (from 1).
     pub fn vm_moid(self, n: usize) -> String {
         match self {

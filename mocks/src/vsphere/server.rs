@@ -101,6 +101,12 @@ impl MockVsphere {
         self
     }
 
+    fn default_datacenter(&self) -> String {
+        self.datacenter
+            .clone()
+            .unwrap_or_else(|| self.product.default_datacenter().to_string())
+    }
+
     fn vm_states(&self) -> Result<Vec<VmState>, StartError> {
         let mut out: Vec<VmState> = Vec::new();
         for (i, spec) in self.vms.iter().enumerate() {
@@ -124,13 +130,17 @@ impl MockVsphere {
                     .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
                 folders: spec.folders.clone(),
                 power: spec.power,
+                datacenter: spec
+                    .datacenter
+                    .clone()
+                    .unwrap_or_else(|| self.default_datacenter()),
             });
         }
         Ok(out)
     }
 
     /// Binds, serves HTTPS (a fresh private CA's leaf for the loopback names) at
-    /// `/sdk` in the background, and returns the handle.
+    /// `/sdk` (and `/rest`) in the background, and returns the handle.
     pub async fn start(self) -> Result<MockVsphereHandle, StartError> {
         let vms = self.vm_states()?;
         let bind_error = |source| StartError::Bind {
@@ -144,16 +154,22 @@ impl MockVsphere {
         let base_url = base_url(addr, true);
         let config = Config {
             product: self.product,
-            datacenter: self
-                .datacenter
-                .clone()
-                .unwrap_or_else(|| self.product.default_datacenter().to_string()),
+            datacenters: {
+                let mut names = vec![self.default_datacenter()];
+                for vm in &vms {
+                    if !names.contains(&vm.datacenter) {
+                        names.push(vm.datacenter.clone());
+                    }
+                }
+                names
+            },
             username: self.username.clone(),
             password: self.password.clone(),
             task_delay: self.task_delay,
         };
         let shared = Shared::new(config, vms);
         let app = super::admin::router()
+            .merge(super::rest::router())
             .route("/sdk", post(service::handle))
             .route(
                 "/sdk/vimService.wsdl",
@@ -273,7 +289,8 @@ impl MockVsphereHandle {
         self.shared.lock().faults = Default::default();
     }
 
-    /// Every SOAP call answered so far.
+    /// Every call answered so far: SOAP (the operation's name) and REST (the
+    /// request line with `{vm}` for the VM, which is then `this`).
     pub fn calls(&self) -> Vec<CallRecord> {
         self.shared.lock().calls.clone()
     }
@@ -283,11 +300,16 @@ impl MockVsphereHandle {
         self.calls().into_iter().map(|c| c.method).collect()
     }
 
-    /// The power operations called so far (`PowerOffVM_Task`, ...) and on which VM.
+    /// The power operations called so far and on which VM: SOAP's
+    /// (`PowerOffVM_Task`, ...) and REST's (`POST /rest/vcenter/vm/{vm}/power/stop`,
+    /// `.../start`), in order.
     pub fn power_calls(&self) -> Vec<(String, String)> {
         self.calls()
             .into_iter()
-            .filter(|c| c.method.ends_with("VM_Task"))
+            .filter(|c| {
+                c.method.ends_with("VM_Task")
+                    || (c.method.starts_with("POST /rest/") && c.method.contains("/power/"))
+            })
             .map(|c| (c.method, c.this))
             .collect()
     }

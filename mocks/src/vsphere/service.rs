@@ -5,10 +5,12 @@
 //! - `SessionManager.Login` (sets the `vmware_soap_session` cookie) and `Logout`;
 //! - `SearchIndex.FindByUuid` and `FindAllByUuid` (BIOS `config.uuid`, or
 //!   `config.instanceUuid` with `instanceUuid` true; exact UUID, as vCenter
-//!   compares; the first match, or every match) and
-//!   `SearchIndex.FindByInventoryPath` (`<datacenter>/vm/<folders>/<name>`, leading and
-//!   trailing slashes ignored); both answer an empty response when nothing matches;
-//! - `ViewManager.CreateContainerView` of VirtualMachines, and
+//!   compares; the first match, or every match; within one `datacenter` when the
+//!   call names one) and
+//!   `SearchIndex.FindByInventoryPath` (`<datacenter>/vm/<folders>/<name>`, or a
+//!   datacenter's name for the Datacenter, leading and trailing slashes ignored);
+//!   both answer an empty response when nothing matches;
+//! - `ViewManager.CreateContainerView` of VirtualMachines (and `View.DestroyView`), and
 //!   `PropertyCollector.RetrievePropertiesEx` for a VM (`name`, `runtime.powerState`,
 //!   `summary.runtime.powerState`, `config.uuid`, `config.instanceUuid`), every VM of a
 //!   ContainerView, or a Task (`info.state`, `info.error`);
@@ -92,8 +94,15 @@ pub(super) async fn handle(
             soap::reply("Logout", "")
         }
         "FindByUuid" => find_by_uuid(&shared, call),
+        "DestroyView" => {
+            shared.lock().views.remove(&this);
+            soap::reply("DestroyView", "")
+        }
+        "FindAllByUuid" if shared.lock().faults.no_find_all_by_uuid => {
+            soap::unresolved_method("FindAllByUuid")
+        }
         "FindAllByUuid" => find_all_by_uuid(&shared, call),
-        "CreateContainerView" => create_container_view(call),
+        "CreateContainerView" => create_container_view(&shared, call),
         "FindByInventoryPath" => find_by_path(&shared, call),
         "RetrievePropertiesEx" => retrieve_properties(&shared, call),
         "PowerOffVM_Task" => power(&shared, &this, PowerOp::PowerOff),
@@ -170,17 +179,39 @@ fn parse_uuid(raw: &str) -> Option<uuid::Uuid> {
     uuid::Uuid::parse_str(raw.trim()).ok()
 }
 
-/// The VMs whose BIOS (or, with `instanceUuid` true, instance) UUID is the one asked.
-fn uuid_matches<'a>(inner: &'a super::state::Inner, call: &Element) -> Vec<&'a VmState> {
+/// The VMs whose BIOS (or, with `instanceUuid` true, instance) UUID is the one asked,
+/// in the `datacenter` named (if one is); a datacenter that does not exist is
+/// `Err` of its type and id (`ManagedObjectNotFound`).
+fn uuid_matches<'a>(
+    shared: &Shared,
+    inner: &'a super::state::Inner,
+    call: &Element,
+) -> Result<Vec<&'a VmState>, (String, String)> {
+    let scope = match call.child("datacenter") {
+        None => None,
+        Some(dc) => {
+            let id = dc.text.trim();
+            match shared.config.datacenter_named_by(id) {
+                Some(name) if dc.attribute("type") == Some("Datacenter") => Some(name.to_string()),
+                _ => {
+                    return Err((
+                        dc.attribute("type").unwrap_or("").to_string(),
+                        id.to_string(),
+                    ));
+                }
+            }
+        }
+    };
     let wanted = call.child_text("uuid").and_then(parse_uuid);
     let instance = call.child_text("instanceUuid") == Some("true");
     let vm_search = call.child_text("vmSearch") == Some("true");
     let Some(wanted) = wanted.filter(|_| vm_search) else {
-        return Vec::new();
+        return Ok(Vec::new());
     };
-    inner
+    Ok(inner
         .vms
         .iter()
+        .filter(|vm| scope.as_ref().is_none_or(|dc| vm.datacenter == *dc))
         .filter(|vm| {
             let have = if instance {
                 &vm.instance_uuid
@@ -189,13 +220,17 @@ fn uuid_matches<'a>(inner: &'a super::state::Inner, call: &Element) -> Vec<&'a V
             };
             parse_uuid(have) == Some(wanted)
         })
-        .collect()
+        .collect())
 }
 
 /// `SearchIndex.FindAllByUuid` (vSphere 6.5 and later): every match.
 fn find_all_by_uuid(shared: &Shared, call: &Element) -> Response {
     let inner = shared.lock();
-    let found: String = uuid_matches(&inner, call)
+    let matches = match uuid_matches(shared, &inner, call) {
+        Ok(m) => m,
+        Err((kind, id)) => return soap::managed_object_not_found(&kind, &id),
+    };
+    let found: String = matches
         .iter()
         .map(|vm| moref("returnval", "VirtualMachine", &vm.moid))
         .collect();
@@ -204,7 +239,11 @@ fn find_all_by_uuid(shared: &Shared, call: &Element) -> Response {
 
 fn find_by_uuid(shared: &Shared, call: &Element) -> Response {
     let inner = shared.lock();
-    match uuid_matches(&inner, call).first() {
+    let matches = match uuid_matches(shared, &inner, call) {
+        Ok(m) => m,
+        Err((kind, id)) => return soap::managed_object_not_found(&kind, &id),
+    };
+    match matches.first() {
         Some(vm) => soap::reply(
             "FindByUuid",
             &moref("returnval", "VirtualMachine", &vm.moid),
@@ -215,11 +254,14 @@ fn find_by_uuid(shared: &Shared, call: &Element) -> Response {
 
 fn find_by_path(shared: &Shared, call: &Element) -> Response {
     let wanted = split_path(call.child_text("inventoryPath").unwrap_or("")).join("/");
+    if let Some(dc) = shared.config.datacenter_at(&wanted) {
+        return soap::reply(
+            "FindByInventoryPath",
+            &moref("returnval", "Datacenter", &dc),
+        );
+    }
     let inner = shared.lock();
-    let found = inner
-        .vms
-        .iter()
-        .find(|vm| vm.inventory_path(&shared.config.datacenter) == wanted);
+    let found = inner.vms.iter().find(|vm| vm.inventory_path() == wanted);
     match found {
         Some(vm) => soap::reply(
             "FindByInventoryPath",
@@ -229,9 +271,10 @@ fn find_by_path(shared: &Shared, call: &Element) -> Response {
     }
 }
 
-/// `ViewManager.CreateContainerView`: a view of every VM (the only `type` served),
-/// named as vCenter names session-scoped views.
-fn create_container_view(call: &Element) -> Response {
+/// `ViewManager.CreateContainerView`: a view of every VM (the only `type` served)
+/// under the root folder or one datacenter, named as vCenter names session-scoped
+/// views.
+fn create_container_view(shared: &Shared, call: &Element) -> Response {
     let wants_vms = call
         .children_named("type")
         .any(|t| t.text.trim() == "VirtualMachine");
@@ -242,7 +285,17 @@ fn create_container_view(call: &Element) -> Response {
             "<invalidProperty>type</invalidProperty>",
         );
     }
+    let scope = match call.child("container") {
+        Some(c) if c.attribute("type") == Some("Datacenter") => {
+            match shared.config.datacenter_named_by(c.text.trim()) {
+                Some(name) => Some(name.to_string()),
+                None => return soap::managed_object_not_found("Datacenter", c.text.trim()),
+            }
+        }
+        _ => None,
+    };
     let id = format!("session[{}]vm-view", uuid::Uuid::new_v4());
+    shared.lock().views.insert(id.clone(), scope);
     soap::reply(
         "CreateContainerView",
         &moref("returnval", "ContainerView", &id),
@@ -277,8 +330,14 @@ fn retrieve_properties(shared: &Shared, call: &Element) -> Response {
         let mut props = String::new();
         if kind == "ContainerView" {
             // The view's `view` property traversed: every VM, the view itself
-            // skipped (as fence_vmware_soap and govmomi's view package ask).
-            for vm in &inner.vms {
+            // skipped (as fence_vmware_soap and govmomi's view package ask). A view
+            // the mock did not make covers every VM.
+            let scope = inner.views.get(id).cloned().flatten();
+            for vm in inner
+                .vms
+                .iter()
+                .filter(|vm| scope.as_ref().is_none_or(|dc| vm.datacenter == *dc))
+            {
                 let mut vm_props = String::new();
                 for path in &paths {
                     match vm_property(vm, path) {

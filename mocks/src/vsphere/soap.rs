@@ -49,6 +49,21 @@ pub fn fault(fault_type: &str, message: &str, fields: &str) -> Response {
     )
 }
 
+/// What vSphere answers for a method its WSDL does not have (a method of a later
+/// release): `InvalidRequest`, the method named only in the `faultstring`.
+pub fn unresolved_method(method: &str) -> Response {
+    fault(
+        "InvalidRequest",
+        &format!(
+            "Unable to resolve WSDL method name {method} for namespace name urn:vim25\n\n\
+             while parsing SOAP body\nat line 1, column 271\n\nwhile parsing SOAP envelope\n\
+             at line 1, column 38\n\nwhile parsing HTTP request before method was determined\n\
+             at line 1, column 0"
+        ),
+        "",
+    )
+}
+
 /// A client error vSphere reports as a plain SOAP fault without detail (a body that
 /// is not a SOAP request).
 pub fn client_fault(message: &str) -> Response {

@@ -17,7 +17,9 @@ use super::model::{Product, VmPower, VmState};
 #[derive(Debug, Clone)]
 pub(super) struct Config {
     pub product: Product,
-    pub datacenter: String,
+    /// Every datacenter's name, the default first; the `n`th is
+    /// [`Product::datacenter_moid`]`(n)`.
+    pub datacenters: Vec<String>,
     pub username: String,
     pub password: String,
     pub task_delay: Duration,
@@ -103,16 +105,17 @@ impl Task {
     }
 }
 
-/// One SOAP call the mock answered.
+/// One call the mock answered: SOAP at `/sdk`, or REST at `/rest`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CallRecord {
-    /// The operation (`Login`, `FindByUuid`, `PowerOffVM_Task`, ...).
+    /// The SOAP operation (`Login`, `FindByUuid`, `PowerOffVM_Task`, ...), or the
+    /// REST request line with `{vm}` for the VM (`POST /rest/vcenter/vm/{vm}/power/stop`).
     pub method: String,
-    /// The `_this` managed object id.
+    /// The `_this` managed object id (REST: the VM's id, or "").
     pub this: String,
-    /// The `SOAPAction` header as sent ("" when absent).
+    /// The `SOAPAction` header as sent ("" when absent, and for REST).
     pub soap_action: String,
-    /// Whether the call carried a live session cookie.
+    /// Whether the call carried a live session (cookie, or REST's session id).
     pub authenticated: bool,
 }
 
@@ -124,6 +127,27 @@ pub(super) struct Inner {
     pub tasks: Vec<Task>,
     pub faults: Faults,
     pub calls: Vec<CallRecord>,
+    /// Container views: id → the datacenter they cover (`None`: every VM).
+    pub views: HashMap<String, Option<String>>,
+}
+
+impl Config {
+    /// The name of the datacenter with this managed object id.
+    pub fn datacenter_named_by(&self, moid: &str) -> Option<&str> {
+        self.datacenters
+            .iter()
+            .enumerate()
+            .find(|(i, _)| self.product.datacenter_moid(i + 1) == moid)
+            .map(|(_, name)| name.as_str())
+    }
+
+    /// The managed object id of the datacenter at this inventory path.
+    pub fn datacenter_at(&self, path: &str) -> Option<String> {
+        self.datacenters
+            .iter()
+            .position(|name| name == path)
+            .map(|i| self.product.datacenter_moid(i + 1))
+    }
 }
 
 /// State shared between the server and the handle.

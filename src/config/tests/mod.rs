@@ -7,6 +7,7 @@ mod agent_file;
 mod checks;
 mod errors;
 mod fallback;
+mod kubevirt;
 mod policy;
 mod resolution;
 mod secret_refs;

@@ -136,3 +136,106 @@ fn endpoint_and_credentials_are_required_and_other_drivers_fields_refused() {
     let e = find(&errs, "moid");
     assert_eq!(e.line, Some(6), "{e}");
 }
+
+fn datacenter(config: &Config) -> Option<String> {
+    match &config.inventory.nodes["vm-1"].power {
+        PowerSource::Vsphere(t) => t.datacenter.clone(),
+        other => panic!("a vsphere node, got {other:?}"),
+    }
+}
+
+#[test]
+fn instance_uuid_names_the_vm_and_datacenter_scopes_a_uuid_search() {
+    let f = Fixture::new();
+    let config = f.ok(&vsphere_node(&[
+        "instance_uuid = \"50123456-89AB-CDEF-0123-456789ABCDEF\"",
+    ]));
+    assert_eq!(
+        selector(&config),
+        VmSelector::InstanceUuid("50123456-89ab-cdef-0123-456789abcdef".into())
+    );
+    assert_eq!(datacenter(&config), None);
+    let node = &config.inventory.nodes["vm-1"];
+    assert!(!node.needs_node_identity(), "the VM is named");
+    assert!(
+        node.policy.require_identity,
+        "its identity is still checked"
+    );
+
+    // With the Node's systemUUID, bios_uuid or instance_uuid.
+    let config = f.ok(&vsphere_node(&["datacenter = \"/DC0/\""]));
+    assert_eq!(selector(&config), VmSelector::NodeUuid);
+    assert_eq!(datacenter(&config).as_deref(), Some("DC0"));
+    let config = f.ok(&vsphere_node(&[
+        "datacenter = \"Europe/DC0\"",
+        "bios_uuid = \"4213e0f1-2a3b-4c5d-8e9f-a0b1c2d3e4f5\"",
+    ]));
+    assert_eq!(datacenter(&config).as_deref(), Some("Europe/DC0"));
+    let config = f.ok(&vsphere_node(&[
+        "datacenter = \"DC0\"",
+        "instance_uuid = \"50123456-89ab-cdef-0123-456789abcdef\"",
+    ]));
+    assert_eq!(datacenter(&config).as_deref(), Some("DC0"));
+}
+
+#[test]
+fn instance_uuid_and_datacenter_errors_are_at_their_line() {
+    let f = Fixture::new();
+    let errs = f.errors(&vsphere_node(&["instance_uuid = \"vm-42\""]));
+    assert_at(
+        find(&errs, "not a VM's instance UUID"),
+        Some("vm-1"),
+        7,
+        "instance_uuid",
+    );
+    let errs = f.errors(&vsphere_node(&["datacenter = \"DC0/vm/k8s\""]));
+    assert_at(
+        find(&errs, "not a datacenter's inventory path"),
+        Some("vm-1"),
+        7,
+        "datacenter",
+    );
+    let errs = f.errors(&vsphere_node(&["datacenter = \"\""]));
+    assert!(errs.iter().any(|e| e.line == Some(7)), "{errs:?}");
+
+    // instance_uuid is one more way of naming the VM: exclusive with the others.
+    for other in [
+        "bios_uuid = \"4213e0f1-2a3b-4c5d-8e9f-a0b1c2d3e4f5\"",
+        "moid = \"vm-42\"",
+        "vm_path = \"DC0/vm/vm-1\"",
+    ] {
+        let errs = f.errors(&vsphere_node(&[
+            other,                                                      // 7
+            "instance_uuid = \"50123456-89ab-cdef-0123-456789abcdef\"", // 8
+        ]));
+        let e = find(&errs, "both name the VM");
+        let key = other.split(' ').next().unwrap_or_default();
+        assert!(matches!(e.line, Some(7 | 8)), "{other}: {e}");
+        assert!(
+            e.message.contains("instance_uuid") && e.message.contains(key),
+            "{other}: {e}"
+        );
+    }
+
+    // A datacenter limits a UUID search: with moid or vm_path it is a mistake.
+    for other in ["moid = \"vm-42\"", "vm_path = \"DC0/vm/vm-1\""] {
+        let errs = f.errors(&vsphere_node(&[
+            other,                  // 7
+            "datacenter = \"DC0\"", // 8
+        ]));
+        let e = find(&errs, "limits a UUID search");
+        assert_at(e, Some("vm-1"), 8, "datacenter");
+    }
+
+    // Only for vsphere.
+    let errs = f.errors(&lines(&[
+        "[nodes.r-1]",
+        "driver = \"redfish\"",
+        "endpoint = \"https://r-1-bmc\"",
+        "username = \"fence\"",
+        "password_file = \"secrets/bmc-password\"",
+        "datacenter = \"DC0\"", // 6
+    ]));
+    let e = find(&errs, "datacenter");
+    assert_eq!(e.line, Some(6), "{e}");
+}

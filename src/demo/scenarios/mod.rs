@@ -12,19 +12,24 @@
 //! has it answer NodeHealthCheck's requests with a long `unhealthy_after` of its own,
 //! and the daemon is restarted with it first when an earlier scenario ran with the
 //! stock one.
+//!
+//! `vsphere-power-loss` and `vsphere-network-cut` play on a world of their own, whose
+//! workers are VMs on a mock vCenter ([`Workers::Vms`]); they are not part of `all`
+//! (the other scenarios' BMC is Redfish) and run alone or together (`vsphere`).
 
 mod bmc_down;
 mod network_cut;
 pub mod nhc;
 mod power_loss;
 mod recovery;
+mod vsphere;
 
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::cluster::{POD, World};
+use super::cluster::{POD, Workers, World};
 use super::config::Profile;
 use super::narrate::span;
 use super::style::Style;
@@ -39,6 +44,10 @@ pub enum Scenario {
     BmcDown,
     Recovery,
     Nhc,
+    /// Power loss of a worker that is a VM on vCenter (not in [`Scenario::ALL`]).
+    VspherePowerLoss,
+    /// A network cut of a worker that is a VM on vCenter: PowerOffVM_Task.
+    VsphereNetworkCut,
 }
 
 impl Scenario {
@@ -50,6 +59,9 @@ impl Scenario {
         Scenario::Nhc,
     ];
 
+    /// The scenarios whose workers are VMs, in the order `vsphere` runs them.
+    pub const VSPHERE: [Scenario; 2] = [Scenario::VspherePowerLoss, Scenario::VsphereNetworkCut];
+
     /// The name on the command line and in JSON.
     pub fn name(self) -> &'static str {
         match self {
@@ -58,6 +70,8 @@ impl Scenario {
             Scenario::BmcDown => "bmc-down",
             Scenario::Recovery => "recovery",
             Scenario::Nhc => "nhc",
+            Scenario::VspherePowerLoss => "vsphere-power-loss",
+            Scenario::VsphereNetworkCut => "vsphere-network-cut",
         }
     }
 
@@ -68,6 +82,16 @@ impl Scenario {
             Scenario::BmcDown => "BMC unreachable",
             Scenario::Recovery => "recovery",
             Scenario::Nhc => "NodeHealthCheck asks, nodefence proves",
+            Scenario::VspherePowerLoss => "a VM's host loses power (vSphere)",
+            Scenario::VsphereNetworkCut => "a VM cut off but poweredOn (vSphere)",
+        }
+    }
+
+    /// What the workers' machines are in the world it plays in.
+    pub fn workers(self) -> Workers {
+        match self {
+            Scenario::VspherePowerLoss | Scenario::VsphereNetworkCut => Workers::Vms,
+            _ => Workers::BmcSystems,
         }
     }
 
@@ -211,6 +235,35 @@ impl Ctx<'_> {
             .mul_f64(self.world.speed)
     }
 
+    /// Waits (from `t0`) for nodefence to release `victim` (within `release`) and
+    /// then for db-0 to run on another node (within `run`), records both in `out`,
+    /// and returns the release step and where db-0 runs now.
+    pub async fn released_and_moved(
+        &self,
+        out: &mut Outcome,
+        victim: &str,
+        t0: SystemTime,
+        release: Duration,
+        run: Duration,
+    ) -> Result<(Step, String), String> {
+        let released = self
+            .wait_step("out-of-service taint from nodefence", release, t0, |s| {
+                s.node == victim && s.is_nodefence("Released")
+            })
+            .await?;
+        out.released_after = Some(self.elapsed(t0, released.at));
+        let world = self.world;
+        self.wait("db-0 Running on another node", run, || {
+            world.db_running_on().is_some_and(|n| n != victim)
+        })
+        .await?;
+        let now_on = db_node(world)?;
+        out.running_after = self
+            .pod_running_elsewhere(t0, victim)
+            .or_else(|| Some(self.elapsed(t0, crate::clock::now())));
+        Ok((released, now_on))
+    }
+
     /// When db-0 was reported Running on a node other than `not_on`, since `t0`.
     pub fn pod_running_elsewhere(&self, t0: SystemTime, not_on: &str) -> Option<Duration> {
         let wanted = format!("{}/{POD}", super::cluster::NAMESPACE);
@@ -297,6 +350,8 @@ pub async fn run(
             Scenario::BmcDown => bmc_down::run(ctx, &mut out, carry).await,
             Scenario::Recovery => recovery::run(ctx, &mut out, carry).await,
             Scenario::Nhc => nhc::run(ctx, &mut out, carry).await,
+            Scenario::VspherePowerLoss => vsphere::power_loss(ctx, &mut out, carry).await,
+            Scenario::VsphereNetworkCut => vsphere::network_cut(ctx, &mut out, carry).await,
         },
     };
     // Let the last steps arrive before the scene closes.

@@ -72,25 +72,15 @@ pub async fn run(ctx: &Ctx<'_>, out: &mut Outcome, carry: &mut Carry) -> Result<
         }
     }
     carry.fenced = Some(victim.clone());
-    let released = ctx
-        .wait_step(
-            "out-of-service taint from nodefence",
-            grace + Duration::from_secs(240),
+    let (_released, now_on) = ctx
+        .released_and_moved(
+            out,
+            &victim,
             t0,
-            |s| s.node == victim && s.is_nodefence("Released"),
+            grace + Duration::from_secs(240),
+            grace + Duration::from_secs(600),
         )
         .await?;
-    out.released_after = Some(ctx.elapsed(t0, released.at));
-    ctx.wait(
-        "db-0 Running on another node",
-        grace + Duration::from_secs(600),
-        || world.db_running_on().is_some_and(|n| n != victim),
-    )
-    .await?;
-    let now_on = db_node(world)?;
-    out.running_after = ctx
-        .pod_running_elsewhere(t0, &victim)
-        .or_else(|| Some(ctx.elapsed(t0, crate::clock::now())));
     out.power_commands = world.resets_since(mark);
     let expected = vec![(victim.clone(), "ForceOff".to_string())];
     if out.power_commands != expected {

@@ -1,7 +1,9 @@
 //! Which VM: by BIOS UUID (`SearchIndex.FindAllByUuid`, or `FindByUuid`, with
 //! `vmSearch` true and `instanceUuid` false: `config.uuid`, the UUID the guest reads from SMBIOS and the
-//! kubelet reports as the Node's systemUUID), by managed object id, or by inventory
-//! path (`SearchIndex.FindByInventoryPath`).
+//! kubelet reports as the Node's systemUUID), by instance UUID (the same calls with
+//! `instanceUuid` true: `config.instanceUuid`, vCenter's own id of the VM), by managed
+//! object id, or by inventory path (`SearchIndex.FindByInventoryPath`). A UUID search
+//! may be limited to one datacenter (the calls' `datacenter` argument).
 //!
 //! A BIOS UUID is tried as written, then with its first three fields byte-swapped:
 //! older guests and VM hardware versions report the SMBIOS UUID in the other byte
@@ -18,6 +20,8 @@ pub enum VmSelector {
     NodeUuid,
     /// `bios_uuid`: this BIOS UUID.
     BiosUuid(String),
+    /// `instance_uuid`: this instance UUID (`config.instanceUuid`).
+    InstanceUuid(String),
     /// `moid`: this managed object id (`vm-42`).
     Moid(String),
     /// `vm_path`: this inventory path (`DC0/vm/k8s/worker-1`).
@@ -29,6 +33,7 @@ impl std::fmt::Display for VmSelector {
         match self {
             VmSelector::NodeUuid => f.write_str("the VM with the Node's systemUUID"),
             VmSelector::BiosUuid(u) => write!(f, "bios_uuid {u}"),
+            VmSelector::InstanceUuid(u) => write!(f, "instance_uuid {u}"),
             VmSelector::Moid(m) => write!(f, "moid {m}"),
             VmSelector::Path(p) => write!(f, "vm_path {p}"),
         }

@@ -4,10 +4,15 @@
 //! and CSI driver use (through govmomi).
 //!
 //! # Which VM
-//! `bios_uuid`, `moid` or `vm_path` when set; else the Node's systemUUID, which
-//! arrives through [`PowerDriver::node_identity`] ([`locate`]). A UUID is looked up
-//! with `SearchIndex.FindAllByUuid` (`FindByUuid` before vSphere 6.5): two VMs with
-//! one BIOS UUID (a clone that kept it) are an error, never a guess. The managed object
+//! `bios_uuid`, `instance_uuid`, `moid` or `vm_path` when set; else the Node's
+//! systemUUID, which arrives through [`PowerDriver::node_identity`] ([`locate`]). With
+//! `datacenter`, a UUID is looked up in that datacenter only (found once by its
+//! inventory path with `FindByInventoryPath`). A UUID is looked up
+//! with `SearchIndex.FindAllByUuid`: two VMs with one BIOS UUID (a clone that kept
+//! it) are an error, never a guess. Before vSphere 6.5, which does not know that
+//! method (an `InvalidRequest` fault, "Unable to resolve WSDL method name"), with
+//! `FindByUuid`, which names the first match only, and then every VM's `config.uuid`
+//! read through a container view, so that a clone is still seen. The managed object
 //! id found is kept (a rename or a move does not change it) and looked up again when
 //! vSphere says it no longer exists (`ManagedObjectNotFound`). A VM that cannot be
 //! found is an error, never Off.
@@ -70,8 +75,14 @@ struct Found {
 
 /// One VM behind one vSphere endpoint.
 pub struct VsphereDriver {
-    session: Session,
+    session: Arc<Session>,
+    /// Set once [`PowerDriver::close`] has run (the session is detached once).
+    closed: std::sync::atomic::AtomicBool,
     selector: VmSelector,
+    /// `datacenter`: the inventory path of the datacenter UUID searches are limited to.
+    datacenter: Option<String>,
+    /// That datacenter's managed object, once found.
+    datacenter_ref: Mutex<Option<MoRef>>,
     /// The Node's systemUUID, from [`PowerDriver::node_identity`].
     node_uuid: RwLock<Option<String>>,
     found: Mutex<Option<Found>>,
@@ -87,24 +98,36 @@ impl std::fmt::Debug for VsphereDriver {
 }
 
 impl VsphereDriver {
-    /// `client` carries the TLS profile; `limiter` bounds requests in flight.
+    /// `client` carries the TLS profile; `limiter` bounds requests in flight. A
+    /// session of its own; [`Self::with_session`] shares one.
     pub fn new(
         target: &VsphereTarget,
         client: reqwest::Client,
         limiter: Arc<Semaphore>,
     ) -> Result<Self, PowerError> {
-        Ok(Self {
-            session: Session::new(
-                client,
-                &target.endpoint,
-                target.credential.clone(),
-                target.timeouts,
-                limiter,
-            )?,
+        let session = Arc::new(Session::new(
+            client,
+            &target.endpoint,
+            target.credential.clone(),
+            target.timeouts,
+            limiter,
+        )?);
+        Ok(Self::with_session(target, session))
+    }
+
+    /// A driver using `session` (the same endpoint and user: one login for every VM
+    /// behind a vCenter).
+    pub fn with_session(target: &VsphereTarget, session: Arc<Session>) -> Self {
+        session.attach();
+        Self {
+            session,
+            closed: std::sync::atomic::AtomicBool::new(false),
             selector: target.vm.clone(),
+            datacenter: target.datacenter.clone(),
+            datacenter_ref: Mutex::new(None),
             node_uuid: RwLock::new(None),
             found: Mutex::new(None),
-        })
+        }
     }
 
     fn found(&self) -> Option<Found> {
@@ -133,7 +156,14 @@ impl VsphereDriver {
         match &self.selector {
             VmSelector::Moid(id) => Ok(MoRef::new("VirtualMachine", id)),
             VmSelector::Path(path) => self.find_by_path(path, deadline).await,
-            VmSelector::BiosUuid(uuid) => self.find_by_uuid(uuid, "bios_uuid", deadline).await,
+            VmSelector::BiosUuid(uuid) => {
+                self.find_by_uuid(uuid, UuidKind::Bios, "bios_uuid", deadline)
+                    .await
+            }
+            VmSelector::InstanceUuid(uuid) => {
+                self.find_by_uuid(uuid, UuidKind::Instance, "instance_uuid", deadline)
+                    .await
+            }
             VmSelector::NodeUuid => {
                 let uuid = self
                     .node_uuid
@@ -142,7 +172,7 @@ impl VsphereDriver {
                     .clone();
                 match uuid {
                     Some(uuid) => {
-                        self.find_by_uuid(&uuid, "the Node's systemUUID", deadline)
+                        self.find_by_uuid(&uuid, UuidKind::Bios, "the Node's systemUUID", deadline)
                             .await
                     }
                     None => Err(PowerError::config(
@@ -157,22 +187,43 @@ impl VsphereDriver {
     async fn find_by_uuid(
         &self,
         raw: &str,
+        kind: UuidKind,
         from: &str,
         deadline: Instant,
     ) -> Result<MoRef, PowerError> {
-        let Some(forms) = lookup_forms(raw) else {
+        let forms = match kind {
+            // The BIOS UUID as written, then byte-swapped (see `locate`).
+            UuidKind::Bios => lookup_forms(raw),
+            // vCenter's own id: one byte order.
+            UuidKind::Instance => uuid::Uuid::parse_str(raw.trim())
+                .ok()
+                .map(|u| vec![u.hyphenated().to_string()]),
+        };
+        let Some(forms) = forms else {
             return Err(PowerError::config(format!(
                 "{from} {:?} is not a UUID",
                 soap::clip(raw)
             )));
         };
         let content = self.session.content(deadline).await?;
+        let datacenter = self.datacenter(deadline).await?;
+        let scope = self
+            .datacenter
+            .as_ref()
+            .map_or(String::new(), |d| format!(" in datacenter {d}"));
+        let what = kind.words();
         // Every VM with either byte order of the UUID: clones that kept their
         // BIOS UUID share it, and picking one of them would be a guess.
         let mut found: Vec<MoRef> = Vec::new();
         for uuid in &forms {
             for vm in self
-                .all_by_uuid(&content.search_index, uuid, deadline)
+                .all_by_uuid(
+                    &content.search_index,
+                    datacenter.as_ref(),
+                    uuid,
+                    kind,
+                    deadline,
+                )
                 .await?
             {
                 if !found.contains(&vm) {
@@ -183,14 +234,14 @@ impl VsphereDriver {
         match found.as_slice() {
             [one] => Ok(one.clone()),
             [] => Err(PowerError::config(format!(
-                "no VM on {} has BIOS UUID {} ({from}; also tried {}); check that the VM \
+                "no VM on {}{scope} has {what} {} ({from}; also tried {}); check that the VM \
                  exists and the vSphere user may see it (System.View, System.Read)",
                 self.session.sdk(),
                 forms[0],
                 forms.get(1).map_or("no other byte order", String::as_str)
             ))),
             many => Err(PowerError::config(format!(
-                "{} VMs on {} have BIOS UUID {} ({from}, either byte order): {}; a cloned \
+                "{} VMs on {}{scope} have {what} {} ({from}, either byte order): {}; a cloned \
                  VM kept its UUID. nodefence will not guess: give the clone a new UUID, or \
                  set moid for this node",
                 many.len(),
@@ -205,18 +256,22 @@ impl VsphereDriver {
     }
 
     /// `SearchIndex.FindAllByUuid` (vSphere 6.5 and later); on an older endpoint
-    /// (`MethodNotFound`), `FindByUuid`, which answers the first match only.
+    /// (which does not know the method, [`CallError::is_unknown_method`]),
+    /// `FindByUuid`, which answers the first match only.
     async fn all_by_uuid(
         &self,
         search_index: &MoRef,
+        datacenter: Option<&MoRef>,
         uuid: &str,
+        kind: UuidKind,
         deadline: Instant,
     ) -> Result<Vec<MoRef>, PowerError> {
         let params = format!(
-            "{}{}{}",
+            "{}{}{}{}",
+            datacenter.map_or(String::new(), |d| d.to_xml("datacenter")),
             field("uuid", uuid),
             field("vmSearch", "true"),
-            field("instanceUuid", "false")
+            field("instanceUuid", kind.instance_flag())
         );
         match self
             .session
@@ -232,16 +287,183 @@ impl VsphereDriver {
                     )),
                 })
                 .collect(),
-            Err(e) if e.fault_type() == Some("MethodNotFound") => {
+            Err(e) if e.is_unknown_method("FindAllByUuid") => {
+                tracing::debug!(sdk = %self.session.sdk(), "no FindAllByUuid (before vSphere 6.5): FindByUuid");
                 let reply = self
                     .session
                     .call("FindByUuid", search_index, &params, deadline)
                     .await
                     .map_err(|e| e.into_error("FindByUuid"))?;
-                Ok(returned_vm(&reply)?.into_iter().collect())
+                let Some(first) = returned_vm(&reply)? else {
+                    return Ok(Vec::new());
+                };
+                // FindByUuid names one VM even when clones share the UUID: every VM
+                // with it counts, or the first one found would be a guess.
+                let mut all = self.scan_by_uuid(uuid, kind, datacenter, deadline).await?;
+                if !all.contains(&first) {
+                    all.insert(0, first);
+                }
+                Ok(all)
             }
-            Err(e) => Err(e.into_error("FindAllByUuid")),
+            Err(e) => {
+                if e.fault_type() == Some("ManagedObjectNotFound") {
+                    // The datacenter may have been removed and made again: found anew.
+                    *self
+                        .datacenter_ref
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()) = None;
+                }
+                Err(e.into_error("FindAllByUuid"))
+            }
         }
+    }
+
+    /// The datacenter UUID searches are limited to (`None`: no `datacenter` set),
+    /// found once by its inventory path.
+    async fn datacenter(&self, deadline: Instant) -> Result<Option<MoRef>, PowerError> {
+        let Some(path) = &self.datacenter else {
+            return Ok(None);
+        };
+        if let Some(known) = self
+            .datacenter_ref
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
+            return Ok(Some(known));
+        }
+        let content = self.session.content(deadline).await?;
+        let path = normalise_path(path);
+        let reply = self
+            .session
+            .call(
+                "FindByInventoryPath",
+                &content.search_index,
+                &field("inventoryPath", &path),
+                deadline,
+            )
+            .await
+            .map_err(|e| e.into_error("FindByInventoryPath (datacenter)"))?;
+        let found = match reply.child("returnval").map(MoRef::from_element) {
+            None => {
+                return Err(PowerError::config(format!(
+                    "no datacenter at inventory path {path:?} on {} (datacenter is its name, \
+                     or Folder/Name when it sits in a folder)",
+                    self.session.sdk()
+                )));
+            }
+            Some(Some(m)) if m.kind == "Datacenter" => m,
+            Some(Some(m)) => {
+                return Err(PowerError::config(format!(
+                    "datacenter {path:?} on {} is {m}, not a Datacenter",
+                    self.session.sdk()
+                )));
+            }
+            Some(None) => {
+                return Err(PowerError::protocol(
+                    "the search returned a reference without type or id",
+                ));
+            }
+        };
+        *self
+            .datacenter_ref
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(found.clone());
+        Ok(Some(found))
+    }
+
+    /// Every VM whose `config.uuid` is `uuid` (as vSphere compares: the UUID's value,
+    /// not its spelling), read through a container view of every VM under the root
+    /// folder: what `FindAllByUuid` answers, for an endpoint without it. A reply cut
+    /// into pages (a `token`) is an error: a VM left unread could share the UUID.
+    async fn scan_by_uuid(
+        &self,
+        uuid: &str,
+        kind: UuidKind,
+        datacenter: Option<&MoRef>,
+        deadline: Instant,
+    ) -> Result<Vec<MoRef>, PowerError> {
+        let content = self.session.content(deadline).await?;
+        let root = datacenter.or(content.root_folder.as_ref());
+        let (Some(root), Some(views)) = (root, &content.view_manager) else {
+            return Err(PowerError::protocol(
+                "the endpoint names no rootFolder or viewManager: the VMs sharing a UUID \
+                 cannot be counted without FindAllByUuid; set moid for this node",
+            ));
+        };
+        let reply = self
+            .session
+            .call(
+                "CreateContainerView",
+                views,
+                &format!(
+                    "{}{}{}",
+                    root.to_xml("container"),
+                    field("type", "VirtualMachine"),
+                    field("recursive", "true")
+                ),
+                deadline,
+            )
+            .await
+            .map_err(|e| e.into_error("CreateContainerView"))?;
+        let view = reply
+            .child("returnval")
+            .and_then(MoRef::from_element)
+            .ok_or_else(|| PowerError::protocol("CreateContainerView returned no view"))?;
+        let params = format!(
+            "<specSet><propSet>{}{}{}</propSet><objectSet>{}{}<selectSet xsi:type=\"TraversalSpec\">{}{}{}{}</selectSet></objectSet></specSet><options></options>",
+            field("type", "VirtualMachine"),
+            field("all", "false"),
+            field("pathSet", kind.property()),
+            view.to_xml("obj"),
+            field("skip", "true"),
+            field("name", "traverseView"),
+            field("type", "ContainerView"),
+            field("path", "view"),
+            field("skip", "false"),
+        );
+        let read = self
+            .session
+            .call(
+                "RetrievePropertiesEx",
+                &content.property_collector,
+                &params,
+                deadline,
+            )
+            .await;
+        // The view is the session's; it goes with the session if this fails.
+        if let Err(e) = self.session.call("DestroyView", &view, "", deadline).await {
+            tracing::debug!(view = %view, "DestroyView: {}", e.into_error("DestroyView"));
+        }
+        let reply =
+            read.map_err(|e| e.into_error(&format!("reading every VM's {}", kind.property())))?;
+        let returned = reply.child("returnval");
+        if returned.and_then(|r| r.child("token")).is_some() {
+            return Err(PowerError::protocol(
+                "the VMs' UUIDs came back in pages: nodefence does not read them page by page, \
+                 and will not guess from the first; set moid for this node",
+            ));
+        }
+        let wanted = uuid::Uuid::parse_str(uuid).ok();
+        let mut found = Vec::new();
+        for object in returned
+            .into_iter()
+            .flat_map(|r| r.children_named("objects"))
+        {
+            let Some(vm) = object.child("obj").and_then(MoRef::from_element) else {
+                continue;
+            };
+            let same = object.children_named("propSet").any(|p| {
+                p.child_text("name") == Some(kind.property())
+                    && p.child("val")
+                        .and_then(|v| uuid::Uuid::parse_str(v.text.trim()).ok())
+                        .is_some_and(|u| Some(u) == wanted)
+            });
+            if same && vm.kind == "VirtualMachine" && !found.contains(&vm) {
+                found.push(vm);
+            }
+        }
+        Ok(found)
     }
 
     async fn find_by_path(&self, path: &str, deadline: Instant) -> Result<MoRef, PowerError> {
@@ -403,6 +625,38 @@ impl VsphereDriver {
     }
 }
 
+/// Which UUID of a VM a search compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum UuidKind {
+    /// `config.uuid`, the BIOS UUID the guest (and the Node) reports.
+    Bios,
+    /// `config.instanceUuid`, vCenter's own id of the VM.
+    Instance,
+}
+
+impl UuidKind {
+    fn property(self) -> &'static str {
+        match self {
+            UuidKind::Bios => "config.uuid",
+            UuidKind::Instance => "config.instanceUuid",
+        }
+    }
+
+    fn instance_flag(self) -> &'static str {
+        match self {
+            UuidKind::Bios => "false",
+            UuidKind::Instance => "true",
+        }
+    }
+
+    fn words(self) -> &'static str {
+        match self {
+            UuidKind::Bios => "BIOS UUID",
+            UuidKind::Instance => "instance UUID",
+        }
+    }
+}
+
 /// The VM a `FindByUuid`/`FindByInventoryPath` reply names (`None`: not found).
 fn returned_vm(reply: &Element) -> Result<Option<MoRef>, PowerError> {
     let Some(returned) = reply.child("returnval") else {
@@ -510,7 +764,9 @@ impl PowerDriver for VsphereDriver {
     }
 
     async fn close(&self) {
-        self.session.logout().await;
+        if !self.closed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            self.session.detach().await;
+        }
     }
 }
 

@@ -40,6 +40,10 @@ pub struct ServiceContent {
     pub session_manager: MoRef,
     pub search_index: MoRef,
     pub property_collector: MoRef,
+    /// `rootFolder` and `viewManager` (a VM scan's container view; `None` when the
+    /// server names none).
+    pub root_folder: Option<MoRef>,
+    pub view_manager: Option<MoRef>,
     /// `about.apiVersion` (`8.0.2.0`).
     pub api_version: String,
     /// `about.apiType`: `VirtualCenter` or `HostAgent` (a standalone ESXi host).
@@ -66,6 +70,24 @@ impl CallError {
         match self {
             CallError::Fault(f) => Some(f.fault_type.as_str()),
             CallError::Other(_) => None,
+        }
+    }
+
+    /// Whether the server does not have `method` at all (a method of a later vSphere
+    /// release): `MethodNotFound` (govmomi's simulator), or what vCenter and ESXi
+    /// answer, an `InvalidRequest` fault whose `faultstring` says "Unable to resolve
+    /// WSDL method name `<method>`". Any other `InvalidRequest` is not this.
+    pub fn is_unknown_method(&self, method: &str) -> bool {
+        match self {
+            CallError::Fault(f) => {
+                f.fault_type == "MethodNotFound"
+                    || (f.fault_type == "InvalidRequest"
+                        && f.message
+                            .strip_prefix("Unable to resolve WSDL method name ")
+                            .and_then(|rest| rest.split_whitespace().next())
+                            == Some(method))
+            }
+            CallError::Other(_) => false,
         }
     }
 }
@@ -99,7 +121,8 @@ struct SessionState {
     cookie: Option<SecretString>,
 }
 
-/// One vSphere endpoint.
+/// One vSphere endpoint and user: one login, shared by every VM driver built for
+/// them ([`crate::power::registry`]), logged out when the last of them closes.
 pub struct Session {
     client: reqwest::Client,
     sdk: Url,
@@ -107,6 +130,8 @@ pub struct Session {
     timeouts: Timeouts,
     limiter: Arc<Semaphore>,
     state: Mutex<SessionState>,
+    /// Drivers using this session and not closed yet ([`Session::attach`]).
+    users: std::sync::atomic::AtomicUsize,
 }
 
 /// One attempt's failure; `retry` when trying again may help.
@@ -136,7 +161,43 @@ impl Session {
             timeouts,
             limiter,
             state: Mutex::new(SessionState::default()),
+            users: std::sync::atomic::AtomicUsize::new(0),
         })
+    }
+
+    /// Whether this session serves `endpoint` as `credential` with these settings
+    /// (the same password too: a changed Secret is a new session).
+    pub fn serves(&self, endpoint: &Url, credential: &Credential, timeouts: &Timeouts) -> bool {
+        use secrecy::ExposeSecret as _;
+        let mut sdk = endpoint.clone();
+        if !sdk.path().ends_with("/sdk") {
+            let path = format!("{}/sdk", sdk.path().trim_end_matches('/'));
+            sdk.set_path(&path);
+        }
+        self.sdk == sdk
+            && self.timeouts == *timeouts
+            && self.credential.username == credential.username
+            && self.credential.password.expose_secret() == credential.password.expose_secret()
+    }
+
+    /// One more driver uses this session.
+    pub fn attach(&self) {
+        self.users.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// A driver is done with it: the last one logs out.
+    pub async fn detach(&self) {
+        let before = self
+            .users
+            .fetch_update(
+                std::sync::atomic::Ordering::SeqCst,
+                std::sync::atomic::Ordering::SeqCst,
+                |n| n.checked_sub(1),
+            )
+            .unwrap_or(0);
+        if before <= 1 {
+            self.logout().await;
+        }
     }
 
     /// The SOAP URL.
@@ -475,6 +536,8 @@ fn read_content(reply: &Element) -> Result<ServiceContent, String> {
         session_manager: moref("sessionManager")?,
         search_index: moref("searchIndex")?,
         property_collector: moref("propertyCollector")?,
+        root_folder: content.child("rootFolder").and_then(MoRef::from_element),
+        view_manager: content.child("viewManager").and_then(MoRef::from_element),
         api_version: about
             .and_then(|a| a.child_text("apiVersion"))
             .filter(|v| !v.is_empty() && v.chars().all(|c| c.is_ascii_digit() || c == '.'))
@@ -491,6 +554,26 @@ fn read_content(reply: &Element) -> Result<ServiceContent, String> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_method_the_server_does_not_have_is_told_from_other_invalid_requests() {
+        let fault = |fault_type: &str, message: &str| {
+            CallError::Fault(soap::Fault {
+                fault_type: fault_type.into(),
+                message: message.into(),
+            })
+        };
+        let old = fault(
+            "InvalidRequest",
+            "Unable to resolve WSDL method name FindAllByUuid for namespace name urn:vim25\n\nwhile parsing SOAP body",
+        );
+        assert!(old.is_unknown_method("FindAllByUuid"));
+        assert!(!old.is_unknown_method("FindByUuid"));
+        assert!(fault("MethodNotFound", "").is_unknown_method("FindAllByUuid"));
+        assert!(!fault("InvalidRequest", "bad argument").is_unknown_method("FindAllByUuid"));
+        assert!(!fault("InvalidArgument", "").is_unknown_method("FindAllByUuid"));
+        assert!(!CallError::Other(PowerError::protocol("x")).is_unknown_method("FindAllByUuid"));
+    }
 
     #[test]
     fn the_session_cookie_is_read_with_its_quotes() {

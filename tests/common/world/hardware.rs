@@ -55,6 +55,12 @@ pub enum Method {
     /// A VM on the world's mock vCenter (`driver = "vsphere"`; the VM is found by the
     /// Node's systemUUID).
     Vsphere,
+    /// A KubeVirt VirtualMachine named after the node in the world's infrastructure
+    /// cluster (`driver = "kubevirt"`), `runStrategy: Always` (KubeVirt restarts it
+    /// after a lost host), its firmware UUID the Node's systemUUID.
+    Kubevirt,
+    /// The same with `runStrategy: Manual`: a VM whose host is lost stays down.
+    KubevirtManual,
 }
 
 impl NodeSetup {
@@ -74,10 +80,14 @@ impl NodeSetup {
         self.uses(|m| m == Method::Vsphere)
     }
 
+    pub(super) fn has_kubevirt(&self) -> bool {
+        self.uses(|m| matches!(m, Method::Kubevirt | Method::KubevirtManual))
+    }
+
     /// Whether the machine's power is the shared Redfish BMC system's.
     pub(super) fn powered_by_redfish(&self) -> bool {
         self.uses(|m| m == Method::Redfish)
-            || !(self.has_ipmi() || self.has_aws() || self.has_vsphere())
+            || !(self.has_ipmi() || self.has_aws() || self.has_vsphere() || self.has_kubevirt())
     }
 }
 
@@ -93,6 +103,9 @@ pub struct Hardware {
     pub vsphere: Option<MockVsphereHandle>,
     /// node → the VM's managed object id.
     pub vms: BTreeMap<String, String>,
+    /// The KubeVirt infrastructure cluster, when a node is a KubeVirt VM (named after
+    /// the node, in [`crate::common::kubevirt::VM_NAMESPACE`]).
+    pub kubevirt: Option<crate::common::kubevirt::Infra>,
     /// node → the instance's power as last read (0 unknown, 1 on, 2 off).
     aws_power: BTreeMap<String, Arc<AtomicU8>>,
     pollers: Vec<JoinHandle<()>>,
@@ -145,10 +158,12 @@ impl Hardware {
             }
             Some(builder.start().await.unwrap())
         };
+        let kubevirt = kubevirt_infra(nodes).await;
         let mut hw = Hardware {
             ipmi: BTreeMap::new(),
             vsphere,
             vms,
+            kubevirt,
             moto,
             instances: BTreeMap::new(),
             aws_power: BTreeMap::new(),
@@ -215,6 +230,9 @@ impl Hardware {
         }
         if let (Some(vc), Some(moid)) = (&self.vsphere, self.vms.get(&n.name)) {
             on &= vc.power(moid)? == VmPower::PoweredOn;
+        }
+        if let (Some(infra), true) = (&self.kubevirt, n.has_kubevirt()) {
+            on &= infra.running(&n.name);
         }
         if let Some(state) = self.aws_power.get(&n.name) {
             match state.load(Ordering::SeqCst) {
@@ -317,6 +335,11 @@ impl Hardware {
                 k.extend(credentials());
                 k
             }
+            Method::Kubevirt | Method::KubevirtManual => vec![
+                ("driver".into(), q("kubevirt")),
+                ("kubeconfig".into(), q("kubevirt.kubeconfig")),
+                ("namespace".into(), q(crate::common::kubevirt::VM_NAMESPACE)),
+            ],
             Method::Aws => {
                 let endpoint = self
                     .moto
@@ -350,6 +373,9 @@ impl Hardware {
     pub fn write_files(&self, dir: &Path) {
         if let Some(vc) = &self.vsphere {
             std::fs::write(dir.join("vsphere-ca.pem"), vc.ca_pem()).unwrap();
+        }
+        if let Some(infra) = &self.kubevirt {
+            std::fs::copy(infra.fencer_kubeconfig(), dir.join("kubevirt.kubeconfig")).unwrap();
         }
         crate::common::cli_common::write_secret(
             &dir.join("aws-credentials"),
@@ -405,4 +431,44 @@ fn poll_instance(endpoint: &url::Url, id: &str, state: Arc<AtomicU8>) -> JoinHan
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     })
+}
+
+/// The infrastructure cluster of the world's KubeVirt nodes, each VM running (or,
+/// for a node that starts Off, Halted), named after its node, its firmware UUID the
+/// node's (or the one its miswired entry expects).
+async fn kubevirt_infra(nodes: &[NodeSetup]) -> Option<crate::common::kubevirt::Infra> {
+    use crate::common::kubevirt::{Infra, VM_NAMESPACE, fast_timing};
+    use nodefence_mocks::kubevirt::{RunStrategy, VmBuilder};
+    let vm_nodes: Vec<&NodeSetup> = nodes.iter().filter(|n| n.has_kubevirt()).collect();
+    if vm_nodes.is_empty() {
+        return None;
+    }
+    let infra = Infra::start(fast_timing()).await;
+    for n in &vm_nodes {
+        let manual = n.uses(|m| m == Method::KubevirtManual);
+        let strategy = match (n.power == MockPower::Off, manual) {
+            (true, _) => RunStrategy::Halted,
+            (false, true) => RunStrategy::Manual,
+            (false, false) => RunStrategy::Always,
+        };
+        let mut vm = VmBuilder::new(VM_NAMESPACE, &n.name).run_strategy(strategy);
+        if let Some(uuid) = n.bmc_uuid.as_ref().or(n.uuid.as_ref()) {
+            vm = vm.firmware_uuid(uuid);
+        }
+        infra.create(vm).await;
+        if strategy == RunStrategy::Manual {
+            let request = http::Request::put(format!(
+                "/apis/subresources.kubevirt.io/v1/namespaces/{VM_NAMESPACE}/virtualmachines/{}/start",
+                n.name
+            ))
+            .header("content-type", "application/json")
+            .body(b"{}".to_vec())
+            .unwrap();
+            infra.client.request_text(request).await.unwrap();
+        }
+    }
+    for n in vm_nodes.iter().filter(|n| n.power != MockPower::Off) {
+        infra.wait_running(&n.name).await;
+    }
+    Some(infra)
 }

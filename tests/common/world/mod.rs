@@ -109,6 +109,14 @@ impl World {
         if let (Some(vc), Some(moid)) = (&self.hw.vsphere, self.hw.vms.get(node)) {
             vc.set_power(moid, nodefence_mocks::vsphere::VmPower::PoweredOff);
         }
+        if let (Some(infra), true) = (&self.hw.kubevirt, n.has_kubevirt()) {
+            assert!(
+                infra
+                    .kv
+                    .lose_host(crate::common::kubevirt::VM_NAMESPACE, node),
+                "{node}'s VM has no VMI"
+            );
+        }
         if n.powered_by_redfish() {
             self.bmc.set_power(&n.system_id, MockPower::Off);
         }
@@ -120,6 +128,14 @@ impl World {
             .vsphere
             .as_ref()
             .expect("a node with Method::Vsphere")
+    }
+
+    /// The KubeVirt infrastructure cluster of a world with [`Method::Kubevirt`] nodes.
+    pub fn kubevirt(&self) -> &crate::common::kubevirt::Infra {
+        self.hw
+            .kubevirt
+            .as_ref()
+            .expect("a node with Method::Kubevirt")
     }
 
     /// The managed object id of `node`'s VM.

@@ -25,7 +25,8 @@ pub struct Results {
 /// One protocol's BMCs.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Protocol {
-    /// `redfish`, `ipmi`.
+    /// `redfish`, `ipmi`, `vsphere` (its "BMCs" are the VMs of one vCenter),
+    /// `kubevirt` (the VirtualMachines of one infrastructure cluster).
     pub protocol: String,
     /// One cold `nodefence status` over every BMC.
     pub nodefence: Status,
@@ -90,11 +91,14 @@ fn check(file: &File) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `redfish` → `Redfish`, `ipmi` → `IPMI`; anything else as it is.
+/// `redfish` → `Redfish`, `ipmi` → `IPMI`, `vsphere` → `vSphere`, `kubevirt` →
+/// `KubeVirt`; anything else as it is.
 fn protocol_name(protocol: &str) -> &str {
     match protocol {
         "redfish" => "Redfish",
         "ipmi" => "IPMI",
+        "vsphere" => "vSphere",
+        "kubevirt" => "KubeVirt",
         other => other,
     }
 }
@@ -199,7 +203,7 @@ fn jitter(i: usize) -> f64 {
 }
 
 const WIDTH: f64 = 800.0;
-const LEFT: f64 = 270.0;
+const LEFT: f64 = 325.0;
 const RIGHT: f64 = 40.0;
 const BAR_ROW: f64 = 26.0;
 const STRIP_ROW: f64 = 36.0;
@@ -226,9 +230,12 @@ pub fn render(file: &File) -> anyhow::Result<String> {
     let notes = format!(
         "One cold nodefence status (its own process: start-up, configuration, TLS \
          handshakes or RMCP+ sessions, {} readings in flight) against the agents run one \
-         after the other, as a shell loop would, over mock BMCs on loopback. An agent call \
-         pays a Python start-up (and for IPMI an ipmitool process) every time; a reading \
-         inside status is one request on a session. Readings are whole milliseconds: those \
+         after the other, as a shell loop would, over mock BMCs (for vSphere, the VMs of one \
+         mock vCenter; for KubeVirt, the VMs of one infrastructure cluster's stand-in) on \
+         loopback. An agent call pays a Python start-up (and for IPMI an ipmitool process, \
+         for vSphere a WSDL parse and a scan of every VM, for KubeVirt a kubeconfig load and \
+         API discovery) every time; a reading inside status is one request on a session \
+         (for KubeVirt, two: the VMI, then the VM). Readings are whole milliseconds: those \
          under 1 ms sit at the axis' left end.",
         file.settings.concurrency
     );
