@@ -8,10 +8,8 @@
 //! `NODEFENCE_REQUIRE_PEERS=1` (CI); see `peers/moto.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod cli_common;
-#[allow(dead_code)]
-#[path = "peers/moto.rs"]
-mod moto;
+use crate::cli_common;
+use crate::moto;
 
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};

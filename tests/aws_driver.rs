@@ -8,10 +8,8 @@
 //! `NODEFENCE_REQUIRE_PEERS=1` (CI); see `peers/moto.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod aws_common;
-#[path = "peers/moto.rs"]
-#[allow(dead_code)]
-mod moto;
+use crate::aws_common;
+use crate::moto;
 
 use aws_common::{
     ACCESS_KEY, SECRET_KEY, SESSION_TOKEN, described, driver, error, ok, stopping, target,

@@ -9,7 +9,7 @@
 //! (CI), which makes its absence a failure.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! the BMC's state and on exit codes, not only on text.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod cli_common;
+use crate::cli_common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

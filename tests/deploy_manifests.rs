@@ -17,8 +17,7 @@
 //!   bound to nobody and carries their aggregation labels.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "deploy_common/mod.rs"]
-mod deploy_common;
+use crate::deploy_common;
 
 use deploy_common::kubectl;
 
@@ -502,7 +501,7 @@ fn generated_crds() -> Vec<apiextensions::CustomResourceDefinition> {
 
 const CRDS_HEADER: &str = "\
 # Generated from src/remediation/types.rs: do not edit. After changing the types,
-# NODEFENCE_BLESS=1 cargo test --test deploy_manifests rewrites this file.
+# NODEFENCE_BLESS=1 cargo test --test integration deploy_manifests:: rewrites this file.
 ";
 
 #[test]
@@ -526,14 +525,14 @@ fn the_remediation_crds_are_generated_from_the_rust_types_both_ways() {
     assert_eq!(
         parsed,
         crds,
-        "{} is not what the Rust types generate: run NODEFENCE_BLESS=1 cargo test --test deploy_manifests",
+        "{} is not what the Rust types generate: run NODEFENCE_BLESS=1 cargo test --test integration deploy_manifests::",
         path.display()
     );
     // Objects -> file: exactly that text (no hand edit hides in formatting).
     assert_eq!(
         committed,
         text,
-        "{} was edited by hand: run NODEFENCE_BLESS=1 cargo test --test deploy_manifests",
+        "{} was edited by hand: run NODEFENCE_BLESS=1 cargo test --test integration deploy_manifests::",
         path.display()
     );
     // What NodeHealthCheck and Cluster API rely on.

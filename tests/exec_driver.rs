@@ -9,7 +9,7 @@
 //! `NODEFENCE_REQUIRE_PEERS=1` (CI), which makes their absence a failure.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod cli_common;
+use crate::cli_common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -13,7 +13,7 @@
 //! `NODEFENCE_REQUIRE_PEERS=1` (CI), which makes its absence a failure.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

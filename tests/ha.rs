@@ -5,7 +5,7 @@
 //! Redfish BMC; every assertion is on the cluster's or the BMC's state.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

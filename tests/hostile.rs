@@ -6,7 +6,7 @@
 //! Events and logs are read back.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Stdio;

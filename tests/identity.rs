@@ -4,7 +4,7 @@
 //! (the real binary, the mock BMC and fake-kube) showing and failing on a mismatch.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod cli_common;
+use crate::cli_common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

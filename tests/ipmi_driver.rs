@@ -9,8 +9,8 @@
 //! `ipmi_driver_faults.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod cli_common;
-mod ipmi_common;
+use crate::cli_common;
+use crate::ipmi_common;
 
 use std::sync::Arc;
 use std::time::Duration;

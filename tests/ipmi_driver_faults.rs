@@ -9,8 +9,7 @@
 //! was not asked for; and the BMC's few session slots do not leak.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod cli_common;
-mod ipmi_common;
+use crate::ipmi_common;
 
 use std::time::{Duration, Instant};
 

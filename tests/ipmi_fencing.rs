@@ -5,7 +5,7 @@
 //! or that is another machine's, never leads to a release.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

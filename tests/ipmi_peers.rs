@@ -30,8 +30,8 @@ use self::peers::{
     GUID, PASSWORD, USER, ipmi_sim, ipmi_sim_with, pyghmi, wait_for, wait_for_line, write_config,
 };
 
-mod cli_common;
-mod peers;
+use crate::cli_common;
+use crate::peers;
 
 fn timeouts() -> Timeouts {
     Timeouts {

@@ -6,7 +6,7 @@
 //! firmware UUID; every error kind named and never Off.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

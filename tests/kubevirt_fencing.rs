@@ -6,7 +6,7 @@
 //! KubeVirt code.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -11,7 +11,7 @@
 //! `NODEFENCE_REQUIRE_PEERS=1` (CI), which makes their absence a failure.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

@@ -17,8 +17,7 @@
 //!   removes the annotation.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "deploy_common/mod.rs"]
-mod deploy_common;
+use crate::deploy_common;
 
 use deploy_common::deploy_rbac;
 

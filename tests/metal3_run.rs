@@ -18,7 +18,7 @@
 //! - `nodefence explain` names where an entry came from.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::deploy_common::deploy_rbac;
 

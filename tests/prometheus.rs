@@ -11,7 +11,7 @@
 //! failure under `NODEFENCE_REQUIRE_PEERS=1`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -6,7 +6,7 @@
 //! lacks is refused at start-up, naming what is missing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::deploy_common::deploy_rbac;
 

@@ -11,7 +11,7 @@
 //! (its timed Reset log).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

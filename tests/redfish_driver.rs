@@ -3,7 +3,7 @@
 //! never "off", and no power command is sent that was not needed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -7,7 +7,7 @@
 //! already off and whose node is NotReady needs none of to be released.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

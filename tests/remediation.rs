@@ -10,7 +10,7 @@
 //! (the BMC is the mock's; assertions are on its reset log and the cluster's state).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::deploy_common::{deploy_rbac, kubectl};
 

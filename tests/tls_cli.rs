@@ -6,7 +6,7 @@
 //! once, with the reason and no stray log lines.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod cli_common;
+use crate::cli_common;
 
 use std::path::{Path, PathBuf};
 

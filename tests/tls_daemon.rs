@@ -5,7 +5,7 @@
 //! Events say why. No `insecure` anywhere.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! test: only `poweredOff` of the right VM is Off; a fault is an error, never Off.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -423,29 +423,45 @@ async fn a_standalone_esxi_host_is_driven_by_its_own_object_ids() {
 
 #[tokio::test]
 async fn a_clone_that_kept_the_bios_uuid_is_refused_not_guessed() {
-    let m = MockVsphere::builder()
+    // A clone whose UUID was kept, in the other byte order.
+    let m = vcenter_with_clone(UUID_1_SWAPPED, VmPower::PoweredOn).await;
+    the_clone_is_refused(&m, "FindAllByUuid", "").await;
+    m.shutdown().await;
+}
+
+/// worker-1 (vm-42, `UUID_1`) and worker-1-clone (vm-77), whose BIOS UUID was kept as
+/// `clone_uuid`; both `power`.
+async fn vcenter_with_clone(clone_uuid: &str, power: VmPower) -> MockVsphereHandle {
+    MockVsphere::builder()
         .credentials(USER, PASSWORD)
-        .vm(VmSpec::new("worker-1").moid("vm-42").bios_uuid(UUID_1))
-        // A clone whose UUID was kept, in the other byte order.
+        .vm(VmSpec::new("worker-1")
+            .moid("vm-42")
+            .bios_uuid(UUID_1)
+            .power(power))
         .vm(VmSpec::new("worker-1-clone")
             .moid("vm-77")
-            .bios_uuid(UUID_1_SWAPPED))
+            .bios_uuid(clone_uuid)
+            .power(power))
         .start()
         .await
-        .unwrap();
-    let s = setup(&m, VmSelector::NodeUuid);
+        .unwrap()
+}
+
+/// The driver, finding worker-1 by the Node's systemUUID (with `search`), refuses
+/// both VMs: a config error naming both, and no power call.
+async fn the_clone_is_refused(m: &MockVsphereHandle, search: &str, case: &str) {
+    let s = setup(m, VmSelector::NodeUuid);
     let d = driver(&s.target);
     d.node_identity(&node(UUID_1));
     let e = d.status().await.unwrap_err();
-    assert_eq!(e.kind, PowerErrorKind::Config, "{e}");
+    assert_eq!(e.kind, PowerErrorKind::Config, "{case}: {e}");
     assert!(
         e.message.contains("vm-42") && e.message.contains("vm-77"),
-        "{e}"
+        "{case}: {e}"
     );
     assert!(d.power_off().await.is_err());
     assert!(m.power_calls().is_empty());
-    assert!(m.methods().iter().any(|c| c == "FindAllByUuid"));
-    m.shutdown().await;
+    assert!(m.methods().iter().any(|c| c == search));
 }
 
 /// The fault a server before vSphere 6.5 answers `FindAllByUuid` with, as the
@@ -489,32 +505,9 @@ async fn before_6_5_a_clone_that_kept_the_bios_uuid_is_still_refused() {
     // Exactly the same UUID (FindByUuid names only the first), then the other byte
     // order (FindByUuid of each order names a different VM).
     for clone_uuid in [UUID_1, UUID_1_SWAPPED] {
-        let m = MockVsphere::builder()
-            .credentials(USER, PASSWORD)
-            .vm(VmSpec::new("worker-1")
-                .moid("vm-42")
-                .bios_uuid(UUID_1)
-                .power(VmPower::PoweredOff))
-            .vm(VmSpec::new("worker-1-clone")
-                .moid("vm-77")
-                .bios_uuid(clone_uuid)
-                .power(VmPower::PoweredOff))
-            .start()
-            .await
-            .unwrap();
+        let m = vcenter_with_clone(clone_uuid, VmPower::PoweredOff).await;
         m.inject(Fault::NoFindAllByUuid);
-        let s = setup(&m, VmSelector::NodeUuid);
-        let d = driver(&s.target);
-        d.node_identity(&node(UUID_1));
-        let e = d.status().await.unwrap_err();
-        assert_eq!(e.kind, PowerErrorKind::Config, "{clone_uuid}: {e}");
-        assert!(
-            e.message.contains("vm-42") && e.message.contains("vm-77"),
-            "{clone_uuid}: {e}"
-        );
-        assert!(d.power_off().await.is_err());
-        assert!(m.power_calls().is_empty());
-        assert!(m.methods().iter().any(|c| c == "FindByUuid"));
+        the_clone_is_refused(&m, "FindByUuid", clone_uuid).await;
         m.shutdown().await;
     }
 }

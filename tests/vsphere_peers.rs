@@ -15,7 +15,7 @@
 //! `NODEFENCE_REQUIRE_PEERS=1` (CI), which makes their absence a failure.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -70,20 +70,45 @@ struct Run {
     stderr: String,
 }
 
-async fn fence(agent: &Path, vc: &MockVsphereHandle, ca: &Path, action: &str) -> Run {
+/// Runs a ClusterLabs agent with `options` on stdin (as fenced does) and `ca` trusted
+/// through each of `ca_variables`, proxies unset, and waits for it.
+async fn run_agent(
+    agent: &Path,
+    ca_variables: &[&str],
+    ca: &Path,
+    options: &[(&str, String)],
+) -> Run {
+    let name = agent.display();
     let mut cmd = Command::new(agent);
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        // requests (the SOAP calls) and urllib (suds fetching the WSDL) trust the
-        // mock's CA only.
-        .env("REQUESTS_CA_BUNDLE", ca)
-        .env("SSL_CERT_FILE", ca)
         .kill_on_drop(true);
+    for var in ca_variables {
+        cmd.env(var, ca);
+    }
     for var in nodefence_mocks::PROXY_VARIABLES {
         cmd.env_remove(var);
     }
-    let mut child = cmd.spawn().expect("spawning fence_vmware_soap");
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawning {name}: {e}"));
+    let text: String = options.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(text.as_bytes()).await.unwrap();
+    drop(stdin);
+    let out = tokio::time::timeout(Duration::from_secs(90), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("{name} did not finish within 90 s"))
+        .unwrap_or_else(|e| panic!("{name} did not run: {e}"));
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+async fn fence(agent: &Path, vc: &MockVsphereHandle, ca: &Path, action: &str) -> Run {
     let options = [
         ("ip", "localhost".to_string()),
         ("ipport", vc.addr().port().to_string()),
@@ -93,19 +118,15 @@ async fn fence(agent: &Path, vc: &MockVsphereHandle, ca: &Path, action: &str) ->
         ("plug", "worker-1".into()),
         ("action", action.into()),
     ];
-    let text: String = options.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(text.as_bytes()).await.unwrap();
-    drop(stdin);
-    let out = tokio::time::timeout(Duration::from_secs(90), child.wait_with_output())
-        .await
-        .expect("fence_vmware_soap finished in time")
-        .expect("fence_vmware_soap ran");
-    Run {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    // requests (the SOAP calls) and urllib (suds fetching the WSDL) trust the mock's
+    // CA only.
+    run_agent(
+        agent,
+        &["REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"],
+        ca,
+        &options,
+    )
+    .await
 }
 
 async fn vcenter() -> MockVsphereHandle {
@@ -225,17 +246,6 @@ async fn fence_rest(
     password: &str,
     action: &str,
 ) -> Run {
-    let mut cmd = Command::new(agent);
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .env("CURL_CA_BUNDLE", ca)
-        .env("SSL_CERT_FILE", ca)
-        .kill_on_drop(true);
-    for var in nodefence_mocks::PROXY_VARIABLES {
-        cmd.env_remove(var);
-    }
-    let mut child = cmd.spawn().expect("spawning fence_vmware_rest");
     let tls = match tls {
         RestTls::Insecure => ("ssl_insecure", "1"),
         RestTls::Secure => ("ssl_secure", "1"),
@@ -249,19 +259,8 @@ async fn fence_rest(
         ("plug", "worker-1".into()),
         ("action", action.into()),
     ];
-    let text: String = options.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(text.as_bytes()).await.unwrap();
-    drop(stdin);
-    let out = tokio::time::timeout(Duration::from_secs(90), child.wait_with_output())
-        .await
-        .expect("fence_vmware_rest finished in time")
-        .expect("fence_vmware_rest ran");
-    Run {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    // Set although pycurl (GnuTLS) reads neither: see `RestTls`.
+    run_agent(agent, &["CURL_CA_BUNDLE", "SSL_CERT_FILE"], ca, &options).await
 }
 
 const REST_STOP: &str = "POST /rest/vcenter/vm/{vm}/power/stop";

@@ -34,6 +34,7 @@ pub mod peers;
 pub mod redfish;
 pub mod remediation;
 pub mod serve;
+pub mod test_layout;
 pub mod tls;
 pub mod vsphere;
 

@@ -2,7 +2,7 @@
 //! sessions — each checked against what a Redfish client then observes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! `X-Auth-Token`, logout, expiry and re-login, and wrong credentials.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::{Auth, basic, client, get, post, send, url};
 use nodefence_mocks::redfish::{AuthKind, MockRedfish, Profile, RequestRecord};

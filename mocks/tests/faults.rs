@@ -2,7 +2,7 @@
 //! guarantee that faults never touch the admin API.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

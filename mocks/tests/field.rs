@@ -4,7 +4,7 @@
 //! User-Agent in the request log.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::{Auth, basic, client, get, post, reset};
 use nodefence_mocks::redfish::{

@@ -3,7 +3,7 @@
 //! (command-line BMCs and a fixture file) driven by the console in `ipmi_common`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod ipmi_common;
+use crate::ipmi_common;
 
 use std::net::SocketAddr;
 use std::process::Stdio;

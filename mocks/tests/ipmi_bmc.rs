@@ -8,7 +8,7 @@
 //! answer to a later request, so a stray reply would be caught.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod ipmi_common;
+use crate::ipmi_common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! `/admin` switch that "pulls the plug" on one, and a clean stop on SIGTERM/SIGINT.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod kube_common;
+use crate::kube_common;
 
 use std::process::Stdio;
 use std::time::Duration;

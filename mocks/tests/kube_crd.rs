@@ -6,7 +6,7 @@
 //! with it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod kube_common;
+use crate::kube_common;
 
 use std::time::Duration;
 

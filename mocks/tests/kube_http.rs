@@ -3,7 +3,7 @@
 //! metadata), the status subresource, deletecollection and the request log.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod kube_common;
+use crate::kube_common;
 
 use kube_common::{get_json, send, start};
 use nodefence_mocks::kube::resources::{NODES, PODS};

@@ -3,7 +3,7 @@
 //! deletion, selectors, pagination and authentication, all over real HTTP(S).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod kube_common;
+use crate::kube_common;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Node, Pod};

@@ -3,7 +3,7 @@
 //! turning into ADDED/DELETED, bookmarks, timeouts, shutdown).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod kube_common;
+use crate::kube_common;
 
 use std::time::Duration;
 

@@ -8,7 +8,7 @@
 //! failure.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod kube_common;
+use crate::kube_common;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! action), and its `off`/`on` through virt-api's `stop`/`start` landing on the VM.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod kube_common;
+use crate::kube_common;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

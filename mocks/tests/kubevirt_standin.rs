@@ -6,7 +6,7 @@
 //! Failed VMI whose deletion never completes, virt-api down).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod kube_common;
+use crate::kube_common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -6,7 +6,7 @@
 //! detached hosts, and Ironic's power-state sync undoing a power-off behind its back.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod kube_common;
+use crate::kube_common;
 
 use std::time::Duration;
 

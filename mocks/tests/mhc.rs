@@ -5,7 +5,7 @@
 //! paused Cluster. The remediator is a test kind of our own (`test.example.com`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod kube_common;
+use crate::kube_common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! that complete only once the state has settled, and refused ResetTypes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! plain HTTP and over HTTPS trusting only the generated CA.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use nodefence_mocks::vsphere::{
     Fault, MockVsphere, MockVsphereHandle, Product, REST_SESSION_HEADER, VmPower, VmSpec,
 };
-use reqwest::StatusCode;
+use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
 const USER: &str = "fence@vsphere.local";
@@ -50,7 +50,7 @@ async fn login(vc: &MockVsphereHandle, c: &reqwest::Client) -> String {
 async fn call(
     vc: &MockVsphereHandle,
     c: &reqwest::Client,
-    method: reqwest::Method,
+    method: Method,
     path: &str,
     session: Option<&str>,
 ) -> (StatusCode, Value) {
@@ -101,7 +101,7 @@ async fn a_session_comes_from_basic_auth_and_every_other_call_needs_it() {
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
 
     for session in [None, Some("not-a-session")] {
-        let (status, body) = call(&vc, &c, reqwest::Method::GET, "vcenter/vm", session).await;
+        let (status, body) = call(&vc, &c, Method::GET, "vcenter/vm", session).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{session:?}");
         assert_eq!(
             error_type(&body),
@@ -113,20 +113,20 @@ async fn a_session_comes_from_basic_auth_and_every_other_call_needs_it() {
     let session = login(&vc, &c).await;
     assert_eq!(session.len(), 32, "{session}");
     assert_eq!(vc.session_count(), 1);
-    let (status, _) = call(&vc, &c, reqwest::Method::GET, "vcenter/vm", Some(&session)).await;
+    let (status, _) = call(&vc, &c, Method::GET, "vcenter/vm", Some(&session)).await;
     assert_eq!(status, StatusCode::OK);
 
     let (status, _) = call(
         &vc,
         &c,
-        reqwest::Method::DELETE,
+        Method::DELETE,
         "com/vmware/cis/session",
         Some(&session),
     )
     .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(vc.session_count(), 0);
-    let (status, _) = call(&vc, &c, reqwest::Method::GET, "vcenter/vm", Some(&session)).await;
+    let (status, _) = call(&vc, &c, Method::GET, "vcenter/vm", Some(&session)).await;
     assert_eq!(
         status,
         StatusCode::UNAUTHORIZED,
@@ -135,7 +135,7 @@ async fn a_session_comes_from_basic_auth_and_every_other_call_needs_it() {
 
     let session = login(&vc, &c).await;
     vc.expire_sessions();
-    let (status, _) = call(&vc, &c, reqwest::Method::GET, "vcenter/vm", Some(&session)).await;
+    let (status, _) = call(&vc, &c, Method::GET, "vcenter/vm", Some(&session)).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "expired with SOAP's");
     vc.shutdown().await;
 }
@@ -147,14 +147,8 @@ async fn the_vm_list_filters_by_name_id_and_power_state() {
     let list = |query: &'static str| {
         let (vc, c, s) = (&vc, &c, s.clone());
         async move {
-            let (status, body) = call(
-                vc,
-                c,
-                reqwest::Method::GET,
-                &format!("vcenter/vm{query}"),
-                Some(&s),
-            )
-            .await;
+            let (status, body) =
+                call(vc, c, Method::GET, &format!("vcenter/vm{query}"), Some(&s)).await;
             assert_eq!(status, StatusCode::OK, "{query}: {body}");
             body["value"].as_array().unwrap().clone()
         }
@@ -193,7 +187,7 @@ async fn the_vm_list_filters_by_name_id_and_power_state() {
     let (status, body) = call(
         &vc,
         &c,
-        reqwest::Method::GET,
+        Method::GET,
         "vcenter/vm?filter.folders=group-v3",
         Some(&s),
     )
@@ -212,7 +206,7 @@ async fn stop_and_start_switch_the_vm_soap_reads_and_are_recorded() {
     let s = login(&vc, &c).await;
     let post = |path: &'static str| {
         let (vc, c, s) = (&vc, &c, s.clone());
-        async move { call(vc, c, reqwest::Method::POST, path, Some(&s)).await }
+        async move { call(vc, c, Method::POST, path, Some(&s)).await }
     };
 
     let (status, body) = post("vcenter/vm/vm-42/power/stop").await;
@@ -236,14 +230,7 @@ async fn stop_and_start_switch_the_vm_soap_reads_and_are_recorded() {
         "com.vmware.api.vcenter.vm.power.already_powered_off"
     );
 
-    let (status, body) = call(
-        &vc,
-        &c,
-        reqwest::Method::GET,
-        "vcenter/vm/vm-42/power",
-        Some(&s),
-    )
-    .await;
+    let (status, body) = call(&vc, &c, Method::GET, "vcenter/vm/vm-42/power", Some(&s)).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["value"]["state"], "POWERED_OFF");
 
@@ -282,7 +269,7 @@ async fn power_calls_wait_for_the_task_and_faults_apply() {
     let s = login(&vc, &c).await;
     let post = |path: &'static str| {
         let (vc, c, s) = (&vc, &c, s.clone());
-        async move { call(vc, c, reqwest::Method::POST, path, Some(&s)).await }
+        async move { call(vc, c, Method::POST, path, Some(&s)).await }
     };
 
     vc.inject(Fault::SlowTasks(Duration::from_millis(600)));

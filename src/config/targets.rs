@@ -9,17 +9,63 @@ use std::collections::BTreeMap;
 
 use super::credentials::credential;
 use super::endpoint::{check_address, parse_endpoint, substitute};
-use super::files;
+use super::files::{self, FileProblem};
 use super::layer::Driver;
 use super::model::{
     AwsTarget, ExecTarget, IpmiPrivilege, IpmiTarget, KubevirtTarget, PowerSource, RedfishTarget,
     Timeouts, TlsSettings, VsphereTarget,
 };
+use super::paths::FilePath;
 use super::resolve::{Chain, Ctx, Picked, from_where, note_insecure, rank};
 use crate::power::vsphere::locate::VmSelector;
 
 /// The standard IPMI-over-LAN (RMCP+) port.
 pub(crate) const IPMI_PORT: u16 = 623;
+
+/// The key in `ctx.files` of a file setting checked together with another setting
+/// (an AWS profile, a kubeconfig context): one check per written setting and that
+/// value. Keys of the others are their spans' starts; these are kept out of that range.
+fn file_key(span_start: usize, with: impl std::hash::Hash) -> usize {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    (span_start, with).hash(&mut h);
+    (h.finish() as usize) | (1 << (usize::BITS - 1))
+}
+
+/// Reports a file setting's check at the setting, the first time `key` is seen only (a
+/// group's file serves many nodes, and says so once), and remembers its outcome.
+fn report_file_check<T>(
+    ctx: &mut Ctx<'_>,
+    key: usize,
+    picked: &Picked<'_, FilePath>,
+    result: &Result<T, FileProblem>,
+) -> bool {
+    if ctx.files.insert(key, result.is_ok()).is_none()
+        && let Err(e) = result
+    {
+        ctx.error(
+            picked.layer,
+            &picked.val.span,
+            e.message.clone(),
+            e.help.clone(),
+        );
+    }
+    result.is_ok()
+}
+
+/// Runs a file setting's check the first time `key` is seen; later nodes reuse its
+/// outcome ([`report_file_check`]).
+fn check_file_once(
+    ctx: &mut Ctx<'_>,
+    key: usize,
+    picked: &Picked<'_, FilePath>,
+    check: impl FnOnce() -> Result<(), FileProblem>,
+) -> bool {
+    match ctx.files.get(&key) {
+        Some(ok) => *ok,
+        None => report_file_check(ctx, key, picked, &check()),
+    }
+}
 
 fn missing(ctx: &mut Ctx<'_>, chain: &Chain<'_>, driver: Driver, field: &str, example: &str) {
     if chain.invalid(&[field]) {
@@ -170,19 +216,9 @@ fn tls(ctx: &mut Ctx<'_>, chain: &Chain<'_>) -> Option<TlsSettings> {
     let ca_file = match ca {
         None => None,
         Some(ca) => {
-            let id = ca.val.span.start;
-            let ok = match ctx.files.get(&id) {
-                Some(ok) => *ok,
-                None => {
-                    let result = files::check_ca_file(&ca.val.value);
-                    if let Err(p) = &result {
-                        ctx.error(ca.layer, &ca.val.span, p.message.clone(), p.help.clone());
-                    }
-                    ctx.files.insert(id, result.is_ok());
-                    result.is_ok()
-                }
-            };
-            if !ok {
+            if !check_file_once(ctx, ca.val.span.start, &ca, || {
+                files::check_ca_file(&ca.val.value)
+            }) {
                 return None;
             }
             Some(ca.val.value.abs.clone())
@@ -247,25 +283,10 @@ pub(crate) fn aws(
     let credentials_file = match chain.pick(|l| &l.credentials_file) {
         None => None,
         Some(p) => {
-            // One check per written setting and profile (a group's file serves many nodes).
-            let id = {
-                use std::hash::{Hash, Hasher};
-                let mut h = std::hash::DefaultHasher::new();
-                (p.val.span.start, &profile).hash(&mut h);
-                // Keys of `ctx.files` are spans' starts: keep this one out of their range.
-                (h.finish() as usize) | (1 << (usize::BITS - 1))
-            };
-            let ok = match ctx.files.get(&id) {
-                Some(ok) => *ok,
-                None => {
-                    let result = files::check_credentials_file(&p.val.value, profile.as_deref());
-                    if let Err(e) = &result {
-                        ctx.error(p.layer, &p.val.span, e.message.clone(), e.help.clone());
-                    }
-                    ctx.files.insert(id, result.is_ok());
-                    result.is_ok()
-                }
-            };
+            let key = file_key(p.val.span.start, &profile);
+            let ok = check_file_once(ctx, key, &p, || {
+                files::check_credentials_file(&p.val.value, profile.as_deref())
+            });
             Some(ok.then(|| p.val.value.abs.clone())?)
         }
     };
@@ -291,20 +312,11 @@ pub(crate) fn exec(
 ) -> Option<PowerSource> {
     let agent = match chain.pick(|l| &l.agent) {
         Some(p) => {
-            let id = p.val.span.start;
-            let ok = match ctx.files.get(&id) {
-                Some(ok) => *ok,
-                None => {
-                    let written = ctx.src.text.get(p.val.span.clone()).unwrap_or("");
-                    let written = written.trim_matches(['"', '\'']).to_string();
-                    let result = files::check_agent(&p.val.value, &written);
-                    if let Err(e) = &result {
-                        ctx.error(p.layer, &p.val.span, e.message.clone(), e.help.clone());
-                    }
-                    ctx.files.insert(id, result.is_ok());
-                    result.is_ok()
-                }
-            };
+            let written = ctx.src.text.get(p.val.span.clone()).unwrap_or("");
+            let written = written.trim_matches(['"', '\'']).to_string();
+            let ok = check_file_once(ctx, p.val.span.start, &p, || {
+                files::check_agent(&p.val.value, &written)
+            });
             ok.then(|| p.val.value.abs.clone())
         }
         None => {
@@ -456,21 +468,10 @@ pub(crate) fn kubevirt(
         );
         return None;
     };
-    // One check per written setting and context (a group's file serves many nodes).
-    let id = {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::hash::DefaultHasher::new();
-        (p.val.span.start, &context, "kubeconfig").hash(&mut h);
-        // Keys of `ctx.files` are spans' starts: keep this one out of their range.
-        (h.finish() as usize) | (1 << (usize::BITS - 1))
-    };
-    let checked = super::files::check_kubeconfig(&p.val.value, context.as_deref());
-    if !ctx.files.contains_key(&id)
-        && let Err(e) = &checked
-    {
-        ctx.error(p.layer, &p.val.span, e.message.clone(), e.help.clone());
-    }
-    ctx.files.insert(id, checked.is_ok());
+    // Read for every node (its namespace is the default), reported once.
+    let checked = files::check_kubeconfig(&p.val.value, context.as_deref());
+    let key = file_key(p.val.span.start, (&context, "kubeconfig"));
+    report_file_check(ctx, key, &p, &checked);
     let kubeconfig_context = checked.ok()?;
     let namespace = chain
         .pick(|l| &l.namespace)

@@ -26,6 +26,7 @@ mod vsphere;
 
 use std::time::{Duration, SystemTime};
 
+use nodefence_mocks::redfish::MockPower;
 use serde::Serialize;
 use tokio::time::Instant;
 
@@ -262,6 +263,46 @@ impl Ctx<'_> {
             .pod_running_elsewhere(t0, victim)
             .or_else(|| Some(self.elapsed(t0, crate::clock::now())));
         Ok((released, now_on))
+    }
+
+    /// Cuts `victim`'s power (`what` is the story's line for it), waits for its
+    /// release and db-0 elsewhere ([`Self::released_and_moved`]), and checks that no
+    /// power command went out: the `machine` (as the summary calls it) was already off.
+    /// Returns where db-0 runs now.
+    pub async fn lose_power(
+        &self,
+        out: &mut Outcome,
+        carry: &mut Carry,
+        victim: &str,
+        what: &str,
+        machine: &str,
+    ) -> Result<String, String> {
+        let world = self.world;
+        let mark = world.reset_mark();
+        let t0 = crate::clock::now();
+        self.story.begin(t0);
+        self.story.you(victim, what);
+        world
+            .set_power(victim, MockPower::Off)
+            .map_err(|e| e.to_string())?;
+        carry.fenced = Some(victim.to_string());
+        let (_released, now_on) = self
+            .released_and_moved(
+                out,
+                victim,
+                t0,
+                Duration::from_secs(300),
+                Duration::from_secs(600),
+            )
+            .await?;
+        out.power_commands = world.resets_since(mark);
+        if !out.power_commands.is_empty() {
+            return Err(format!(
+                "nodefence sent {:?} to a {machine} that was already off",
+                out.power_commands
+            ));
+        }
+        Ok(now_on)
     }
 
     /// When db-0 was reported Running on a node other than `not_on`, since `t0`.

@@ -6,8 +6,6 @@
 
 use std::time::Duration;
 
-use nodefence_mocks::redfish::MockPower;
-
 use super::{Carry, Ctx, Outcome, db_node, make_whole, secs};
 
 pub async fn run(ctx: &Ctx<'_>, out: &mut Outcome, carry: &mut Carry) -> Result<(), String> {
@@ -36,34 +34,15 @@ pub async fn run(ctx: &Ctx<'_>, out: &mut Outcome, carry: &mut Carry) -> Result<
         .await?;
         tokio::time::sleep(world.real(phase)).await;
     }
-    let mark = world.reset_mark();
-    let t0 = crate::clock::now();
-    ctx.story.begin(t0);
-    ctx.story.you(
-        &victim,
-        "pulls the plug: the machine is Off (nobody tells Kubernetes)",
-    );
-    world
-        .set_power(&victim, MockPower::Off)
-        .map_err(|e| e.to_string())?;
-    carry.fenced = Some(victim.clone());
-
-    let (_released, now_on) = ctx
-        .released_and_moved(
+    let now_on = ctx
+        .lose_power(
             out,
+            carry,
             &victim,
-            t0,
-            Duration::from_secs(300),
-            Duration::from_secs(600),
+            "pulls the plug: the machine is Off (nobody tells Kubernetes)",
+            "machine",
         )
         .await?;
-    out.power_commands = world.resets_since(mark);
-    if !out.power_commands.is_empty() {
-        return Err(format!(
-            "nodefence sent {:?} to a machine that was already Off",
-            out.power_commands
-        ));
-    }
     out.summary = format!(
         "{victim} confirmed Off and released {} after the power loss; db-0 Running on {now_on} after {} \
          (time to recovery). No power command was needed: the machine was already Off.",

@@ -37,35 +37,16 @@ pub async fn power_loss(ctx: &Ctx<'_>, out: &mut Outcome, carry: &mut Carry) -> 
         "The ESXi host under it loses power: vCenter reports the VM poweredOff, nobody tells Kubernetes."
             .to_string(),
     ]);
-    let mark = world.reset_mark();
     let calls_before = world.vcenter_methods().len();
-    let t0 = crate::clock::now();
-    ctx.story.begin(t0);
-    ctx.story.you(
-        &victim,
-        "the VM's host loses power: the VM is poweredOff (nobody tells Kubernetes)",
-    );
-    world
-        .set_power(&victim, MockPower::Off)
-        .map_err(|e| e.to_string())?;
-    carry.fenced = Some(victim.clone());
-
-    let (_released, now_on) = ctx
-        .released_and_moved(
+    let now_on = ctx
+        .lose_power(
             out,
+            carry,
             &victim,
-            t0,
-            Duration::from_secs(300),
-            Duration::from_secs(600),
+            "the VM's host loses power: the VM is poweredOff (nobody tells Kubernetes)",
+            "VM",
         )
         .await?;
-    out.power_commands = world.resets_since(mark);
-    if !out.power_commands.is_empty() {
-        return Err(format!(
-            "nodefence sent {:?} to a VM that was already poweredOff",
-            out.power_commands
-        ));
-    }
     if world.power(&victim) != Some(MockPower::Off) {
         return Err(format!("{victim}'s VM is no longer poweredOff"));
     }

@@ -257,21 +257,7 @@ pub fn render(file: &File) -> anyhow::Result<String> {
         doc.dot((running, y), 4.5, colour::ORANGE, false, "sample running");
     }
 
-    let mut y = svg::paragraph(
-        &mut doc,
-        (16.0, area.bottom + 54.0),
-        &notes,
-        118,
-        Font::new(11.0).fill(colour::GREY),
-    );
-    y += 4.0;
-    svg::paragraph(
-        &mut doc,
-        (16.0, y),
-        &footnote,
-        118,
-        Font::new(11.0).fill(colour::GREY),
-    );
+    svg::notes_and_footnote(&mut doc, area.bottom + 54.0, &notes, &footnote, 118);
     Ok(doc.finish())
 }
 

@@ -337,21 +337,7 @@ pub fn render(file: &File) -> anyhow::Result<String> {
         );
     }
 
-    let mut y = svg::paragraph(
-        &mut doc,
-        (16.0, strip_area.bottom + 54.0),
-        &notes,
-        120,
-        Font::new(11.0).fill(colour::GREY),
-    );
-    y += 4.0;
-    svg::paragraph(
-        &mut doc,
-        (16.0, y),
-        &footnote,
-        120,
-        Font::new(11.0).fill(colour::GREY),
-    );
+    svg::notes_and_footnote(&mut doc, strip_area.bottom + 54.0, &notes, &footnote, 120);
     Ok(doc.finish())
 }
 

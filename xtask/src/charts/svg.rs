@@ -593,6 +593,14 @@ pub fn paragraph(svg: &mut Svg, at: (f64, f64), text: &str, width: usize, font: 
     y
 }
 
+/// A chart's closing text under its plot, from `top`: the notes, then the footnote
+/// (the input file and the command that made it), both grey and `width` wide.
+pub fn notes_and_footnote(svg: &mut Svg, top: f64, notes: &str, footnote: &str, width: usize) {
+    let font = Font::new(11.0).fill(colour::GREY);
+    let y = paragraph(svg, (16.0, top), notes, width, font);
+    paragraph(svg, (16.0, y + 4.0), footnote, width, font);
+}
+
 /// `value` with at most two decimals, trailing zeros dropped: `3.75`, `2.5`, `0`.
 pub fn short_number(value: f64) -> String {
     let text = format!("{value:.2}");
