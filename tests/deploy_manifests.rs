@@ -255,7 +255,7 @@ fn the_rbac_of_the_base_and_of_each_component_is_exactly_the_codes_table() {
 }
 
 #[test]
-fn secrets_are_read_only_by_name_in_a_component_and_never_in_the_base() {
+fn secrets_are_read_and_watched_only_by_name_in_a_component_and_never_in_the_base() {
     for component in Component::ALL {
         let grants = grants_of(&rbac_of(component));
         let secrets: Vec<&Grant> = grants.iter().filter(|g| g.2 == "secrets").collect();
@@ -277,14 +277,19 @@ fn secrets_are_read_only_by_name_in_a_component_and_never_in_the_base() {
             continue;
         }
         assert!(!secrets.is_empty());
-        for (verb, group, _, scope, name) in secrets {
-            assert_eq!(
-                (verb.as_str(), group.as_str()),
-                ("get", ""),
-                "get only, no list/watch"
-            );
+        let verbs: BTreeSet<&str> = secrets.iter().map(|g| g.0.as_str()).collect();
+        assert_eq!(
+            verbs,
+            BTreeSet::from(["get", "list", "watch"]),
+            "read, and watched for a rotated password"
+        );
+        for (_, group, _, scope, name) in secrets {
+            assert_eq!(group, "", "core Secrets");
             assert_eq!(scope, "nodefence", "in nodefence's namespace");
-            assert_ne!(name, "*", "only the Secrets it names");
+            assert_ne!(
+                name, "*",
+                "only the Secrets it names, even to list or watch"
+            );
         }
     }
 }

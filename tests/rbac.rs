@@ -210,3 +210,86 @@ async fn explain_with_partial_rights_says_what_it_could_not_read_and_what_it_nee
     assert!(!shown.contains("Pause:          cannot be read"), "{shown}");
     w.stop().await;
 }
+
+/// `password_secret` under the base RBAC and the `secret-credentials` component alone
+/// (its Role names the Secret): read, watched by name, a changed Secret applied, and
+/// fencing goes on with the credentials read again; not one request refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_secret_is_read_and_watched_under_its_components_role() {
+    // The name the component's Role lists under resourceNames.
+    const SECRET: &str = "nodefence-bmc-credentials";
+    let mut builder = WorldBuilder::new()
+        .no_workloads()
+        .rbac(deploy_rbac(&["secret-credentials"]))
+        .replicas(&[])
+        .config_check(Duration::from_millis(200));
+    for node in ["worker-1", "worker-2", "worker-3"] {
+        builder = builder.node(node, |n| {
+            n.inventory_lines
+                .push(format!("password_secret = \"{SECRET}\""));
+        });
+    }
+    let mut w = builder.start().await;
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(w.client.clone(), RBAC_NAMESPACE);
+    let secret = serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": SECRET, "namespace": RBAC_NAMESPACE},
+        "data": {"password": b64(common::PASSWORD)},
+    });
+    secrets
+        .create(
+            &kube::api::PostParams::default(),
+            &serde_json::from_value(secret).unwrap(),
+        )
+        .await
+        .unwrap();
+    w.start_replica("test-replica");
+    eventually("worker-2 Ready", Duration::from_secs(30), || async {
+        w.node_ready("worker-2")
+    })
+    .await;
+    eventually("the Secret watched", Duration::from_secs(30), || async {
+        w.kube.request_log().iter().any(|(method, path, _)| {
+            method == "GET" && path.contains("/secrets?") && path.contains("watch=true")
+        })
+    })
+    .await;
+
+    // Another key added: the data changed, so the configuration is read again.
+    let patch = serde_json::json!({"data": {"rotated-at": b64("2026-11-27T14:00:00Z")}});
+    secrets
+        .patch(
+            SECRET,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    let reloaded = w
+        .expect_event_where("ConfigReloaded", |e| {
+            e["note"]
+                .as_str()
+                .is_some_and(|n| n.contains(&format!("Secret {RBAC_NAMESPACE}/{SECRET} changed")))
+        })
+        .await;
+    assert_eq!(reloaded[0]["type"], "Normal");
+
+    // The new version's drivers log in with what they read: worker-2 is fenced.
+    w.pull_plug("worker-2");
+    eventually("worker-2 released", Duration::from_secs(45), || async {
+        w.has_out_of_service_taint("worker-2")
+    })
+    .await;
+    assert!(
+        w.forbidden_requests().is_empty(),
+        "calls the component's Role does not grant: {:?}",
+        w.forbidden_requests()
+    );
+    w.stop().await;
+}
+
+fn b64(text: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(text)
+}

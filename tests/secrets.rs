@@ -469,3 +469,189 @@ async fn fence_reads_the_secret_through_the_kubeconfig_and_refuses_without_one()
         secret_gets(&kube)
     );
 }
+
+/// The daemon's options for these tests: elected (so it publishes Events), its
+/// configuration checked every 200 ms.
+fn daemon_options() -> nodefence::daemon::DaemonOptions {
+    nodefence::daemon::DaemonOptions {
+        drivers: Default::default(),
+        dry_run: false,
+        health_listen: "127.0.0.1:0".parse().unwrap(),
+        metrics: nodefence::daemon::MetricsEndpoint::plain("127.0.0.1:0".parse().unwrap()),
+        lease_namespace: NS.into(),
+        lease_name: "nodefence".into(),
+        identity: "test".into(),
+        leader_timings: nodefence::cluster::leader::LeaderTimings::default(),
+        config_check: Some(Duration::from_millis(200)),
+    }
+}
+
+/// The notes of the Events with `reason`, oldest first.
+fn notes(kube: &FakeKubeHandle, reason: &str) -> Vec<String> {
+    let (events, _) = kube
+        .store()
+        .list(nodefence_mocks::kube::resources::EVENTS_V1, None);
+    events
+        .iter()
+        .filter(|e| e["reason"] == reason)
+        .map(|e| e["note"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+async fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
+    let end = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !check() {
+        assert!(
+            tokio::time::Instant::now() < end,
+            "timed out after 30 s waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn patch_secret(client: &Client, patch: serde_json::Value) {
+    Api::<Secret>::namespaced(client.clone(), NS)
+        .patch(
+            "bmc",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+}
+
+fn data(password: &str) -> serde_json::Value {
+    use base64::Engine as _;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(password);
+    serde_json::json!({ "data": { "password": encoded } })
+}
+
+/// The statuses the BMC answered since its log was last cleared.
+fn bmc_statuses(bmc: &MockRedfishHandle) -> Vec<u16> {
+    bmc.request_log().iter().filter_map(|r| r.status).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_rotated_in_its_secret_is_used_without_a_restart() {
+    let (kube, client) = kube().await;
+    let bmc = bmc().await;
+    create_secret(&client, NS, "bmc", &[("password", PASSWORD)]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let inventory = format!(
+        "{}password_secret = \"bmc\"\n{}",
+        defaults(&bmc),
+        node("worker-1", 1, "")
+    );
+    let path = write_config(dir.path(), &inventory);
+    // The BMC monitor logs in every 200 ms: each request shows which password the
+    // driver holds (the BMC answers 401 to any other).
+    let toml = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, format!("{toml}monitor_interval = \"200ms\"\n")).unwrap();
+    let daemon = tokio::spawn(nodefence::daemon::run(
+        load(&path),
+        client.clone(),
+        daemon_options(),
+        std::future::pending(),
+    ));
+    wait_for(
+        "the BMC monitor logged in with the Secret's password",
+        || bmc_statuses(&bmc).contains(&200),
+    )
+    .await;
+    assert!(
+        !bmc_statuses(&bmc).contains(&401),
+        "{:?}",
+        bmc_statuses(&bmc)
+    );
+    // Watched by name, as the component's Role (resourceNames) allows: a list and a
+    // watch, both with the name's field selector, never one of every Secret.
+    wait_for("a watch of Secret bmc by name", || {
+        kube.request_log().iter().any(|(method, path, _)| {
+            method == "GET"
+                && path.starts_with("/api/v1/namespaces/nodefence/secrets?")
+                && path.contains("watch=true")
+        })
+    })
+    .await;
+    let secret_lists: Vec<String> = kube
+        .request_log()
+        .into_iter()
+        .filter(|(method, path, _)| {
+            method == "GET" && path.starts_with("/api/v1/namespaces/nodefence/secrets?")
+        })
+        .map(|(_, path, _)| path)
+        .collect();
+    assert!(
+        secret_lists
+            .iter()
+            .all(|p| p.contains("fieldSelector=metadata.name%3Dbmc")),
+        "{secret_lists:?}"
+    );
+
+    // Rotated in the Secret (and, say, not yet on the BMC): applied, said with the
+    // Secret's name, and the driver now presents the new password.
+    patch_secret(&client, data("rotated-pw-2")).await;
+    wait_for("ConfigReloaded after the rotation", || {
+        !notes(&kube, "ConfigReloaded").is_empty()
+    })
+    .await;
+    let reloaded = notes(&kube, "ConfigReloaded");
+    assert!(
+        reloaded[0].contains("Secret nodefence/bmc changed") && !reloaded[0].contains("rotated-pw"),
+        "{reloaded:?}"
+    );
+    bmc.clear_logs();
+    wait_for("the monitor presenting the rotated password (401)", || {
+        bmc_statuses(&bmc).contains(&401)
+    })
+    .await;
+
+    // A label is not data: nothing is read again.
+    patch_secret(
+        &client,
+        serde_json::json!({ "metadata": { "labels": { "team": "infra" } } }),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(notes(&kube, "ConfigReloaded").len(), 1);
+
+    // Rotated back: applied again, and the driver logs in again.
+    patch_secret(&client, data(PASSWORD)).await;
+    wait_for("a second ConfigReloaded", || {
+        notes(&kube, "ConfigReloaded").len() == 2
+    })
+    .await;
+    bmc.clear_logs();
+    wait_for("the monitor logged in again", || {
+        bmc_statuses(&bmc).contains(&200)
+    })
+    .await;
+
+    // A value the loader refuses (two lines): refused whole, said once, the running
+    // credentials kept.
+    patch_secret(&client, data("one\ntwo")).await;
+    wait_for("ConfigRejected", || {
+        !notes(&kube, "ConfigRejected").is_empty()
+    })
+    .await;
+    let rejected = notes(&kube, "ConfigRejected");
+    assert!(rejected[0].contains("nodefence/bmc"), "{rejected:?}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        notes(&kube, "ConfigRejected").len(),
+        1,
+        "the same state is refused once"
+    );
+    assert_eq!(notes(&kube, "ConfigReloaded").len(), 2);
+    bmc.clear_logs();
+    wait_for("the monitor still logging in", || {
+        bmc_statuses(&bmc).contains(&200)
+    })
+    .await;
+    assert!(
+        !bmc_statuses(&bmc).contains(&401),
+        "{:?}",
+        bmc_statuses(&bmc)
+    );
+    daemon.abort();
+}

@@ -81,7 +81,7 @@ pub(super) async fn read_secrets(
     config.inventory.nodes = selected;
     let result = crate::config::resolve_secrets(config, &client, &cluster.namespace).await;
     config.inventory.nodes.extend(rest);
-    result.map_err(|e| {
+    result.map(drop).map_err(|e| {
         eprintln!("{e}");
         if e.is_access() {
             super::exit::FAILED

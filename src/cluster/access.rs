@@ -602,15 +602,29 @@ pub fn needed(config: &Config, namespace: &str, lease_name: &str, dry_run: bool)
             Some((ns, name)) => (ns.to_string(), name.to_string()),
             None => (namespace.to_string(), secret.clone()),
         };
-        out.insert(Need {
-            verb: "get".into(),
-            group: String::new(),
-            resource: "secrets".into(),
-            namespace: Some(ns),
-            name: Some(name),
-            component: Component::SecretCredentials,
-            why: "BMC credentials kept in a Secret (password_secret)".into(),
-        });
+        // Read, then watched by name (fieldSelector=metadata.name, which resourceNames
+        // grants): a rotated password is picked up (daemon::secret_watch).
+        for (verb, why) in [
+            ("get", "BMC credentials kept in a Secret (password_secret)"),
+            (
+                "list",
+                "a rotated password_secret picked up (listed by name)",
+            ),
+            (
+                "watch",
+                "a rotated password_secret picked up (watched by name)",
+            ),
+        ] {
+            out.insert(Need {
+                verb: verb.into(),
+                group: String::new(),
+                resource: "secrets".into(),
+                namespace: Some(ns.clone()),
+                name: Some(name.clone()),
+                component: Component::SecretCredentials,
+                why: why.into(),
+            });
+        }
     }
     out.into_iter().collect()
 }

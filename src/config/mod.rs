@@ -63,7 +63,9 @@ use std::path::Path;
 pub use diagnostic::{ConfigError, ConfigErrors};
 pub use fields::{MAX_DURATION, max_duration_text};
 pub use model::*;
-pub use secrets::{SecretProblem, SecretProblemKind, SecretResolveError, resolve_secrets};
+pub use secrets::{
+    DataDigest, SecretProblem, SecretProblemKind, SecretResolveError, SecretsRead, resolve_secrets,
+};
 
 use diagnostic::{Diagnostics, Source, Subject};
 use paths::BaseDir;

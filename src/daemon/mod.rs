@@ -11,6 +11,7 @@
 
 pub mod endpoints;
 pub mod reload;
+mod secret_watch;
 
 pub use endpoints::MetricsEndpoint;
 
@@ -96,7 +97,11 @@ pub async fn run(
     options: DaemonOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let (config, hosts_fingerprint) = admit(config, &client, &options.lease_namespace)
+    let Admitted {
+        config,
+        hosts_fingerprint,
+        secrets,
+    } = admit(config, &client, &options.lease_namespace)
         .await
         .map_err(|e| e.context("refusing to start"))?;
     check_permissions(&config, &client, &options).await?;
@@ -142,6 +147,7 @@ pub async fn run(
             leadership.clone(),
         )
         .with_hosts(&config, hosts_fingerprint)
+        .with_secrets(secrets)
         .spawn(interval)
     });
     let reload_ready: Option<reload::Ready> = reloader.as_ref().map(|r| r.ready.clone());
@@ -222,14 +228,12 @@ pub async fn run(
 /// The checks a configuration passes before it runs, at start-up and on reload: the
 /// cluster supports its release mechanism, and the BMC passwords it keeps in
 /// Kubernetes Secrets can be read (each Secret once; every problem listed); with
-/// `[metal3] hosts`, the BareMetalHosts' entries are added first. Also returns the
-/// fingerprint of the hosts read ([`crate::metal3::inventory::fingerprint`]; `None`
-/// without `[metal3] hosts`): the reloader compares later readings with it.
+/// `[metal3] hosts`, the BareMetalHosts' entries are added first.
 pub(crate) async fn admit(
     mut config: Config,
     client: &Client,
     namespace: &str,
-) -> anyhow::Result<(Config, Option<u64>)> {
+) -> anyhow::Result<Admitted> {
     let policy = &config.agent.policy;
     check_version(
         client,
@@ -254,10 +258,36 @@ pub(crate) async fn admit(
         let merged = crate::metal3::inventory::merge(&mut config, &discovery);
         tracing::info!(%merged, "inventory entries from Metal3 BareMetalHosts");
     }
-    crate::config::resolve_secrets(&mut config, client, namespace)
+    let mut secrets = crate::config::resolve_secrets(&mut config, client, namespace)
         .await
         .context("cannot read the BMC passwords kept in Kubernetes Secrets")?;
-    Ok((config, hosts_fingerprint))
+    // Watched: the Secrets the inventory names (its Role lists them by name), not
+    // those of BareMetalHosts (get only; read again when the hosts are).
+    let named: BTreeSet<(String, String)> = crate::cluster::access::secrets(&config)
+        .into_iter()
+        .map(|s| match s.split_once('/') {
+            Some((ns, name)) => (ns.to_string(), name.to_string()),
+            None => (namespace.to_string(), s),
+        })
+        .collect();
+    secrets.retain(|ns, name| named.contains(&(ns.to_string(), name.to_string())));
+    Ok(Admitted {
+        config,
+        hosts_fingerprint,
+        secrets,
+    })
+}
+
+/// A configuration that passed [`admit`], and what it was read from besides its files.
+pub(crate) struct Admitted {
+    pub config: Config,
+    /// The fingerprint of the BareMetalHosts read
+    /// ([`crate::metal3::inventory::fingerprint`]; `None` without `[metal3] hosts`):
+    /// the reloader compares later readings with it.
+    pub hosts_fingerprint: Option<u64>,
+    /// The Secrets the inventory's credentials were read from: the reloader watches
+    /// them ([`secret_watch`]).
+    pub secrets: crate::config::SecretsRead,
 }
 
 /// Refuses to start when the ServiceAccount lacks a permission the configuration
@@ -396,7 +426,10 @@ async fn apply(
         health,
     );
     let old = std::mem::replace(controller, new);
-    let summary = running.summary(&prepared.config);
+    let mut summary = running.summary(&prepared.config);
+    if let Some(cause) = &prepared.cause {
+        summary = format!("{cause}; {summary}");
+    }
     *running = reload::RunningConfig::of(&prepared.config);
     drop(prepared.config);
     for d in old.executor_template.drivers.values().flatten() {

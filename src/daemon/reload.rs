@@ -25,8 +25,12 @@
 //! result is tried again at each resync, not at each file check: what made it fail
 //! may be outside the hosts (a host's Secret not created yet), and the Warning Event
 //! says so once per resync until it is fixed. A rotated password in a host's Secret
-//! does not change the result: it is read on the next reload, as a `password_secret`
-//! is.
+//! does not change the result: it is read on the next reload.
+//!
+//! The Secrets the inventory's `password_secret`s name are watched
+//! ([`super::secret_watch`]): when one's data changes (a rotated password), the whole
+//! configuration is read and checked again as for a changed file, and the Event says
+//! which Secret. A refused state is tried again when a Secret changes again.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
@@ -39,15 +43,18 @@ use kube::Client;
 use tokio::sync::Notify;
 
 use super::DaemonOptions;
+use super::secret_watch::SecretWatch;
 use crate::cluster::leader::Leadership;
-use crate::config::Config;
 use crate::config::watch::{ConfigWatch, Fingerprint};
+use crate::config::{Config, SecretsRead};
 use crate::telemetry::Metrics;
 
 /// A configuration that passed every check, waiting for the control loop.
 pub struct Prepared {
     pub config: Config,
     pub version: Fingerprint,
+    /// Why it was read, when not for its files: "Secret nodefence/bmc changed".
+    pub cause: Option<String>,
 }
 
 /// The hand-over point between the reloader and the control loop (the newest
@@ -87,6 +94,10 @@ struct HostsWatch {
 pub struct Reloader {
     watch: ConfigWatch,
     hosts: Option<HostsWatch>,
+    /// The Secrets the running configuration's credentials came from.
+    secrets: Option<SecretWatch>,
+    /// The state of those Secrets ([`SecretWatch::state`]) last refused.
+    secrets_refused: Option<u64>,
     client: Client,
     options: DaemonOptions,
     metrics: Arc<Metrics>,
@@ -108,6 +119,8 @@ impl Reloader {
         Self {
             watch: ConfigWatch::new(running),
             hosts: None,
+            secrets: None,
+            secrets_refused: None,
             client,
             options: options.clone(),
             metrics,
@@ -122,6 +135,25 @@ impl Reloader {
     pub fn with_hosts(mut self, running: &Config, fingerprint: Option<u64>) -> Self {
         self.set_hosts(running, fingerprint);
         self
+    }
+
+    /// Also watches the Secrets the running configuration's credentials were read
+    /// from ([`super::secret_watch`]).
+    pub fn with_secrets(mut self, read: SecretsRead) -> Self {
+        self.secrets = SecretWatch::start(&self.client, read);
+        self
+    }
+
+    /// What changed in the watched Secrets, unless that state was refused already.
+    fn secrets_changed(&self) -> Option<(u64, String)> {
+        let watch = self.secrets.as_ref()?;
+        let differing = watch.differing();
+        let state = watch.state();
+        if differing.is_empty() || self.secrets_refused == Some(state) {
+            return None;
+        }
+        let s = if differing.len() == 1 { "" } else { "s" };
+        Some((state, format!("Secret{s} {} changed", differing.join(", "))))
     }
 
     fn set_hosts(&mut self, running: &Config, fingerprint: Option<u64>) {
@@ -187,41 +219,64 @@ impl Reloader {
                         None => std::future::pending().await,
                     }
                 } => tracing::info!("SIGHUP: checking the configuration files"),
+                () = async {
+                    match self.secrets.as_ref() {
+                        Some(s) => s.changed().await,
+                        None => std::future::pending().await,
+                    }
+                } => {}
             }
             let watch = self.watch.clone();
             let files = tokio::task::spawn_blocking(move || watch.changed())
                 .await
                 .ok()
                 .flatten();
-            // The files first; else the BareMetalHosts, when a resync is due.
-            let (version, hosts) = match files {
-                Some(version) => {
-                    tracing::info!(version = %version.short(), "the configuration files changed: checking the new version");
-                    (version, None)
-                }
-                None => {
-                    let Some(hosts) = self.hosts_changed().await else {
-                        continue;
-                    };
-                    let version = self.watch.running().with(hosts);
-                    tracing::info!(version = %version.short(), "the BareMetalHosts changed: checking the new version");
-                    (version, Some(hosts))
-                }
+            // The files first; else the Secrets; else the BareMetalHosts, when a resync
+            // is due.
+            let mut secrets = None;
+            let mut hosts = None;
+            let version = if let Some(version) = files {
+                tracing::info!(version = %version.short(), "the configuration files changed: checking the new version");
+                version
+            } else if let Some((state, cause)) = self.secrets_changed() {
+                let version = self.watch.running().with(state);
+                tracing::info!(version = %version.short(), "{cause}: checking the configuration again");
+                secrets = Some((state, cause));
+                version
+            } else if let Some(read) = self.hosts_changed().await {
+                let version = self.watch.running().with(read);
+                tracing::info!(version = %version.short(), "the BareMetalHosts changed: checking the new version");
+                hosts = Some(read);
+                version
+            } else {
+                continue;
             };
             match self.prepare().await {
-                Ok((config, fingerprint)) => {
+                Ok(admitted) => {
+                    let config = admitted.config;
                     for warning in &config.warnings {
                         tracing::warn!("{warning}");
                     }
                     self.watch.applied(&config);
-                    self.set_hosts(&config, fingerprint);
-                    ready.put(Prepared { config, version });
+                    self.set_hosts(&config, admitted.hosts_fingerprint);
+                    // The new version's Secrets, as it read them.
+                    self.secrets = SecretWatch::start(&self.client, admitted.secrets);
+                    self.secrets_refused = None;
+                    let cause = secrets.map(|(_, cause)| cause);
+                    ready.put(Prepared {
+                        config,
+                        version,
+                        cause,
+                    });
                     notify.notify_one();
                 }
                 Err(why) => {
                     // A refused reading of the hosts is tried again at the next
-                    // resync; a refused version of the files when they change again.
-                    if hosts.is_none() {
+                    // resync; a refused state of the Secrets when one changes again; a
+                    // refused version of the files when they change again.
+                    if let Some((state, _)) = &secrets {
+                        self.secrets_refused = Some(*state);
+                    } else if hosts.is_none() {
                         self.watch.refused(version);
                     }
                     self.report_refused(&version, &why).await;
@@ -232,21 +287,20 @@ impl Reloader {
 
     /// Loads and checks the configuration on disk, as a start-up does (the
     /// BareMetalHosts read again, their fingerprint returned).
-    async fn prepare(&self) -> Result<(Config, Option<u64>), String> {
+    async fn prepare(&self) -> Result<super::Admitted, String> {
         let path = self.watch.config_path().to_path_buf();
         let loaded = tokio::task::spawn_blocking(move || crate::config::load(&path))
             .await
             .map_err(|e| format!("the loader stopped: {e}"))?
             .map_err(|errors| errors.to_string())?;
-        let (config, fingerprint) =
-            super::admit(loaded, &self.client, &self.options.lease_namespace)
-                .await
-                .map_err(|e| format!("{e:#}"))?;
-        // A new version may need more (release = "delete-node"...): checked first.
-        super::check_permissions(&config, &self.client, &self.options)
+        let admitted = super::admit(loaded, &self.client, &self.options.lease_namespace)
             .await
             .map_err(|e| format!("{e:#}"))?;
-        Ok((config, fingerprint))
+        // A new version may need more (release = "delete-node"...): checked first.
+        super::check_permissions(&admitted.config, &self.client, &self.options)
+            .await
+            .map_err(|e| format!("{e:#}"))?;
+        Ok(admitted)
     }
 
     async fn report_refused(&self, version: &Fingerprint, why: &str) {

@@ -153,6 +153,66 @@ impl fmt::Display for SecretResolveError {
     }
 }
 
+/// The Secrets credentials were read from: each by namespace and name, with a digest
+/// of its data as read. The daemon watches them ([`crate::daemon`]'s reloader) and
+/// reads the configuration again when one no longer holds what was read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SecretsRead(BTreeMap<(String, String), DataDigest>);
+
+impl SecretsRead {
+    /// The digest of what was read from `namespace/name`.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<DataDigest> {
+        self.0
+            .get(&(namespace.to_string(), name.to_string()))
+            .copied()
+    }
+
+    /// Every Secret read, `(namespace, name)`, sorted.
+    pub fn iter(&self) -> impl Iterator<Item = (&(String, String), &DataDigest)> {
+        self.0.iter()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Only the Secrets `keep` says yes to.
+    pub fn retain(&mut self, mut keep: impl FnMut(&str, &str) -> bool) {
+        self.0.retain(|(ns, name), _| keep(ns, name));
+    }
+
+    /// Records `namespace/name` as read with `digest`.
+    pub fn insert(&mut self, namespace: &str, name: &str, digest: DataDigest) {
+        self.0
+            .insert((namespace.to_string(), name.to_string()), digest);
+    }
+}
+
+/// SHA-256 of a Secret's data: every key and value, in key order, each
+/// length-prefixed. Compared, never shown (`Debug` prints no bytes).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DataDigest([u8; 32]);
+
+impl DataDigest {
+    pub fn of(data: &BTreeMap<String, ByteString>) -> Self {
+        use sha2::{Digest as _, Sha256};
+        let mut hash = Sha256::new();
+        for (key, value) in data {
+            hash.update((key.len() as u64).to_le_bytes());
+            hash.update(key.as_bytes());
+            hash.update((value.0.len() as u64).to_le_bytes());
+            hash.update(&value.0);
+        }
+        DataDigest(hash.finalize().into())
+    }
+}
+
+impl fmt::Debug for DataDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("DataDigest(..)")
+    }
+}
+
 /// A Secret's data, or why it could not be read (kind, message, help).
 type Fetched = Result<BTreeMap<String, ByteString>, (SecretProblemKind, String, Option<String>)>;
 
@@ -160,12 +220,12 @@ type Fetched = Result<BTreeMap<String, ByteString>, (SecretProblemKind, String, 
 /// and fills those credentials in. `namespace` is nodefence's own namespace, where a
 /// bare `password_secret = "<name>"` is looked up. Without pending credentials nothing
 /// is read. On error every problem is listed; the credentials it concerns stay
-/// pending, all others are filled.
+/// pending, all others are filled. Returns what each Secret held ([`SecretsRead`]).
 pub async fn resolve_secrets(
     config: &mut Config,
     client: &Client,
     namespace: &str,
-) -> Result<(), SecretResolveError> {
+) -> Result<SecretsRead, SecretResolveError> {
     let wanted: BTreeSet<(String, String)> = config
         .inventory
         .nodes
@@ -174,7 +234,7 @@ pub async fn resolve_secrets(
         .map(|r| (namespace_of(r, namespace), r.name.clone()))
         .collect();
     if wanted.is_empty() {
-        return Ok(());
+        return Ok(SecretsRead::default());
     }
     let fetched: BTreeMap<(String, String), Fetched> = futures::stream::iter(wanted)
         .map(|(ns, name)| async move {
@@ -184,7 +244,14 @@ pub async fn resolve_secrets(
         .buffer_unordered(CONCURRENT_READS)
         .collect()
         .await;
-    fill(config, &fetched, namespace)
+    fill(config, &fetched, namespace)?;
+    let mut read = SecretsRead::default();
+    for ((ns, name), data) in &fetched {
+        if let Ok(data) = data {
+            read.insert(ns, name, DataDigest::of(data));
+        }
+    }
+    Ok(read)
 }
 
 fn namespace_of(r: &SecretRef, default: &str) -> String {
