@@ -367,15 +367,9 @@ async fn the_daemon_refuses_to_start_on_a_missing_secret() {
     );
     let config = load(&write_config(dir.path(), &inventory));
     let options = nodefence::daemon::DaemonOptions {
-        drivers: Default::default(),
         dry_run: true,
-        health_listen: "127.0.0.1:0".parse().unwrap(),
-        metrics: nodefence::daemon::MetricsEndpoint::plain("127.0.0.1:0".parse().unwrap()),
-        lease_namespace: NS.into(),
-        lease_name: "nodefence".into(),
-        identity: "test".into(),
-        leader_timings: nodefence::cluster::leader::LeaderTimings::default(),
         config_check: None,
+        ..daemon_options()
     };
     let result = tokio::time::timeout(
         Duration::from_secs(20),
