@@ -11,7 +11,7 @@
 
 pub mod endpoints;
 pub mod reload;
-mod secret_watch;
+pub mod secret_watch;
 
 pub use endpoints::MetricsEndpoint;
 
