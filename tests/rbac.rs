@@ -235,7 +235,9 @@ async fn a_password_secret_is_read_and_watched_under_its_components_role() {
     let secret = serde_json::json!({
         "apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": SECRET, "namespace": RBAC_NAMESPACE},
-        "data": {"password": b64(common::PASSWORD)},
+        // As a manifest would write it: fake-kube merges it into `data`, as the API
+        // server does.
+        "stringData": {"password": common::PASSWORD},
     });
     secrets
         .create(
@@ -257,7 +259,7 @@ async fn a_password_secret_is_read_and_watched_under_its_components_role() {
     .await;
 
     // Another key added: the data changed, so the configuration is read again.
-    let patch = serde_json::json!({"data": {"rotated-at": b64("2026-11-27T14:00:00Z")}});
+    let patch = serde_json::json!({"stringData": {"rotated-at": "2026-11-27T14:00:00Z"}});
     secrets
         .patch(
             SECRET,
@@ -287,9 +289,4 @@ async fn a_password_secret_is_read_and_watched_under_its_components_role() {
         w.forbidden_requests()
     );
     w.stop().await;
-}
-
-fn b64(text: &str) -> String {
-    use base64::Engine as _;
-    base64::engine::general_purpose::STANDARD.encode(text)
 }

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use nodefence_mocks::child_log::ChildLog;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 const BIN: &str = env!("CARGO_BIN_EXE_mock-redfish");
@@ -28,32 +27,13 @@ impl Drop for Running {
 
 /// Starts the binary and waits (bounded) for its ready line.
 async fn spawn(args: &[&str]) -> Running {
-    let log = ChildLog::create(env!("CARGO_TARGET_TMPDIR"), "mock-redfish");
-    let mut child = Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(log.stdio())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawning mock-redfish");
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
-        .await
-        .unwrap_or_else(|_| {
-            panic!("mock-redfish printed no ready line within 20 s; its log: {log}")
-        })
-        .expect("reading stdout")
-        .unwrap_or_else(|| panic!("mock-redfish exited before it was ready; its log: {log}"));
-    let base_url = line
-        .strip_prefix("mock-redfish listening on ")
-        .unwrap_or_else(|| panic!("unexpected ready line {line:?}; its log: {log}"))
-        .to_owned();
+    let mut command = Command::new(BIN);
+    command.args(args);
+    let started = crate::mock_binary::start(command, "mock-redfish").await;
     Running {
-        child,
-        base_url,
-        log,
+        child: started.child,
+        base_url: started.url,
+        log: started.log,
     }
 }
 

@@ -11,6 +11,7 @@
 mod common;
 mod ipmi_common;
 mod kube_common;
+mod mock_binary;
 
 mod admin;
 mod auth;

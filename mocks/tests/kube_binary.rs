@@ -5,14 +5,11 @@
 
 use crate::kube_common;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::api::{Api, ListParams};
-use nodefence_mocks::child_log::ChildLog;
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_fake-kube");
@@ -21,8 +18,8 @@ const BIN: &str = env!("CARGO_BIN_EXE_fake-kube");
 async fn starts_writes_a_kubeconfig_serves_and_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
-    let log = ChildLog::create(env!("CARGO_TARGET_TMPDIR"), "fake-kube");
-    let mut child = Command::new(BIN)
+    let mut command = Command::new(BIN);
+    command
         .args([
             "--tls",
             "--token",
@@ -31,22 +28,12 @@ async fn starts_writes_a_kubeconfig_serves_and_stops_on_sigterm() {
             "0",
             "--kubeconfig-out",
         ])
-        .arg(&kubeconfig)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(log.stdio())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawning fake-kube");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
-        .await
-        .unwrap_or_else(|_| panic!("fake-kube printed no ready line within 20 s; its log: {log}"))
-        .unwrap()
-        .unwrap_or_else(|| panic!("fake-kube exited before it was ready; its log: {log}"));
-    let url = line
-        .strip_prefix("fake-kube listening on ")
-        .unwrap_or_else(|| panic!("unexpected ready line {line:?}; its log: {log}"));
+        .arg(&kubeconfig);
+    let crate::mock_binary::Started {
+        mut child,
+        url,
+        log,
+    } = crate::mock_binary::start(command, "fake-kube").await;
     assert!(url.starts_with("https://localhost:"), "{url}");
 
     let yaml = std::fs::read_to_string(&kubeconfig).expect("kubeconfig written before the line");
@@ -88,8 +75,8 @@ async fn starts_writes_a_kubeconfig_serves_and_stops_on_sigterm() {
 async fn simulated_nodes_go_not_ready_when_their_kubelet_is_stopped() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
-    let log = ChildLog::create(env!("CARGO_TARGET_TMPDIR"), "fake-kube");
-    let mut child = Command::new(BIN)
+    let mut command = Command::new(BIN);
+    command
         .args([
             "--plain-http",
             "--nodes",
@@ -100,23 +87,12 @@ async fn simulated_nodes_go_not_ready_when_their_kubelet_is_stopped() {
             "t",
             "--kubeconfig-out",
         ])
-        .arg(&kubeconfig)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(log.stdio())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawning fake-kube");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
-        .await
-        .unwrap_or_else(|_| panic!("fake-kube printed no ready line within 20 s; its log: {log}"))
-        .unwrap()
-        .unwrap_or_else(|| panic!("fake-kube exited before it was ready; its log: {log}"));
-    let url = line
-        .strip_prefix("fake-kube listening on ")
-        .unwrap()
-        .to_owned();
+        .arg(&kubeconfig);
+    let crate::mock_binary::Started {
+        mut child,
+        url,
+        log,
+    } = crate::mock_binary::start(command, "fake-kube").await;
     let yaml = std::fs::read_to_string(&kubeconfig).unwrap();
     let nodes: Api<Node> = Api::all(kube_common::client_from_yaml(&yaml).await);
     let ready = |n: &Node| {

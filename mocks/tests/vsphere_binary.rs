@@ -3,11 +3,9 @@
 //! clean stop on SIGTERM.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_mock-vsphere");
@@ -23,30 +21,17 @@ fn soap(operation: &str, this_type: &str, this: &str, params: &str) -> String {
 async fn the_binary_serves_soap_and_the_admin_api_and_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let ca = dir.path().join("ca.pem");
-    let mut child = Command::new(BIN)
+    let mut command = Command::new(BIN);
+    command
         .args(["--vm", &format!("worker-1={UUID_1}"), "--vm", "worker-2"])
         .arg("--ca-out")
         .arg(&ca)
-        .env("MOCK_VSPHERE_PASSWORD", "pw-from-env")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawning mock-vsphere");
-    let stdout = child.stdout.take().unwrap();
-    let line = tokio::time::timeout(
-        Duration::from_secs(20),
-        BufReader::new(stdout).lines().next_line(),
-    )
-    .await
-    .expect("ready line in time")
-    .unwrap()
-    .expect("a ready line");
-    let base = line
-        .strip_prefix("mock-vsphere listening on ")
-        .unwrap_or_else(|| panic!("unexpected ready line {line:?}"))
-        .to_owned();
+        .env("MOCK_VSPHERE_PASSWORD", "pw-from-env");
+    let crate::mock_binary::Started {
+        mut child,
+        url: base,
+        log,
+    } = crate::mock_binary::start(command, "mock-vsphere").await;
     assert!(base.starts_with("https://localhost:"), "{base}");
 
     nodefence_mocks::tls::install_crypto_provider();
@@ -201,7 +186,11 @@ async fn the_binary_serves_soap_and_the_admin_api_and_stops_on_sigterm() {
     );
     let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
         .await
-        .expect("stops promptly")
+        .unwrap_or_else(|_| panic!("mock-vsphere did not stop within 10 s; its log: {log}"))
         .unwrap();
-    assert_eq!(status.code(), Some(0));
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "SIGTERM is a clean stop; its log: {log}"
+    );
 }

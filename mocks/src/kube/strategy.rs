@@ -6,6 +6,7 @@
 //! real one does: a PUT of a Node cannot change its conditions (only `/status`
 //! can), a Pod is created `Pending` whatever status the client sent, and
 //! `kubectl delete node` gets a `Status` back while `kubectl delete pod` gets the Pod.
+//! A Secret's `stringData` is merged into `data` on every write and never read back.
 //!
 //! Custom resources follow the apiextensions-apiserver's strategy: `generation` 1 on
 //! create, then one more for every change outside `metadata` (and outside `status`
@@ -106,6 +107,7 @@ pub fn validate_name(rt: ResourceType, object: &Value) -> Result<(), StoreError>
 /// registers its Node with one). Namespaces get their `kubernetes.io/metadata.name`
 /// label (but no `spec.finalizers`: there is no namespace controller to remove it).
 pub fn prepare_for_create(rt: ResourceType, object: &mut Value) {
+    merge_string_data(rt, object);
     let meta = metadata_mut(object);
     if !rt.namespaced {
         meta.remove("namespace");
@@ -189,6 +191,7 @@ pub fn prepare_for_update(rt: ResourceType, part: Part, current: &Value, next: &
         *next = merged;
         return;
     }
+    merge_string_data(rt, next);
     if has_status_subresource(rt)
         && let Value::Object(map) = next
     {
@@ -225,6 +228,36 @@ pub fn prepare_for_update(rt: ResourceType, part: Part, current: &Value, next: &
     }
 }
 
+/// A Secret's `stringData` merged into `data` (base64; a key in both takes the
+/// `stringData` value), then dropped: the API server's conversion of a Secret to its
+/// internal type does this on every write (create, update, patch), so `stringData` is
+/// never read back. (A value that is not a string fails to decode there, 400; the
+/// clients of this crate send strings, and such a value is left out here.)
+fn merge_string_data(rt: ResourceType, object: &mut Value) {
+    use base64::Engine as _;
+    if !(rt.group.is_empty() && rt.plural == "secrets") {
+        return;
+    }
+    let Value::Object(map) = object else {
+        return;
+    };
+    let Some(Value::Object(strings)) = map.remove("stringData") else {
+        return;
+    };
+    let data = map.entry("data").or_insert_with(|| json!({}));
+    if !data.is_object() {
+        *data = json!({});
+    }
+    if let Value::Object(data) = data {
+        for (key, value) in strings {
+            if let Value::String(text) = value {
+                let encoded = base64::engine::general_purpose::STANDARD.encode(text);
+                data.insert(key, Value::String(encoded));
+            }
+        }
+    }
+}
+
 /// The object without what never counts as a spec change (`status` kept when
 /// `keep_status`: without a status subresource it is data like any other).
 fn strip_meta_status(object: &Value, keep_status: bool) -> Map<String, Value> {
@@ -240,8 +273,31 @@ fn strip_meta_status(object: &Value, keep_status: bool) -> Map<String, Value> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::resources::{LEASES, NODES, PODS};
+    use super::super::resources::{LEASES, NODES, PODS, SECRETS};
     use super::*;
+
+    #[test]
+    fn a_secrets_string_data_is_merged_into_data_and_dropped() {
+        // "cGFzcw==" is base64 for "pass".
+        let mut secret = json!({"metadata": {"name": "s"},
+            "data": {"password": "b2xk", "user": "dQ=="},
+            "stringData": {"password": "pass", "extra": "x"}});
+        prepare_for_create(SECRETS, &mut secret);
+        assert_eq!(
+            secret,
+            json!({"metadata": {"name": "s"},
+                "data": {"password": "cGFzcw==", "user": "dQ==", "extra": "eA=="}})
+        );
+        let current = secret.clone();
+        let mut next = json!({"metadata": {"name": "s"}, "stringData": {"password": "pass"}});
+        prepare_for_update(SECRETS, Part::Main, &current, &mut next);
+        assert_eq!(next["data"], json!({"password": "cGFzcw=="}));
+        assert!(next.get("stringData").is_none());
+        // Other types keep a field of that name as it is.
+        let mut map = json!({"metadata": {"name": "c"}, "stringData": {"a": "b"}});
+        prepare_for_create(LEASES, &mut map);
+        assert_eq!(map["stringData"]["a"], "b");
+    }
 
     #[test]
     fn main_resource_keeps_status_and_status_keeps_the_rest() {
