@@ -272,14 +272,39 @@ fn ca_file(vc: &MockVsphereHandle, dir: &tempfile::TempDir) -> PathBuf {
     ca
 }
 
-#[tokio::test]
-async fn the_rest_agent_and_the_driver_read_the_same_power_state() {
-    let Some(agent) = nodefence_mocks::peers::fence_vmware_rest() else {
-        return;
-    };
+/// What the REST agent's checks start from: the agent (else `None` after the skip
+/// line), the usual vCenter, and its CA in a file.
+struct RestCheck {
+    agent: PathBuf,
+    vc: MockVsphereHandle,
+    _dir: tempfile::TempDir,
+    ca: PathBuf,
+}
+
+async fn rest_check() -> Option<RestCheck> {
+    let agent = nodefence_mocks::peers::fence_vmware_rest()?;
     let vc = vcenter().await;
     let dir = tempfile::tempdir().unwrap();
     let ca = ca_file(&vc, &dir);
+    Some(RestCheck {
+        agent,
+        vc,
+        _dir: dir,
+        ca,
+    })
+}
+
+#[tokio::test]
+async fn the_rest_agent_and_the_driver_read_the_same_power_state() {
+    let Some(RestCheck {
+        agent,
+        vc,
+        _dir,
+        ca,
+    }) = rest_check().await
+    else {
+        return;
+    };
     let d = driver(&vc, &ca);
 
     let on = fence_rest(&agent, &vc, &ca, RestTls::Insecure, PASSWORD, "status").await;
@@ -336,12 +361,15 @@ async fn the_rest_agent_and_the_driver_read_the_same_power_state() {
 
 #[tokio::test]
 async fn the_rest_agents_off_and_on_land_on_the_vm_the_driver_reads() {
-    let Some(agent) = nodefence_mocks::peers::fence_vmware_rest() else {
+    let Some(RestCheck {
+        agent,
+        vc,
+        _dir,
+        ca,
+    }) = rest_check().await
+    else {
         return;
     };
-    let vc = vcenter().await;
-    let dir = tempfile::tempdir().unwrap();
-    let ca = ca_file(&vc, &dir);
     let d = driver(&vc, &ca);
 
     let off = fence_rest(&agent, &vc, &ca, RestTls::Insecure, PASSWORD, "off").await;
@@ -434,12 +462,15 @@ async fn the_rest_agent_picks_a_vm_by_name_and_the_driver_by_uuid() {
 
 #[tokio::test]
 async fn the_rest_agent_fails_on_a_bad_password_and_an_untrusted_certificate() {
-    let Some(agent) = nodefence_mocks::peers::fence_vmware_rest() else {
+    let Some(RestCheck {
+        agent,
+        vc,
+        _dir,
+        ca,
+    }) = rest_check().await
+    else {
         return;
     };
-    let vc = vcenter().await;
-    let dir = tempfile::tempdir().unwrap();
-    let ca = ca_file(&vc, &dir);
 
     let denied = fence_rest(&agent, &vc, &ca, RestTls::Insecure, "wrong", "status").await;
     assert_eq!(denied.code, Some(1), "{denied:?}");
