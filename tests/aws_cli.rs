@@ -182,6 +182,8 @@ async fn status_and_fence_find_the_instance_through_the_provider_id() {
     assert_eq!(report["initial_power"], "On", "{report}");
     assert_eq!(report["final_power"], "Off", "{report}");
     assert_eq!(report["commands_sent"], json!(["off"]), "{report}");
+    assert_eq!(report["identity"]["result"], "match", "{report}");
+    assert_eq!(report["identity"]["equivalence"], "instance-id", "{report}");
     assert_eq!(moto.state(REGION, &id).await, "stopped");
 
     // Without cluster access fence refuses, and sends nothing.
@@ -193,11 +195,59 @@ async fn status_and_fence_find_the_instance_through_the_provider_id() {
     .await;
     assert_ne!(out.status.code(), Some(0), "{}", text(&out));
     assert!(
-        text(&out).contains("cannot configure the Kubernetes client"),
+        text(&out).contains("no cluster access") && text(&out).contains("names no machine itself"),
         "{}",
         text(&out)
     );
     assert_eq!(moto.state(REGION, &id).await, "stopped");
 
+    kube.shutdown().await;
+}
+
+/// `nodefence fence` by hand when the entry names another node's instance
+/// (`instance_id`): the Node's providerID names ours, so nothing is stopped or started,
+/// whatever the action; the other instance keeps running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fence_refuses_an_entry_naming_another_nodes_instance() {
+    let Some(moto) = moto::start().await else {
+        return;
+    };
+    let ours = moto.run(REGION, "Name", NODE, 1).await.remove(0);
+    let theirs = moto
+        .run(REGION, "Name", "ip-10-0-3-99.ec2.internal", 1)
+        .await
+        .remove(0);
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_agent_config(dir.path(), 2, "100ms", "30s");
+    std::fs::write(
+        dir.path().join("inventory.toml"),
+        format!(
+            "[nodes.\"{NODE}\"]\ndriver = \"aws\"\nendpoint = \"{}\"\nregion = \"{REGION}\"\n\
+             instance_id = \"{theirs}\"\n",
+            moto.endpoint
+        ),
+    )
+    .unwrap();
+    let provider_id = format!("aws:///{REGION}a/{ours}");
+    let (kube, kubeconfig) = cli_common::cluster_with_nodes(
+        dir.path(),
+        &[(
+            NODE,
+            "ec2a1b2c-0000-4000-8000-000000000001",
+            Some(&provider_id),
+        )],
+    )
+    .await;
+    let env = [
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_CONFIG_FILE", "/dev/null"),
+        ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+    ];
+    cli_common::assert_fence_refuses_a_mismatch(&config, NODE, &kubeconfig, &theirs, &ours, &env)
+        .await;
+    assert_eq!(moto.state(REGION, &theirs).await, "running");
+    assert_eq!(moto.state(REGION, &ours).await, "running");
     kube.shutdown().await;
 }

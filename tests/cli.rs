@@ -115,7 +115,18 @@ async fn unknown_node_is_a_usage_error() {
         "{}",
         text(&out)
     );
-    let out = nodefence(&config, &["fence", "worker-9", "--action", "off", "--yes"]).await;
+    let out = nodefence(
+        &config,
+        &[
+            "fence",
+            "--skip-identity-check",
+            "worker-9",
+            "--action",
+            "off",
+            "--yes",
+        ],
+    )
+    .await;
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(mock.reset_log().is_empty());
     mock.shutdown().await;
@@ -124,7 +135,18 @@ async fn unknown_node_is_a_usage_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fence_off_powers_the_machine_off_and_confirms_it() {
     let (mock, _dir, config) = setup().await;
-    let out = nodefence(&config, &["fence", "worker-2", "--action", "off", "--yes"]).await;
+    let out = nodefence(
+        &config,
+        &[
+            "fence",
+            "--skip-identity-check",
+            "worker-2",
+            "--action",
+            "off",
+            "--yes",
+        ],
+    )
+    .await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("worker-2: confirmed Off"),
@@ -144,7 +166,16 @@ async fn fence_off_powers_the_machine_off_and_confirms_it() {
 
     let out = nodefence(
         &config,
-        &["fence", "worker-2", "--action", "on", "--yes", "-o", "json"],
+        &[
+            "fence",
+            "--skip-identity-check",
+            "worker-2",
+            "--action",
+            "on",
+            "--yes",
+            "-o",
+            "json",
+        ],
     )
     .await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
@@ -158,7 +189,18 @@ async fn fence_off_powers_the_machine_off_and_confirms_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fence_of_an_off_machine_sends_nothing() {
     let (mock, _dir, config) = setup().await;
-    let out = nodefence(&config, &["fence", "worker-3", "--action", "off", "--yes"]).await;
+    let out = nodefence(
+        &config,
+        &[
+            "fence",
+            "--skip-identity-check",
+            "worker-3",
+            "--action",
+            "off",
+            "--yes",
+        ],
+    )
+    .await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(text(&out).contains("already"), "{}", text(&out));
     assert!(mock.reset_log().is_empty());
@@ -168,7 +210,17 @@ async fn fence_of_an_off_machine_sends_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fence_without_yes_and_without_a_terminal_does_nothing() {
     let (mock, _dir, config) = setup().await;
-    let out = nodefence(&config, &["fence", "worker-1", "--action", "off"]).await;
+    let out = nodefence(
+        &config,
+        &[
+            "fence",
+            "--skip-identity-check",
+            "worker-1",
+            "--action",
+            "off",
+        ],
+    )
+    .await;
     assert_eq!(out.status.code(), Some(4), "{}", text(&out));
     assert!(text(&out).contains("--yes"), "{}", text(&out));
     assert!(mock.reset_log().is_empty());
@@ -183,7 +235,14 @@ async fn fence_against_a_lying_bmc_is_not_confirmed() {
     let out = nodefence(
         &config,
         &[
-            "fence", "worker-1", "--action", "off", "--yes", "-o", "json",
+            "fence",
+            "--skip-identity-check",
+            "worker-1",
+            "--action",
+            "off",
+            "--yes",
+            "-o",
+            "json",
         ],
     )
     .await;
@@ -202,7 +261,14 @@ async fn fence_against_an_unreachable_bmc_fails_cleanly() {
     let out = nodefence(
         &config,
         &[
-            "fence", "worker-1", "--action", "off", "--yes", "-o", "json",
+            "fence",
+            "--skip-identity-check",
+            "worker-1",
+            "--action",
+            "off",
+            "--yes",
+            "-o",
+            "json",
         ],
     )
     .await;
@@ -322,7 +388,14 @@ async fn inputs_that_once_passed_validate_are_refused_by_every_command() {
     for args in [
         &["validate"][..],
         &["status", "worker-1"],
-        &["fence", "worker-1", "--action", "off", "--yes"],
+        &[
+            "fence",
+            "--skip-identity-check",
+            "worker-1",
+            "--action",
+            "off",
+            "--yes",
+        ],
     ] {
         let out = nodefence(&config, args).await;
         let report = text(&out);

@@ -450,7 +450,18 @@ async fn the_cli_fences_through_fence_redfish() {
     let row = table.lines().find(|l| l.starts_with("edge-1")).unwrap();
     assert!(row.contains(" On ") && row.contains("exec"), "{table}");
 
-    let out = nodefence(&config, &["fence", "edge-1", "--action", "off", "--yes"]).await;
+    let out = nodefence(
+        &config,
+        &[
+            "fence",
+            "--skip-identity-check",
+            "edge-1",
+            "--action",
+            "off",
+            "--yes",
+        ],
+    )
+    .await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(
         text(&out).contains("edge-1: confirmed Off"),
@@ -465,5 +476,69 @@ async fn the_cli_fences_through_fence_redfish() {
     let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(rows[0]["power"], "Off", "{}", text(&out));
     assert_eq!(rows[0]["driver"], "exec");
+    bmc.shutdown().await;
+}
+
+/// A fence agent cannot tell which machine it switches, so `nodefence fence` by hand
+/// cannot prove the machine is the node's own: refused even with cluster access and
+/// the node's Node present (the agent is only asked for the status), until the
+/// operator skips the proof by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_refuses_an_unproven_agent_until_the_check_is_skipped_by_name() {
+    let Some(agent) = agent("fence_redfish") else {
+        return;
+    };
+    let bmc = redfish_bmc().await;
+    let dir = tempfile::tempdir().unwrap();
+    write_secret(&dir.path().join("bmc-password"), PASSWORD);
+    let config = write_agent_config(dir.path(), 2, "50ms", "20s");
+    std::fs::write(
+        dir.path().join("inventory.toml"),
+        format!(
+            "[nodes.edge-1]\ndriver = \"exec\"\nagent = \"{}\"\n\
+             options = {{ ip = \"127.0.0.1\", ipport = \"{}\", ssl_insecure = \"1\" }}\n\
+             username = \"{USER}\"\npassword_file = \"bmc-password\"\noperation_timeout = \"30s\"\n",
+            agent.display(),
+            bmc.addr().port()
+        ),
+    )
+    .unwrap();
+    let (kube, kubeconfig) = crate::cli_common::cluster_with_nodes(
+        dir.path(),
+        &[("edge-1", "4c4c4544-0031-3510-8052-b2c04f503131", None)],
+    )
+    .await;
+    crate::cli_common::assert_fence_refuses_an_unproven_machine(
+        &config,
+        "edge-1",
+        &kubeconfig,
+        "driver exec cannot report the machine's identity",
+    )
+    .await;
+    assert!(resets(&bmc).is_empty(), "the agent sent no off");
+    assert_eq!(bmc.power("system"), Some(MockPower::On));
+
+    let out = nodefence(
+        &config,
+        &[
+            "fence",
+            "edge-1",
+            "--action",
+            "off",
+            "--yes",
+            "--kubeconfig",
+            &kubeconfig,
+            "--skip-identity-check",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("identity NOT verified (--skip-identity-check)"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(resets(&bmc), ["ForceOff"]);
+    kube.shutdown().await;
     bmc.shutdown().await;
 }

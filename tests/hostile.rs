@@ -100,6 +100,7 @@ async fn status_and_fence_show_hostile_strings_inert_in_tables_json_and_logs() {
         &config,
         &[
             "fence",
+            "--skip-identity-check",
             "worker-1",
             "--action",
             "off",

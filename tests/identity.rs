@@ -20,7 +20,7 @@ use nodefence::power::PowerDriver;
 use nodefence::power::registry::DriverFactory;
 use nodefence_mocks::kube::FakeKube;
 use nodefence_mocks::kube::resources::NODES;
-use nodefence_mocks::redfish::{MockRedfish, MockRedfishHandle, Profile, SystemSpec};
+use nodefence_mocks::redfish::{MockPower, MockRedfish, MockRedfishHandle, Profile, SystemSpec};
 use serde_json::{Value, json};
 
 const PASSWORD: &str = "identity-Pw-7";
@@ -329,6 +329,183 @@ async fn status_with_cluster_access_shows_identity_and_fails_on_a_mismatch() {
     .await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(mock.reset_log().is_empty(), "status never sends a command");
+    kube.shutdown().await;
+    mock.shutdown().await;
+}
+
+// ---------------------------------------------------------------- nodefence fence
+
+/// The JSON report `fence -o json` printed.
+fn report(out: &std::process::Output) -> Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("fence prints JSON ({e}): {}", text(out)))
+}
+
+/// `nodefence fence` checks the machine it would power against the Node first, on the
+/// same reading, as the daemon does: worker-4's entry reaches Blade4 (U2) while Node
+/// worker-4 reports OTHER, so nothing is sent to Blade4, whatever the action or flag;
+/// an identity that cannot be proven (no cluster access, no Node, a BMC with no UUID)
+/// is refused unless `--skip-identity-check`; a proven machine is powered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fence_by_hand_powers_only_a_machine_proven_to_be_the_nodes_own() {
+    let mock = chassis().await;
+    let kube = FakeKube::builder().start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &mock);
+    let kubeconfig_path = dir.path().join("kubeconfig");
+    kube.write_kubeconfig(&kubeconfig_path).unwrap();
+    let kubeconfig = kubeconfig_path.to_string_lossy().to_string();
+    // worker-2 has no Node (never joined, or deleted).
+    for (name, uuid) in [("worker-1", U1), ("worker-3", U1), ("worker-4", OTHER)] {
+        kube.store()
+            .create(NODES, None, node_object(name, uuid))
+            .unwrap();
+    }
+    let fence = |node: &'static str, action: &'static str, more: &'static [&'static str]| {
+        let mut args = vec!["fence", node, "--action", action, "--yes", "-o", "json"];
+        args.extend_from_slice(more);
+        args
+    };
+    let with_cluster = ["--kubeconfig", kubeconfig.as_str()];
+
+    // The mis-mapped entry: refused for every action, with or without the flag.
+    cli_common::assert_fence_refuses_a_mismatch(&config, "worker-4", &kubeconfig, U2, OTHER, &[])
+        .await;
+    assert!(mock.reset_log().is_empty(), "nothing reached Blade4");
+    assert_eq!(mock.power("Blade4"), Some(MockPower::On));
+
+    // Unproven: a BMC without a UUID, a node without a Node, no cluster access.
+    let mut no_uuid = fence("worker-3", "off", &[]);
+    no_uuid.extend_from_slice(&with_cluster);
+    let mut no_node = fence("worker-2", "off", &[]);
+    no_node.extend_from_slice(&with_cluster);
+    let no_access = fence("worker-1", "off", &[]);
+    for (args, says) in [
+        (&no_uuid, "has no UUID"),
+        (&no_node, "Node worker-2 does not exist in the cluster"),
+        (&no_access, "no cluster access"),
+    ] {
+        let out = nodefence(&config, args).await;
+        assert_eq!(out.status.code(), Some(5), "{args:?}: {}", text(&out));
+        let r = report(&out);
+        assert_eq!(r["identity"]["result"], "unknown", "{r}");
+        assert!(
+            r["identity"]["message"].as_str().unwrap().contains(says),
+            "{r}"
+        );
+        assert!(
+            text(&out).contains("--skip-identity-check"),
+            "{}",
+            text(&out)
+        );
+    }
+    let out = nodefence(&config, &no_access).await;
+    assert!(text(&out).contains("--kubeconfig"), "{}", text(&out));
+    assert!(mock.reset_log().is_empty(), "nothing sent while unproven");
+    assert!(!text(&out).contains(PASSWORD));
+
+    // Skipped by name: the unproven machine is powered, and the report says so.
+    let out = nodefence(
+        &config,
+        &fence("worker-3", "off", &["--skip-identity-check"]),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let r = report(&out);
+    assert_eq!(r["confirmed"], true, "{r}");
+    assert_eq!(r["identity_check_skipped"], true, "{r}");
+    assert_eq!(r["identity"]["result"], "unknown", "{r}");
+    assert_eq!(
+        mock.reset_log(),
+        vec![("Blade3".to_string(), "ForceOff".to_string())]
+    );
+
+    // Proven, with cluster access found as kubectl finds it ($KUBECONFIG).
+    let out = cli_common::nodefence_env(
+        &config,
+        &fence("worker-1", "off", &[]),
+        &[("KUBECONFIG", kubeconfig.as_str())],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let r = report(&out);
+    assert_eq!(r["confirmed"], true, "{r}");
+    assert_eq!(r["refused"], false, "{r}");
+    assert_eq!(r["identity"]["result"], "match", "{r}");
+    assert_eq!(r["identity"]["equivalence"], "exact", "{r}");
+    assert_eq!(r["identity_check_skipped"], false, "{r}");
+    assert_eq!(mock.power("Blade1"), Some(MockPower::Off));
+    assert_eq!(mock.power("Blade4"), Some(MockPower::On), "never touched");
+    assert_eq!(mock.reset_log().len(), 2);
+
+    // The human output names the verdict too.
+    let out = nodefence(
+        &config,
+        &[
+            "fence",
+            "worker-1",
+            "--action",
+            "on",
+            "--yes",
+            "--kubeconfig",
+            &kubeconfig,
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("identity confirmed: the power source reports the node's systemUUID"),
+        "{}",
+        text(&out)
+    );
+    kube.shutdown().await;
+    mock.shutdown().await;
+}
+
+/// The confirmation prompt (on a terminal: `script` gives `nodefence` one) shows the
+/// identity verdict before the operator types the node name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_confirmation_prompt_shows_the_identity_verdict() {
+    use tokio::io::AsyncWriteExt;
+
+    let mock = chassis().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &mock);
+    let (kube, kubeconfig) =
+        cli_common::cluster_with_nodes(dir.path(), &[("worker-1", U1, None)]).await;
+    let command = format!(
+        "{} --config {} fence worker-1 --action off --kubeconfig {kubeconfig}",
+        env!("CARGO_BIN_EXE_nodefence"),
+        config.display()
+    );
+    let mut child = tokio::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .env("KUBECONFIG", cli_common::NO_KUBECONFIG)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("script (util-linux) runs");
+    // Kept open until the command ends: `script` stops at the end of its input.
+    let mut answer = child.stdin.take().unwrap();
+    answer.write_all(b"worker-1\n").await.unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("finishes")
+        .unwrap();
+    drop(answer);
+    let shown = text(&out);
+    let prompt = shown
+        .find("Power off node worker-1")
+        .unwrap_or_else(|| panic!("a prompt: {shown}"));
+    let typed = shown.find("Type the node name").unwrap();
+    let verdict = shown
+        .find("identity confirmed: the power source reports the node's systemUUID")
+        .unwrap_or_else(|| panic!("the verdict: {shown}"));
+    assert!(prompt < verdict && verdict < typed, "{shown}");
+    assert!(shown.contains("worker-1: confirmed Off"), "{shown}");
+    assert_eq!(mock.power("Blade1"), Some(MockPower::Off));
     kube.shutdown().await;
     mock.shutdown().await;
 }

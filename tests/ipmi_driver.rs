@@ -451,7 +451,16 @@ async fn cli_status_and_fence_off_with_suite_17_and_a_bmc_key() {
 
     let out = nodefence_within(
         &config,
-        &["fence", "db-1", "--action", "off", "--yes", "-o", "json"],
+        &[
+            "fence",
+            "--skip-identity-check",
+            "db-1",
+            "--action",
+            "off",
+            "--yes",
+            "-o",
+            "json",
+        ],
         CLI_LIMIT,
     )
     .await;
@@ -492,4 +501,57 @@ async fn cli_status_and_fence_off_with_suite_17_and_a_bmc_key() {
     assert_no_secret(&text(&out), &[PASSWORD, KG]);
     assert_eq!(controls(&bmc), [ChassisControl::PowerDown]);
     bmc.shutdown().await;
+}
+
+/// `nodefence fence` by hand through IPMI: the BMC's system GUID is not Node db-1's
+/// systemUUID (the entry's address is another machine's BMC), so no Chassis Control
+/// is sent, whatever the action; a Node whose systemUUID is the GUID is proven.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_fence_refuses_a_bmc_of_another_machine() {
+    const OTHER: &str = "4c4c4544-0042-3510-8052-b2c04f503142";
+    let bmc = start(bmc()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), bmc.port(), None, "");
+    let (kube, kubeconfig) =
+        cli_common::cluster_with_nodes(dir.path(), &[("db-1", OTHER, None)]).await;
+    cli_common::assert_fence_refuses_a_mismatch(
+        &config,
+        "db-1",
+        &kubeconfig,
+        GUID_TEXT,
+        OTHER,
+        &[],
+    )
+    .await;
+    assert!(
+        controls(&bmc).is_empty(),
+        "no Chassis Control reached the BMC"
+    );
+    assert_eq!(bmc.power(), Power::On);
+    kube.shutdown().await;
+
+    // The same BMC, the Node of its own machine: proven, and powered off.
+    let (kube, kubeconfig) =
+        cli_common::cluster_with_nodes(dir.path(), &[("db-1", GUID_TEXT, None)]).await;
+    let out = nodefence_within(
+        &config,
+        &[
+            "fence",
+            "db-1",
+            "--action",
+            "off",
+            "--yes",
+            "-o",
+            "json",
+            "--kubeconfig",
+            &kubeconfig,
+        ],
+        CLI_LIMIT,
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["identity"]["result"], "match", "{report}");
+    assert_eq!(controls(&bmc), [ChassisControl::PowerDown]);
+    kube.shutdown().await;
 }

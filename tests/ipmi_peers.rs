@@ -164,7 +164,18 @@ async fn cli_status_and_fence_off_through_pyghmi() {
     assert!(rows[0]["error"].is_null(), "{rows}");
     assert_eq!(rows[0]["machine"]["kind"], "uuid", "{rows}");
 
-    let out = nodefence(&config, &["fence", "db-1", "--action", "off", "--yes"]).await;
+    let out = nodefence(
+        &config,
+        &[
+            "fence",
+            "--skip-identity-check",
+            "db-1",
+            "--action",
+            "off",
+            "--yes",
+        ],
+    )
+    .await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("db-1: confirmed Off"),

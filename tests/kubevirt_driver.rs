@@ -365,3 +365,42 @@ async fn every_failure_is_named_and_never_off() {
     let e = infra.driver(&path, "w1").status().await.unwrap_err();
     assert_eq!(e.kind, PowerErrorKind::Unreachable, "{e}");
 }
+
+/// `nodefence fence` by hand when guest node worker-a's entry names another node's
+/// VirtualMachine (vm-b): its VMI's firmware UUID is not Node worker-a's systemUUID,
+/// so nodefence writes nothing to the infrastructure cluster, whatever the action;
+/// vm-b keeps running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_refuses_an_entry_naming_another_nodes_vm() {
+    const UUID_B: &str = "0a7d3e11-5b2c-4f6e-9d8a-7c1b2e3f4a5b";
+    let infra = Infra::start(fast_timing()).await;
+    infra.running_vm("vm-a", RunStrategy::Always, UUID_1).await;
+    infra.running_vm("vm-b", RunStrategy::Always, UUID_B).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = crate::cli_common::write_agent_config(dir.path(), 2, "100ms", "10s");
+    std::fs::write(
+        dir.path().join("inventory.toml"),
+        format!(
+            "[nodes.worker-a]\ndriver = \"kubevirt\"\nkubeconfig = \"{}\"\nnamespace = \
+             \"{VM_NAMESPACE}\"\nvm = \"vm-b\"\n",
+            infra.fencer_kubeconfig().display()
+        ),
+    )
+    .unwrap();
+    // The guest cluster: its own API server, where worker-a's Node lives.
+    let (guest, kubeconfig) =
+        crate::cli_common::cluster_with_nodes(dir.path(), &[("worker-a", UUID_1, None)]).await;
+    crate::cli_common::assert_fence_refuses_a_mismatch(
+        &config,
+        "worker-a",
+        &kubeconfig,
+        UUID_B,
+        UUID_1,
+        &[],
+    )
+    .await;
+    assert_eq!(infra.writes_by(FENCER), vec![], "nothing written");
+    assert!(infra.running("vm-b"));
+    assert_eq!(infra.run_strategy("vm-b").await, "Always");
+    guest.shutdown().await;
+}

@@ -661,3 +661,71 @@ async fn power_off_through_metal3_survives_the_power_sync_and_power_on_removes_t
     assert_eq!(patches, 2, "set, then removed");
     rig.shutdown().await;
 }
+
+/// `nodefence fence` by hand on a Metal3 host whose BMC address is another machine's
+/// (system 2, `OTHER`) while Node worker-1 reports `UUID`: refused for every action,
+/// as nodefence's ServiceAccount under the deploy RBAC: no reboot annotation on the
+/// host and nothing sent to the BMC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_refuses_a_host_whose_bmc_is_another_machine() {
+    const OTHER: &str = "4c4c4544-0032-3510-8052-b2c04f503132";
+    let c = cluster().await;
+    let bmc = MockRedfish::builder()
+        .system(SystemSpec::new("2").uuid(OTHER).power(MockPower::On))
+        .credentials(USER, PASSWORD)
+        .start()
+        .await
+        .unwrap();
+    c.secret("worker-1-bmc").await;
+    let address = format!("redfish+http://{}/redfish/v1/Systems/2", bmc.addr());
+    c.host(BareMetalHost::new(NS, "worker-1", &address, "worker-1-bmc").externally_provisioned())
+        .await;
+    let provider_id = format!("metal3://{NS}/worker-1/test1-workers-x7k2p");
+    c.kube
+        .store()
+        .create(
+            nodefence_mocks::kube::resources::NODES,
+            None,
+            crate::cli_common::node_object("worker-1", UUID, Some(&provider_id)),
+        )
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("nodefence.toml"),
+        format!("[metal3]\nhosts = true\nnamespaces = [\"{NS}\"]\n"),
+    )
+    .unwrap();
+    let kubeconfig = dir.path().join("nodefence.kubeconfig");
+    std::fs::write(&kubeconfig, c.kube.kubeconfig_yaml_for(TOKEN)).unwrap();
+    crate::cli_common::assert_fence_refuses_a_mismatch(
+        &dir.path().join("nodefence.toml"),
+        "worker-1",
+        &kubeconfig.to_string_lossy(),
+        OTHER,
+        UUID,
+        &[],
+    )
+    .await;
+    assert!(bmc.reset_log().is_empty(), "{:?}", bmc.reset_log());
+    let host = Api::<BareMetalHost>::namespaced(c.admin.clone(), NS)
+        .get("worker-1")
+        .await
+        .unwrap();
+    assert!(
+        !host
+            .annotations()
+            .keys()
+            .any(|k| k.starts_with("reboot.metal3.io")),
+        "no reboot annotation: {:?}",
+        host.annotations()
+    );
+    let denied: Vec<String> = c
+        .kube
+        .requests()
+        .into_iter()
+        .filter(|r| r.user.is_some() && r.status == 403)
+        .map(|r| format!("{} {}", r.method, r.path_and_query))
+        .collect();
+    assert!(denied.is_empty(), "not granted by deploy/: {denied:?}");
+    bmc.shutdown().await;
+}

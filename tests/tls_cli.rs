@@ -122,7 +122,18 @@ async fn tls_fingerprint_then_status_and_fence_with_a_pin_or_the_saved_certifica
     let status = nodefence(&config, &["status"]).await;
     assert_eq!(status.status.code(), Some(0), "{}", text(&status));
     assert!(String::from_utf8_lossy(&status.stdout).contains("On"));
-    let fence = nodefence(&config, &["fence", "worker-1", "--action", "off", "--yes"]).await;
+    let fence = nodefence(
+        &config,
+        &[
+            "fence",
+            "--skip-identity-check",
+            "worker-1",
+            "--action",
+            "off",
+            "--yes",
+        ],
+    )
+    .await;
     assert_eq!(fence.status.code(), Some(0), "{}", text(&fence));
     assert_eq!(m.power("1"), Some(MockPower::Off));
 
@@ -135,7 +146,18 @@ async fn tls_fingerprint_then_status_and_fence_with_a_pin_or_the_saved_certifica
         "{}",
         text(&shown)
     );
-    let fence = nodefence(&config, &["fence", "worker-1", "--action", "off", "--yes"]).await;
+    let fence = nodefence(
+        &config,
+        &[
+            "fence",
+            "--skip-identity-check",
+            "worker-1",
+            "--action",
+            "off",
+            "--yes",
+        ],
+    )
+    .await;
     assert_eq!(fence.status.code(), Some(0), "{}", text(&fence));
     assert_eq!(m.power("1"), Some(MockPower::Off));
     let inventory = std::fs::read_to_string(dir.path().join("inventory.toml")).unwrap();
@@ -189,7 +211,18 @@ async fn another_certificate_is_refused_once_with_the_reason_and_no_stray_log_li
             !out.contains("retrying"),
             "a certificate failure is not retried: {out}"
         );
-        let fence = nodefence(&config, &["fence", "worker-1", "--action", "off", "--yes"]).await;
+        let fence = nodefence(
+            &config,
+            &[
+                "fence",
+                "--skip-identity-check",
+                "worker-1",
+                "--action",
+                "off",
+                "--yes",
+            ],
+        )
+        .await;
         assert_eq!(fence.status.code(), Some(1), "{}", text(&fence));
         assert!(impostor.request_log().is_empty(), "nothing was sent to it");
         assert_eq!(impostor.power("1"), Some(MockPower::On));

@@ -20,12 +20,14 @@ use nodefence::power::PowerState;
 use nodefence::power::confirm::execute;
 use nodefence::power::registry::DriverFactory;
 use nodefence_mocks::ipmi::{ChassisControl, MockIpmi, MockIpmiHandle, Power};
-use nodefence_mocks::redfish::{Fault, MockPower, MockRedfish, MockRedfishHandle};
+use nodefence_mocks::redfish::{Fault, MockPower, MockRedfish, MockRedfishHandle, SystemSpec};
 
 const USER: &str = "fencer";
 const PASSWORD: &str = "rf-pw-5b1c";
 const IPMI_USER: &str = "admin";
 const IPMI_PASSWORD: &str = "password";
+/// The SMBIOS UUID of db-1's machine, as its BMC (level 1) reports it.
+const DB1_UUID: &str = "4c4c4544-0044-3110-8042-b4c04f444231";
 
 /// Both peers, and a config directory whose inventory has node `db-1`: Redfish
 /// first (short timeouts, so a hung BMC is given up quickly), then fence_ipmilan.
@@ -39,6 +41,11 @@ struct Setup {
 async fn setup(agent: &Path) -> Setup {
     nodefence::tls::install_crypto_provider();
     let bmc = MockRedfish::builder()
+        .system(
+            SystemSpec::new("system")
+                .uuid(DB1_UUID)
+                .power(MockPower::On),
+        )
         .credentials(USER, PASSWORD)
         .transition_delay(Duration::from_millis(100))
         .start()
@@ -163,7 +170,18 @@ async fn cli_status_and_fence_use_the_topology() {
     assert_eq!(rows[0]["power"], "On", "{}", text(&out));
     assert_eq!(rows[0]["driver"], "redfish");
 
-    let out = nodefence(&s.config, &["fence", "db-1", "--action", "off", "--yes"]).await;
+    let out = nodefence(
+        &s.config,
+        &[
+            "fence",
+            "--skip-identity-check",
+            "db-1",
+            "--action",
+            "off",
+            "--yes",
+        ],
+    )
+    .await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(text(&out).contains("db-1: confirmed Off"), "{}", text(&out));
     assert!(!text(&out).contains(PASSWORD));
@@ -173,6 +191,51 @@ async fn cli_status_and_fence_use_the_topology() {
     let out = nodefence(&s.config, &["status", "db-1", "-o", "json"]).await;
     let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(rows[0]["power"], "Off", "{}", text(&out));
+    s.bmc.shutdown().await;
+    s.ipmi.shutdown().await;
+}
+
+/// `nodefence fence` by hand in a topology: the command goes to the level whose
+/// reading was checked against the Node (the BMC, level 1), never to a fallback that
+/// cannot prove which machine it switches. A BMC that accepts ForceOff and stays On
+/// is not confirmed, and the PDU level is left alone; only with
+/// `--skip-identity-check` does the command go through every level, as the daemon's
+/// does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_fence_stays_on_the_level_whose_identity_was_checked() {
+    let Some(agent) = agent("fence_ipmilan") else {
+        return;
+    };
+    let s = setup(&agent).await;
+    let config = write_agent_config(s.dir.path(), 2, "100ms", "3s");
+    let (kube, kubeconfig) =
+        cli_common::cluster_with_nodes(s.dir.path(), &[("db-1", DB1_UUID, None)]).await;
+    s.bmc.inject(Fault::LieOnAfterOff);
+    let fence = |more: &'static [&'static str]| {
+        let mut args = vec!["fence", "db-1", "--action", "off", "--yes", "-o", "json"];
+        args.extend_from_slice(&["--kubeconfig", &kubeconfig]);
+        args.extend_from_slice(more);
+        args
+    };
+    let out = nodefence(&config, &fence(&[])).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["identity"]["result"], "match", "{report}");
+    assert_eq!(report["error_kind"], "not_confirmed", "{report}");
+    assert!(text(&out).contains("via redfish"), "{}", text(&out));
+    assert_eq!(resets(&s.bmc), ["ForceOff"]);
+    assert!(
+        ipmi_ops(&s.ipmi).is_empty(),
+        "the unproven level sent nothing"
+    );
+    assert_eq!(s.ipmi.power(), Power::On);
+
+    // Every level: the PDU powers the machine off (the lying BMC, read first, still
+    // says On, so nothing is confirmed).
+    let out = nodefence(&config, &fence(&["--skip-identity-check"])).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(ipmi_ops(&s.ipmi), [ChassisControl::PowerDown]);
+    kube.shutdown().await;
     s.bmc.shutdown().await;
     s.ipmi.shutdown().await;
 }

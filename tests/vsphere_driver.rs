@@ -727,3 +727,39 @@ async fn every_vm_behind_one_vcenter_shares_one_login_logged_out_by_the_last() {
     assert_eq!(count("Logout"), 1);
     assert_eq!(count("Login"), 2);
 }
+
+/// `nodefence fence` by hand when worker-1's entry names another node's VM (`moid`
+/// vm-43, worker-2's): the VM's config.uuid is not Node worker-1's systemUUID, so no
+/// power operation is called on it, whatever the action.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_refuses_an_entry_naming_another_nodes_vm() {
+    let mock = vcenter(VmPower::PoweredOn).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ca.pem"), mock.ca_pem()).unwrap();
+    crate::cli_common::write_secret(&dir.path().join("vc-password"), PASSWORD);
+    let config = crate::cli_common::write_agent_config(dir.path(), 2, "100ms", "10s");
+    std::fs::write(
+        dir.path().join("inventory.toml"),
+        format!(
+            "[nodes.worker-1]\ndriver = \"vsphere\"\nendpoint = \"{}\"\nusername = \"{USER}\"\n\
+             password_file = \"vc-password\"\nca_file = \"ca.pem\"\nmoid = \"vm-43\"\n",
+            mock.base_url()
+        ),
+    )
+    .unwrap();
+    let (kube, kubeconfig) =
+        crate::cli_common::cluster_with_nodes(dir.path(), &[("worker-1", UUID_1, None)]).await;
+    crate::cli_common::assert_fence_refuses_a_mismatch(
+        &config,
+        "worker-1",
+        &kubeconfig,
+        UUID_2,
+        UUID_1,
+        &[],
+    )
+    .await;
+    assert!(mock.power_calls().is_empty(), "{:?}", mock.power_calls());
+    assert_eq!(mock.power("vm-43"), Some(VmPower::PoweredOn));
+    kube.shutdown().await;
+    mock.shutdown().await;
+}

@@ -132,6 +132,40 @@ pub(super) async fn node_identities(
         .collect())
 }
 
+/// What the cluster says about one Node, for `fence`'s identity check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum NodeLookup {
+    /// The Node exists: what it says about its machine.
+    Found(NodeIdentity),
+    /// The cluster answered: no such Node.
+    Absent,
+    /// The cluster could not be asked or did not answer; a sentence for the operator.
+    NoAccess(String),
+}
+
+/// Reads one Node (one GET) with the cluster access of `access`: `--kubeconfig`, or
+/// found as kubectl finds it ($KUBECONFIG, ~/.kube/config, the in-cluster service
+/// account).
+pub(super) async fn node_lookup(access: &ClusterArgs, name: &str) -> NodeLookup {
+    let client = match access.client().await {
+        Ok(c) => c,
+        Err(e) => {
+            let looked = match &access.kubeconfig {
+                Some(path) => format!("--kubeconfig {}", path.display()),
+                None => "no --kubeconfig, and none found in $KUBECONFIG, ~/.kube/config or an \
+                         in-cluster service account"
+                    .to_string(),
+            };
+            return NodeLookup::NoAccess(format!("no cluster access ({looked}): {e:#}"));
+        }
+    };
+    match kube::Api::<Node>::all(client).get_opt(name).await {
+        Ok(Some(node)) => NodeLookup::Found(NodeIdentity::from_node(&node)),
+        Ok(None) => NodeLookup::Absent,
+        Err(e) => NodeLookup::NoAccess(format!("cannot read Node {name}: {e}")),
+    }
+}
+
 /// For `status`, `fence` and `validate --cluster`: with `[metal3] hosts = true`, reads
 /// the BareMetalHosts and adds their nodes to the inventory (the file's entries win;
 /// a Metal3-managed machine's power goes through Metal3). Problems are printed.

@@ -1,8 +1,15 @@
 //! `nodefence fence NODE --action off|on|reboot`: manual fencing with proof.
 //!
-//! Asks before acting (type the node name) unless `--yes`; refuses to act without a
-//! terminal to ask on. Waits for the confirmed result and exits non-zero when the
-//! state could not be proven.
+//! Before any command the machine is read once, its power state and identity
+//! together, and the identity is checked against the node's Node as the daemon checks
+//! it before each of its own commands ([`identity`]): a machine not proven to be the
+//! node's own is refused (exit 5). Asks before acting (type the node name), showing
+//! that verdict, unless `--yes`; refuses to act without a terminal to ask on. Waits
+//! for the confirmed result and exits non-zero when the state could not be proven.
+//! In a fencing topology the command goes to the level whose reading was checked
+//! (every level in order only with `--skip-identity-check`).
+
+mod identity;
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
@@ -43,11 +50,18 @@ pub struct FenceArgs {
     /// Do not ask for confirmation.
     #[arg(long, short = 'y')]
     pub yes: bool,
+    /// Power the machine even when it cannot be proven to be the node's own: no
+    /// cluster access, no such Node (a machine whose Node is gone or that never
+    /// joined), or a power source that cannot tell which machine it controls. Never
+    /// overrides a mismatch (the entry reaching another node's machine).
+    #[arg(long)]
+    pub skip_identity_check: bool,
     /// Output format of the result.
     #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
-    /// Cluster access, used only when the node's BMC password is in a Kubernetes
-    /// Secret (`password_secret`).
+    /// Cluster access: the Node's identity (its systemUUID, providerID) that the
+    /// machine is checked against, and BMC passwords kept in Kubernetes Secrets
+    /// (`password_secret`). Without --kubeconfig it is found as kubectl finds it.
     #[command(flatten)]
     pub cluster: super::cluster_args::ClusterArgs,
 }
@@ -57,6 +71,13 @@ struct FenceReport {
     node: String,
     action: String,
     confirmed: bool,
+    /// Not sent: the machine is not proven to be the node's own.
+    refused: bool,
+    identity: super::status::IdentityReport,
+    /// The check was not a match and `--skip-identity-check` let the command through.
+    identity_check_skipped: bool,
+    /// The machine the power source says it controls; absent when not read.
+    machine: Option<super::status::MachineReport>,
     initial_power: Option<String>,
     final_power: Option<String>,
     commands_sent: Vec<String>,
@@ -94,52 +115,126 @@ pub async fn run(config_path: &Path, args: &FenceArgs) -> u8 {
             return exit::FAILED;
         }
     };
-    if target.needs_node_identity() {
-        // The machine is named by the Node (its providerID): read it first.
-        match super::cluster_args::node_identities(&args.cluster).await {
-            Ok(nodes) => match nodes.get(&args.node) {
-                Some(identity) => driver.node_identity(identity),
-                None => {
-                    eprintln!(
-                        "error: node {} is not in the cluster, and its inventory entry names \
-                         no machine (aws: instance_id or instance_tag; vsphere: bios_uuid, \
-                         moid or vm_path)",
-                        args.node
-                    );
-                    return exit::FAILED;
-                }
-            },
-            Err(e) => {
-                eprintln!("error: {e}");
-                return exit::FAILED;
-            }
+    // What the cluster says about the node: the identity its machine must prove, and
+    // for some drivers the name of the machine (its providerID, its systemUUID).
+    let lookup = super::cluster_args::node_lookup(&args.cluster, &args.node).await;
+    match &lookup {
+        super::cluster_args::NodeLookup::Found(identity) => driver.node_identity(identity),
+        _ if target.needs_node_identity() => {
+            let why = match &lookup {
+                super::cluster_args::NodeLookup::NoAccess(why) => why.clone(),
+                _ => format!("node {} is not in the cluster", args.node),
+            };
+            eprintln!(
+                "error: {why}; node {}'s inventory entry names no machine itself (aws: \
+                 instance_id or instance_tag; vsphere: bios_uuid, moid or vm_path), so it \
+                 is found through its Node",
+                args.node
+            );
+            return exit::FAILED;
         }
+        _ => {}
     }
     let action = PowerAction::from(args.action);
+    // One reading, its power state and the identity of the machine it is of: the
+    // command is decided on this reading and nothing else.
+    let read = driver.read_for_command().await;
+    let check = identity::check(&args.node, &lookup, &read.identity);
+    let machine = read
+        .identity
+        .as_ref()
+        .ok()
+        .map(super::status::MachineReport::new);
+    let mut report = FenceReport {
+        node: args.node.clone(),
+        action: action.to_string(),
+        confirmed: false,
+        refused: false,
+        identity: super::status::IdentityReport::new(&check),
+        identity_check_skipped: false,
+        machine,
+        initial_power: None,
+        final_power: None,
+        commands_sent: Vec::new(),
+        readings: 0,
+        error: None,
+        error_kind: None,
+    };
+    let initial = match read.reading {
+        Ok(reading) => reading,
+        Err(e) => {
+            driver.close().await;
+            let e = ActionError::Query(e);
+            report.error = Some(e.to_string());
+            report.error_kind = Some(e.label().to_string());
+            return finish(args, &report, &Err(e));
+        }
+    };
+    report.initial_power = Some(initial.state.to_string());
+    let decision = identity::decide(
+        &args.node,
+        action,
+        &driver.endpoint(),
+        &check,
+        &read.identity,
+        &lookup,
+        args.skip_identity_check,
+    );
+    report.identity_check_skipped = decision == identity::Decision::Skipped;
+    if let identity::Decision::Refused(why) = &decision {
+        driver.close().await;
+        eprintln!("error: {why}");
+        report.refused = true;
+        report.error = Some(why.lines().next().unwrap_or_default().to_string());
+        report.error_kind = Some("identity".into());
+        if args.output == OutputFormat::Json {
+            print_json(&report);
+        }
+        return exit::REFUSED;
+    }
+    // A topology's command goes to the level whose reading was checked, unless the
+    // operator skipped the proof (then every level in order, as the daemon does).
+    let levels = driver.levels();
+    let via = match read.level {
+        Some(i) if !args.skip_identity_check && i < levels.len() => levels[i].clone(),
+        _ => driver.clone(),
+    };
+    let verdict = identity::verdict_line(&check, &decision);
     if !args.yes
-        && let Err(code) = ask(&args.node, action, &driver.endpoint())
+        && let Err(code) = ask(&args.node, action, &via.endpoint(), &verdict)
     {
+        driver.close().await;
         return code;
+    }
+    if report.identity_check_skipped {
+        tracing::warn!(node = %args.node, "{verdict}");
     }
     let policy = config.agent.power.confirm;
     eprintln!(
-        "{}: power {action} via {} {}; confirming with {} consecutive readings {} apart (up to {})",
+        "{}: power {action} via {} {}; {verdict}; confirming with {} consecutive readings {} \
+         apart (up to {})",
         args.node,
-        driver.driver_name(),
-        driver.endpoint(),
+        via.driver_name(),
+        via.endpoint(),
         policy.readings,
         humantime::format_duration(policy.interval),
         humantime::format_duration(policy.timeout)
     );
-    let result = confirm::execute(driver.as_ref(), action, &policy).await;
+    let result = confirm::execute_from(via.as_ref(), action, &policy, initial).await;
     driver.close().await;
-    let report = report(&args.node, action, &result);
+    fill(&mut report, &result);
+    finish(args, &report, &result)
+}
+
+/// Prints the result and returns the exit code.
+fn finish(
+    args: &FenceArgs,
+    report: &FenceReport,
+    result: &Result<ActionOutcome, ActionError>,
+) -> u8 {
     match args.output {
-        OutputFormat::Json => match serde_json::to_string_pretty(&report) {
-            Ok(json) => println!("{json}"),
-            Err(e) => eprintln!("error: cannot encode JSON: {e}"),
-        },
-        OutputFormat::Table => print_human(&report, &result),
+        OutputFormat::Json => print_json(report),
+        OutputFormat::Table => print_human(report, result),
     }
     if report.confirmed {
         exit::OK
@@ -148,8 +243,16 @@ pub async fn run(config_path: &Path, args: &FenceArgs) -> u8 {
     }
 }
 
-/// Asks the operator to type the node name. Never proceeds without a terminal.
-fn ask(node: &str, action: PowerAction, endpoint: &str) -> Result<(), u8> {
+fn print_json(report: &FenceReport) {
+    match serde_json::to_string_pretty(report) {
+        Ok(json) => println!("{json}"),
+        Err(e) => eprintln!("error: cannot encode JSON: {e}"),
+    }
+}
+
+/// Asks the operator to type the node name, showing the identity verdict. Never
+/// proceeds without a terminal.
+fn ask(node: &str, action: PowerAction, endpoint: &str, verdict: &str) -> Result<(), u8> {
     let stdin = std::io::stdin();
     if !stdin.is_terminal() {
         eprintln!(
@@ -162,7 +265,9 @@ fn ask(node: &str, action: PowerAction, endpoint: &str) -> Result<(), u8> {
         PowerAction::On => "This powers the machine on.",
         PowerAction::Reboot => "This cuts power at once, then powers the machine on again.",
     };
-    eprint!("Power {action} node {node} ({endpoint})? {warning}\nType the node name to continue: ");
+    eprint!(
+        "Power {action} node {node} ({endpoint})?\n  {verdict}\n{warning}\nType the node name to continue: "
+    );
     let _ = std::io::stderr().flush();
     let mut answer = String::new();
     if stdin.lock().read_line(&mut answer).is_err() || answer.trim() != node {
@@ -172,49 +277,34 @@ fn ask(node: &str, action: PowerAction, endpoint: &str) -> Result<(), u8> {
     Ok(())
 }
 
-fn report(
-    node: &str,
-    action: PowerAction,
-    result: &Result<ActionOutcome, ActionError>,
-) -> FenceReport {
+/// The outcome of the command into `report`.
+fn fill(report: &mut FenceReport, result: &Result<ActionOutcome, ActionError>) {
     match result {
         Ok(outcome) => {
             let last = outcome.on.as_ref().or(outcome.off.as_ref());
-            FenceReport {
-                node: node.to_string(),
-                action: action.to_string(),
-                confirmed: true,
-                initial_power: Some(outcome.initial.state.to_string()),
-                final_power: last.map(|c| c.state.to_string()),
-                commands_sent: outcome
-                    .commands_sent
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect(),
-                readings: outcome
-                    .off
-                    .iter()
-                    .chain(outcome.on.iter())
-                    .map(|c| c.readings.len())
-                    .sum(),
-                error: None,
-                error_kind: None,
-            }
+            report.confirmed = true;
+            report.initial_power = Some(outcome.initial.state.to_string());
+            report.final_power = last.map(|c| c.state.to_string());
+            report.commands_sent = outcome
+                .commands_sent
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            report.readings = outcome
+                .off
+                .iter()
+                .chain(outcome.on.iter())
+                .map(|c| c.readings.len())
+                .sum();
         }
-        Err(e) => FenceReport {
-            node: node.to_string(),
-            action: action.to_string(),
-            confirmed: false,
-            initial_power: None,
-            final_power: match e {
+        Err(e) => {
+            report.final_power = match e {
                 ActionError::NotConfirmed(n) => n.last_state.as_ref().map(ToString::to_string),
                 _ => None,
-            },
-            commands_sent: Vec::new(),
-            readings: 0,
-            error: Some(e.to_string()),
-            error_kind: Some(e.label().to_string()),
-        },
+            };
+            report.error = Some(e.to_string());
+            report.error_kind = Some(e.label().to_string());
+        }
     }
 }
 
@@ -237,5 +327,14 @@ fn print_human(report: &FenceReport, result: &Result<ActionOutcome, ActionError>
         Err(e) => {
             println!("{}: NOT confirmed: {e}", report.node);
         }
+    }
+    if report.identity_check_skipped {
+        println!(
+            "  identity NOT verified ({}): {}",
+            identity::SKIP_FLAG,
+            report.identity.message
+        );
+    } else if report.identity.result == "match" {
+        println!("  {}", report.identity.message);
     }
 }

@@ -9,6 +9,7 @@
 //! | 2 | usage error: bad flags, or a node that is not in the inventory |
 //! | 3 | the configuration is invalid (every problem is printed) |
 //! | 4 | aborted: the confirmation prompt was declined or could not be shown |
+//! | 5 | refused: `fence` was not sent, the machine is not proven to be the node's own |
 
 mod cluster_args;
 #[cfg(feature = "demo")]
@@ -56,6 +57,7 @@ pub mod exit {
     pub const USAGE: u8 = 2;
     pub const CONFIG: u8 = 3;
     pub const ABORTED: u8 = 4;
+    pub const REFUSED: u8 = 5;
 }
 
 const ABOUT: &str = "Fences dead Kubernetes nodes through their BMC and releases their volumes, \
@@ -63,13 +65,14 @@ only once the machine is confirmed powered off.";
 
 const AFTER_HELP: &str = "\
 Exit codes: 0 success, 1 failure (query failed or action not confirmed), 2 usage error, \
-3 invalid configuration, 4 aborted at the confirmation prompt.
+3 invalid configuration, 4 aborted at the confirmation prompt, 5 refused: the machine a \
+fence command would reach is not proven to be the node's own.
 
 Examples:
   nodefence validate --config /etc/nodefence/nodefence.toml
   nodefence status                      # every inventory node, queried concurrently
   nodefence status worker-1 -o json
-  nodefence fence worker-1 --action off # asks first; --yes for scripts
+  nodefence fence worker-1 --action off # checks the machine is the node's own, asks first
   nodefence tls-fingerprint worker-1    # the certificate its BMC presents, to pin it";
 
 #[derive(Debug, Parser)]

@@ -68,7 +68,7 @@ pub struct MachineReport {
 }
 
 impl MachineReport {
-    fn new(m: &MachineIdentity) -> Self {
+    pub fn new(m: &MachineIdentity) -> Self {
         let (kind, value) = match m {
             MachineIdentity::Uuid(u) => ("uuid", u.as_str()),
             MachineIdentity::InstanceId(i) => ("instance-id", i.as_str()),

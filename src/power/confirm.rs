@@ -208,6 +208,18 @@ pub async fn execute(
     policy: &ConfirmPolicy,
 ) -> Result<ActionOutcome, ActionError> {
     let initial = driver.status().await.map_err(ActionError::Query)?;
+    execute_from(driver, action, policy, initial).await
+}
+
+/// [`execute`] from a reading already made (`initial`, the reading the machine's
+/// identity was checked on, [`PowerDriver::read_for_command`]): no second reading
+/// stands between the check and the first command.
+pub async fn execute_from(
+    driver: &dyn PowerDriver,
+    action: PowerAction,
+    policy: &ConfirmPolicy,
+    initial: PowerReading,
+) -> Result<ActionOutcome, ActionError> {
     let mut outcome = ActionOutcome {
         action,
         initial: initial.clone(),

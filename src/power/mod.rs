@@ -83,6 +83,17 @@ pub(crate) fn not_asked(kind: PowerErrorKind) -> PowerError {
     )
 }
 
+/// A machine read just before a power command ([`PowerDriver::read_for_command`]).
+#[derive(Debug)]
+pub struct CommandReading {
+    /// The identity of the machine whose reading this is.
+    pub identity: Result<MachineIdentity, PowerError>,
+    /// Its power state.
+    pub reading: Result<PowerReading, PowerError>,
+    /// The index in [`PowerDriver::levels`] of the level that read it, if any.
+    pub level: Option<usize>,
+}
+
 /// What to do to a machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PowerAction {
@@ -268,6 +279,18 @@ pub trait PowerDriver: Send + Sync {
             Err(e) => Err(not_asked(e.kind)),
         };
         (identity, reading)
+    }
+    /// [`PowerDriver::read_with_identity`] for a power command typed by hand: also
+    /// which of [`PowerDriver::levels`] read the machine, so that the command can go
+    /// to that level alone (the machine whose identity was checked). `level` is `None`
+    /// for a single method, and for a topology whose levels gave no certain reading.
+    async fn read_for_command(&self) -> CommandReading {
+        let (identity, reading) = self.read_with_identity().await;
+        CommandReading {
+            identity,
+            reading,
+            level: None,
+        }
     }
     /// Releases server-side resources (a Redfish session). Best effort.
     async fn close(&self) {}

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::confirm::{ConfirmPolicy, confirm_state};
-use super::{PowerDriver, PowerError, PowerErrorKind, PowerReading, PowerState};
+use super::{CommandReading, PowerDriver, PowerError, PowerErrorKind, PowerReading, PowerState};
 use crate::identity::{MachineIdentity, NodeIdentity};
 
 /// Several power methods for one machine, in order (see the module documentation).
@@ -179,6 +179,11 @@ impl PowerDriver for TopologyDriver {
         Result<MachineIdentity, PowerError>,
         Result<PowerReading, PowerError>,
     ) {
+        let read = self.read_for_command().await;
+        (read.identity, read.reading)
+    }
+
+    async fn read_for_command(&self) -> CommandReading {
         let started = tokio::time::Instant::now();
         let readings = self.read_levels().await;
         let deciding = readings.len().saturating_sub(1);
@@ -207,7 +212,11 @@ impl PowerDriver for TopologyDriver {
                     .map_or(PowerErrorKind::Protocol, |e| e.kind),
             )),
         };
-        (identity, reading)
+        CommandReading {
+            identity,
+            reading,
+            level: decided.then_some(deciding),
+        }
     }
 
     async fn power_off(&self) -> Result<(), PowerError> {
