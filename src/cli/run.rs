@@ -9,6 +9,11 @@ use crate::cluster::leader::LeaderTimings;
 use crate::daemon::{self, DaemonOptions, MetricsEndpoint};
 use crate::telemetry::certificate::CertificateSource;
 
+/// --health-listen's default.
+const HEALTH: &str = "0.0.0.0:8081";
+/// --metrics-listen's default.
+const METRICS: &str = "0.0.0.0:8443";
+
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     /// Read everything and decide everything, log what would be done; send no power
@@ -17,13 +22,22 @@ pub struct RunArgs {
     pub dry_run: bool,
     /// Address of /healthz and /readyz (plain HTTP, no authentication: the kubelet's
     /// probes).
-    #[arg(long, default_value = "0.0.0.0:8081", value_name = "ADDR")]
+    #[arg(long, default_value = HEALTH, value_name = "ADDR")]
     pub health_listen: SocketAddr,
     /// Address of /metrics: HTTPS, and only for bearer tokens the API server
     /// authenticates (TokenReview) and authorizes for `get` on `/metrics`
     /// (SubjectAccessReview; the ClusterRole nodefence-metrics-reader grants it).
-    #[arg(long, default_value = "0.0.0.0:8443", value_name = "ADDR")]
+    #[arg(long, default_value = METRICS, value_name = "ADDR")]
     pub metrics_listen: SocketAddr,
+    /// Removed (it served the probes and /metrics on one address, plain HTTP).
+    /// Accepted for one release as --health-listen, with a warning.
+    #[arg(
+        long,
+        hide = true,
+        value_name = "ADDR",
+        conflicts_with = "health_listen"
+    )]
+    pub listen: Option<SocketAddr>,
     /// `false`: serve /metrics in plain HTTP to anyone (a daemon run by hand).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub metrics_secure: bool,
@@ -49,6 +63,27 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
+    /// The probes' address: --health-listen, or the removed --listen (an old
+    /// Deployment's probes still point at its port, so they keep working).
+    pub fn health_listen(&self) -> SocketAddr {
+        self.listen.unwrap_or(self.health_listen)
+    }
+
+    /// What to say when the removed --listen is given.
+    pub fn removed_flag_warning(&self) -> Option<String> {
+        self.listen.map(|addr| {
+            format!(
+                "--listen is deprecated and will be removed in the next release: it served \
+                 /healthz, /readyz and /metrics on one address. Its two replacements: \
+                 --health-listen (the probes, plain HTTP; default {HEALTH}) and \
+                 --metrics-listen (/metrics over HTTPS for authorized tokens; default \
+                 {METRICS}). This run serves the probes on {addr} (as --health-listen={addr}) \
+                 and /metrics on {}",
+                self.metrics_listen
+            )
+        })
+    }
+
     /// How /metrics is served, from `--metrics-*`.
     pub fn metrics_endpoint(&self) -> Result<MetricsEndpoint, String> {
         let certificate = match (&self.metrics_cert_file, &self.metrics_key_file) {
@@ -74,6 +109,9 @@ impl RunArgs {
 }
 
 pub async fn run(config_path: &Path, args: &RunArgs) -> u8 {
+    if let Some(warning) = args.removed_flag_warning() {
+        tracing::warn!("{warning}");
+    }
     let metrics = match args.metrics_endpoint() {
         Ok(m) => m,
         Err(e) => {
@@ -96,7 +134,7 @@ pub async fn run(config_path: &Path, args: &RunArgs) -> u8 {
     let options = DaemonOptions {
         drivers: Default::default(),
         dry_run: args.dry_run,
-        health_listen: args.health_listen,
+        health_listen: args.health_listen(),
         metrics,
         lease_namespace: args.cluster.namespace.clone(),
         lease_name: args.lease_name.clone(),
@@ -170,6 +208,43 @@ mod tests {
             .map_err(|e| e.to_string())?
             .run
             .metrics_endpoint()
+    }
+
+    fn parse(args: &[&str]) -> Result<RunArgs, String> {
+        let argv = std::iter::once("run").chain(args.iter().copied());
+        Cli::try_parse_from(argv)
+            .map(|c| c.run)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_removed_listen_flag_is_accepted_as_health_listen_with_a_warning() {
+        let old = parse(&["--listen=0.0.0.0:9464"]).unwrap();
+        assert_eq!(old.health_listen(), "0.0.0.0:9464".parse().unwrap());
+        assert_eq!(old.metrics_listen, METRICS.parse().unwrap());
+        let warning = old.removed_flag_warning().unwrap();
+        for says in [
+            "--listen is deprecated",
+            "--health-listen",
+            "--metrics-listen",
+            "probes on 0.0.0.0:9464",
+            "/metrics on 0.0.0.0:8443",
+        ] {
+            assert!(warning.contains(says), "{says}: {warning}");
+        }
+        let new = parse(&["--health-listen=127.0.0.1:8081"]).unwrap();
+        assert_eq!(new.health_listen(), "127.0.0.1:8081".parse().unwrap());
+        assert_eq!(new.removed_flag_warning(), None);
+        // Not both: which one would the probes be on?
+        let e = parse(&["--listen=0.0.0.0:9464", "--health-listen=0.0.0.0:8081"])
+            .err()
+            .unwrap();
+        assert!(e.contains("--health-listen"), "{e}");
+        // Hidden from help: it is not to be used any more.
+        let help = <Cli as clap::CommandFactory>::command()
+            .render_help()
+            .to_string();
+        assert!(!help.contains("--listen "), "{help}");
     }
 
     #[test]

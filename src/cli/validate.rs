@@ -122,13 +122,15 @@ fn ok_report(config_path: &Path, config: &Config) -> String {
     } else {
         format!("; fallback methods: {}", count(fallback))
     };
-    let mut out = format!(
-        "{}: OK ({} nodes: {}{fallbacks}; inventory {})\n",
-        config_path.display(),
-        config.inventory.nodes.len(),
-        count(primary),
-        config.inventory_path.display()
-    );
+    let nodes = match (config.inventory.nodes.len(), config.agent.metal3.hosts) {
+        (0, true) => "0 nodes in files; BareMetalHosts add theirs with cluster access".to_string(),
+        (n, _) => format!(
+            "{n} nodes: {}{fallbacks}; inventory {}",
+            count(primary),
+            config.inventory_path.display()
+        ),
+    };
+    let mut out = format!("{}: OK ({nodes})\n", config_path.display());
     for node in config.inventory.nodes.values() {
         if !node.fallback.is_empty() {
             out.push_str(&format!(
@@ -140,7 +142,8 @@ fn ok_report(config_path: &Path, config: &Config) -> String {
     }
     if config.agent.metal3.hosts {
         out.push_str(&format!(
-            "metal3: the BareMetalHosts of namespace(s) {} add their nodes with cluster access              (`nodefence validate --cluster` lists them); an inventory entry wins\n",
+            "metal3: the BareMetalHosts of namespace(s) {} add their nodes with cluster access \
+             (`nodefence validate --cluster` lists them); an inventory entry wins\n",
             config.agent.metal3.namespaces.join(", ")
         ));
     }
@@ -599,6 +602,27 @@ mod tests {
         assert!(report.contains("deploy/kubevirt-infra"), "{report}");
         assert!(report.contains("1 kubevirt"), "{report}");
         assert!(!report.contains("t0k3n-x"), "{report}");
+    }
+
+    #[test]
+    fn a_metal3_only_configuration_says_where_its_nodes_come_from() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nodefence.toml");
+        std::fs::write(&path, "[metal3]\nhosts = true\nnamespaces = [\"metal3\"]\n").unwrap();
+        let config = crate::config::load(&path).unwrap();
+        let report = ok_report(&path, &config);
+        let first = report.lines().next().unwrap();
+        assert_eq!(
+            first,
+            format!(
+                "{}: OK (0 nodes in files; BareMetalHosts add theirs with cluster access)",
+                path.display()
+            )
+        );
+        for line in report.lines() {
+            assert!(!line.contains("  "), "a run of spaces: {line:?}");
+            assert!(!line.contains(": ;"), "an empty list: {line:?}");
+        }
     }
 
     #[test]
