@@ -300,3 +300,124 @@ async fn a_new_host_whose_secret_is_missing_is_refused_whole_then_applied_once_i
     .await;
     w.stop().await;
 }
+
+/// The version of worker-1's Secret Metal3 last tried.
+async fn tried_version(w: &World) -> Option<String> {
+    w.bare_metal_host("worker-1")
+        .await
+        .and_then(|h| h.status)
+        .and_then(|s| s.tried_credentials)
+        .map(|c| c.credentials_version)
+}
+
+/// nodefence's own requests to the BMC (the stand-in's Ironic reads it too), by
+/// their User-Agent: the statuses answered.
+fn nodefence_statuses(w: &World) -> Vec<u16> {
+    w.bmc
+        .request_log()
+        .iter()
+        .filter(|r| {
+            r.user_agent
+                .as_deref()
+                .is_some_and(|a| a.starts_with("nodefence/"))
+        })
+        .filter_map(|r| r.status)
+        .collect()
+}
+
+/// A password rotated in a BareMetalHost's Secret is used without a restart, under
+/// exactly the RBAC of `deploy/` and `components/metal3`: Metal3 (the stand-in, as
+/// BMO) records the Secret's new version in the host's `status.triedCredentials`,
+/// nodefence hears that host change (its periodic resync is 10 minutes away) and
+/// reads the Secret again. The BMC monitor logs in every 200 ms, so the BMC's answers
+/// show which password nodefence holds (401 to any other).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_rotated_in_a_hosts_secret_is_used_without_a_restart() {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::{Api, Patch, PatchParams};
+
+    let w = hosts_only()
+        .no_workloads()
+        .config_check(Duration::from_millis(200))
+        .power_toml("monitor_interval = \"200ms\"\n")
+        .metal3_setup(|m| m.toml = "resync_interval = \"10m\"\n".into())
+        .rbac(deploy_rbac(&["metal3"]))
+        .start()
+        .await;
+    let secrets = Api::<Secret>::namespaced(w.client.clone(), METAL3_NAMESPACE);
+    let rotate = |password: &'static str| {
+        let secrets = secrets.clone();
+        async move {
+            secrets
+                .patch(
+                    "worker-1-bmc",
+                    &PatchParams::default(),
+                    &Patch::Merge(serde_json::json!({"stringData": {"password": password}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    eventually(
+        "the leader's monitor logged in",
+        Duration::from_secs(30),
+        || async { nodefence_statuses(&w).contains(&200) },
+    )
+    .await;
+    assert!(!nodefence_statuses(&w).contains(&401));
+    // Metal3 claimed the Secret as BMO does: its label, and the host as an owner.
+    let claimed = secrets.get("worker-1-bmc").await.unwrap();
+    assert_eq!(
+        claimed.metadata.labels.unwrap_or_default()["environment.metal3.io"],
+        "baremetal"
+    );
+    assert!(
+        claimed
+            .metadata
+            .owner_references
+            .unwrap_or_default()
+            .iter()
+            .any(|r| r.kind == "BareMetalHost" && r.name == "worker-1")
+    );
+
+    // Rotated to a password the BMC does not know: nodefence reloads and uses it.
+    let before = tried_version(&w).await;
+    assert!(before.is_some(), "Metal3 recorded the Secret it tried");
+    rotate("a-new-password").await;
+    let reloaded = w
+        .expect_event_where("ConfigReloaded", |e| {
+            e["note"].as_str().is_some_and(|n| n.contains("worker-1"))
+        })
+        .await;
+    assert_eq!(reloaded.len(), 1, "{reloaded:?}");
+    assert_ne!(
+        tried_version(&w).await,
+        before,
+        "Metal3 recorded the new version"
+    );
+    w.bmc.clear_logs();
+    eventually(
+        "the monitor logs in with the new password",
+        Duration::from_secs(10),
+        || async { nodefence_statuses(&w).contains(&401) },
+    )
+    .await;
+
+    // And back: the next reload, and logins succeed again.
+    rotate(common::PASSWORD).await;
+    eventually("a second reload", Duration::from_secs(20), || async {
+        w.events_with_reason("ConfigReloaded").len() >= 2
+    })
+    .await;
+    eventually("logins succeed again", Duration::from_secs(10), || async {
+        let statuses = nodefence_statuses(&w);
+        statuses.len() >= 3 && statuses[statuses.len() - 3..].iter().all(|s| *s < 300)
+    })
+    .await;
+    assert!(
+        w.forbidden_requests().is_empty(),
+        "calls the deploy RBAC does not grant: {:?}",
+        w.forbidden_requests()
+    );
+    w.stop().await;
+}

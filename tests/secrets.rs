@@ -402,6 +402,19 @@ async fn fence_reads_the_secret_through_the_kubeconfig_and_refuses_without_one()
     let config_path = write_config(dir.path(), &inventory);
     let kubeconfig = dir.path().join("kubeconfig");
     kube.write_kubeconfig(&kubeconfig).unwrap();
+    // worker-1's Node, whose systemUUID its machine must prove before the command.
+    let blade1 = bmc
+        .systems()
+        .into_iter()
+        .find(|s| s.id == "Blade1")
+        .unwrap();
+    kube.store()
+        .create(
+            nodefence_mocks::kube::resources::NODES,
+            None,
+            crate::cli_common::node_object("worker-1", &blade1.uuid, None),
+        )
+        .unwrap();
 
     let run = |args: Vec<String>| {
         let home = dir.path().to_path_buf();
@@ -451,6 +464,7 @@ async fn fence_reads_the_secret_through_the_kubeconfig_and_refuses_without_one()
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(stdout.contains("worker-1: confirmed Off"), "{stdout}");
+    assert!(stdout.contains("identity confirmed"), "{stdout}");
     assert_eq!(bmc.power("Blade1"), Some(MockPower::Off));
     assert_eq!(bmc.power("Blade2"), Some(MockPower::On));
     assert!(!stdout.contains(PASSWORD) && !stderr.contains(PASSWORD));

@@ -395,3 +395,84 @@ async fn a_machine_without_power_is_recorded_off_after_the_sync_gives_up() {
     env.bmc.set_power_feed("1", true);
     assert_eq!(env.bmc.power("1"), Some(MockPower::Off));
 }
+
+/// As BMO: the host's Secret is claimed (the environment label, the host as an
+/// owner), watched, and a change to it is recorded as `status.triedCredentials` at
+/// once (not at the next steady-state reconcile, a minute away here), then as
+/// `goodCredentials` once Ironic enrolled the host with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_secret_is_seen_at_once_and_recorded_as_tried_credentials() {
+    let env = setup(Timing {
+        reconcile: Duration::from_secs(60),
+        ..FAST
+    })
+    .await;
+    env.create(
+        BareMetalHost::new(NS, "worker-1", &env.address(), "worker-1-bmc").externally_provisioned(),
+    )
+    .await;
+    env.wait_state(state::EXTERNALLY_PROVISIONED).await;
+    let secrets = Api::<Secret>::namespaced(env.client.clone(), NS);
+    let secret = secrets.get("worker-1-bmc").await.unwrap();
+    assert_eq!(
+        secret.metadata.labels.clone().unwrap_or_default()["environment.metal3.io"],
+        "baremetal"
+    );
+    let owner = &secret.metadata.owner_references.clone().unwrap_or_default()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("BareMetalHost", "worker-1")
+    );
+    assert_eq!(owner.controller, None, "an owner, not the controller");
+    let host = env.host().await;
+    let status = host.status.clone().unwrap();
+    let version = secret.metadata.resource_version.clone().unwrap();
+    assert_eq!(
+        status
+            .tried_credentials
+            .as_ref()
+            .unwrap()
+            .credentials_version,
+        version
+    );
+    assert_eq!(
+        status
+            .good_credentials
+            .as_ref()
+            .unwrap()
+            .credentials_version,
+        version
+    );
+
+    // The same password written again (a new resourceVersion): tried and good follow.
+    secrets
+        .patch(
+            "worker-1-bmc",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"rotated": "now"}}})),
+        )
+        .await
+        .unwrap();
+    let rotated = secrets
+        .get("worker-1-bmc")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    assert_ne!(rotated, version);
+    eventually(
+        Duration::from_secs(5),
+        "triedCredentials follows",
+        || async {
+            let status = env.host().await.status?;
+            (status.tried_credentials?.credentials_version == rotated
+                && status.good_credentials?.credentials_version == rotated)
+                .then_some(())
+        },
+    )
+    .await;
+    env.m3.shutdown().await;
+    env.bmc.shutdown().await;
+    env.kube.shutdown().await;
+}

@@ -424,6 +424,15 @@ pub const DAEMON: &[Access] = &[
         "read the BareMetalHosts of [metal3] namespaces (inventory entries)",
     ),
     access(
+        "watch",
+        "metal3.io",
+        "baremetalhosts",
+        Metal3Hosts,
+        None,
+        Metal3,
+        "hear a host change, a rotated credentials Secret among them, as it happens",
+    ),
+    access(
         "get",
         "metal3.io",
         "baremetalhosts",
@@ -829,10 +838,11 @@ mod tests {
             .filter(|n| n.component == Component::Metal3)
             .map(ToString::to_string)
             .collect();
-        assert_eq!(needs.len(), 12, "{needs:#?}");
+        assert_eq!(needs.len(), 14, "{needs:#?}");
         for ns in ["metal3", "rack-b"] {
             for want in [
                 "list baremetalhosts.metal3.io",
+                "watch baremetalhosts.metal3.io",
                 "get baremetalhosts.metal3.io",
                 "patch baremetalhosts.metal3.io",
                 "get secrets",

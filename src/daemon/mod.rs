@@ -10,6 +10,7 @@
 //! and the running one kept.
 
 pub mod endpoints;
+pub mod host_watch;
 pub mod reload;
 pub mod secret_watch;
 

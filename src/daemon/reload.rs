@@ -16,16 +16,18 @@
 //!   state, as a new leader does. A Normal Event `ConfigReloaded` names the nodes
 //!   added, removed and changed.
 //!
-//! With `[metal3] hosts = true` the BareMetalHosts are a source too: every `[metal3]
+//! With `[metal3] hosts = true` the BareMetalHosts are a source too: when one changes
+//! ([`super::host_watch`]: its spec, annotations, or the version of its credentials
+//! Secret Metal3 recorded, a second after the change) and every `[metal3]
 //! resync_interval` (1 minute by default) the reloader lists them again (and the
 //! Nodes and Cluster API objects that match them) exactly as a start-up does, and a
 //! result that differs from the running one's ([`crate::metal3::inventory::
-//! fingerprint`]: a host added, removed or changed, a Node newly matched) is a new
-//! version like a changed file: checked whole, then applied or refused. A refused
-//! result is tried again at each resync, not at each file check: what made it fail
-//! may be outside the hosts (a host's Secret not created yet), and the Warning Event
-//! says so once per resync until it is fixed. A rotated password in a host's Secret
-//! does not change the result: it is read on the next reload.
+//! fingerprint`]: a host added, removed or changed, a Node newly matched, a host's
+//! Secret rotated) is a new version like a changed file: checked whole, then applied
+//! (reading the Secrets again) or refused. A refused result is tried again at each
+//! resync, not at each file check: what made it fail may be outside the hosts (a
+//! host's Secret not created yet), and the Warning Event says so once per resync
+//! until it is fixed.
 //!
 //! The Secrets the inventory's `password_secret`s name are watched
 //! ([`super::secret_watch`]): when one's data changes (a rotated password), the whole
@@ -43,6 +45,7 @@ use kube::Client;
 use tokio::sync::Notify;
 
 use super::DaemonOptions;
+use super::host_watch::HostWatch;
 use super::secret_watch::SecretWatch;
 use crate::cluster::leader::Leadership;
 use crate::config::watch::{ConfigWatch, Fingerprint};
@@ -85,10 +88,22 @@ pub struct Running {
 struct HostsWatch {
     settings: crate::config::Metal3Settings,
     every: Duration,
+    /// When to read them again.
     next: tokio::time::Instant,
+    /// When they were last read.
+    last_read: tokio::time::Instant,
     /// The running configuration's hosts.
     running: Option<u64>,
+    /// Their changes, as they happen.
+    watch: HostWatch,
 }
+
+/// How long after a host's change its hosts are read again: the changes of one
+/// rotation (Metal3's tried, then good, credentials) are read once.
+const HOSTS_SETTLE: Duration = Duration::from_secs(1);
+/// The shortest time between two readings of the hosts a change asks for (at 5,000
+/// hosts a reading lists them all).
+const HOSTS_MIN_GAP: Duration = Duration::from_secs(2);
 
 /// Watches, checks and hands over new configurations.
 pub struct Reloader {
@@ -158,12 +173,30 @@ impl Reloader {
 
     fn set_hosts(&mut self, running: &Config, fingerprint: Option<u64>) {
         let settings = &running.agent.metal3;
+        // The watch of the same namespaces goes on (a new one would list every host).
+        let kept = self
+            .hosts
+            .take()
+            .map(|h| h.watch)
+            .filter(|w| w.namespaces() == settings.namespaces.as_slice());
+        let now = tokio::time::Instant::now();
         self.hosts = settings.resync().map(|every| HostsWatch {
             settings: settings.clone(),
             every,
-            next: tokio::time::Instant::now() + every,
+            next: now + every,
+            last_read: now,
             running: fingerprint,
+            watch: kept.unwrap_or_else(|| HostWatch::start(&self.client, &settings.namespaces)),
         });
+    }
+
+    /// A host changed: read the hosts again soon.
+    fn hosts_woken(&mut self) {
+        if let Some(hosts) = self.hosts.as_mut() {
+            let soon =
+                (tokio::time::Instant::now() + HOSTS_SETTLE).max(hosts.last_read + HOSTS_MIN_GAP);
+            hosts.next = hosts.next.min(soon);
+        }
     }
 
     /// A reading of the BareMetalHosts that differs from the running one's, when a
@@ -175,6 +208,7 @@ impl Reloader {
             return None;
         }
         hosts.next = now + hosts.every;
+        hosts.last_read = now;
         match crate::metal3::inventory::discover(&self.client, &hosts.settings).await {
             Ok(discovery) => {
                 let fingerprint = crate::metal3::inventory::fingerprint(&discovery);
@@ -222,6 +256,21 @@ impl Reloader {
                 () = async {
                     match self.secrets.as_ref() {
                         Some(s) => s.changed().await,
+                        None => std::future::pending().await,
+                    }
+                } => {}
+                () = async {
+                    match self.hosts.as_ref() {
+                        Some(h) => h.watch.changed().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    self.hosts_woken();
+                    continue;
+                }
+                () = async {
+                    match self.hosts.as_ref() {
+                        Some(h) => tokio::time::sleep_until(h.next).await,
                         None => std::future::pending().await,
                     }
                 } => {}

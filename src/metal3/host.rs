@@ -2,7 +2,7 @@
 //!
 //! Only what nodefence reads (the BMC's address and credentials Secret, `online`,
 //! `consumerRef`, `disablePowerOff`, `status.poweredOn`, the provisioning and
-//! operational state) and writes (its reboot annotation) is declared; everything
+//! operational state, the credentials Metal3 last tried) and writes (its reboot annotation) is declared; everything
 //! else of the object is left alone (a merge patch of one annotation never
 //! replaces the rest). Field names are Metal3's (`apis/metal3.io/v1alpha1`).
 
@@ -102,6 +102,32 @@ pub struct BareMetalHostStatus {
     pub operational_status: String,
     #[serde(default)]
     pub error_message: String,
+    /// The credentials Secret and its `resourceVersion` Metal3 last tried: updated
+    /// as soon as Metal3 sees the Secret change (it owns and watches it), before it
+    /// validates them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tried_credentials: Option<CredentialsStatus>,
+}
+
+/// `status.triedCredentials` (Metal3's `CredentialsStatus`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CredentialsStatus {
+    /// The Secret: `name` and `namespace`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<SecretReference>,
+    /// Its `metadata.resourceVersion` when Metal3 read it.
+    #[serde(default)]
+    pub credentials_version: String,
+}
+
+/// A Secret by name and namespace (`corev1.SecretReference`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct SecretReference {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub namespace: String,
 }
 
 /// A BareMetalHost by namespace and name.
@@ -165,5 +191,20 @@ impl BareMetalHost {
     /// `status.poweredOn`, `None` before Metal3 wrote a status.
     pub fn powered_on(&self) -> Option<bool> {
         self.status.as_ref().map(|s| s.powered_on)
+    }
+
+    /// The `resourceVersion` of the host's credentials Secret as Metal3 last saw it
+    /// (`status.triedCredentials`, when it names the Secret `spec.bmc` names), or
+    /// `None` before Metal3 read it. A rotated password changes it: Metal3 owns the
+    /// Secret and records its new version when it changes.
+    pub fn credentials_version(&self) -> Option<&str> {
+        let tried = self.status.as_ref()?.tried_credentials.as_ref()?;
+        let secret = tried.credentials.as_ref()?;
+        let wanted = &self.spec.bmc.as_ref()?.credentials_name;
+        let namespace = self.metadata.namespace.as_deref().unwrap_or_default();
+        (secret.name == *wanted
+            && secret.namespace == namespace
+            && !tried.credentials_version.is_empty())
+        .then_some(tried.credentials_version.as_str())
     }
 }

@@ -55,6 +55,11 @@ pub struct Discovery {
     pub problems: Vec<String>,
     /// Allowed but worth an operator's eye.
     pub warnings: Vec<String>,
+    /// Node → the `resourceVersion` of its host's credentials Secret as Metal3 last
+    /// recorded it ([`BareMetalHost::credentials_version`]), for the nodes whose
+    /// host has one: a rotated password changes the [`fingerprint`], so the running
+    /// configuration reads the Secret again.
+    pub credentials_versions: BTreeMap<String, String>,
 }
 
 /// The BareMetalHosts could not be read at all.
@@ -104,6 +109,10 @@ pub fn entries(
             Ok((entry, warning)) => {
                 out.warnings.extend(warning);
                 out.entries.push(entry);
+                if let Some(version) = host.credentials_version() {
+                    out.credentials_versions
+                        .insert(node.clone(), version.to_string());
+                }
             }
             Err(problem) => out.problems.push(format!("node \"{node}\": {problem}")),
         }
@@ -273,10 +282,12 @@ pub fn merge(config: &mut Config, discovery: &Discovery) -> Merged {
 }
 
 /// What the entries of a discovery depend on, hashed: each entry (node, host, BMC
-/// target, the Secret it names; never a credential, none is read yet), the nodes
-/// whose power Metal3 manages, and the problems. The daemon re-lists the hosts every
-/// `[metal3] resync_interval` and reloads when this changes (a host added, removed or
-/// changed, a Node matched to one); comparing within one process only.
+/// target, the Secret it names; never a credential, none is read yet), the version
+/// of that Secret Metal3 last recorded (so a rotated password is a change), the nodes
+/// whose power Metal3 manages, and the problems. The daemon re-reads the hosts when
+/// one changes (it watches them) and every `[metal3] resync_interval`, and reloads
+/// when this changes (a host added, removed or changed, a Node matched to one, a
+/// Secret rotated); comparing within one process only.
 pub fn fingerprint(discovery: &Discovery) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::hash::DefaultHasher::new();
@@ -288,7 +299,11 @@ pub fn fingerprint(discovery: &Discovery) -> u64 {
         )
         .hash(&mut hasher);
     }
-    format!("{:?}|{:?}", discovery.managed, discovery.problems).hash(&mut hasher);
+    format!(
+        "{:?}|{:?}|{:?}",
+        discovery.managed, discovery.problems, discovery.credentials_versions
+    )
+    .hash(&mut hasher);
     hasher.finish()
 }
 

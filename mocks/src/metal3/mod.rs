@@ -23,12 +23,18 @@
 //!   annotations or finalizers did. A status write wakes nothing. Each reconcile asks
 //!   to come back after a delay (steady state 60 s, [`Timing::reconcile`]).
 //! - **Paused** (`baremetalhost.metal3.io/paused`): nothing at all is done.
+//! - **Secrets** (`pkg/secretutils`, `Owns(&corev1.Secret{}, MatchEveryOwner)`):
+//!   the Secret a host names is claimed when it is read (`AcquireSecret`): labelled
+//!   `environment.metal3.io=baremetal` and given an owner reference to the host.
+//!   Secrets are watched with that label only (BMO's cache sees no others), and a
+//!   change to one reconciles every host that owns it.
 //! - **Provisioning states** (`host_state_machine.go`): no status → `registering`
 //!   when `spec.bmc.address` is set, else `unmanaged` (operational status
 //!   `discovered`). Registering reads the Secret `spec.bmc.credentialsName` (keys
-//!   `username`, `password`; missing ones are a `registration error`), enrols the host
-//!   in Ironic, which reads the BMC's power state (a failure is a `registration
-//!   error`), records `status.goodCredentials`, `status.provisioning.ID` and
+//!   `username`, `password`; missing ones are a `registration error`), records it
+//!   and its `resourceVersion` as `status.triedCredentials` when they changed, enrols
+//!   the host in Ironic, which reads the BMC's power state (a failure is a
+//!   `registration error`), records `status.goodCredentials`, `status.provisioning.ID` and
 //!   `poweredOn`, then goes to `externally provisioned` (`spec.externallyProvisioned`)
 //!   or `inspecting` → `preparing` → `available`; from `available`, a host with
 //!   `spec.image.url` goes through `provisioning` to `provisioned`. Changed
@@ -277,6 +283,10 @@ pub struct HostStatus {
     pub provisioning_fail_count: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub good_credentials: Option<CredentialsStatus>,
+    /// The Secret (and its `resourceVersion`) last tried, set as soon as a changed
+    /// Secret is seen, before it is validated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tried_credentials: Option<CredentialsStatus>,
 }
 
 /// `status.provisioning`.
@@ -291,7 +301,7 @@ pub struct ProvisionStatus {
     pub image: Option<Image>,
 }
 
-/// `status.goodCredentials`.
+/// `status.goodCredentials` and `status.triedCredentials` (`CredentialsStatus`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CredentialsStatus {

@@ -19,7 +19,21 @@ use super::{
     POWER_MANAGEMENT_ERROR, REBOOT_ANNOTATION, REGISTRATION_ERROR, SecretReference, Timing,
     redfish_system, state,
 };
-use crate::remediation::runtime::{Change, TaskGuard, WorkQueue, sleep_until, spawn_informer};
+use crate::remediation::runtime::{
+    Change, TaskGuard, WorkQueue, sleep_until, spawn_informer, spawn_informer_with,
+};
+
+/// The label BMO puts on every Secret it uses (`secretutils.LabelEnvironmentName`
+/// and `LabelEnvironmentValue`); its Secret cache, and so its watch, sees only those.
+pub const SECRET_LABEL: (&str, &str) = ("environment.metal3.io", "baremetal");
+
+/// What the operator's informers report.
+enum Watched {
+    Host(Box<Change<BareMetalHost>>),
+    /// A Secret it claimed changed: the hosts that own it, to reconcile
+    /// (`Owns(&corev1.Secret{}, builder.MatchEveryOwner)`).
+    SecretOwners(Vec<String>),
+}
 
 /// A power state Ironic is asked to reach (`target_power_state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -454,8 +468,17 @@ impl Operator {
             &mut informers,
             self.hosts.clone(),
             format!("BareMetalHosts in {}", self.namespace),
+            tx.clone(),
+            |c| Watched::Host(Box::new(c)),
+        );
+        spawn_informer_with(
+            &mut informers,
+            self.secrets.clone(),
+            kube::runtime::watcher::Config::default()
+                .labels(&format!("{}={}", SECRET_LABEL.0, SECRET_LABEL.1)),
+            format!("Secrets in {}", self.namespace),
             tx,
-            |c| c,
+            |c| Watched::SecretOwners(owning_hosts(&c)),
         );
         let mut queue: WorkQueue<String> = WorkQueue::new();
         loop {
@@ -476,8 +499,13 @@ impl Operator {
             }
             tokio::select! {
                 change = rx.recv() => match change {
-                    Some(c) => {
-                        if let Some(name) = wakes(&c) {
+                    Some(Watched::Host(c)) => {
+                        if let Some(name) = wakes(c.as_ref()) {
+                            queue.add(name);
+                        }
+                    }
+                    Some(Watched::SecretOwners(hosts)) => {
+                        for name in hosts {
                             queue.add(name);
                         }
                     }
@@ -618,7 +646,7 @@ impl Operator {
         let Some(bmc) = host.spec.bmc.as_ref() else {
             return Ok(None);
         };
-        let creds = match self.credentials(&bmc.credentials_name).await? {
+        let creds = match self.credentials(host, &bmc.credentials_name).await? {
             Ok(c) => c,
             Err(why) => {
                 registration_failed(status, &why);
@@ -633,6 +661,11 @@ impl Operator {
             },
             credentials_version: version,
         };
+        // registerHost: "new credentials detected" as soon as the Secret (or its
+        // resourceVersion) differs from the last tried, before they are validated.
+        if status.tried_credentials.as_ref() != Some(&good) {
+            status.tried_credentials = Some(good.clone());
+        }
         let registered = status.error_type != REGISTRATION_ERROR
             && status.good_credentials.as_ref() == Some(&good)
             && self
@@ -682,10 +715,12 @@ impl Operator {
         }
     }
 
-    /// The credentials Secret: username, password and its resourceVersion; the inner
-    /// `Err` is BMO's message for a host that cannot be registered.
+    /// The credentials Secret, claimed for `host` (`AcquireSecret`): username,
+    /// password and its resourceVersion; the inner `Err` is BMO's message for a host
+    /// that cannot be registered.
     async fn credentials(
         &self,
+        host: &BareMetalHost,
         name: &str,
     ) -> anyhow::Result<Result<(String, String, String), String>> {
         if name.is_empty() {
@@ -694,6 +729,7 @@ impl Operator {
         let Some(secret) = self.secrets.get_opt(name).await? else {
             return Ok(Err(format!("BMC credentials secret {name} not found")));
         };
+        let secret = self.claim(host, secret).await?;
         let field = |k: &str| {
             secret
                 .data
@@ -712,6 +748,39 @@ impl Operator {
             password,
             secret.resource_version().unwrap_or_default(),
         )))
+    }
+
+    /// `claimSecret`: the environment label and an owner reference to the host (not
+    /// as its controller), written with an update carrying the resourceVersion read,
+    /// when either is missing. The finalizer BMO adds once a host is past
+    /// registration is left out (with the deletion flow).
+    async fn claim(&self, host: &BareMetalHost, mut secret: Secret) -> anyhow::Result<Secret> {
+        let labelled =
+            secret.labels().get(SECRET_LABEL.0).map(String::as_str) == Some(SECRET_LABEL.1);
+        let uid = host.metadata.uid.clone().unwrap_or_default();
+        let owned = secret.owner_references().iter().any(|r| r.uid == uid);
+        if labelled && owned {
+            return Ok(secret);
+        }
+        secret
+            .labels_mut()
+            .insert(SECRET_LABEL.0.into(), SECRET_LABEL.1.into());
+        if !owned {
+            secret.owner_references_mut().push(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                    api_version: super::API_VERSION.into(),
+                    kind: "BareMetalHost".into(),
+                    name: host.name_any(),
+                    uid,
+                    ..Default::default()
+                },
+            );
+        }
+        let name = secret.name_any();
+        self.secrets
+            .replace(&name, &PostParams::default(), &secret)
+            .await
+            .with_context(|| format!("failed to update secret {name}"))
     }
 
     /// `actionProvisioning`, its deploy abbreviated: the host ends powered on.
@@ -859,6 +928,21 @@ fn wakes(change: &Change<BareMetalHost>) -> Option<String> {
             relevant.then(|| new.name_any())
         }
     }
+}
+
+/// The hosts that own a changed Secret (`MatchEveryOwner`: every owner reference of
+/// kind BareMetalHost, not only a controller).
+fn owning_hosts(change: &Change<Secret>) -> Vec<String> {
+    let secret = match change {
+        Change::Added(s) | Change::Deleted(s) => s,
+        Change::Updated { new, .. } => new,
+    };
+    secret
+        .owner_references()
+        .iter()
+        .filter(|r| r.kind == "BareMetalHost" && r.api_version.starts_with("metal3.io/"))
+        .map(|r| r.name.clone())
+        .collect()
 }
 
 /// `hasRebootAnnotation`: whether a reboot annotation asks for the host off, and

@@ -51,11 +51,27 @@ pub(crate) fn spawn_informer<K, T, F>(
     T: Send + 'static,
     F: Fn(Change<K>) -> T + Send + 'static,
 {
+    spawn_informer_with(tasks, api, watcher::Config::default(), what, tx, wrap);
+}
+
+/// [`spawn_informer`] with a watcher configuration (a label selector: the objects a
+/// controller's cache is restricted to).
+pub(crate) fn spawn_informer_with<K, T, F>(
+    tasks: &mut JoinSet<()>,
+    api: Api<K>,
+    config: watcher::Config,
+    what: String,
+    tx: UnboundedSender<T>,
+    wrap: F,
+) where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    T: Send + 'static,
+    F: Fn(Change<K>) -> T + Send + 'static,
+{
     tasks.spawn(async move {
         let mut known: BTreeMap<(String, String), K> = BTreeMap::new();
         let mut relisted: HashSet<(String, String)> = HashSet::new();
-        let mut stream =
-            std::pin::pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
+        let mut stream = std::pin::pin!(watcher::watcher(api, config).default_backoff());
         let key = |o: &K| (o.namespace().unwrap_or_default(), o.name_any());
         let apply = |o: K, known: &mut BTreeMap<(String, String), K>| -> Option<Change<K>> {
             match known.insert(key(&o), o.clone()) {

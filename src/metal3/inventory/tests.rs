@@ -340,3 +340,43 @@ fn the_fingerprint_follows_entries_and_matches_not_status() {
     );
     assert_ne!(base, run(&[], &nodes), "the host gone");
 }
+
+#[test]
+fn a_rotated_secret_recorded_by_metal3_changes_the_fingerprint() {
+    let host = |tried: serde_json::Value| {
+        vec![bmh(
+            "worker-1",
+            "redfish://bmc-1/redfish/v1/Systems/1",
+            serde_json::json!({"status": {"triedCredentials": tried}}),
+        )]
+    };
+    let tried = |name: &str, namespace: &str, version: &str| {
+        serde_json::json!({
+            "credentials": {"name": name, "namespace": namespace},
+            "credentialsVersion": version
+        })
+    };
+    let nodes = [node("worker-1", "worker-1")];
+    let run = |hosts: &[BareMetalHost]| {
+        let discovery = entries(&settings(), hosts, &nodes, &Chain::default());
+        (
+            fingerprint(&discovery),
+            discovery.credentials_versions.get("worker-1").cloned(),
+        )
+    };
+    let (before, version) = run(&host(tried("worker-1-bmc-secret", "metal3", "879")));
+    assert_eq!(version.as_deref(), Some("879"));
+    let (rotated, version) = run(&host(tried("worker-1-bmc-secret", "metal3", "912")));
+    assert_eq!(version.as_deref(), Some("912"));
+    assert_ne!(before, rotated, "the Secret's new version is a change");
+    // Another Secret's version (the host's spec names worker-1-bmc-secret) proves
+    // nothing about this one; nor does a status without it.
+    for other in [
+        tried("old-secret", "metal3", "912"),
+        tried("worker-1-bmc-secret", "elsewhere", "912"),
+        tried("worker-1-bmc-secret", "metal3", ""),
+        serde_json::json!({}),
+    ] {
+        assert_eq!(run(&host(other.clone())).1, None, "{other}");
+    }
+}

@@ -122,6 +122,8 @@ pub struct WorldBuilder {
     /// Appended to `nodefence.toml` after its `[policy]` section (start a new
     /// `[section]`).
     pub agent_toml: String,
+    /// More keys of `[power]` in `nodefence.toml` (`monitor_interval = "200ms"`).
+    pub power_toml: String,
     /// RBAC objects (as JSON) that authorize the replicas, as the ServiceAccount
     /// `nodefence/nodefence` in namespace `nodefence` (`None`: all-powerful).
     pub rbac: Option<Vec<serde_json::Value>>,
@@ -168,6 +170,7 @@ impl WorldBuilder {
             replicas: vec!["test-replica".into()],
             policy_keys: BTreeMap::new(),
             agent_toml: String::new(),
+            power_toml: String::new(),
             config_check: None,
             bmc_tls: None,
             rbac: None,
@@ -338,6 +341,12 @@ impl WorldBuilder {
         self
     }
 
+    /// More keys of `[power]` in `nodefence.toml`.
+    pub fn power_toml(mut self, toml: &str) -> Self {
+        self.power_toml.push_str(toml);
+        self
+    }
+
     /// Starts the world; panics when a peer it needs (moto, `fence_ipmilan`) is
     /// missing: use [`Self::try_start`] in tests that need one.
     pub async fn start(self) -> World {
@@ -439,7 +448,8 @@ impl WorldBuilder {
             .collect();
         let link = machines::link_probes(sim.clone(), probes, Duration::from_millis(50));
         let dir = tempfile::tempdir().unwrap();
-        let mut agent_toml = String::from("[policy]\n");
+        // Written right after `[power]`'s keys (see `write_config`).
+        let mut agent_toml = format!("{}[policy]\n", self.power_toml);
         for (k, v) in &self.policy_keys {
             agent_toml.push_str(&format!("{k} = {v}\n"));
         }
