@@ -29,6 +29,8 @@
 //!   certificates are trusted (a CA file, the exact certificate, or a pinned fingerprint).
 //! - [`metal3`]: BareMetalHosts as an inventory source, and power through Metal3.
 //! - [`untrusted`]: text from BMCs, clouds and the API server, made safe to show.
+//! - [`watchdog`]: hardware-watchdog fencing: the companion's feeding rule, the
+//!   leader's release rule and their timing, model-checked.
 
 pub mod cli;
 pub mod clock;
@@ -48,3 +50,4 @@ pub mod remediation;
 pub mod telemetry;
 pub mod tls;
 pub mod untrusted;
+pub mod watchdog;

@@ -1,0 +1,153 @@
+//! The watchdog level's feeding and release rules, model-checked: every interleaving
+//! of message loss and delay, partitions, a crash and clock drift, for 3 and 5
+//! nodes, explored breadth first ([`explorer`]) over a model that runs nodefence's own
+//! rules ([`model`]). Four deliberate bugs must each be caught: rule c without the
+//! majority, the wait counted from the mark alone, the drift margin dropped, and the
+//! leader not asking that a majority of the other companions was heard.
+//!
+//! About 20 million states in all: `cargo test --release -p nodefence-watchdog`
+//! explores them in under two minutes on two cores (CI does); a debug build, a
+//! hundred times slower, leaves these tests out (`#[ignore]`, listed as not run).
+//! `NODEFENCE_MODEL_PROGRESS=1` prints the search's progress.
+
+mod explorer;
+mod model;
+
+use explorer::{Report, explore};
+use model::{Mutation, Profile, WatchdogModel};
+
+/// More states than this means the model grew beyond what was intended.
+const LIMIT: usize = 20_000_000;
+
+/// The fault budget of a run: changes of connectivity, late or lost
+/// acknowledgements and a crash, each one fault, placed at any ticks (the Outage
+/// profile's faults are not counted: every tick may bring any of them).
+fn faults(nodes: usize, profile: Profile) -> u8 {
+    match (profile, nodes >= 5) {
+        (Profile::ControlPlane, _) => 4,
+        (Profile::Peers, false) => 3,
+        (Profile::Peers, true) => 2,
+        (Profile::Outage, _) => 0,
+    }
+}
+
+fn run(nodes: usize, profile: Profile, mutation: Mutation) -> Report {
+    let started = std::time::Instant::now();
+    let model = WatchdogModel::new(nodes, profile, faults(nodes, profile), mutation);
+    let report = explore(&model, LIMIT);
+    eprintln!(
+        "{nodes} nodes, {profile:?}, {mutation:?}: {} states, depth {}, {} released, {:.1?}",
+        report.states,
+        report.depth,
+        report.examples,
+        started.elapsed()
+    );
+    report
+}
+
+fn holds(report: &Report) {
+    if let Some((property, steps)) = &report.violation {
+        panic!("{property}\n  after: {}", steps.join("\n         "));
+    }
+    assert!(
+        report.examples > 0,
+        "no run ever released N: the model is vacuous"
+    );
+}
+
+fn caught(report: &Report, property: &str) {
+    match &report.violation {
+        Some((broken, steps)) => {
+            assert!(broken.starts_with(property), "{broken}");
+            eprintln!("  caught: {broken}\n  after: {}", steps.join("\n         "));
+        }
+        None => panic!("the mutation was not caught ({} states)", report.states),
+    }
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "millions of states: cargo test --release -p nodefence-watchdog"
+)]
+fn the_control_plane_answers_never_outlast_the_wait() {
+    holds(&run(3, Profile::ControlPlane, Mutation::None));
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "millions of states: cargo test --release -p nodefence-watchdog"
+)]
+fn three_nodes_peers_never_keep_a_released_node_fed() {
+    holds(&run(3, Profile::Peers, Mutation::None));
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "millions of states: cargo test --release -p nodefence-watchdog"
+)]
+fn five_nodes_peers_never_keep_a_released_node_fed() {
+    holds(&run(5, Profile::Peers, Mutation::None));
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "millions of states: cargo test --release -p nodefence-watchdog"
+)]
+fn a_control_plane_outage_resets_no_machine() {
+    for nodes in [3, 5] {
+        let report = run(nodes, Profile::Outage, Mutation::None);
+        assert!(report.violation.is_none(), "{:?}", report.violation);
+    }
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "millions of states: cargo test --release -p nodefence-watchdog"
+)]
+fn rule_c_without_the_majority_is_caught() {
+    caught(
+        &run(5, Profile::Peers, Mutation::PeersWithoutMajority),
+        "release safety",
+    );
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "millions of states: cargo test --release -p nodefence-watchdog"
+)]
+fn the_wait_counted_from_the_mark_alone_is_caught() {
+    caught(
+        &run(3, Profile::ControlPlane, Mutation::WaitFromMarkAlone),
+        "release safety",
+    );
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "millions of states: cargo test --release -p nodefence-watchdog"
+)]
+fn the_drift_margin_dropped_is_caught() {
+    caught(
+        &run(3, Profile::ControlPlane, Mutation::NoDriftMargin),
+        "release safety",
+    );
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "millions of states: cargo test --release -p nodefence-watchdog"
+)]
+fn the_majority_heard_dropped_is_caught() {
+    caught(
+        &run(3, Profile::Peers, Mutation::NoMajorityHeard),
+        "release safety",
+    );
+}

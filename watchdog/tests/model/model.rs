@@ -1,0 +1,671 @@
+//! The watchdog level as a finite model: a leader, an API server, a target node N and
+//! its peers, each companion running nodefence's own feeding rule
+//! ([`Feeding`]) and the leader its own release rule ([`decide`], with [`Heard`] fed
+//! by the beats).
+//!
+//! Time moves in ticks of one second of real time; a companion beats, reads its mark
+//! and asks its peers once a tick. Each clock (the leader's, each companion's, which
+//! also drives its watchdog) runs at 0.9 or 1.1 of real time (the extremes: a rate in
+//! between is bounded by them), chosen at the start: the model's ρ is 10 %, the
+//! largest the rule accepts, so that drift shows at this granularity. I = 2 s,
+//! W = 3 s, no scheduling allowance. Each tick, the environment may change:
+//!
+//! - the connectivity in force: everything up; N cut from everything; N cut from the
+//!   leader only, or from the API server only, or from both; N and one peer (of five,
+//!   also two) cut together from everything else; the leader down; the API server
+//!   down; both (a whole control-plane outage);
+//! - what becomes of this tick's acknowledgements: delivered at once, a tick later,
+//!   or lost;
+//! - a peer's companion crashing (its watchdog stays armed);
+//!
+//! and the leader may take the two halves of fencing N, in either order or together:
+//! it stops acknowledging N without the mark, and it writes the mark. Which of these
+//! a search explores, and how many faults a run may have, is its [`Profile`].
+//!
+//! The protocol then runs: acknowledgements due are delivered; every running companion
+//! beats the leader (which acknowledges it, and learns from its echo and report how
+//! long it held on), reads its mark from the API server, and asks the peers it
+//! reaches; the leader's fencing steps come after the reads (the adversarial order)
+//! and it releases N the moment its rule allows. A companion feeds its watchdog
+//! continuously while its rule holds: its machine is reset W after the last moment it
+//! could feed, its clock's rate applied, rounded to the later millisecond.
+//!
+//! A state is kept relative to now ([`Feeding::shifted_back`], [`Heard::shifted_back`])
+//! and remembers 10 s back (longer than any wait here, so nothing it forgets changes
+//! a decision): the model has no horizon, and the search ends when no step leads to
+//! a new state. Peers are interchangeable, so a state lists them in a canonical order.
+//!
+//! Properties, on every reachable state:
+//! - **release safety**: when N is released, its machine was already reset;
+//! - **outage safety**: in a run whose only faults are the leader, the API server or
+//!   both being down, with no crash and no fencing, no machine is reset.
+
+use std::fmt;
+use std::hash::{BuildHasher, Hash};
+use std::time::Duration;
+
+use nodefence_watchdog::feeding::{Feeding, Reach, Reaching};
+use nodefence_watchdog::release::{Armed, Evidence, Heard, Verdict, decide};
+use nodefence_watchdog::timing::Timing;
+
+use crate::explorer::Model;
+
+const TICK_MS: u64 = 1_000;
+/// How far back a state remembers.
+const MEMORY_MS: u64 = 8_000;
+/// Clock rates, as local = real × num / den.
+const RATES: [(u64, u64); 2] = [(9, 10), (11, 10)];
+const WATCHDOG: Duration = Duration::from_secs(3);
+
+/// A deliberate bug in the rules, to show the model catches it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mutation {
+    None,
+    /// Rule c: one peer saying "neither" is enough.
+    PeersWithoutMajority,
+    /// The wait counted from the mark alone.
+    WaitFromMarkAlone,
+    /// The drift margin dropped from the wait (and from what a beat proves).
+    NoDriftMargin,
+    /// The leader does not ask that a majority of the other companions was heard.
+    NoMajorityHeard,
+}
+
+/// Which part of the protocol a search explores in full. One search over everything
+/// at once is beyond reach (millions of states at the third tick); each basis of the
+/// feeding rule is ruled out by its own condition of the release rule, so each is
+/// explored with every fault that bears on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    /// The leader and API server answers (rules a and b) against the wait: every fault
+    /// of N's links to the leader and the API server, acknowledgements to N delivered,
+    /// late or lost, the two halves of fencing in either order. Peers stay connected
+    /// (the leader hears them; they never say "neither").
+    ControlPlane,
+    /// The peers' answers (rule c) against the majority the leader hears: N cut from
+    /// the control plane from the start; every partition of N with some peers, the
+    /// leader, the API server or both down, acknowledgements delivered or lost, a
+    /// peer's crash.
+    Peers,
+    /// A control-plane outage with no fencing: the leader, the API server or both
+    /// down, acknowledgements delivered, late or lost.
+    Outage,
+}
+
+/// Who is connected this tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Links {
+    AllUp,
+    NodeIsolated,
+    NodeCutFromLeader,
+    NodeCutFromApi,
+    /// N cut from the leader and the API server, not from its peers.
+    NodeCutFromControlPlane,
+    /// N and these peers (a bit set over companion indexes) cut from everything else.
+    NodeWith(u8),
+    LeaderDown,
+    ApiDown,
+    ControlPlaneDown,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    Leader,
+    Api,
+    Companion(usize),
+}
+
+impl Links {
+    fn up(self, a: End, b: End) -> bool {
+        // Which side of a partition an end is on: 0 the rest, 1 N's.
+        let side = |e: End| -> u8 {
+            match (self, e) {
+                (Links::NodeIsolated | Links::NodeWith(_), End::Companion(0)) => 1,
+                (Links::NodeWith(peers), End::Companion(i)) if peers & (1 << i) != 0 => 1,
+                _ => 0,
+            }
+        };
+        let down = |e: End| {
+            matches!(
+                (self, e),
+                (Links::LeaderDown | Links::ControlPlaneDown, End::Leader)
+                    | (Links::ApiDown | Links::ControlPlaneDown, End::Api)
+            )
+        };
+        let cut = |e: End| match self {
+            Links::NodeCutFromLeader => e == End::Leader,
+            Links::NodeCutFromApi => e == End::Api,
+            Links::NodeCutFromControlPlane => matches!(e, End::Leader | End::Api),
+            _ => false,
+        };
+        let severed = (a == End::Companion(0) && cut(b)) || (b == End::Companion(0) && cut(a));
+        !(down(a) || down(b) || side(a) != side(b) || severed)
+    }
+
+    /// The faults the outage property allows.
+    fn control_plane_only(self) -> bool {
+        matches!(
+            self,
+            Links::AllUp | Links::LeaderDown | Links::ApiDown | Links::ControlPlaneDown
+        )
+    }
+
+    fn leader_acts(self) -> bool {
+        !matches!(self, Links::LeaderDown | Links::ControlPlaneDown)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Delivery {
+    Now,
+    Later,
+    Lost,
+}
+
+/// What the environment and the leader do in one tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    links: Links,
+    delivery: Delivery,
+    crash: Option<usize>,
+    stop: bool,
+    mark: bool,
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}, acks {:?}", self.links, self.delivery)?;
+        if let Some(c) = self.crash {
+            write!(f, ", companion {c} crashes")?;
+        }
+        if self.stop {
+            write!(f, ", leader stops acknowledging N")?;
+        }
+        if self.mark {
+            write!(f, ", leader writes the mark")?;
+        }
+        Ok(())
+    }
+}
+
+/// An acknowledgement on its way (due at the next tick).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Ack {
+    /// The companion's clock when it sent the beat answered.
+    beat_sent: Duration,
+    marked: bool,
+    /// The leader's clock when it sent the acknowledgement.
+    sent: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Companion {
+    rate: u8,
+    feeding: Feeding,
+    /// The companion process runs.
+    running: bool,
+    /// Its machine was reset by its watchdog.
+    reset: bool,
+    /// When its watchdog fires, in real ms after now (never while reset).
+    fires_in: u64,
+    /// The leader's clock on the last acknowledgement it received.
+    echo: Option<Duration>,
+    in_flight: Option<Ack>,
+    /// What the leader proved of its hold on the control plane.
+    heard: Heard,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct State {
+    leader_rate: u8,
+    /// The connectivity in force (kept until a fault changes it).
+    links: Links,
+    /// Faults the environment may still inject.
+    faults_left: u8,
+    /// N first, then its peers in a canonical order.
+    companions: Vec<Companion>,
+    /// The last acknowledgement without the mark sent to N (leader clock).
+    last_ack: Option<Duration>,
+    fencing: bool,
+    mark: Option<Duration>,
+    released: bool,
+    crashed: bool,
+    control_plane_only: bool,
+    /// The first property broken, with what happened.
+    broken: Option<String>,
+}
+
+pub struct WatchdogModel {
+    nodes: usize,
+    profile: Profile,
+    /// The fault budget of a run (not in the Outage profile, whose faults are
+    /// unbounded): changes of connectivity, late or lost acknowledgements and a
+    /// crash, each one fault, at any ticks.
+    faults: u8,
+    mutation: Mutation,
+    timing: Timing,
+}
+
+/// The reading of a clock at `rate` `ms` of real time after its origin.
+fn local(rate: u8, ms: u64) -> Duration {
+    let (num, den) = RATES[rate as usize];
+    Duration::from_nanos(ms * 1_000_000 * num / den)
+}
+
+/// The real time (ms after the origin, rounded up) at which a clock at `rate` reads
+/// `reading`.
+fn real(rate: u8, reading: Duration) -> u64 {
+    let (num, den) = RATES[rate as usize];
+    (reading.as_nanos() as u64 * den).div_ceil(num * 1_000_000)
+}
+
+impl WatchdogModel {
+    pub fn new(nodes: usize, profile: Profile, faults: u8, mutation: Mutation) -> Self {
+        Self {
+            nodes,
+            profile,
+            faults,
+            mutation,
+            timing: Timing {
+                isolation_timeout: Duration::from_secs(2),
+                max_drift_ppm: 100_000,
+                scheduling_allowance: Duration::ZERO,
+            },
+        }
+    }
+
+    fn leader_timing(&self) -> Timing {
+        match self.mutation {
+            Mutation::NoDriftMargin => Timing {
+                max_drift_ppm: 0,
+                ..self.timing
+            },
+            _ => self.timing,
+        }
+    }
+
+    fn links(&self) -> Vec<Links> {
+        match self.profile {
+            Profile::ControlPlane => vec![
+                Links::AllUp,
+                Links::NodeIsolated,
+                Links::NodeCutFromLeader,
+                Links::NodeCutFromApi,
+            ],
+            Profile::Outage => vec![
+                Links::AllUp,
+                Links::LeaderDown,
+                Links::ApiDown,
+                Links::ControlPlaneDown,
+            ],
+            Profile::Peers => {
+                let mut all = vec![
+                    Links::NodeCutFromControlPlane,
+                    Links::NodeIsolated,
+                    Links::LeaderDown,
+                    Links::ApiDown,
+                    Links::ControlPlaneDown,
+                ];
+                // N with one peer; with five nodes, also with two.
+                for i in 1..self.nodes {
+                    all.push(Links::NodeWith(1 << i));
+                    if self.nodes >= 5 {
+                        for j in i + 1..self.nodes {
+                            all.push(Links::NodeWith((1 << i) | (1 << j)));
+                        }
+                    }
+                }
+                all
+            }
+        }
+    }
+
+    /// The faults a step injects: a change of connectivity, lost acknowledgements, a
+    /// crash.
+    fn cost(&self, s: &State, step: &Step) -> u8 {
+        u8::from(step.links != s.links)
+            + u8::from(step.delivery != Delivery::Now)
+            + u8::from(step.crash.is_some())
+    }
+
+    /// Whether `a` and `b` reach each other this tick.
+    fn up(&self, links: Links, a: End, b: End) -> bool {
+        let control_plane = |e: End| matches!(e, End::Leader | End::Api);
+        let n_to_cp = (a == End::Companion(0) && control_plane(b))
+            || (b == End::Companion(0) && control_plane(a));
+        links.up(a, b) && !(self.profile == Profile::Peers && n_to_cp)
+    }
+
+    /// Peers in a canonical order (they are interchangeable).
+    fn canonical(&self, mut s: State) -> State {
+        let h = std::hash::BuildHasherDefault::<std::hash::DefaultHasher>::default();
+        s.companions[1..].sort_by_key(|c| h.hash_one(c));
+        s
+    }
+}
+
+impl Model for WatchdogModel {
+    type State = State;
+    type Step = Step;
+
+    fn init(&self) -> Vec<State> {
+        let now = |rate| local(rate, MEMORY_MS);
+        let mut out = Vec::new();
+        for leader_rate in 0..2u8 {
+            for node_rate in 0..2u8 {
+                for peers_rate in 0..2u8 {
+                    let companions = (0..self.nodes)
+                        .map(|i| {
+                            let rate = if i == 0 { node_rate } else { peers_rate };
+                            let mut feeding = Feeding::new(&self.timing);
+                            // Just acknowledged, its watchdog just armed.
+                            feeding.acknowledged(now(rate), false, now(rate));
+                            let fed =
+                                real(rate, now(rate) + self.timing.isolation_timeout) - MEMORY_MS;
+                            Companion {
+                                rate,
+                                feeding,
+                                running: true,
+                                reset: false,
+                                fires_in: fed + real(rate, WATCHDOG),
+                                echo: Some(now(leader_rate)),
+                                in_flight: None,
+                                heard: Heard::default(),
+                            }
+                        })
+                        .collect();
+                    out.push(self.canonical(State {
+                        leader_rate,
+                        links: match self.profile {
+                            Profile::Peers => Links::NodeCutFromControlPlane,
+                            _ => Links::AllUp,
+                        },
+                        faults_left: self.faults,
+                        companions,
+                        last_ack: Some(now(leader_rate)),
+                        fencing: false,
+                        mark: None,
+                        released: false,
+                        crashed: false,
+                        // N's cut from the control plane is a partition.
+                        control_plane_only: self.profile != Profile::Peers,
+                        broken: None,
+                    }));
+                }
+            }
+        }
+        out
+    }
+
+    fn steps(&self, s: &State, out: &mut Vec<Step>) {
+        if s.released || s.broken.is_some() {
+            return;
+        }
+        let crashes: Vec<Option<usize>> = if s.crashed || self.profile != Profile::Peers {
+            vec![None]
+        } else {
+            std::iter::once(None)
+                .chain((1..self.nodes).map(Some))
+                .collect()
+        };
+        let fences: &[(bool, bool)] = match (self.profile, s.fencing, s.mark.is_some()) {
+            (Profile::Outage, ..) => &[(false, false)],
+            // N hears nothing from the control plane: the two halves are one.
+            (Profile::Peers, false, false) => &[(false, false), (true, true)],
+            (Profile::Peers, ..) => &[(false, false)],
+            (_, false, false) => &[(false, false), (true, false), (false, true), (true, true)],
+            (_, true, false) => &[(false, false), (false, true)],
+            (_, false, true) => &[(false, false), (true, false)],
+            (_, true, true) => &[(false, false)],
+        };
+        // A tick is the isolation timeout: an acknowledgement a tick late buys
+        // nothing, as if lost, so "late" is explored where it bears on the rule (N's
+        // answers against the wait) and an outage is answers lost.
+        let deliveries: &[Delivery] = match self.profile {
+            Profile::ControlPlane => &[Delivery::Now, Delivery::Later, Delivery::Lost],
+            _ => &[Delivery::Now, Delivery::Lost],
+        };
+        for links in self.links() {
+            for &delivery in deliveries {
+                for &crash in &crashes {
+                    for &(stop, mark) in fences {
+                        let step = Step {
+                            links,
+                            delivery,
+                            crash,
+                            stop,
+                            mark,
+                        };
+                        if self.profile == Profile::Outage || self.cost(s, &step) <= s.faults_left {
+                            out.push(step);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn apply(&self, s: &State, step: &Step) -> State {
+        self.canonical(self.tick(s, step))
+    }
+
+    fn check(&self, s: &State) -> Result<(), String> {
+        s.broken.clone().map_or(Ok(()), Err)
+    }
+
+    fn describe(&self, s: &State) -> String {
+        let n = &s.companions[0];
+        format!(
+            "N {}, feeds {:?} (fires in {} ms), fencing {}, mark {:?}, released {}",
+            if n.reset { "reset" } else { "running" },
+            n.feeding.may_feed(local(n.rate, MEMORY_MS)),
+            n.fires_in,
+            s.fencing,
+            s.mark,
+            s.released
+        )
+    }
+
+    fn example(&self, s: &State) -> bool {
+        s.released
+    }
+}
+
+impl WatchdogModel {
+    fn tick(&self, s: &State, step: &Step) -> State {
+        let mut s = s.clone();
+        if self.profile != Profile::Outage {
+            s.faults_left -= self.cost(&s, step);
+        }
+        s.links = step.links;
+        let links = step.links;
+        let leader_tick = local(s.leader_rate, TICK_MS);
+        let leader_now = local(s.leader_rate, MEMORY_MS);
+        // One tick later: every clock moves on; watchdogs due fire.
+        s.last_ack = s.last_ack.map(|t| t.saturating_sub(leader_tick));
+        s.mark = s.mark.map(|t| t.saturating_sub(leader_tick));
+        for c in &mut s.companions {
+            let tick = local(c.rate, TICK_MS);
+            c.feeding = c.feeding.shifted_back(tick);
+            c.echo = c.echo.map(|t| t.saturating_sub(leader_tick));
+            c.heard = c.heard.shifted_back(leader_tick);
+            if let Some(ack) = &mut c.in_flight {
+                ack.beat_sent = ack.beat_sent.saturating_sub(tick);
+                ack.sent = ack.sent.saturating_sub(leader_tick);
+            }
+            if !c.reset {
+                c.fires_in = c.fires_in.saturating_sub(TICK_MS);
+                if c.fires_in == 0 {
+                    c.reset = true;
+                    c.running = false;
+                }
+            }
+        }
+        s.control_plane_only &= links.control_plane_only();
+        if let Some(i) = step.crash {
+            s.companions[i].running = false;
+            s.crashed = true;
+        }
+        // Acknowledgements due.
+        for i in 0..self.nodes {
+            let reachable = self.up(links, End::Leader, End::Companion(i));
+            let c = &mut s.companions[i];
+            if let Some(ack) = c.in_flight.take()
+                && c.running
+                && reachable
+            {
+                let now = local(c.rate, MEMORY_MS);
+                c.feeding.acknowledged(ack.beat_sent, ack.marked, now);
+                c.echo = Some(ack.sent);
+            }
+        }
+        // Beats, reads of the mark, peer rounds.
+        let cluster = self.nodes;
+        let leader_acts = links.leader_acts();
+        for i in 0..self.nodes {
+            if !s.companions[i].running {
+                continue;
+            }
+            let now = local(s.companions[i].rate, MEMORY_MS);
+            if leader_acts && self.up(links, End::Companion(i), End::Leader) {
+                let reaching = s.companions[i].feeding.reaching(now);
+                if let Some(echo) = s.companions[i].echo {
+                    let timing = self.leader_timing();
+                    s.companions[i]
+                        .heard
+                        .beat(&timing, leader_now, echo, reaching);
+                }
+                let marked = i == 0 && s.fencing;
+                if i == 0 && !marked {
+                    s.last_ack = Some(leader_now);
+                }
+                let c = &mut s.companions[i];
+                // The peers' acknowledgements are the environment's only in the
+                // profiles about them.
+                let delivery = match self.profile {
+                    Profile::ControlPlane if i != 0 => Delivery::Now,
+                    _ => step.delivery,
+                };
+                match delivery {
+                    Delivery::Now => {
+                        c.feeding.acknowledged(now, marked, now);
+                        c.echo = Some(leader_now);
+                    }
+                    Delivery::Later => {
+                        c.in_flight = Some(Ack {
+                            beat_sent: now,
+                            marked,
+                            sent: leader_now,
+                        });
+                    }
+                    Delivery::Lost => {}
+                }
+            }
+            if self.up(links, End::Companion(i), End::Api) {
+                let marked = i == 0 && s.mark.is_some();
+                s.companions[i].feeding.api_answered(now, marked, now);
+            }
+            let neither = (0..self.nodes)
+                .filter(|&j| j != i && s.companions[j].running)
+                .filter(|&j| self.up(links, End::Companion(i), End::Companion(j)))
+                .filter(|&j| {
+                    let peer = &s.companions[j];
+                    peer.feeding.reach(local(peer.rate, MEMORY_MS)) == Reach::Neither
+                })
+                .count();
+            let neither = match self.mutation {
+                Mutation::PeersWithoutMajority if neither >= 1 => cluster,
+                _ => neither,
+            };
+            s.companions[i]
+                .feeding
+                .peers_answered(now, neither, cluster);
+        }
+        // Feeding, continuously while the rule holds.
+        for c in &mut s.companions {
+            if c.reset {
+                continue;
+            }
+            let now = local(c.rate, MEMORY_MS);
+            let dog = real(c.rate, WATCHDOG);
+            match c.feeding.feeding_until().filter(|_| c.running) {
+                Some(until) if until > now => {
+                    let end_in = real(c.rate, until) - MEMORY_MS;
+                    c.fires_in = c.fires_in.max(end_in + dog);
+                }
+                Some(_) => {}
+                // Stopped (marked, crashed): fed at most until now.
+                None => c.fires_in = c.fires_in.min(dog),
+            }
+            c.feeding.forget_expired(now);
+        }
+        // The leader fences, after the reads.
+        if leader_acts && step.stop {
+            s.fencing = true;
+        }
+        if leader_acts && step.mark && self.up(links, End::Leader, End::Api) {
+            s.mark = Some(leader_now);
+        }
+        // And releases N as soon as its rule allows.
+        if leader_acts && s.mark.is_some() {
+            self.consider_release(&mut s, leader_now);
+        }
+        if s.broken.is_none()
+            && s.control_plane_only
+            && !s.crashed
+            && !s.fencing
+            && s.mark.is_none()
+            && let Some(i) = s.companions.iter().position(|c| c.reset)
+        {
+            s.broken = Some(format!(
+                "outage safety: companion {i}'s machine was reset in a run with only \
+                 control-plane faults"
+            ));
+        }
+        s
+    }
+
+    fn consider_release(&self, s: &mut State, leader_now: Duration) {
+        let evidence = Evidence {
+            armed: Some(Armed {
+                device: "model".into(),
+                granted: WATCHDOG,
+            }),
+            last_ack: match self.mutation {
+                Mutation::WaitFromMarkAlone => None,
+                _ => s.last_ack,
+            },
+            leading_since: Duration::ZERO,
+            mark_written: s.mark,
+            cluster: self.nodes,
+        };
+        let others: Vec<Heard> = match self.mutation {
+            // Every other companion taken as heard throughout.
+            Mutation::NoMajorityHeard => {
+                let mut always = Heard::default();
+                always.beat(
+                    &self.timing,
+                    Duration::ZERO,
+                    Duration::from_secs(3600),
+                    Reaching {
+                        held_for: Duration::ZERO,
+                        valid_for: Duration::from_secs(3600),
+                    },
+                );
+                vec![always; self.nodes - 1]
+            }
+            _ => s.companions[1..].iter().map(|c| c.heard).collect(),
+        };
+        if let Verdict::Release(_) = decide(&self.leader_timing(), &evidence, &others, leader_now) {
+            s.released = true;
+            let n = &s.companions[0];
+            if !n.reset {
+                s.broken = Some(format!(
+                    "release safety: N released while its machine runs (its watchdog fires \
+                     {} ms later)",
+                    n.fires_in
+                ));
+            }
+        }
+    }
+}
