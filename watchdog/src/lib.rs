@@ -6,13 +6,15 @@
 //! A companion on each node arms the node's hardware watchdog and feeds it only while
 //! it is told, freshly, that it may ([`feeding`]). The leader marks a node for fencing
 //! and, once its arithmetic proves the machine reset by its watchdog, releases it
-//! ([`release`]); the arithmetic and its drift margin are in [`timing`].
+//! ([`release`]); the arithmetic and its drift margin are in [`timing`]; the device,
+//! behind one trait, in [`device`].
 //!
 //! The rules are pure (times are readings of monotonic clocks, given by the caller)
 //! and their own crate, so that the model check (`tests/model`) explores every
 //! interleaving of message loss and delay, partitions, crashes and clock drift on an
 //! optimized build in seconds, and shows that four deliberate bugs are each caught.
 
+pub mod device;
 pub mod feeding;
 pub mod release;
 pub mod timing;
