@@ -7,7 +7,8 @@
 //! it is told, freshly, that it may ([`feeding`]). The leader marks a node for fencing
 //! and, once its arithmetic proves the machine reset by its watchdog, releases it
 //! ([`release`]); the arithmetic and its drift margin are in [`timing`]; the device,
-//! behind one trait, in [`device`].
+//! behind one trait, in [`device`]; the heartbeat's sealed datagrams in [`wire`], and
+//! what each end of a session accepts in [`session`].
 //!
 //! The rules are pure (times are readings of monotonic clocks, given by the caller)
 //! and their own crate, so that the model check (`tests/model`) explores every
@@ -17,4 +18,6 @@
 pub mod device;
 pub mod feeding;
 pub mod release;
+pub mod session;
 pub mod timing;
+pub mod wire;

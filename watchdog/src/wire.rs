@@ -1,0 +1,485 @@
+//! The heartbeat's datagrams: a companion's beat, a replica's acknowledgement, and the
+//! question one companion asks its peers with their answer. Binary, fixed layouts,
+//! each sealed with HMAC-SHA256 under a key the two ends share: a beat and its
+//! acknowledgement under the session key a replica gave that companion over TLS (so
+//! only that replica can acknowledge, and only that companion can beat for its node),
+//! the peers' question and answer under the cluster's peer key.
+//!
+//! A datagram is `magic "NFWD" | version 1 | kind | body | MAC (32 bytes)`, the MAC
+//! over everything before it. Anything else is refused before any field is read:
+//! shorter or longer than its kind's exact size, another magic, version or kind, a
+//! MAC that does not verify (compared in constant time). What the fields promise
+//! (a sequence never seen, an acknowledgement of a beat actually sent) is checked by
+//! the session that reads them, not here. Durations are nanoseconds of the sender's
+//! monotonic clock; integers are big-endian.
+
+use std::time::Duration;
+
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+
+/// The first bytes of every datagram.
+pub const MAGIC: [u8; 4] = *b"NFWD";
+/// The layout version.
+pub const VERSION: u8 = 1;
+/// The MAC's length.
+pub const MAC_LEN: usize = 32;
+/// The header: magic, version, kind.
+const HEADER: usize = 6;
+/// The longest datagram of any kind (a listener reads at most this many bytes).
+pub const MAX_DATAGRAM: usize = 256;
+
+/// A shared key (32 random bytes).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Key(pub [u8; 32]);
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Key(..)")
+    }
+}
+
+/// Why a datagram was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    Length,
+    Magic,
+    Version,
+    Kind,
+    Mac,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Refused::Length => "wrong length",
+            Refused::Magic => "not a nodefence datagram",
+            Refused::Version => "another version",
+            Refused::Kind => "unknown kind",
+            Refused::Mac => "MAC does not verify",
+        })
+    }
+}
+
+impl std::error::Error for Refused {}
+
+/// The companion's hold on the watchdog, reported in each beat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WatchdogState {
+    /// No usable device: the companion beats, and nothing rests on its watchdog.
+    None,
+    /// Armed, with the timeout the driver granted.
+    Armed { granted: Duration },
+    /// A clean stop is under way: its watchdog no longer counts.
+    Stopping,
+}
+
+/// A companion's beat (to every replica).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Beat {
+    /// The session the replica gave it (which node it beats for).
+    pub session: u64,
+    /// Increases with every beat of the session.
+    pub seq: u64,
+    /// Its clock when sent.
+    pub sent: Duration,
+    /// The last acknowledgement it received from this replica: the beat it answered,
+    /// and the replica's clock when it was sent.
+    pub echo: Option<(u64, Duration)>,
+    /// How long it has held an answer from the leader or the API server without a
+    /// gap, and how much longer the freshest holds ([`crate::feeding::Reaching`]).
+    pub held_for: Duration,
+    pub valid_for: Duration,
+    pub watchdog: WatchdogState,
+}
+
+/// A replica's acknowledgement of a beat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ack {
+    pub session: u64,
+    /// The beat answered, and its sending time as the beat said (the companion keeps
+    /// its own record and trusts that).
+    pub beat_seq: u64,
+    pub beat_sent: Duration,
+    /// The replica leads: only a leader's acknowledgement lets the node feed.
+    pub leader: bool,
+    /// The node is marked for fencing: stop feeding at once.
+    pub marked: bool,
+    /// The replica's clock when sent (echoed in later beats).
+    pub sent: Duration,
+    /// How many companions the cluster has, and the version of that membership.
+    pub cluster: u16,
+    pub membership: u64,
+}
+
+/// A companion asking its peers whether they reach the control plane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Question {
+    /// The asking node's index in the membership, and a nonce it will accept once.
+    pub from: u16,
+    pub nonce: u64,
+}
+
+/// A peer's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub from: u16,
+    pub nonce: u64,
+    /// 0 neither, 1 the leader, 2 the API server.
+    pub reach: u8,
+}
+
+const BEAT: u8 = 1;
+const ACK: u8 = 2;
+const QUESTION: u8 = 3;
+const ANSWER: u8 = 4;
+
+/// The body sizes.
+const BEAT_BODY: usize = 8 + 8 + 8 + 1 + 8 + 8 + 8 + 8 + 1 + 8;
+const ACK_BODY: usize = 8 + 8 + 8 + 1 + 1 + 8 + 2 + 8;
+const QUESTION_BODY: usize = 2 + 8;
+const ANSWER_BODY: usize = 2 + 8 + 1;
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn new(kind: u8, body: usize) -> Self {
+        let mut v = Vec::with_capacity(HEADER + body + MAC_LEN);
+        v.extend_from_slice(&MAGIC);
+        v.push(VERSION);
+        v.push(kind);
+        Self(v)
+    }
+    fn u8(&mut self, x: u8) -> &mut Self {
+        self.0.push(x);
+        self
+    }
+    fn u16(&mut self, x: u16) -> &mut Self {
+        self.0.extend_from_slice(&x.to_be_bytes());
+        self
+    }
+    fn u64(&mut self, x: u64) -> &mut Self {
+        self.0.extend_from_slice(&x.to_be_bytes());
+        self
+    }
+    fn seal(mut self, key: &Key) -> Vec<u8> {
+        let tag = mac(key, &self.0);
+        self.0.extend_from_slice(&tag);
+        self.0
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> [u8; N] {
+        let (head, rest) = self.0.split_at(N);
+        self.0 = rest;
+        let mut out = [0u8; N];
+        out.copy_from_slice(head);
+        out
+    }
+    fn u8(&mut self) -> u8 {
+        self.take::<1>()[0]
+    }
+    fn u16(&mut self) -> u16 {
+        u16::from_be_bytes(self.take())
+    }
+    fn u64(&mut self) -> u64 {
+        u64::from_be_bytes(self.take())
+    }
+    fn duration(&mut self) -> Duration {
+        Duration::from_nanos(self.u64())
+    }
+}
+
+fn mac(key: &Key, data: &[u8]) -> [u8; MAC_LEN] {
+    // HMAC takes keys of any length: a 32-byte key never fails.
+    let mut m = <Hmac<Sha256> as KeyInit>::new_from_slice(&key.0)
+        .unwrap_or_else(|_| <Hmac<Sha256> as KeyInit>::new(&Default::default()));
+    m.update(data);
+    m.finalize().into_bytes().into()
+}
+
+/// The kind of a datagram, from its header alone (to pick the key that opens it);
+/// `None` when it is not one of ours.
+pub fn kind(datagram: &[u8]) -> Option<u8> {
+    (datagram.len() > HEADER && datagram[..4] == MAGIC && datagram[4] == VERSION)
+        .then(|| datagram[5])
+        .filter(|k| (BEAT..=ANSWER).contains(k))
+}
+
+/// The session a beat or acknowledgement names, before its MAC is checked (to find
+/// the key); nothing else of it may be trusted yet.
+pub fn session_of(datagram: &[u8]) -> Option<u64> {
+    matches!(kind(datagram), Some(BEAT | ACK))
+        .then(|| datagram.get(HEADER..HEADER + 8))
+        .flatten()
+        .map(|b| u64::from_be_bytes(b.try_into().unwrap_or([0; 8])))
+}
+
+/// Checks the header, the exact length and the MAC; the body on success.
+fn open<'a>(datagram: &'a [u8], want: u8, body: usize, key: &Key) -> Result<Reader<'a>, Refused> {
+    if datagram.len() != HEADER + body + MAC_LEN {
+        return Err(Refused::Length);
+    }
+    if datagram[..4] != MAGIC {
+        return Err(Refused::Magic);
+    }
+    if datagram[4] != VERSION {
+        return Err(Refused::Version);
+    }
+    if datagram[5] != want {
+        return Err(Refused::Kind);
+    }
+    let (signed, tag) = datagram.split_at(HEADER + body);
+    let mut m = <Hmac<Sha256> as KeyInit>::new_from_slice(&key.0)
+        .unwrap_or_else(|_| <Hmac<Sha256> as KeyInit>::new(&Default::default()));
+    m.update(signed);
+    m.verify_slice(tag).map_err(|_| Refused::Mac)?;
+    Ok(Reader(&signed[HEADER..]))
+}
+
+impl Beat {
+    pub fn seal(&self, key: &Key) -> Vec<u8> {
+        let mut w = Writer::new(BEAT, BEAT_BODY);
+        let (has_echo, echo_seq, echo_sent) = match self.echo {
+            Some((seq, sent)) => (1, seq, nanos(sent)),
+            None => (0, 0, 0),
+        };
+        let (state, granted) = match self.watchdog {
+            WatchdogState::None => (0, 0),
+            WatchdogState::Armed { granted } => (1, nanos(granted)),
+            WatchdogState::Stopping => (2, 0),
+        };
+        w.u64(self.session)
+            .u64(self.seq)
+            .u64(nanos(self.sent))
+            .u8(has_echo)
+            .u64(echo_seq)
+            .u64(echo_sent)
+            .u64(nanos(self.held_for))
+            .u64(nanos(self.valid_for))
+            .u8(state)
+            .u64(granted);
+        w.seal(key)
+    }
+
+    pub fn open(datagram: &[u8], key: &Key) -> Result<Self, Refused> {
+        let mut r = open(datagram, BEAT, BEAT_BODY, key)?;
+        let session = r.u64();
+        let seq = r.u64();
+        let sent = r.duration();
+        let has_echo = r.u8();
+        let echo = (r.u64(), r.duration());
+        let held_for = r.duration();
+        let valid_for = r.duration();
+        let state = r.u8();
+        let granted = r.duration();
+        let watchdog = match state {
+            0 => WatchdogState::None,
+            1 if !granted.is_zero() => WatchdogState::Armed { granted },
+            2 => WatchdogState::Stopping,
+            _ => return Err(Refused::Kind),
+        };
+        Ok(Self {
+            session,
+            seq,
+            sent,
+            echo: match has_echo {
+                0 => None,
+                1 => Some(echo),
+                _ => return Err(Refused::Kind),
+            },
+            held_for,
+            valid_for,
+            watchdog,
+        })
+    }
+}
+
+impl Ack {
+    pub fn seal(&self, key: &Key) -> Vec<u8> {
+        let mut w = Writer::new(ACK, ACK_BODY);
+        w.u64(self.session)
+            .u64(self.beat_seq)
+            .u64(nanos(self.beat_sent))
+            .u8(u8::from(self.leader))
+            .u8(u8::from(self.marked))
+            .u64(nanos(self.sent))
+            .u16(self.cluster)
+            .u64(self.membership);
+        w.seal(key)
+    }
+
+    pub fn open(datagram: &[u8], key: &Key) -> Result<Self, Refused> {
+        let mut r = open(datagram, ACK, ACK_BODY, key)?;
+        let session = r.u64();
+        let beat_seq = r.u64();
+        let beat_sent = r.duration();
+        let flag = |b: u8| match b {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(Refused::Kind),
+        };
+        let leader = flag(r.u8())?;
+        let marked = flag(r.u8())?;
+        Ok(Self {
+            session,
+            beat_seq,
+            beat_sent,
+            leader,
+            marked,
+            sent: r.duration(),
+            cluster: r.u16(),
+            membership: r.u64(),
+        })
+    }
+}
+
+impl Question {
+    pub fn seal(&self, key: &Key) -> Vec<u8> {
+        let mut w = Writer::new(QUESTION, QUESTION_BODY);
+        w.u16(self.from).u64(self.nonce);
+        w.seal(key)
+    }
+
+    pub fn open(datagram: &[u8], key: &Key) -> Result<Self, Refused> {
+        let mut r = open(datagram, QUESTION, QUESTION_BODY, key)?;
+        Ok(Self {
+            from: r.u16(),
+            nonce: r.u64(),
+        })
+    }
+}
+
+impl Answer {
+    pub fn seal(&self, key: &Key) -> Vec<u8> {
+        let mut w = Writer::new(ANSWER, ANSWER_BODY);
+        w.u16(self.from).u64(self.nonce).u8(self.reach);
+        w.seal(key)
+    }
+
+    pub fn open(datagram: &[u8], key: &Key) -> Result<Self, Refused> {
+        let mut r = open(datagram, ANSWER, ANSWER_BODY, key)?;
+        let a = Self {
+            from: r.u16(),
+            nonce: r.u64(),
+            reach: r.u8(),
+        };
+        if a.reach > 2 {
+            return Err(Refused::Kind);
+        }
+        Ok(a)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const K: Key = Key([7; 32]);
+    const OTHER: Key = Key([8; 32]);
+
+    fn beat() -> Beat {
+        Beat {
+            session: 0x1122_3344_5566_7788,
+            seq: 42,
+            sent: Duration::from_millis(123_456),
+            echo: Some((41, Duration::from_nanos(987_654_321))),
+            held_for: Duration::from_secs(30),
+            valid_for: Duration::from_millis(1_500),
+            watchdog: WatchdogState::Armed {
+                granted: Duration::from_secs(10),
+            },
+        }
+    }
+
+    fn ack() -> Ack {
+        Ack {
+            session: 9,
+            beat_seq: 42,
+            beat_sent: Duration::from_millis(123_456),
+            leader: true,
+            marked: false,
+            sent: Duration::from_secs(77),
+            cluster: 5,
+            membership: 3,
+        }
+    }
+
+    #[test]
+    fn every_kind_round_trips_under_its_key() {
+        let b = beat();
+        let sealed = b.seal(&K);
+        assert_eq!(sealed.len(), HEADER + BEAT_BODY + MAC_LEN);
+        assert!(sealed.len() <= MAX_DATAGRAM);
+        assert_eq!(Beat::open(&sealed, &K), Ok(b.clone()));
+        assert_eq!(session_of(&sealed), Some(b.session));
+        let no_echo = Beat {
+            echo: None,
+            watchdog: WatchdogState::Stopping,
+            ..b
+        };
+        assert_eq!(Beat::open(&no_echo.seal(&K), &K), Ok(no_echo));
+        let a = ack();
+        assert_eq!(Ack::open(&a.seal(&K), &K), Ok(a));
+        let q = Question { from: 3, nonce: 99 };
+        assert_eq!(Question::open(&q.seal(&K), &K), Ok(q));
+        let ans = Answer {
+            from: 4,
+            nonce: 99,
+            reach: 0,
+        };
+        assert_eq!(Answer::open(&ans.seal(&K), &K), Ok(ans));
+    }
+
+    #[test]
+    fn another_key_a_flipped_bit_or_another_kind_is_refused() {
+        let sealed = ack().seal(&K);
+        assert_eq!(Ack::open(&sealed, &OTHER), Err(Refused::Mac), "forged");
+        for i in 0..sealed.len() {
+            let mut bad = sealed.clone();
+            bad[i] ^= 0x01;
+            assert!(Ack::open(&bad, &K).is_err(), "bit flipped in byte {i}");
+        }
+        // A beat is not an acknowledgement, even under the right key.
+        assert_eq!(Ack::open(&beat().seal(&K), &K), Err(Refused::Length));
+        let q = Question { from: 1, nonce: 2 }.seal(&K);
+        assert_eq!(Answer::open(&q, &K), Err(Refused::Length));
+    }
+
+    #[test]
+    fn garbage_short_and_oversized_datagrams_are_refused_before_any_field() {
+        let sealed = beat().seal(&K);
+        assert_eq!(Beat::open(&[], &K), Err(Refused::Length));
+        assert_eq!(
+            Beat::open(&sealed[..sealed.len() - 1], &K),
+            Err(Refused::Length)
+        );
+        let mut long = sealed.clone();
+        long.push(0);
+        assert_eq!(Beat::open(&long, &K), Err(Refused::Length));
+        let mut magic = sealed.clone();
+        magic[0] = b'X';
+        assert_eq!(Beat::open(&magic, &K), Err(Refused::Magic));
+        let mut version = sealed.clone();
+        version[4] = 2;
+        assert_eq!(Beat::open(&version, &K), Err(Refused::Version));
+        assert_eq!(kind(&[0; 300]), None);
+        assert_eq!(session_of(b"NFWD"), None);
+        // Sealed values out of range are refused even with a good MAC.
+        let mut w = Writer::new(ANSWER, ANSWER_BODY);
+        w.u16(1).u64(2).u8(9);
+        assert_eq!(Answer::open(&w.seal(&K), &K), Err(Refused::Kind));
+    }
+
+    #[test]
+    fn the_key_never_prints() {
+        assert_eq!(format!("{K:?}"), "Key(..)");
+    }
+}
