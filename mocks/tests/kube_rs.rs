@@ -457,3 +457,80 @@ async fn a_wrong_or_missing_token_is_401() {
         assert_eq!(r.status().as_u16(), 200, "{path}");
     }
 }
+
+/// A projected token bound to a pod on a node, reviewed as the API server reviews
+/// it: authenticated only for an audience it carries (`status.audiences` the
+/// intersection), the pod and node in `status.user.extra`; revoked, not at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bound_tokens_review_names_its_audiences_pod_and_node() {
+    use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+    use nodefence_mocks::kube::BoundToken;
+
+    let kube = start(false).await;
+    let client = client(&kube).await;
+    kube.issue_token(BoundToken {
+        token: "companion-token".into(),
+        user: "system:serviceaccount:nodefence:nodefence-companion".into(),
+        audiences: vec!["nodefence-companion".into()],
+        pod: Some(("nodefence-companion-x7k2p".into(), "pod-uid-1".into())),
+        node: Some(("worker-1".into(), "node-uid-1".into())),
+    });
+    let reviews: Api<TokenReview> = Api::all(client);
+    let review = |token: &str, audiences: Option<Vec<String>>| {
+        let reviews = reviews.clone();
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: Some(token.into()),
+                audiences,
+            },
+            ..Default::default()
+        };
+        async move {
+            reviews
+                .create(&PostParams::default(), &review)
+                .await
+                .unwrap()
+                .status
+                .unwrap()
+        }
+    };
+    let ok = review(
+        "companion-token",
+        Some(vec!["nodefence-companion".into(), "other".into()]),
+    )
+    .await;
+    assert_eq!(ok.authenticated, Some(true));
+    assert_eq!(ok.audiences, Some(vec!["nodefence-companion".to_string()]));
+    let user = ok.user.unwrap();
+    assert_eq!(
+        user.username.as_deref(),
+        Some("system:serviceaccount:nodefence:nodefence-companion")
+    );
+    let extra = user.extra.unwrap();
+    assert_eq!(
+        extra["authentication.kubernetes.io/node-name"],
+        ["worker-1"]
+    );
+    assert_eq!(
+        extra["authentication.kubernetes.io/node-uid"],
+        ["node-uid-1"]
+    );
+    assert_eq!(
+        extra["authentication.kubernetes.io/pod-name"],
+        ["nodefence-companion-x7k2p"]
+    );
+    // Another audience, or none (the API server's own): not authenticated.
+    for audiences in [Some(vec!["someone-else".to_string()]), None] {
+        let no = review("companion-token", audiences).await;
+        assert_ne!(no.authenticated, Some(true));
+        assert!(
+            no.error
+                .unwrap()
+                .contains("is invalid for the target audiences")
+        );
+    }
+    kube.revoke_token("companion-token");
+    let gone = review("companion-token", Some(vec!["nodefence-companion".into()])).await;
+    assert_ne!(gone.authenticated, Some(true));
+    kube.shutdown().await;
+}

@@ -91,4 +91,6 @@ pub mod strategy;
 pub mod table;
 pub mod watch;
 
-pub use server::{FakeKube, FakeKubeHandle, InProcessKube, RequestRecord, StartError};
+pub use server::{
+    API_AUDIENCE, BoundToken, FakeKube, FakeKubeHandle, InProcessKube, RequestRecord, StartError,
+};

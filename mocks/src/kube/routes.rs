@@ -355,11 +355,85 @@ fn groups_of(user: &str) -> Vec<String> {
 /// The main token's user: kubeadm's admin, in `system:masters`.
 const ADMIN_USER: &str = "kubernetes-admin";
 
+/// `TokenReview` of a bound token (`pkg/serviceaccount`, `authenticator.Audiences`):
+/// authenticated only for the audiences asked (`spec.audiences`, else the API
+/// server's own) that the token carries, `status.audiences` their intersection; the
+/// pod and its node in `status.user.extra`.
+fn bound_token_review(
+    token: &super::server::BoundToken,
+    body: &serde_json::Value,
+) -> serde_json::Value {
+    let asked: Vec<String> = body["spec"]["audiences"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .filter(|a: &Vec<String>| !a.is_empty())
+        .unwrap_or_else(|| vec![super::server::API_AUDIENCE.to_owned()]);
+    let common: Vec<&String> = asked
+        .iter()
+        .filter(|a| token.audiences.contains(a))
+        .collect();
+    if common.is_empty() {
+        return serde_json::json!({
+            "user": {},
+            "error": format!(
+                "[invalid bearer token, token audiences {:?} is invalid for the target audiences {:?}]",
+                token.audiences, asked
+            ),
+        });
+    }
+    let mut extra = serde_json::Map::new();
+    let mut put = |k: &str, v: &str| {
+        extra.insert(
+            format!("authentication.kubernetes.io/{k}"),
+            serde_json::json!([v]),
+        );
+    };
+    if let Some((name, uid)) = &token.pod {
+        put("pod-name", name);
+        put("pod-uid", uid);
+    }
+    if let Some((name, uid)) = &token.node {
+        put("node-name", name);
+        put("node-uid", uid);
+    }
+    serde_json::json!({
+        "authenticated": true,
+        "user": {
+            "username": token.user,
+            "uid": format!("uid-{}", token.user),
+            "groups": groups_of(&token.user),
+            "extra": extra,
+        },
+        "audiences": common,
+    })
+}
+
 /// `TokenReview`: who a bearer token belongs to: the main token is the admin (in
-/// `system:masters`), a restricted identity's is its user; any other is not
+/// `system:masters`), a restricted identity's is its user, a bound token's its
+/// ServiceAccount with its pod and node ([`bound_token_review`]); any other is not
 /// authenticated, with the API server's error.
 fn token_review(shared: &Shared, body: &serde_json::Value) -> serde_json::Value {
     let token = body["spec"]["token"].as_str().unwrap_or_default();
+    let bound = shared
+        .bound
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .find(|b| !token.is_empty() && b.token == token)
+        .cloned();
+    if let Some(bound) = bound {
+        return serde_json::json!({
+            "kind": "TokenReview",
+            "apiVersion": "authentication.k8s.io/v1",
+            "metadata": { "creationTimestamp": null },
+            "spec": body["spec"].clone(),
+            "status": bound_token_review(&bound, body),
+        });
+    }
     let user = if token.is_empty() {
         None
     } else if token == shared.token {

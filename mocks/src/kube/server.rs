@@ -72,6 +72,26 @@ pub struct Identity {
     pub policy: super::authz::Policy,
 }
 
+/// A projected ServiceAccount token bound to a pod and its node, with its audiences:
+/// what the kubelet mounts from a `serviceAccountToken` volume source. A TokenReview
+/// reports it as the real API server does (`status.audiences`, the pod and node in
+/// `status.user.extra`); it is not accepted on the API itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BoundToken {
+    pub token: String,
+    /// `system:serviceaccount:NS:NAME`.
+    pub user: String,
+    pub audiences: Vec<String>,
+    /// The pod it is bound to: name, uid.
+    pub pod: Option<(String, String)>,
+    /// The pod's node: name, uid (`ServiceAccountTokenPodNodeInfo`, on from 1.30).
+    pub node: Option<(String, String)>,
+}
+
+/// The API server's own audience, which a TokenReview asking for none is checked
+/// against.
+pub const API_AUDIENCE: &str = "https://kubernetes.default.svc.cluster.local";
+
 /// State shared by every request handler.
 pub(crate) struct Shared {
     pub store: Store,
@@ -82,6 +102,8 @@ pub(crate) struct Shared {
     pub admin: Option<Arc<dyn AdminHook>>,
     /// Restricted identities, by token.
     pub identities: Vec<Identity>,
+    /// Bound tokens issued so far ([`FakeKubeHandle::issue_token`]).
+    pub bound: Mutex<Vec<BoundToken>>,
     /// The custom resource types of the store's CRDs.
     crds: crd::Cache,
     /// Group-versions served by other programs behind the aggregator.
@@ -303,6 +325,7 @@ impl FakeKube {
             },
             admin: self.admin.clone(),
             identities: self.identities.clone(),
+            bound: Mutex::new(Vec::new()),
             crds: crd::Cache::default(),
             aggregated: self.aggregated.clone(),
             log: Mutex::new(Vec::new()),
@@ -403,6 +426,20 @@ impl std::fmt::Debug for FakeKubeHandle {
 }
 
 impl FakeKubeHandle {
+    /// Issues a bound token (a kubelet projecting one into a pod, or rotating it): a
+    /// TokenReview then answers for it; one with the same token is replaced.
+    pub fn issue_token(&self, token: BoundToken) {
+        let mut bound = self.shared.bound.lock().unwrap_or_else(|p| p.into_inner());
+        bound.retain(|b| b.token != token.token);
+        bound.push(token);
+    }
+
+    /// Revokes a bound token (its pod deleted): a TokenReview no longer authenticates it.
+    pub fn revoke_token(&self, token: &str) {
+        let mut bound = self.shared.bound.lock().unwrap_or_else(|p| p.into_inner());
+        bound.retain(|b| b.token != token);
+    }
+
     /// `http://127.0.0.1:PORT` or `https://localhost:PORT`, no trailing slash.
     pub fn base_url(&self) -> String {
         self.base_url.clone()
