@@ -12,8 +12,8 @@
 //! A pass starts every `monitor_interval`, counted from the previous pass's start (a
 //! fixed rate), and spreads its checks evenly over the interval ([`spacing`]): at 5,000
 //! nodes every 5 min, one check every 60 ms, all the time, so no stretch of the cycle
-//! holds more than its share of the TLS handshakes (a pass over half the interval and
-//! a wait after it put the daemon's CPU at twice its average for half the cycle). A
+//! holds more than its share of the TLS handshakes (a pass over half the interval, then
+//! a whole interval's wait, put the monitor's CPU into a third of the cycle). A
 //! small cluster's checks are [`MAX_SPACING`] apart at most: its pass is over in
 //! seconds. Each check is spawned at its turn, at most `concurrency` at once, and its
 //! outcome is judged (metrics, Events) as soon as it ends. A pass that outlasts the
@@ -141,10 +141,9 @@ pub async fn check_all(
 }
 
 /// The longest wait between two nodes' checks in a pass: a small cluster's pass is
-/// over in seconds (20 nodes: 2 s), whatever the interval. It also bounds how often
-/// the monitor reads below `interval / MAX_SPACING` nodes (3,000 every 5 min): at
-/// most 10 checks a second, less than the 17 a second of 5,000 nodes spread over the
-/// default interval.
+/// over in seconds (20 nodes: 2 s), whatever the interval. Below `interval /
+/// MAX_SPACING` nodes (3,000 every 5 min) it sets the rate: 10 checks a second,
+/// fewer than the 17 a second of 5,000 nodes over the default interval.
 pub const MAX_SPACING: Duration = Duration::from_millis(100);
 
 /// The wait between two nodes' checks in a pass every `interval` over `nodes`: the
