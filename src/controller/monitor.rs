@@ -7,6 +7,21 @@
 //! raises a Normal Event (`BmcCheckRecovered`). Only transitions produce Events. The
 //! check is read-only; requests share the drivers' concurrency bound with fencing.
 //!
+//! # Pacing
+//!
+//! A pass starts every `monitor_interval`, counted from the previous pass's start (a
+//! fixed rate), and spreads its checks evenly over the interval ([`spacing`]): at 5,000
+//! nodes every 5 min, one check every 60 ms, all the time, so no stretch of the cycle
+//! holds more than its share of the TLS handshakes (a pass over half the interval, then
+//! a whole interval's wait, put the monitor's CPU into a third of the cycle). A
+//! small cluster's checks are [`MAX_SPACING`] apart at most: its pass is over in
+//! seconds. Each check is spawned at its turn, at most `concurrency` at once, and its
+//! outcome is judged (metrics, Events) as soon as it ends. A pass that outlasts the
+//! interval (slow or unreachable BMCs) is followed by the next at once, paced the same
+//! way: passes never overlap and never burst. A check that could not start at its turn
+//! (every slot busy) moves the later turns back rather than letting them catch up at
+//! once.
+//!
 //! # Fencing topologies
 //!
 //! A node with `fallback` methods ([`crate::power::topology`]) has every level checked
@@ -37,9 +52,11 @@
 //! - `IdentityMatch` (Normal): a node that was in mismatch matches again.
 //!
 //! Nodes absent from the channel are not checked (no Event, no metric): the cluster
-//! has not told us about them yet. When the channel changes between passes, the nodes
-//! whose identity changed are re-checked at once from the drivers' remembered
-//! identity (no BMC request for Redfish once its system was read).
+//! has not told us about them yet. When the channel changes, during a pass or between
+//! two, the nodes whose identity changed are re-checked at once from the drivers'
+//! remembered identity (no BMC request for Redfish once its system was read); in the
+//! first pass, only the nodes it has reached (the others are read at their turn: a
+//! change is not a burst of requests to BMCs never read).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -97,9 +114,10 @@ impl MonitorState {
     }
 }
 
-/// One pass over every node. `failing` carries the previous outcomes (node → error
-/// text) between passes, `identity` the cross-check results; `identities` is what the
-/// cluster says about each node. Returns how many nodes failed the power check.
+/// One pass over every node, all at once (at most `concurrency` in flight). `failing`
+/// carries the previous outcomes (node → error text) between passes, `identity` the
+/// cross-check results; `identities` is what the cluster says about each node.
+/// Returns how many nodes failed the power check.
 pub async fn check_all(
     drivers: &NodeDrivers,
     failing: &mut BTreeMap<String, String>,
@@ -109,68 +127,71 @@ pub async fn check_all(
     recorder: Option<&Recorder>,
     concurrency: usize,
 ) -> usize {
-    check_all_paced(
-        drivers,
-        failing,
-        identities,
-        identity,
-        metrics,
-        recorder,
+    let mut pass = Pass::new(
+        entries(drivers),
+        Probe::PowerAndIdentity,
         concurrency,
         Duration::ZERO,
-    )
-    .await
+    );
+    let mut failed = 0;
+    while let Some(outcome) = pass.next().await {
+        failed += judge(outcome, failing, identities, identity, metrics, recorder).await;
+    }
+    failed
 }
 
 /// The longest wait between two nodes' checks in a pass: a small cluster's pass is
-/// over in seconds, whatever the interval.
-pub const MAX_SPACING: Duration = Duration::from_millis(50);
+/// over in seconds (20 nodes: 2 s), whatever the interval. Below `interval /
+/// MAX_SPACING` nodes (3,000 every 5 min) it sets the rate: 10 checks a second,
+/// fewer than the 17 a second of 5,000 nodes over the default interval.
+pub const MAX_SPACING: Duration = Duration::from_millis(100);
 
 /// The wait between two nodes' checks in a pass every `interval` over `nodes`: the
-/// pass takes at most half the interval, and never bursts (a burst over thousands of
-/// BMCs holds thousands of TLS connections at once: 220 MiB at 5,000 nodes).
+/// pass is spread evenly over the whole interval (5,000 nodes every 5 min: 60 ms),
+/// at most [`MAX_SPACING`]. Never a burst: a burst over thousands of BMCs holds
+/// thousands of TLS connections at once (220 MiB at 5,000 nodes), and a pass over
+/// part of the interval concentrates the monitor's CPU in that part.
 pub fn spacing(interval: Duration, nodes: usize) -> Duration {
     let nodes = u32::try_from(nodes.max(1)).unwrap_or(u32::MAX);
-    (interval / 2 / nodes).min(MAX_SPACING)
+    (interval / nodes).min(MAX_SPACING)
 }
 
-/// [`check_all`], starting one node's check every `spacing`.
-#[allow(clippy::too_many_arguments)]
-pub async fn check_all_paced(
-    drivers: &NodeDrivers,
+/// Each node and its driver, in name order (the order of a pass).
+fn entries(drivers: &NodeDrivers) -> Vec<Entry> {
+    drivers
+        .iter()
+        .map(|(node, driver)| (node.clone(), driver.clone()))
+        .collect()
+}
+
+/// Records one node's check: its power (gauge, Events on transitions), its topology's
+/// levels, its identity. Returns 1 when its power check failed.
+async fn judge(
+    outcome: Outcome,
     failing: &mut BTreeMap<String, String>,
     identities: &watch::Receiver<NodeIdentities>,
     identity: &mut MonitorState,
     metrics: &Metrics,
     recorder: Option<&Recorder>,
-    concurrency: usize,
-    spacing: Duration,
 ) -> usize {
-    let entries: Vec<Entry> = drivers
-        .iter()
-        .map(|(node, driver)| (node.clone(), driver.clone()))
-        .collect();
-    let results = probe(entries, Probe::PowerAndIdentity, concurrency, spacing).await;
+    let Outcome {
+        node,
+        driver,
+        power,
+        machine,
+        levels,
+    } = outcome;
     let mut failed = 0;
-    for outcome in results {
-        let Outcome {
-            node,
-            driver,
-            power,
-            machine,
-            levels,
-        } = outcome;
-        if let Some(result) = power {
-            failed += usize::from(result.is_err());
-            power_transition(&node, driver, result, failing, metrics, recorder).await;
-        }
-        if !levels.is_empty() {
-            level_transitions(&node, &levels, identity, metrics, recorder).await;
-        }
-        if let Some(machine) = machine {
-            let known = known_identity(identities, &node);
-            judge_identity(&node, driver, machine, known, identity, metrics, recorder).await;
-        }
+    if let Some(result) = power {
+        failed += usize::from(result.is_err());
+        power_transition(&node, driver, result, failing, metrics, recorder).await;
+    }
+    if !levels.is_empty() {
+        level_transitions(&node, &levels, identity, metrics, recorder).await;
+    }
+    if let Some(machine) = machine {
+        let known = known_identity(identities, &node);
+        judge_identity(&node, driver, machine, known, identity, metrics, recorder).await;
     }
     failed
 }
@@ -188,12 +209,39 @@ pub async fn recheck_identities(
     recorder: Option<&Recorder>,
     concurrency: usize,
 ) -> usize {
+    recheck_identities_of(
+        drivers,
+        failing,
+        identities,
+        identity,
+        metrics,
+        recorder,
+        concurrency,
+        |_| true,
+    )
+    .await
+}
+
+/// [`recheck_identities`] of the nodes `read` says were read already (the others are
+/// left to their turn in the pass).
+#[allow(clippy::too_many_arguments)]
+async fn recheck_identities_of(
+    drivers: &NodeDrivers,
+    failing: &BTreeMap<String, String>,
+    identities: &watch::Receiver<NodeIdentities>,
+    identity: &mut MonitorState,
+    metrics: &Metrics,
+    recorder: Option<&Recorder>,
+    concurrency: usize,
+    read: impl Fn(&str) -> bool,
+) -> usize {
     let entries: Vec<Entry> = {
         let known = identities.borrow();
         drivers
             .iter()
             .filter(|(node, driver)| {
                 driver.is_ok()
+                    && read(node)
                     && !failing.contains_key(*node)
                     && known
                         .get(*node)
@@ -257,42 +305,99 @@ fn known_identity(
     identities.borrow().get(node).cloned()
 }
 
-/// Runs the checks concurrently (at most `concurrency` at once), the `i`-th starting no
-/// earlier than `i × spacing` into the pass. A check is spawned when its turn comes and
-/// collected when it ends, so at most `concurrency` tasks exist at once (spawning a
-/// whole pass up front kept one task per node alive for the pass).
+/// Every outcome of a pass over `entries` ([`Pass`]), in node name order.
 async fn probe(
     entries: Vec<Entry>,
     what: Probe,
     concurrency: usize,
     spacing: Duration,
 ) -> Vec<Outcome> {
-    let concurrency = concurrency.max(1);
-    let mut checks = tokio::task::JoinSet::new();
     let mut results = Vec::with_capacity(entries.len());
-    let collect = |done: Result<Outcome, tokio::task::JoinError>, results: &mut Vec<Outcome>| {
-        if let Ok(outcome) = done {
-            results.push(outcome);
-        }
-    };
-    let start = tokio::time::Instant::now();
-    for (i, entry) in entries.into_iter().enumerate() {
-        tokio::time::sleep_until(start + spacing * u32::try_from(i).unwrap_or(u32::MAX)).await;
-        while let Some(done) = checks.try_join_next() {
-            collect(done, &mut results);
-        }
-        while checks.len() >= concurrency {
-            if let Some(done) = checks.join_next().await {
-                collect(done, &mut results);
-            }
-        }
-        checks.spawn(check_one(entry, what));
-    }
-    while let Some(done) = checks.join_next().await {
-        collect(done, &mut results);
+    let mut pass = Pass::new(entries, what, concurrency, spacing);
+    while let Some(outcome) = pass.next().await {
+        results.push(outcome);
     }
     results.sort_by(|a, b| a.node.cmp(&b.node));
     results
+}
+
+/// One pass's checks, run concurrently (at most `concurrency` at once), one starting
+/// every `spacing` from the pass's start. A check is spawned when its turn comes and
+/// collected when it ends, so at most `concurrency` tasks exist at once (spawning a
+/// whole pass up front kept one task per node alive for the pass). A turn that could
+/// not be kept (every slot busy) moves the later ones back: they do not catch up in
+/// a burst.
+struct Pass {
+    /// The checks not started yet, in order.
+    entries: std::vec::IntoIter<Entry>,
+    what: Probe,
+    concurrency: usize,
+    spacing: Duration,
+    /// When the next check is due.
+    due: tokio::time::Instant,
+    checks: tokio::task::JoinSet<Outcome>,
+}
+
+impl Pass {
+    /// Starts now: the first check is due at once.
+    fn new(entries: Vec<Entry>, what: Probe, concurrency: usize, spacing: Duration) -> Self {
+        Self {
+            entries: entries.into_iter(),
+            what,
+            concurrency: concurrency.max(1),
+            spacing,
+            due: tokio::time::Instant::now(),
+            checks: tokio::task::JoinSet::new(),
+        }
+    }
+
+    /// Whether `node`'s turn has come (entries are in name order).
+    fn reached(&self, node: &str) -> bool {
+        self.entries
+            .as_slice()
+            .first()
+            .is_none_or(|(next, _)| node < next.as_str())
+    }
+
+    /// The next check to end, starting the others at their turns meanwhile; `None`
+    /// once every check has ended. Cancel-safe: dropped while it waits, nothing is
+    /// lost (a check is spawned, and its turn counted, in one step).
+    async fn next(&mut self) -> Option<Outcome> {
+        loop {
+            while let Some(done) = self.checks.try_join_next() {
+                if let Ok(outcome) = done {
+                    return Some(outcome);
+                }
+            }
+            if self.entries.len() == 0 || self.checks.len() >= self.concurrency {
+                match self.checks.join_next().await {
+                    None => return None,
+                    Some(Ok(outcome)) => return Some(outcome),
+                    Some(Err(_)) => continue,
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(self.due) => {
+                    if let Some(entry) = self.entries.next() {
+                        self.checks.spawn(check_one(entry, self.what));
+                    }
+                    // Late by more than a turn (every slot was busy): the next turn is
+                    // a spacing from now, not from the turn missed.
+                    let now = tokio::time::Instant::now();
+                    self.due = if now > self.due + self.spacing {
+                        now + self.spacing
+                    } else {
+                        self.due + self.spacing
+                    };
+                }
+                Some(done) = self.checks.join_next(), if !self.checks.is_empty() => {
+                    if let Ok(outcome) = done {
+                        return Some(outcome);
+                    }
+                }
+            }
+        }
+    }
 }
 
 async fn check_one((node, driver): Entry, what: Probe) -> Outcome {
@@ -599,9 +704,11 @@ async fn publish_as(
     }
 }
 
-/// Runs passes every `interval` until the task is dropped (aborted with its term).
-/// Between passes, a change on `identities` re-checks the identity of the nodes it
-/// changed (see [`recheck_identities`]).
+/// Runs a pass every `interval` (from one pass's start to the next's; at once after a
+/// pass that took longer) until the task is dropped (aborted with its term). A change
+/// on `identities`, during a pass or between two, re-checks the identity of the nodes
+/// it changed (see [`recheck_identities`]); during the first pass, of those it has
+/// reached.
 pub async fn run(
     drivers: Arc<NodeDrivers>,
     interval: Duration,
@@ -613,20 +720,54 @@ pub async fn run(
     let mut failing = BTreeMap::new();
     let mut identity = MonitorState::default();
     let mut channel_open = true;
+    let spacing = spacing(interval, drivers.len());
+    // The pass reads every node's identity as it goes: what the channel holds now is
+    // not a change to re-check at once.
+    identities.mark_unchanged();
+    let mut first = true;
     loop {
-        identities.mark_unchanged();
-        check_all_paced(
-            &drivers,
-            &mut failing,
-            &identities,
-            &mut identity,
-            &metrics,
-            recorder.as_ref(),
+        let start = tokio::time::Instant::now();
+        let mut pass = Pass::new(
+            entries(&drivers),
+            Probe::PowerAndIdentity,
             concurrency,
-            spacing(interval, drivers.len()),
-        )
-        .await;
-        let next = tokio::time::Instant::now() + interval;
+            spacing,
+        );
+        loop {
+            tokio::select! {
+                outcome = pass.next() => {
+                    let Some(outcome) = outcome else { break };
+                    judge(
+                        outcome,
+                        &mut failing,
+                        &identities,
+                        &mut identity,
+                        &metrics,
+                        recorder.as_ref(),
+                    )
+                    .await;
+                }
+                changed = identities.changed(), if channel_open => {
+                    if changed.is_err() {
+                        channel_open = false;
+                        continue;
+                    }
+                    recheck_identities_of(
+                        &drivers,
+                        &failing,
+                        &identities,
+                        &mut identity,
+                        &metrics,
+                        recorder.as_ref(),
+                        concurrency,
+                        |node| !first || pass.reached(node),
+                    )
+                    .await;
+                }
+            }
+        }
+        first = false;
+        let next = start + interval;
         loop {
             tokio::select! {
                 () = tokio::time::sleep_until(next) => break,

@@ -20,6 +20,8 @@ pub mod colour {
     pub const TEXT: &str = "#222222";
     pub const BACKGROUND: &str = "#ffffff";
     pub const SHADE: &str = "#f2f2f2";
+    /// Behind a marked stretch of bars (the worst 10 s of a window).
+    pub const WORST: &str = "#f9d9d4";
 }
 
 /// `text` with the five XML special characters escaped (for text and attributes).

@@ -296,7 +296,7 @@ fn fleet_chart_has_a_dot_per_sample_and_a_bar_per_interval() {
     assert_eq!(with_class(&elements, "target").len(), 2, "RSS and CPU");
     let all_texts = texts(&elements);
     assert!(all_texts.contains(&"target ≤ 50 MiB"), "{all_texts:?}");
-    assert!(all_texts.contains(&"target ≤ 5 % (average)"));
+    assert!(all_texts.contains(&"target ≤ 5 % (any 10 s)"));
     // The RSS target line at 50 MiB: the samples above it are those over 50 MiB.
     let samples_over = json["results"]["samples"]
         .as_array()
@@ -310,6 +310,107 @@ fn fleet_chart_has_a_dot_per_sample_and_a_bar_per_interval() {
         .filter(|d| d.number("cy") < rss_target)
         .count();
     assert_eq!(dots_over, samples_over);
+}
+
+#[test]
+fn fleet_chart_marks_the_worst_10_s_over_its_bars() {
+    let json = fixture_json("fleet_steady_state");
+    let worst = &json["results"]["worst_10s"];
+    let (start, end) = (
+        worst["start_s"].as_f64().unwrap(),
+        worst["end_s"].as_f64().unwrap(),
+    );
+    let intervals_inside = json["results"]["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| (start..=end).contains(&s["t_s"].as_f64().unwrap()))
+        .count()
+        - 1;
+    let svg = &render(&fixture())["fleet_steady_state.svg"];
+    let elements = parse(svg);
+    let band = with_class(&elements, "worst");
+    assert_eq!(band.len(), 1, "one band");
+    let (left, right) = (
+        band[0].number("x"),
+        band[0].number("x") + band[0].number("width"),
+    );
+    let bars_inside = with_class(&elements, "sample cpu")
+        .iter()
+        .filter(|b| b.number("x") >= left && b.number("x") + b.number("width") <= right)
+        .count();
+    assert_eq!(
+        bars_inside, intervals_inside,
+        "the band covers its sampling intervals"
+    );
+    assert_eq!(with_class(&elements, "worst level").len(), 1);
+    let label = format!("worst 10 s {:.1} %", worst["cpu_percent"].as_f64().unwrap());
+    assert!(texts(&elements).contains(&label.as_str()), "{label}");
+}
+
+#[test]
+fn the_worst_10_s_must_be_there_and_be_what_the_samples_say() {
+    let dir = fixture_with("fleet_steady_state", |j| {
+        j["results"].as_object_mut().unwrap().remove("worst_10s");
+    });
+    let e = error_of(dir.path());
+    assert!(
+        e.contains("fleet_steady_state.json: field `results`: missing field `worst_10s`"),
+        "{e}"
+    );
+
+    let dir = fixture_with("fleet_steady_state", |j| {
+        let cpu = j["results"]["worst_10s"]["cpu_percent"].as_f64().unwrap();
+        j["results"]["worst_10s"]["cpu_percent"] = Value::from(cpu - 1.0);
+    });
+    let e = error_of(dir.path());
+    assert!(
+        e.contains("field `results.worst_10s.cpu_percent`")
+            && e.contains("the samples at its start and end say"),
+        "{e}"
+    );
+
+    let dir = fixture_with("fleet_steady_state", |j| {
+        let start = j["results"]["worst_10s"]["start_s"].as_f64().unwrap();
+        j["results"]["worst_10s"]["start_s"] = Value::from(start + 0.5);
+    });
+    let e = error_of(dir.path());
+    assert!(
+        e.contains("field `results.worst_10s.start_s`")
+            && e.contains("is not the time of a sample"),
+        "{e}"
+    );
+
+    // Another 10 s of the window, with its own figure: not the worst.
+    let dir = fixture_with("fleet_steady_state", |j| {
+        let samples = j["results"]["samples"].as_array().unwrap().clone();
+        let worst = j["results"]["worst_10s"].clone();
+        let at = |t: &Value| samples.iter().position(|s| s["t_s"] == *t).unwrap();
+        let (from, to) = (at(&worst["start_s"]), at(&worst["end_s"]));
+        let gap = to - from;
+        let window_start = j["results"]["window"]["start_s"].as_f64().unwrap();
+        let cpu = |a: &Value, b: &Value| {
+            (b["cpu_s"].as_f64().unwrap() - a["cpu_s"].as_f64().unwrap())
+                / (b["t_s"].as_f64().unwrap() - a["t_s"].as_f64().unwrap())
+                * 100.0
+        };
+        let other = (0..samples.len() - gap)
+            .filter(|&i| samples[i]["t_s"].as_f64().unwrap() >= window_start)
+            .min_by(|&a, &b| {
+                cpu(&samples[a], &samples[a + gap]).total_cmp(&cpu(&samples[b], &samples[b + gap]))
+            })
+            .unwrap();
+        let (a, b) = (&samples[other], &samples[other + gap]);
+        j["results"]["worst_10s"] = serde_json::json!({
+            "start_s": a["t_s"], "end_s": b["t_s"],
+            "cpu_percent": (cpu(a, b) * 1000.0).round() / 1000.0,
+        });
+    });
+    let e = error_of(dir.path());
+    assert!(
+        e.contains("field `results.worst_10s.cpu_percent`") && e.contains(" took "),
+        "{e}"
+    );
 }
 
 #[test]
