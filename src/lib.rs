@@ -22,6 +22,8 @@
 //!   metrics and health server, one controller per term.
 //! - [`telemetry`]: Prometheus metrics, `/healthz` and `/readyz`.
 //! - [`cli`]: one module per subcommand; `main.rs` only dispatches.
+//! - [`heartbeat`]: the companions' heartbeat, nodefence's side (hello, beats, the
+//!   table every replica keeps); [`companion`]: `nodefence companion`, the node's side.
 //! - `demo`: `nodefence demo`: the whole story on one machine against the mocks; only
 //!   with the `demo` feature (on by default, off in the image: it brings the mocks).
 //! - [`clock`]: the process's clock, replaceable in simulations.
@@ -35,6 +37,7 @@
 pub mod cli;
 pub mod clock;
 pub mod cluster;
+pub mod companion;
 pub mod config;
 pub mod controller;
 pub mod daemon;
@@ -43,6 +46,7 @@ pub mod demo;
 pub mod engine;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod heartbeat;
 pub mod identity;
 pub mod metal3;
 pub mod power;

@@ -28,6 +28,7 @@ mod exec_driver;
 mod exec_fencing;
 mod fast_path;
 mod ha;
+mod heartbeat;
 mod hostile;
 mod identity;
 mod ipmi_driver;

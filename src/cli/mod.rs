@@ -12,6 +12,7 @@
 //! | 5 | refused: `fence` was not sent, the machine is not proven to be the node's own |
 
 mod cluster_args;
+mod companion;
 #[cfg(feature = "demo")]
 mod demo;
 mod explain;
@@ -119,6 +120,9 @@ pub enum Command {
     Resume(pause::ResumeArgs),
     /// What nodefence sees about one node and what it would do now.
     Explain(explain::ExplainArgs),
+    /// The per-node agent of hardware-watchdog fencing (a DaemonSet): arms the node's
+    /// watchdog and feeds it only while nodefence says it may.
+    Companion(companion::CompanionArgs),
     /// Show the TLS certificate a node's BMC (or a URL) presents and the inventory
     /// line that trusts exactly it.
     TlsFingerprint(tls_fingerprint::TlsFingerprintArgs),
@@ -155,6 +159,7 @@ pub fn run(cli: Cli) -> ExitCode {
             Command::Resume(args) => pause::resume(args).await,
             Command::Explain(args) => explain::run(&cli.config, args).await,
             Command::TlsFingerprint(args) => tls_fingerprint::run(&cli.config, args).await,
+            Command::Companion(args) => companion::run(args).await,
         }
     });
     ExitCode::from(code)

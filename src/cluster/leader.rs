@@ -73,6 +73,12 @@ impl Leadership {
         }
     }
 
+    /// A leadership never held (a standby, in tests).
+    pub fn never() -> Self {
+        let (_tx, rx) = watch::channel(None);
+        Self { valid_until: rx }
+    }
+
     /// A leadership that is always held (for `--dry-run` and single-replica tests).
     pub fn always() -> Self {
         let (_tx, rx) = watch::channel(Some(

@@ -5,4 +5,4 @@
 //! The rules (the companion's feeding rule, the leader's release rule, their timing)
 //! are the crate `nodefence-watchdog`, re-exported here: pure and model-checked.
 
-pub use nodefence_watchdog::{feeding, release, timing};
+pub use nodefence_watchdog::{device, feeding, release, session, timing, wire};

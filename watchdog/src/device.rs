@@ -168,7 +168,7 @@ pub enum Disarmed {
 }
 
 /// A machine's watchdog, armed: the companion feeds it while its rule allows.
-pub trait Watchdog: Send {
+pub trait Watchdog: Send + Sync {
     fn info(&self) -> &DeviceInfo;
     /// The timeout the driver granted, read back.
     fn granted(&self) -> Duration;
@@ -334,5 +334,72 @@ mod tests {
         assert_eq!(seconds(Duration::from_millis(10)), 1);
         assert_eq!(seconds(Duration::from_secs(10)), 10);
         assert_eq!(seconds(Duration::from_secs(u64::MAX)), i32::MAX);
+    }
+}
+
+/// A watchdog in memory, for tests: counts its feeds, keeps the last, and can be
+/// told to refuse to stop (`nowayout`). Clones share their state.
+#[derive(Debug, Clone)]
+pub struct RecordingWatchdog {
+    info: DeviceInfo,
+    granted: Duration,
+    state: std::sync::Arc<std::sync::Mutex<Recorded>>,
+    nowayout: bool,
+}
+
+/// What a [`RecordingWatchdog`] saw.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recorded {
+    pub feeds: u64,
+    pub last_feed: Option<std::time::Instant>,
+    pub disarmed: bool,
+}
+
+impl RecordingWatchdog {
+    pub fn new(identity: &str, granted: Duration, nowayout: bool) -> Self {
+        Self {
+            info: DeviceInfo {
+                identity: identity.to_string(),
+                options: OPTION_SET_TIMEOUT | OPTION_MAGIC_CLOSE,
+                firmware_version: 0,
+            },
+            granted,
+            state: Default::default(),
+            nowayout,
+        }
+    }
+
+    /// What it saw so far.
+    pub fn recorded(&self) -> Recorded {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl Watchdog for RecordingWatchdog {
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn granted(&self) -> Duration {
+        self.granted
+    }
+
+    fn feed(&mut self) -> io::Result<()> {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.feeds += 1;
+        s.last_feed = Some(std::time::Instant::now());
+        Ok(())
+    }
+
+    fn disarm(self: Box<Self>) -> io::Result<Disarmed> {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .disarmed = true;
+        Ok(if self.nowayout {
+            Disarmed::StillRunning
+        } else {
+            Disarmed::Stopped
+        })
     }
 }

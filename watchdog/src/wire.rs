@@ -130,6 +130,8 @@ pub struct Answer {
 }
 
 const BEAT: u8 = 1;
+/// The kind byte of a beat (a listener drops any other before looking further).
+pub const BEAT_KIND: u8 = BEAT;
 const ACK: u8 = 2;
 const QUESTION: u8 = 3;
 const ANSWER: u8 = 4;

@@ -1,0 +1,171 @@
+//! A companion's hello: it proves which node it runs on with its projected
+//! ServiceAccount token (audience [`AUDIENCE`]), over TLS to a certificate it
+//! trusts, and gets a session (an id and a key) for its beats to this replica.
+//!
+//! The token is reviewed by the API server (TokenReview, asking for [`AUDIENCE`]
+//! alone); it is accepted only when the review authenticates it for that audience,
+//! names the companion's ServiceAccount, and binds it to exactly one node
+//! (`authentication.kubernetes.io/node-name`, Kubernetes 1.30+): the node a session
+//! beats for is the token's, never one the companion names, so a companion can speak
+//! for its own node alone. The token is never logged or echoed.
+
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, TokenReviewStatus};
+use kube::Api;
+use kube::api::PostParams;
+use serde::{Deserialize, Serialize};
+
+/// The audience of the companion's projected token.
+pub const AUDIENCE: &str = "nodefence-companion";
+/// The review's key for the pod's node.
+pub const NODE_NAME: &str = "authentication.kubernetes.io/node-name";
+/// The hello's path.
+pub const PATH: &str = "/companion/v1/session";
+
+/// What a hello gets back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Session {
+    /// The node the token is bound to.
+    pub node: String,
+    /// The session id (a string: JSON numbers lose precision beyond 2^53).
+    pub session: String,
+    /// The key, base64.
+    pub key: String,
+    /// Where beats go: this replica's UDP port.
+    pub heartbeat_port: u16,
+    pub heartbeat_interval_ms: u64,
+    pub isolation_timeout_ms: u64,
+}
+
+/// Why a token was refused (said to the companion; never the token).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("the API server did not authenticate the token{0}")]
+    NotAuthenticated(String),
+    #[error("the token is not for audience {AUDIENCE} (it was reviewed for {0:?})")]
+    Audience(Vec<String>),
+    #[error("the token is {0}'s, not the companion's ServiceAccount {1}")]
+    User(String, String),
+    #[error(
+        "the token is bound to no single node ({0} values of {NODE_NAME}): a companion's \
+         token must be a projected one of its pod (Kubernetes 1.30+)"
+    )]
+    Node(usize),
+    #[error("the token could not be reviewed: {0}")]
+    Review(String),
+}
+
+/// The node a reviewed token speaks for, or why it speaks for none.
+pub fn bind(status: &TokenReviewStatus, companion_user: &str) -> Result<String, Refusal> {
+    if status.authenticated != Some(true) {
+        let why = status
+            .error
+            .as_deref()
+            .map(|e| format!(": {}", crate::untrusted::text(e, 200)))
+            .unwrap_or_default();
+        return Err(Refusal::NotAuthenticated(why));
+    }
+    let audiences = status.audiences.clone().unwrap_or_default();
+    if !audiences.iter().any(|a| a == AUDIENCE) {
+        return Err(Refusal::Audience(audiences));
+    }
+    let user = status.user.clone().unwrap_or_default();
+    let name = user.username.unwrap_or_default();
+    if name != companion_user {
+        return Err(Refusal::User(
+            crate::untrusted::text(&name, 120),
+            companion_user.to_string(),
+        ));
+    }
+    let nodes = user
+        .extra
+        .as_ref()
+        .and_then(|e| e.get(NODE_NAME))
+        .cloned()
+        .unwrap_or_default();
+    match nodes.as_slice() {
+        [node] if !node.trim().is_empty() => Ok(node.clone()),
+        other => Err(Refusal::Node(other.len())),
+    }
+}
+
+/// Reviews `token` for [`AUDIENCE`] through the API server.
+pub async fn review(client: &kube::Client, token: &str) -> Result<TokenReviewStatus, Refusal> {
+    let review = TokenReview {
+        spec: TokenReviewSpec {
+            token: Some(token.to_owned()),
+            audiences: Some(vec![AUDIENCE.to_owned()]),
+        },
+        ..Default::default()
+    };
+    Api::<TokenReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .map_err(|e| Refusal::Review(e.to_string()))?
+        .status
+        .ok_or_else(|| Refusal::Review("the API server answered without a status".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::authentication::v1::UserInfo;
+    use std::collections::BTreeMap;
+
+    const SA: &str = "system:serviceaccount:nodefence:nodefence-companion";
+
+    fn status(audiences: &[&str], user: &str, nodes: &[&str]) -> TokenReviewStatus {
+        let mut extra = BTreeMap::new();
+        extra.insert(
+            NODE_NAME.to_string(),
+            nodes.iter().map(|n| n.to_string()).collect(),
+        );
+        TokenReviewStatus {
+            authenticated: Some(true),
+            audiences: Some(audiences.iter().map(|a| a.to_string()).collect()),
+            error: None,
+            user: Some(UserInfo {
+                username: Some(user.into()),
+                extra: Some(extra),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn only_the_companions_token_for_its_audience_and_one_node_binds() {
+        assert_eq!(
+            bind(&status(&[AUDIENCE], SA, &["worker-1"]), SA),
+            Ok("worker-1".into())
+        );
+        assert!(matches!(
+            bind(
+                &status(&["https://kubernetes.default.svc"], SA, &["worker-1"]),
+                SA
+            ),
+            Err(Refusal::Audience(_))
+        ));
+        assert!(matches!(
+            bind(
+                &status(&[AUDIENCE], "system:serviceaccount:default:default", &["w"]),
+                SA
+            ),
+            Err(Refusal::User(..))
+        ));
+        assert_eq!(
+            bind(&status(&[AUDIENCE], SA, &[]), SA),
+            Err(Refusal::Node(0))
+        );
+        assert_eq!(
+            bind(&status(&[AUDIENCE], SA, &["a", "b"]), SA),
+            Err(Refusal::Node(2))
+        );
+        let mut no = status(&[AUDIENCE], SA, &["worker-1"]);
+        no.authenticated = Some(false);
+        no.error = Some("token expired\n".into());
+        let e = bind(&no, SA).unwrap_err().to_string();
+        assert!(
+            e.contains("did not authenticate") && !e.contains('\n'),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,292 @@
+//! What a replica knows of every companion: its session (key, last sequence), when
+//! its last beat arrived, its watchdog, its hold on the control plane, and what this
+//! replica can prove of that hold ([`Heard`]). Every replica keeps it, the standbys
+//! too, so a new leader does not start counting from its own first sight.
+//!
+//! Bounded: one session per node (a new hello replaces the old one), and nothing is
+//! kept of a datagram that does not open under a session's key.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use nodefence_watchdog::feeding::Reaching;
+use nodefence_watchdog::release::Heard;
+use nodefence_watchdog::session::{Rejected, ReplicaEnd};
+use nodefence_watchdog::timing::Timing;
+use nodefence_watchdog::wire::{self, Key, WatchdogState};
+
+/// One node's companion, as this replica sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Companion {
+    pub session: u64,
+    /// This replica's clock when the last beat arrived.
+    pub last_beat: Option<Duration>,
+    pub beats: u64,
+    pub watchdog: WatchdogState,
+    pub reaching: Reaching,
+    /// This replica's clock when it last acknowledged a beat without the mark.
+    pub last_ack: Option<Duration>,
+    pub heard: Heard,
+}
+
+/// Why a datagram got no acknowledgement (counted, never answered).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dropped {
+    /// Not a beat, or longer than any datagram.
+    NotABeat,
+    /// No session of that id.
+    NoSession,
+    Rejected(Rejected),
+}
+
+impl Dropped {
+    /// A metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dropped::NotABeat => "not-a-beat",
+            Dropped::NoSession => "no-session",
+            Dropped::Rejected(Rejected::Seal(_)) => "seal",
+            Dropped::Rejected(Rejected::Session) => "session",
+            Dropped::Rejected(Rejected::Replayed) => "replayed",
+            Dropped::Rejected(Rejected::Unknown) => "unknown",
+        }
+    }
+}
+
+/// Every companion's session and beats.
+#[derive(Debug)]
+pub struct Table {
+    timing: Timing,
+    /// session id → (node, its end).
+    sessions: HashMap<u64, (String, ReplicaEnd)>,
+    nodes: BTreeMap<String, Companion>,
+    /// Bumped when the set of nodes with a companion changes.
+    membership: u64,
+}
+
+impl Table {
+    pub fn new(timing: Timing) -> Self {
+        Self {
+            timing,
+            sessions: HashMap::new(),
+            nodes: BTreeMap::new(),
+            membership: 1,
+        }
+    }
+
+    /// A new session for `node` (replacing its last one).
+    pub fn open(&mut self, node: &str, session: u64, key: Key) {
+        if let Some(old) = self.nodes.get(node).map(|c| c.session) {
+            self.sessions.remove(&old);
+        } else {
+            self.membership += 1;
+        }
+        self.sessions
+            .insert(session, (node.to_string(), ReplicaEnd::new(key, session)));
+        let entry = self.nodes.entry(node.to_string()).or_insert(Companion {
+            session,
+            last_beat: None,
+            beats: 0,
+            watchdog: WatchdogState::None,
+            reaching: Reaching::default(),
+            last_ack: None,
+            heard: Heard::default(),
+        });
+        entry.session = session;
+    }
+
+    /// A datagram received `now` (this replica's clock): the acknowledgement to send
+    /// back, or why none. `leader`: whether this replica leads; `marked`: whether the
+    /// node is marked for fencing.
+    pub fn beat(
+        &mut self,
+        datagram: &[u8],
+        now: Duration,
+        leader: bool,
+        marked: impl Fn(&str) -> bool,
+    ) -> Result<(String, Vec<u8>), Dropped> {
+        if datagram.len() > wire::MAX_DATAGRAM || wire::kind(datagram) != Some(wire::BEAT_KIND) {
+            return Err(Dropped::NotABeat);
+        }
+        let id = wire::session_of(datagram).ok_or(Dropped::NotABeat)?;
+        let cluster = u16::try_from(self.nodes.len()).unwrap_or(u16::MAX);
+        let membership = self.membership;
+        let (node, end) = self.sessions.get_mut(&id).ok_or(Dropped::NoSession)?;
+        let beat = end.beat(datagram).map_err(Dropped::Rejected)?;
+        let marked = marked(node);
+        let ack = end.acknowledge(&beat, leader, marked, now, cluster, membership);
+        let node = node.clone();
+        if let Some(c) = self.nodes.get_mut(&node) {
+            c.last_beat = Some(now);
+            c.beats += 1;
+            c.watchdog = beat.watchdog;
+            c.reaching = Reaching {
+                held_for: beat.held_for,
+                valid_for: beat.valid_for,
+            };
+            if let Some((_, ack_sent)) = beat.echo {
+                c.heard.beat(&self.timing, now, ack_sent, c.reaching);
+            }
+            if leader && !marked {
+                c.last_ack = Some(now);
+            }
+        }
+        Ok((node, ack))
+    }
+
+    /// One node's companion.
+    pub fn companion(&self, node: &str) -> Option<&Companion> {
+        self.nodes.get(node)
+    }
+
+    /// Every node with a companion.
+    pub fn companions(&self) -> impl Iterator<Item = (&String, &Companion)> {
+        self.nodes.iter()
+    }
+
+    /// Nodes whose companion was beating and has been silent for `timeout` by `now`.
+    pub fn silent(&self, now: Duration, timeout: Duration) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter(|(_, c)| {
+                c.last_beat
+                    .is_some_and(|t| now.saturating_sub(t) >= timeout)
+            })
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    pub fn membership(&self) -> u64 {
+        self.membership
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodefence_watchdog::session::CompanionEnd;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    const ARMED: WatchdogState = WatchdogState::Armed {
+        granted: Duration::from_secs(10),
+    };
+
+    #[test]
+    fn a_beat_is_recorded_and_acknowledged_and_a_silence_is_seen() {
+        let mut t = Table::new(Timing::default());
+        t.open("worker-1", 7, Key([1; 32]));
+        let mut c = CompanionEnd::new(Key([1; 32]), 7, Duration::from_secs(2));
+        let (node, ack) = t
+            .beat(
+                &c.beat(ms(100), Reaching::default(), ARMED),
+                ms(5_000),
+                true,
+                |_| false,
+            )
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(node, "worker-1");
+        let taken = c
+            .acknowledged(&ack, ms(120))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(taken.leader && !taken.marked);
+        assert_eq!(taken.cluster, 1);
+        let w1 = t
+            .companion("worker-1")
+            .unwrap_or_else(|| panic!("recorded"));
+        assert_eq!(
+            (w1.beats, w1.watchdog, w1.last_ack),
+            (1, ARMED, Some(ms(5_000)))
+        );
+        assert!(t.silent(ms(6_999), Duration::from_secs(2)).is_empty());
+        assert_eq!(t.silent(ms(7_000), Duration::from_secs(2)), ["worker-1"]);
+    }
+
+    #[test]
+    fn garbage_unknown_sessions_replays_and_forgeries_get_nothing() {
+        let mut t = Table::new(Timing::default());
+        t.open("worker-1", 7, Key([1; 32]));
+        let mut c = CompanionEnd::new(Key([1; 32]), 7, Duration::from_secs(2));
+        let first = c.beat(ms(100), Reaching::default(), ARMED);
+        assert!(t.beat(&first, ms(1), true, |_| false).is_ok());
+        assert_eq!(
+            t.beat(&first, ms(2), true, |_| false),
+            Err(Dropped::Rejected(Rejected::Replayed))
+        );
+        assert_eq!(
+            t.beat(&[0u8; 5000], ms(2), true, |_| false),
+            Err(Dropped::NotABeat)
+        );
+        assert_eq!(
+            t.beat(b"hello", ms(2), true, |_| false),
+            Err(Dropped::NotABeat)
+        );
+        let mut stranger = CompanionEnd::new(Key([1; 32]), 8, Duration::from_secs(2));
+        assert_eq!(
+            t.beat(
+                &stranger.beat(ms(1), Reaching::default(), ARMED),
+                ms(2),
+                true,
+                |_| false
+            ),
+            Err(Dropped::NoSession)
+        );
+        // Another key, the right session, a sequence not seen yet.
+        let mut forger = CompanionEnd::new(Key([9; 32]), 7, Duration::from_secs(2));
+        let _ = forger.beat(ms(1), Reaching::default(), ARMED);
+        let forged = forger.beat(ms(3), Reaching::default(), ARMED);
+        assert!(matches!(
+            t.beat(&forged, ms(3), true, |_| false),
+            Err(Dropped::Rejected(Rejected::Seal(_)))
+        ));
+        assert_eq!(t.companion("worker-1").map(|c| c.beats), Some(1));
+    }
+
+    #[test]
+    fn a_marked_node_is_told_and_a_standby_never_acknowledges_as_leader() {
+        let mut t = Table::new(Timing::default());
+        t.open("worker-1", 7, Key([1; 32]));
+        let mut c = CompanionEnd::new(Key([1; 32]), 7, Duration::from_secs(2));
+        let (_, ack) = t
+            .beat(
+                &c.beat(ms(1), Reaching::default(), ARMED),
+                ms(1),
+                true,
+                |n| n == "worker-1",
+            )
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        assert!(
+            c.acknowledged(&ack, ms(2))
+                .unwrap_or_else(|e| panic!("{e}"))
+                .marked
+        );
+        assert_eq!(t.companion("worker-1").and_then(|c| c.last_ack), None);
+        let (_, ack) = t
+            .beat(
+                &c.beat(ms(3), Reaching::default(), ARMED),
+                ms(3),
+                false,
+                |_| false,
+            )
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        assert!(
+            !c.acknowledged(&ack, ms(4))
+                .unwrap_or_else(|e| panic!("{e}"))
+                .leader
+        );
+        // A new session replaces the node's old one.
+        t.open("worker-1", 9, Key([2; 32]));
+        assert_eq!(
+            t.beat(
+                &c.beat(ms(5), Reaching::default(), ARMED),
+                ms(5),
+                true,
+                |_| false
+            ),
+            Err(Dropped::NoSession)
+        );
+        assert_eq!(t.membership(), 2, "one node joined once");
+    }
+}

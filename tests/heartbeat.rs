@@ -1,0 +1,240 @@
+//! The companions' heartbeat end to end: nodefence's listener (`heartbeat`: a hello
+//! over HTTPS whose projected token fake-kube reviews as the API server does, beats
+//! and acknowledgements over UDP) and the real companion (`companion::run`) with a
+//! watchdog in memory.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum_server::tls_rustls::RustlsConfig;
+use nodefence::cluster::leader::Leadership;
+use nodefence::companion::{self, Options, Status, WatchdogChoice};
+use nodefence::heartbeat::{self, Heartbeat, Settings, hello};
+use nodefence::tls::CertFingerprint;
+use nodefence::watchdog::device::{Disarmed, RecordingWatchdog};
+use nodefence::watchdog::timing::Timing;
+use nodefence::watchdog::wire::WatchdogState;
+use nodefence_mocks::kube::{BoundToken, FakeKube, FakeKubeHandle};
+
+const COMPANION: &str = "system:serviceaccount:nodefence:nodefence-companion";
+
+async fn client(kube: &FakeKubeHandle) -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&kube.kubeconfig_yaml()).unwrap();
+    nodefence::cluster::client(
+        kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+/// fake-kube with a projected token of the companion on `node`, and nodefence's
+/// listener (self-signed; its fingerprint returned) as `leadership` has it.
+async fn world(
+    node: &str,
+    audience: &str,
+    leadership: Leadership,
+) -> (FakeKubeHandle, Heartbeat, CertFingerprint) {
+    nodefence::tls::install_crypto_provider();
+    let kube = FakeKube::builder().start().await.unwrap();
+    kube.issue_token(BoundToken {
+        token: format!("token-{node}"),
+        user: COMPANION.into(),
+        audiences: vec![audience.into()],
+        pod: Some((format!("nodefence-companion-{node}"), "pod-uid".into())),
+        node: Some((node.into(), "node-uid".into())),
+    });
+    let (config, fingerprint) = nodefence::telemetry::certificate::self_signed(vec![
+        "127.0.0.1".into(),
+        "localhost".into(),
+    ])
+    .unwrap();
+    let settings = Settings {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        companion_user: COMPANION.into(),
+        timing: Timing::default(),
+        heartbeat_interval: Duration::from_millis(100),
+    };
+    let hb = heartbeat::start(
+        settings,
+        client(&kube).await,
+        RustlsConfig::from_config(Arc::new(config)),
+        leadership,
+        std::future::pending(),
+    )
+    .await
+    .unwrap();
+    (kube, hb, fingerprint)
+}
+
+fn options(
+    hb: &Heartbeat,
+    pin: CertFingerprint,
+    token: &std::path::Path,
+    dog: RecordingWatchdog,
+) -> Options {
+    Options {
+        nodefence: format!("https://127.0.0.1:{}", hb.addr().port())
+            .parse()
+            .unwrap(),
+        tls: nodefence::config::TlsSettings {
+            fingerprint: Some(pin),
+            ..Default::default()
+        },
+        token_file: token.to_path_buf(),
+        watchdog: WatchdogChoice::Given(Box::new(dog)),
+    }
+}
+
+async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while !cond() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_companion_beats_is_acknowledged_feeds_and_stops_feeding_once_marked() {
+    let (kube, hb, pin) = world("worker-1", hello::AUDIENCE, Leadership::always()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "token-worker-1\n").unwrap();
+    let dog = RecordingWatchdog::new("iTCO_wdt", Duration::from_secs(10), false);
+    let status = Arc::new(Mutex::new(Status::default()));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(companion::run(
+        options(&hb, pin, &token, dog.clone()),
+        status.clone(),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    // The node is the token's; beats are acknowledged and the watchdog fed.
+    eventually("acknowledged and fed", || {
+        status.lock().unwrap().acknowledged >= 3 && dog.recorded().feeds >= 3
+    })
+    .await;
+    assert_eq!(status.lock().unwrap().node.as_deref(), Some("worker-1"));
+    let seen = hb.with_table(|t| t.companion("worker-1").cloned()).unwrap();
+    assert_eq!(
+        seen.watchdog,
+        WatchdogState::Armed {
+            granted: Duration::from_secs(10)
+        }
+    );
+    assert!(seen.beats >= 3 && seen.last_ack.is_some());
+    // A standby's view: a beat was heard recently; silence is seen after the timeout.
+    assert!(
+        hb.with_table(|t| t.silent(hb.now(), Duration::from_secs(2)))
+            .is_empty()
+    );
+
+    // Marked: the next acknowledgement says so, and feeding stops for good.
+    hb.set_marked("worker-1", true);
+    eventually("told", || status.lock().unwrap().marked).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = dog.recorded().feeds;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(dog.recorded().feeds, after, "no feed once marked");
+    hb.set_marked("worker-1", false);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(dog.recorded().feeds, after, "the poison pill is for good");
+
+    // A clean stop: "stopping" beaten, then disarmed.
+    stop.send(()).unwrap();
+    let disarmed = run.await.unwrap().unwrap();
+    assert_eq!(disarmed, Some(Disarmed::Stopped));
+    assert!(dog.recorded().disarmed);
+    eventually("stopping seen", || {
+        hb.with_table(|t| t.companion("worker-1").map(|c| c.watchdog))
+            == Some(WatchdogState::Stopping)
+    })
+    .await;
+    kube.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standbys_acknowledgements_never_feed_the_watchdog() {
+    let (kube, hb, pin) = world("worker-2", hello::AUDIENCE, Leadership::never()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "token-worker-2").unwrap();
+    let dog = RecordingWatchdog::new("iTCO_wdt", Duration::from_secs(10), true);
+    let status = Arc::new(Mutex::new(Status::default()));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(companion::run(
+        options(&hb, pin, &token, dog.clone()),
+        status.clone(),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    eventually("acknowledged", || status.lock().unwrap().acknowledged >= 3).await;
+    assert_eq!(
+        dog.recorded().feeds,
+        0,
+        "a standby's acknowledgement is no basis"
+    );
+    // The standby keeps the table all the same.
+    assert!(hb.with_table(|t| t.companion("worker-2").is_some_and(|c| c.beats >= 3)));
+    stop.send(()).unwrap();
+    assert_eq!(
+        run.await.unwrap().unwrap(),
+        Some(Disarmed::StillRunning),
+        "nowayout said"
+    );
+    kube.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_for_another_audience_or_none_opens_no_session() {
+    let (kube, hb, _pin) = world(
+        "worker-3",
+        "https://kubernetes.default.svc",
+        Leadership::always(),
+    )
+    .await;
+    let http = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .build()
+        .unwrap();
+    let url = format!("https://127.0.0.1:{}{}", hb.addr().port(), hello::PATH);
+    let refused = http
+        .post(&url)
+        .bearer_auth("token-worker-3")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
+    let body = refused.text().await.unwrap();
+    assert!(
+        body.contains("did not authenticate") && !body.contains("token-worker-3"),
+        "{body}"
+    );
+    let none = http.post(&url).send().await.unwrap();
+    assert_eq!(none.status(), 401);
+    assert!(hb.with_table(|t| t.companions().count()) == 0);
+    kube.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_and_oversized_datagrams_get_nothing_back() {
+    let (kube, hb, _pin) = world("worker-4", hello::AUDIENCE, Leadership::always()).await;
+    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    socket.connect(hb.addr()).await.unwrap();
+    let mut beat_like = b"NFWD\x01\x01".to_vec();
+    beat_like.resize(100, 7);
+    for datagram in [vec![0u8; 10], vec![0xff; 2000], beat_like] {
+        socket.send(&datagram).await.unwrap();
+    }
+    let mut buf = [0u8; 512];
+    let answer = tokio::time::timeout(Duration::from_millis(500), socket.recv(&mut buf)).await;
+    assert!(answer.is_err(), "no answer to garbage");
+    assert_eq!(hb.with_table(|t| t.companions().count()), 0);
+    kube.shutdown().await;
+}
