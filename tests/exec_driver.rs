@@ -423,17 +423,17 @@ async fn one_run_at_a_time_per_machine() {
     assert_eq!(log, "run\nrun\nrun\n");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_cli_fences_through_fence_redfish() {
-    let Some(agent) = agent("fence_redfish") else {
-        return;
-    };
-    let bmc = redfish_bmc().await;
-    let dir = tempfile::tempdir().unwrap();
-    write_secret(&dir.path().join("bmc-password"), PASSWORD);
-    let config = write_agent_config(dir.path(), 2, "50ms", "20s");
+/// `nodefence.toml` and an inventory whose node edge-1 is fenced by `agent`
+/// (`fence_redfish`) against `bmc`; returns the path of `nodefence.toml`.
+fn edge_through_fence_redfish(
+    dir: &std::path::Path,
+    agent: &std::path::Path,
+    bmc: &nodefence_mocks::redfish::MockRedfishHandle,
+) -> std::path::PathBuf {
+    write_secret(&dir.join("bmc-password"), PASSWORD);
+    let config = write_agent_config(dir, 2, "50ms", "20s");
     std::fs::write(
-        dir.path().join("inventory.toml"),
+        dir.join("inventory.toml"),
         format!(
             "[nodes.edge-1]\ndriver = \"exec\"\nagent = \"{}\"\n\
              options = {{ ip = \"127.0.0.1\", ipport = \"{}\", ssl_insecure = \"1\" }}\n\
@@ -443,6 +443,17 @@ async fn the_cli_fences_through_fence_redfish() {
         ),
     )
     .unwrap();
+    config
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_fences_through_fence_redfish() {
+    let Some(agent) = agent("fence_redfish") else {
+        return;
+    };
+    let bmc = redfish_bmc().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = edge_through_fence_redfish(dir.path(), &agent, &bmc);
 
     let out = nodefence(&config, &["status"]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
@@ -490,19 +501,7 @@ async fn the_cli_refuses_an_unproven_agent_until_the_check_is_skipped_by_name() 
     };
     let bmc = redfish_bmc().await;
     let dir = tempfile::tempdir().unwrap();
-    write_secret(&dir.path().join("bmc-password"), PASSWORD);
-    let config = write_agent_config(dir.path(), 2, "50ms", "20s");
-    std::fs::write(
-        dir.path().join("inventory.toml"),
-        format!(
-            "[nodes.edge-1]\ndriver = \"exec\"\nagent = \"{}\"\n\
-             options = {{ ip = \"127.0.0.1\", ipport = \"{}\", ssl_insecure = \"1\" }}\n\
-             username = \"{USER}\"\npassword_file = \"bmc-password\"\noperation_timeout = \"30s\"\n",
-            agent.display(),
-            bmc.addr().port()
-        ),
-    )
-    .unwrap();
+    let config = edge_through_fence_redfish(dir.path(), &agent, &bmc);
     let (kube, kubeconfig) = crate::cli_common::cluster_with_nodes(
         dir.path(),
         &[("edge-1", "4c4c4544-0031-3510-8052-b2c04f503131", None)],

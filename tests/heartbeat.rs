@@ -87,6 +87,24 @@ fn options(
     }
 }
 
+type Running = tokio::task::JoinHandle<anyhow::Result<Option<Disarmed>>>;
+
+/// The companion, running until the sender is used: its status, the stop, the task.
+fn spawn(
+    options: Options,
+) -> (
+    Arc<Mutex<Status>>,
+    tokio::sync::oneshot::Sender<()>,
+    Running,
+) {
+    let status = Arc::new(Mutex::new(Status::default()));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(companion::run(options, status.clone(), async move {
+        let _ = stopped.await;
+    }));
+    (status, stop, run)
+}
+
 async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     while !cond() {
@@ -105,15 +123,7 @@ async fn a_companion_beats_is_acknowledged_feeds_and_stops_feeding_once_marked()
     let token = dir.path().join("token");
     std::fs::write(&token, "token-worker-1\n").unwrap();
     let dog = RecordingWatchdog::new("iTCO_wdt", Duration::from_secs(10), false);
-    let status = Arc::new(Mutex::new(Status::default()));
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let run = tokio::spawn(companion::run(
-        options(&hb, pin, &token, dog.clone()),
-        status.clone(),
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    let (status, stop, run) = spawn(options(&hb, pin, &token, dog.clone()));
     // The node is the token's; beats are acknowledged and the watchdog fed.
     eventually("acknowledged and fed", || {
         status.lock().unwrap().acknowledged >= 3 && dog.recorded().feeds >= 3
@@ -165,15 +175,7 @@ async fn a_standbys_acknowledgements_never_feed_the_watchdog() {
     let token = dir.path().join("token");
     std::fs::write(&token, "token-worker-2").unwrap();
     let dog = RecordingWatchdog::new("iTCO_wdt", Duration::from_secs(10), true);
-    let status = Arc::new(Mutex::new(Status::default()));
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let run = tokio::spawn(companion::run(
-        options(&hb, pin, &token, dog.clone()),
-        status.clone(),
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    let (status, stop, run) = spawn(options(&hb, pin, &token, dog.clone()));
     eventually("acknowledged", || status.lock().unwrap().acknowledged >= 3).await;
     assert_eq!(
         dog.recorded().feeds,
