@@ -8,7 +8,7 @@ use crate::cli_common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cli_common::{nodefence, text, write_agent_config, write_secret};
+use cli_common::{nodefence, text, unproven_fence, write_agent_config, write_secret};
 use nodefence_mocks::redfish::{
     Fault, MockPower, MockRedfish, MockRedfishHandle, Profile, SystemSpec,
 };
@@ -115,18 +115,7 @@ async fn unknown_node_is_a_usage_error() {
         "{}",
         text(&out)
     );
-    let out = nodefence(
-        &config,
-        &[
-            "fence",
-            "--skip-identity-check",
-            "worker-9",
-            "--action",
-            "off",
-            "--yes",
-        ],
-    )
-    .await;
+    let out = nodefence(&config, &unproven_fence("worker-9", "off", &[])).await;
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(mock.reset_log().is_empty());
     mock.shutdown().await;
@@ -135,18 +124,7 @@ async fn unknown_node_is_a_usage_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fence_off_powers_the_machine_off_and_confirms_it() {
     let (mock, _dir, config) = setup().await;
-    let out = nodefence(
-        &config,
-        &[
-            "fence",
-            "--skip-identity-check",
-            "worker-2",
-            "--action",
-            "off",
-            "--yes",
-        ],
-    )
-    .await;
+    let out = nodefence(&config, &unproven_fence("worker-2", "off", &[])).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("worker-2: confirmed Off"),
@@ -164,20 +142,7 @@ async fn fence_off_powers_the_machine_off_and_confirms_it() {
         vec![("Blade2".to_string(), "ForceOff".to_string())]
     );
 
-    let out = nodefence(
-        &config,
-        &[
-            "fence",
-            "--skip-identity-check",
-            "worker-2",
-            "--action",
-            "on",
-            "--yes",
-            "-o",
-            "json",
-        ],
-    )
-    .await;
+    let out = nodefence(&config, &unproven_fence("worker-2", "on", &["-o", "json"])).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["confirmed"], true);
@@ -189,18 +154,7 @@ async fn fence_off_powers_the_machine_off_and_confirms_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fence_of_an_off_machine_sends_nothing() {
     let (mock, _dir, config) = setup().await;
-    let out = nodefence(
-        &config,
-        &[
-            "fence",
-            "--skip-identity-check",
-            "worker-3",
-            "--action",
-            "off",
-            "--yes",
-        ],
-    )
-    .await;
+    let out = nodefence(&config, &unproven_fence("worker-3", "off", &[])).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(text(&out).contains("already"), "{}", text(&out));
     assert!(mock.reset_log().is_empty());
@@ -232,20 +186,7 @@ async fn fence_without_yes_and_without_a_terminal_does_nothing() {
 async fn fence_against_a_lying_bmc_is_not_confirmed() {
     let (mock, _dir, config) = setup().await;
     mock.inject(Fault::LieOnAfterOff);
-    let out = nodefence(
-        &config,
-        &[
-            "fence",
-            "--skip-identity-check",
-            "worker-1",
-            "--action",
-            "off",
-            "--yes",
-            "-o",
-            "json",
-        ],
-    )
-    .await;
+    let out = nodefence(&config, &unproven_fence("worker-1", "off", &["-o", "json"])).await;
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["confirmed"], false);
@@ -258,20 +199,7 @@ async fn fence_against_a_lying_bmc_is_not_confirmed() {
 async fn fence_against_an_unreachable_bmc_fails_cleanly() {
     let (mock, _dir, config) = setup().await;
     mock.shutdown().await;
-    let out = nodefence(
-        &config,
-        &[
-            "fence",
-            "--skip-identity-check",
-            "worker-1",
-            "--action",
-            "off",
-            "--yes",
-            "-o",
-            "json",
-        ],
-    )
-    .await;
+    let out = nodefence(&config, &unproven_fence("worker-1", "off", &["-o", "json"])).await;
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["error_kind"], "unreachable");

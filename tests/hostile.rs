@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::cli_common::{nodefence, write_agent_config, write_secret};
+use common::cli_common::{nodefence, unproven_fence, write_agent_config, write_secret};
 use common::world::*;
 use nodefence::untrusted::is_unsafe;
 use nodefence_mocks::redfish::{Fault, MockPower, MockRedfish, SystemSpec};
@@ -98,16 +98,7 @@ async fn status_and_fence_show_hostile_strings_inert_in_tables_json_and_logs() {
     );
     let fence = nodefence(
         &config,
-        &[
-            "fence",
-            "--skip-identity-check",
-            "worker-1",
-            "--action",
-            "off",
-            "--yes",
-            "--log-level",
-            "debug",
-        ],
+        &unproven_fence("worker-1", "off", &["--log-level", "debug"]),
     )
     .await;
     assert_eq!(fence.status.code(), Some(1));

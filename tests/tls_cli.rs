@@ -10,7 +10,7 @@ use crate::cli_common;
 
 use std::path::{Path, PathBuf};
 
-use cli_common::{nodefence, text, write_agent_config, write_secret};
+use cli_common::{nodefence, text, unproven_fence, write_agent_config, write_secret};
 use nodefence_mocks::redfish::{MockPower, MockRedfish, MockRedfishHandle, SystemSpec};
 use nodefence_mocks::tls::CertKind;
 
@@ -122,18 +122,7 @@ async fn tls_fingerprint_then_status_and_fence_with_a_pin_or_the_saved_certifica
     let status = nodefence(&config, &["status"]).await;
     assert_eq!(status.status.code(), Some(0), "{}", text(&status));
     assert!(String::from_utf8_lossy(&status.stdout).contains("On"));
-    let fence = nodefence(
-        &config,
-        &[
-            "fence",
-            "--skip-identity-check",
-            "worker-1",
-            "--action",
-            "off",
-            "--yes",
-        ],
-    )
-    .await;
+    let fence = nodefence(&config, &unproven_fence("worker-1", "off", &[])).await;
     assert_eq!(fence.status.code(), Some(0), "{}", text(&fence));
     assert_eq!(m.power("1"), Some(MockPower::Off));
 
@@ -146,18 +135,7 @@ async fn tls_fingerprint_then_status_and_fence_with_a_pin_or_the_saved_certifica
         "{}",
         text(&shown)
     );
-    let fence = nodefence(
-        &config,
-        &[
-            "fence",
-            "--skip-identity-check",
-            "worker-1",
-            "--action",
-            "off",
-            "--yes",
-        ],
-    )
-    .await;
+    let fence = nodefence(&config, &unproven_fence("worker-1", "off", &[])).await;
     assert_eq!(fence.status.code(), Some(0), "{}", text(&fence));
     assert_eq!(m.power("1"), Some(MockPower::Off));
     let inventory = std::fs::read_to_string(dir.path().join("inventory.toml")).unwrap();
@@ -211,18 +189,7 @@ async fn another_certificate_is_refused_once_with_the_reason_and_no_stray_log_li
             !out.contains("retrying"),
             "a certificate failure is not retried: {out}"
         );
-        let fence = nodefence(
-            &config,
-            &[
-                "fence",
-                "--skip-identity-check",
-                "worker-1",
-                "--action",
-                "off",
-                "--yes",
-            ],
-        )
-        .await;
+        let fence = nodefence(&config, &unproven_fence("worker-1", "off", &[])).await;
         assert_eq!(fence.status.code(), Some(1), "{}", text(&fence));
         assert!(impostor.request_log().is_empty(), "nothing was sent to it");
         assert_eq!(impostor.power("1"), Some(MockPower::On));

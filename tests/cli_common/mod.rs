@@ -232,3 +232,19 @@ pub async fn assert_fence_refuses_an_unproven_machine(
         text(&out)
     );
 }
+
+/// `fence <node> --action <action> --yes --skip-identity-check`, then `more`: for
+/// tests of the power path against a machine no Node describes (the identity check
+/// has its own tests).
+pub fn unproven_fence<'a>(node: &'a str, action: &'a str, more: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "fence",
+        "--skip-identity-check",
+        node,
+        "--action",
+        action,
+        "--yes",
+    ];
+    args.extend_from_slice(more);
+    args
+}
