@@ -55,6 +55,8 @@ async fn world(
         companion_user: COMPANION.into(),
         timing: Timing::default(),
         heartbeat_interval: Duration::from_millis(100),
+        heartbeat_timeout: Duration::from_millis(500),
+        metrics: None,
     };
     let hb = heartbeat::start(
         settings,

@@ -369,6 +369,7 @@ async fn the_daemon_refuses_to_start_on_a_missing_secret() {
     let options = nodefence::daemon::DaemonOptions {
         dry_run: true,
         config_check: None,
+        companions: None,
         ..daemon_options()
     };
     let result = tokio::time::timeout(
@@ -491,6 +492,7 @@ fn daemon_options() -> nodefence::daemon::DaemonOptions {
         identity: "test".into(),
         leader_timings: nodefence::cluster::leader::LeaderTimings::default(),
         config_check: Some(Duration::from_millis(200)),
+        companions: None,
     }
 }
 

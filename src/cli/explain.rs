@@ -412,6 +412,10 @@ fn decide(
             "wait: the machine is On and only the Lease is stale (never powered off on that alone)"
                 .into()
         }
+        (Some(PowerState::On | PowerState::Paused), Health::CompanionSilent { .. }) => {
+            "wait: the machine is On and only its companion is silent (never powered off on that alone)"
+                .into()
+        }
         (
             Some(PowerState::On | PowerState::Paused),
             Health::NotReady {

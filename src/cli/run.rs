@@ -60,6 +60,23 @@ pub struct RunArgs {
     /// valid version applied without a restart (SIGHUP checks at once); "0s": never.
     #[arg(long, default_value = "10s", value_parser = super::duration_arg, value_name = "DURATION")]
     pub config_check_interval: std::time::Duration,
+    /// Hear the companions (`nodefence companion`, the DaemonSet of
+    /// deploy/components/companion) on this address: HTTPS hellos (TCP) and beats
+    /// (UDP), one port, with /metrics' certificate (self-signed without one). A node
+    /// whose companion falls silent for --heartbeat-timeout is suspect at once.
+    #[arg(long, value_name = "ADDR")]
+    pub companion_listen: Option<SocketAddr>,
+    /// The companions' ServiceAccount, in this namespace: only its tokens may say hello.
+    #[arg(long, default_value = "nodefence-companion", value_name = "NAME")]
+    pub companion_service_account: String,
+    /// How often companions beat.
+    #[arg(long, default_value = "500ms", value_parser = super::duration_arg, value_name = "DURATION")]
+    pub heartbeat_interval: std::time::Duration,
+    /// A companion that was beating and is silent this long makes its node suspect
+    /// (its machine's power is read; a release still needs it Off). At least two
+    /// --heartbeat-interval.
+    #[arg(long, default_value = "2s", value_parser = super::duration_arg, value_name = "DURATION")]
+    pub heartbeat_timeout: std::time::Duration,
 }
 
 impl RunArgs {
@@ -82,6 +99,36 @@ impl RunArgs {
                 self.metrics_listen
             )
         })
+    }
+
+    /// The companions' listener, from `--companion-*` and `--heartbeat-*`.
+    pub fn companions(
+        &self,
+        metrics: &MetricsEndpoint,
+    ) -> Result<Option<daemon::CompanionListener>, String> {
+        let Some(listen) = self.companion_listen else {
+            return Ok(None);
+        };
+        if self.heartbeat_interval < std::time::Duration::from_millis(50) {
+            return Err("--heartbeat-interval must be at least 50ms".into());
+        }
+        if self.heartbeat_timeout < self.heartbeat_interval * 2 {
+            return Err(format!(
+                "--heartbeat-timeout ({}) must be at least two --heartbeat-interval ({}): one lost datagram must not make a node suspect",
+                humantime::format_duration(self.heartbeat_timeout),
+                humantime::format_duration(self.heartbeat_interval)
+            ));
+        }
+        Ok(Some(daemon::CompanionListener {
+            listen,
+            service_account: self.companion_service_account.clone(),
+            certificate: metrics
+                .secure
+                .clone()
+                .unwrap_or(CertificateSource::SelfSigned),
+            heartbeat_interval: self.heartbeat_interval,
+            heartbeat_timeout: self.heartbeat_timeout,
+        }))
     }
 
     /// How /metrics is served, from `--metrics-*`.
@@ -119,6 +166,13 @@ pub async fn run(config_path: &Path, args: &RunArgs) -> u8 {
             return exit::USAGE;
         }
     };
+    let companions = match args.companions(&metrics) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::USAGE;
+        }
+    };
     let config = match super::load_config(config_path) {
         Ok(c) => c,
         Err(code) => return code,
@@ -141,6 +195,7 @@ pub async fn run(config_path: &Path, args: &RunArgs) -> u8 {
         identity,
         leader_timings: LeaderTimings::default(),
         config_check: (!args.config_check_interval.is_zero()).then_some(args.config_check_interval),
+        companions,
     };
     match daemon::run(config, client, options, shutdown_signal()).await {
         Ok(()) => exit::OK,
@@ -245,6 +300,44 @@ mod tests {
             .render_help()
             .to_string();
         assert!(!help.contains("--listen "), "{help}");
+    }
+
+    #[test]
+    fn the_companions_listener_is_off_unless_asked_and_its_timing_checked() {
+        let metrics = MetricsEndpoint::secure(METRICS.parse().unwrap());
+        assert!(parse(&[]).unwrap().companions(&metrics).unwrap().is_none());
+        let on = parse(&["--companion-listen=0.0.0.0:9440"])
+            .unwrap()
+            .companions(&metrics)
+            .unwrap()
+            .unwrap();
+        assert_eq!(on.listen, "0.0.0.0:9440".parse().unwrap());
+        assert_eq!(on.service_account, "nodefence-companion");
+        assert_eq!(
+            (on.heartbeat_interval, on.heartbeat_timeout),
+            (
+                crate::heartbeat::DEFAULT_HEARTBEAT_INTERVAL,
+                crate::heartbeat::DEFAULT_HEARTBEAT_TIMEOUT
+            )
+        );
+        assert_eq!(on.certificate, CertificateSource::SelfSigned);
+        let e = parse(&[
+            "--companion-listen=0.0.0.0:9440",
+            "--heartbeat-interval=1s",
+            "--heartbeat-timeout=1500ms",
+        ])
+        .unwrap()
+        .companions(&metrics)
+        .unwrap_err();
+        assert!(e.contains("two --heartbeat-interval"), "{e}");
+        let e = parse(&[
+            "--companion-listen=0.0.0.0:9440",
+            "--heartbeat-interval=10ms",
+        ])
+        .unwrap()
+        .companions(&metrics)
+        .unwrap_err();
+        assert!(e.contains("at least 50ms"), "{e}");
     }
 
     #[test]

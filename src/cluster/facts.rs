@@ -84,6 +84,7 @@ pub fn node_facts(node: &Node, lease: Option<&Lease>, in_inventory: bool) -> Nod
             .and_then(|a| a.get(POWER_OFF_ANNOTATION))
             .and_then(|v| parse_power_off(v)),
         request: None,
+        companion_silent: None,
     }
 }
 

@@ -71,6 +71,9 @@ pub struct Controller {
     pub monitor_concurrency: usize,
     /// Remediation requests are watched and answered (`[remediation] requests`).
     pub requests: Option<crate::remediation::writer::RequestWriter>,
+    /// The companions fallen silent (`--companion-listen`): each makes its node
+    /// suspect, as a stale Lease does.
+    pub companions: Option<tokio::sync::watch::Receiver<crate::heartbeat::Silent>>,
 }
 
 /// The executor's parts, completed with a fresh channel for each leadership term.
@@ -127,6 +130,8 @@ struct Observed {
     deleted_refs: BTreeMap<String, k8s_openapi::api::core::v1::ObjectReference>,
     /// Remediation requests (when watched).
     requests: requests::Requests,
+    /// The companions fallen silent, as last followed.
+    silent: crate::heartbeat::Silent,
 }
 
 impl Controller {
@@ -227,6 +232,11 @@ impl Controller {
             None => futures::stream::pending().boxed(),
         };
         let (requests_tx, mut requests_rx) = mpsc::unbounded_channel();
+        // Standbys kept the table: a silence that began before this term counts now.
+        let mut companions = self.companions.clone();
+        if let Some(rx) = &mut companions {
+            seen.silent = rx.borrow_and_update().clone();
+        }
         let mut not_in_inventory_logged = BTreeSet::new();
         // When the gauges were last refreshed, and whether they may be stale since.
         let mut published = tokio::time::Instant::now();
@@ -264,6 +274,9 @@ impl Controller {
                 Some(ev) = remediations.next() => match ev {
                     Ok(ev) => self.request_event(&mut engine, &mut seen, ev),
                     Err(e) => self.request_watch_failed(&mut engine, &mut seen, &e),
+                },
+                Some(silent) = silence_changed(&mut companions) => {
+                    self.companions_changed(&mut engine, &mut seen, silent)
                 },
                 Some(c) = requests_rx.recv() => {
                     let affected = seen.requests.complete(c);
@@ -395,7 +408,31 @@ impl Controller {
         let node = seen.nodes.get(name)?;
         let mut facts = node.facts(seen.leases.get(name), self.inventory.contains(name));
         facts.request = seen.requests.request_for(name);
+        facts.companion_silent = seen.silent.get(name).copied();
         Some(facts)
+    }
+
+    /// The set of silent companions changed: the nodes that joined or left it are
+    /// observed again.
+    fn companions_changed(
+        &self,
+        engine: &mut Engine,
+        seen: &mut Observed,
+        silent: crate::heartbeat::Silent,
+    ) -> Vec<Action> {
+        let changed: BTreeSet<String> = silent
+            .iter()
+            .filter(|(n, t)| seen.silent.get(*n) != Some(t))
+            .map(|(n, _)| n.clone())
+            .chain(
+                seen.silent
+                    .keys()
+                    .filter(|n| !silent.contains_key(*n))
+                    .cloned(),
+            )
+            .collect();
+        seen.silent = silent;
+        self.observe_nodes(engine, seen, changed)
     }
 
     /// The engine observes these nodes again (their requests changed).
@@ -637,4 +674,19 @@ impl Controller {
     fn publish(&self, engine: &Engine) {
         self.metrics.observe_engine(engine);
     }
+}
+
+/// The next set of silent companions; pending for ever without a listener (or once
+/// it is gone).
+async fn silence_changed(
+    rx: &mut Option<tokio::sync::watch::Receiver<crate::heartbeat::Silent>>,
+) -> Option<crate::heartbeat::Silent> {
+    let Some(r) = rx else {
+        return std::future::pending().await;
+    };
+    if r.changed().await.is_err() {
+        *rx = None;
+        return std::future::pending().await;
+    }
+    Some(r.borrow_and_update().clone())
 }

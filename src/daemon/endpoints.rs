@@ -70,21 +70,11 @@ impl Endpoints {
         let health_listener = bind(health_listen, "/healthz and /readyz (HTTP)").await?;
         let (tls, access, follower) = match &metrics_endpoint.secure {
             Some(source) => {
-                let config = certificate::load(source).context(
+                let config = certificate::load(source, "/metrics").context(
                     "cannot set up TLS for /metrics (--metrics-cert-file, --metrics-key-file)",
                 )?;
                 let tls = RustlsConfig::from_config(Arc::new(config));
-                let follower = match source {
-                    CertificateSource::Files { cert, key } => {
-                        let reload = tls.clone();
-                        Some(AbortOnDropHandle::new(tokio::spawn(
-                            certificate::follow_files(cert.clone(), key.clone(), move |config| {
-                                reload.reload_from_config(config)
-                            }),
-                        )))
-                    }
-                    CertificateSource::SelfSigned => None,
-                };
+                let follower = follow(source, &tls);
                 let reviewer = Arc::new(KubeReviewer::new(client.clone()));
                 (
                     Some(tls),
@@ -137,5 +127,23 @@ impl Endpoints {
         for task in self.tasks {
             let _ = task.await;
         }
+    }
+}
+
+/// Follows a certificate read from files (a renewal is served without a restart).
+pub(crate) fn follow(
+    source: &CertificateSource,
+    tls: &RustlsConfig,
+) -> Option<AbortOnDropHandle<()>> {
+    match source {
+        CertificateSource::Files { cert, key } => {
+            let reload = tls.clone();
+            Some(AbortOnDropHandle::new(tokio::spawn(
+                certificate::follow_files(cert.clone(), key.clone(), move |config| {
+                    reload.reload_from_config(config)
+                }),
+            )))
+        }
+        CertificateSource::SelfSigned => None,
     }
 }

@@ -56,6 +56,59 @@ pub struct DaemonOptions {
     /// Where each node's power driver comes from: the inventory (always, in
     /// `nodefence run`), or the whole-system simulation's fault layer.
     pub drivers: DriverSource,
+    /// The companions' heartbeat listener (`--companion-listen`); `None`: off.
+    pub companions: Option<CompanionListener>,
+}
+
+/// Where and how the companions' heartbeat is heard ([`crate::heartbeat`]).
+#[derive(Debug, Clone)]
+pub struct CompanionListener {
+    /// TCP (HTTPS hellos) and UDP (beats), one port.
+    pub listen: SocketAddr,
+    /// The companions' ServiceAccount, in the daemon's namespace.
+    pub service_account: String,
+    /// Its certificate (the companions trust its CA, or pin it).
+    pub certificate: crate::telemetry::certificate::CertificateSource,
+    pub heartbeat_interval: std::time::Duration,
+    pub heartbeat_timeout: std::time::Duration,
+}
+
+/// Starts the companions' listener on every replica (the standbys keep the table too).
+async fn start_companions(
+    listener: &CompanionListener,
+    namespace: &str,
+    client: &Client,
+    leadership: &Leadership,
+    metrics: &Arc<Metrics>,
+    stop: tokio_util::sync::CancellationToken,
+) -> anyhow::Result<(crate::heartbeat::Heartbeat, Option<AbortOnDropHandle<()>>)> {
+    let config =
+        crate::telemetry::certificate::load(&listener.certificate, "the companions' heartbeat")
+            .context("cannot set up TLS for the companions' listener")?;
+    let tls = axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(config));
+    let follower = endpoints::follow(&listener.certificate, &tls);
+    let settings = crate::heartbeat::Settings {
+        listen: listener.listen,
+        companion_user: format!(
+            "system:serviceaccount:{namespace}:{}",
+            listener.service_account
+        ),
+        timing: nodefence_watchdog::timing::Timing::default(),
+        heartbeat_interval: listener.heartbeat_interval,
+        heartbeat_timeout: listener.heartbeat_timeout,
+        metrics: Some(metrics.clone()),
+    };
+    let heartbeat = crate::heartbeat::start(
+        settings,
+        client.clone(),
+        tls,
+        leadership.clone(),
+        stop.cancelled_owned(),
+    )
+    .await
+    .with_context(|| format!("cannot listen on {} for the companions", listener.listen))?;
+    tracing::info!(address = %heartbeat.addr(), "hearing the companions' heartbeat (HTTPS hellos, UDP beats)");
+    Ok((heartbeat, follower))
 }
 
 /// Builds a node's power driver.
@@ -135,8 +188,33 @@ pub async fn run(
     };
     let stopper = elector.as_ref().map(LeaderElector::stopper);
     let election = elector.map(|e| AbortOnDropHandle::new(tokio::spawn(e.run())));
+    let companions_stop = tokio_util::sync::CancellationToken::new();
+    let _companions_stop_on_drop = companions_stop.clone().drop_guard();
+    let (silent, _companions_certificate) = match &options.companions {
+        Some(listener) => {
+            let (heartbeat, follower) = start_companions(
+                listener,
+                &options.lease_namespace,
+                &client,
+                &leadership,
+                &metrics,
+                companions_stop.clone(),
+            )
+            .await?;
+            (Some(heartbeat.silent()), follower)
+        }
+        None => (None, None),
+    };
 
-    let mut controller = controller_for(&config, &client, &options, &leadership, &metrics, &health);
+    let mut controller = controller_for(
+        &config,
+        &client,
+        &options,
+        &leadership,
+        &metrics,
+        &health,
+        silent.clone(),
+    );
     let reloader = options.config_check.map(|interval| {
         reload::Reloader::new(
             &config,
@@ -176,7 +254,7 @@ pub async fn run(
             () = reload_notify.notified() => {
                 // A standby applies a new configuration at once: it has no term.
                 if let Some(ready) = &reload_ready {
-                    apply(&mut controller, &mut running, ready, &client, &options, &leadership, &metrics, &health).await;
+                    apply(&mut controller, &mut running, ready, &client, &options, &leadership, &metrics, &health, &silent).await;
                 }
                 continue;
             }
@@ -201,6 +279,7 @@ pub async fn run(
                         &leadership,
                         &metrics,
                         &health,
+                        &silent,
                     )
                     .await;
                 }
@@ -222,6 +301,7 @@ pub async fn run(
     for d in controller.executor_template.drivers.values().flatten() {
         d.close().await;
     }
+    companions_stop.cancel();
     endpoints.stop().await;
     Ok(())
 }
@@ -327,6 +407,7 @@ fn controller_for(
     leadership: &Leadership,
     metrics: &Arc<Metrics>,
     health: &Health,
+    companions: Option<tokio::sync::watch::Receiver<crate::heartbeat::Silent>>,
 ) -> Controller {
     let policy = config.agent.policy.clone();
     let node_policies: BTreeMap<String, crate::engine::Policy> = config
@@ -398,6 +479,7 @@ fn controller_for(
             config.agent.power.monitor_interval
         },
         monitor_concurrency: config.agent.power.max_concurrent_requests,
+        companions,
     }
 }
 
@@ -414,6 +496,7 @@ async fn apply(
     leadership: &Leadership,
     metrics: &Arc<Metrics>,
     health: &Health,
+    companions: &Option<tokio::sync::watch::Receiver<crate::heartbeat::Silent>>,
 ) {
     let Some(prepared) = ready.take() else {
         return;
@@ -425,6 +508,7 @@ async fn apply(
         leadership,
         metrics,
         health,
+        companions.clone(),
     );
     let old = std::mem::replace(controller, new);
     let mut summary = running.summary(&prepared.config);

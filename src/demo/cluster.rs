@@ -273,6 +273,7 @@ impl World {
         let options = DaemonOptions {
             drivers: Default::default(),
             config_check: None,
+            companions: None,
             dry_run: false,
             health_listen: "127.0.0.1:0".parse().map_err(|e| anyhow!("{e}"))?,
             metrics: crate::daemon::MetricsEndpoint::plain(

@@ -23,6 +23,9 @@ pub enum Block {
     OnUntil(SystemTime),
     /// The machine reads On but only the Lease is stale: never powered off on that alone.
     OnButOnlyLeaseStale,
+    /// The machine reads On and only its companion is silent (its kubelet still
+    /// renews): never powered off on that alone.
+    OnButOnlyCompanionSilent,
     /// `on_powered_on = "wait"`.
     OnAndPolicyWaits,
     PowerOffAttemptsExhausted(u32),
@@ -54,6 +57,9 @@ impl Block {
             ),
             Block::OnButOnlyLeaseStale => {
                 "the machine is On and only its Lease is stale: waiting for NotReady".into()
+            }
+            Block::OnButOnlyCompanionSilent => {
+                "the machine is On and only its companion is silent (its kubelet still renews its Lease): waiting for NotReady".into()
             }
             Block::OnAndPolicyWaits => {
                 "the machine is On and on_powered_on = \"wait\": a person must decide".into()
@@ -94,6 +100,7 @@ impl Block {
             Block::Storm => "storm",
             Block::OnUntil(_) => "waiting_unhealthy_after",
             Block::OnButOnlyLeaseStale => "lease_stale_only",
+            Block::OnButOnlyCompanionSilent => "companion_silent_only",
             Block::OnAndPolicyWaits => "policy_waits",
             Block::PowerOffAttemptsExhausted(_) => "power_off_attempts_exhausted",
             Block::RateLimited => "rate_limited",
@@ -119,7 +126,10 @@ impl Block {
     pub(super) fn is_warning(&self) -> bool {
         !matches!(
             self,
-            Block::OnUntil(_) | Block::RateLimited | Block::OnButOnlyLeaseStale
+            Block::OnUntil(_)
+                | Block::RateLimited
+                | Block::OnButOnlyLeaseStale
+                | Block::OnButOnlyCompanionSilent
         )
     }
 }

@@ -172,6 +172,8 @@ pub(super) fn decide_incident(
                         >= policy.release_off_after
                 }
                 Health::LeaseStale { .. } => policy.lease_stale_after.is_some(),
+                // Its companion fell silent: Off proven after its last beat.
+                Health::CompanionSilent { .. } => true,
                 Health::Requested { .. } | Health::Healthy => false,
             };
         if !due {
@@ -194,8 +196,12 @@ pub(super) fn decide_incident(
             // then on its own 20 s period: nodefence deletes them on the Lease fast path
             // and after its own power-off, the two cases where waiting costs most.
             ForceDeletePods::FastPath => {
-                matches!(health, Health::LeaseStale { .. } | Health::Requested { .. })
-                    || matches!(inc.power_off, PowerOffStatus::Sent { .. })
+                matches!(
+                    health,
+                    Health::LeaseStale { .. }
+                        | Health::CompanionSilent { .. }
+                        | Health::Requested { .. }
+                ) || matches!(inc.power_off, PowerOffStatus::Sent { .. })
             }
         };
         let steps = Steps {
@@ -285,7 +291,12 @@ fn consider_power_off(
     let why = match (&inc.requested_by, not_ready_since) {
         (Some(by), _) => format!("{by} asks for it to be fenced"),
         (None, None) => {
-            set_block(inc, Block::OnButOnlyLeaseStale, name, out);
+            let block = if matches!(health, Health::CompanionSilent { .. }) {
+                Block::OnButOnlyCompanionSilent
+            } else {
+                Block::OnButOnlyLeaseStale
+            };
+            set_block(inc, block, name, out);
             return;
         }
         (None, Some(not_ready_since)) => {

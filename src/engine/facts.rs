@@ -3,7 +3,7 @@
 //! Built by the cluster observer from the Node object and its kubelet Lease; the
 //! engine never sees Kubernetes types, so it can be driven by tests and simulations.
 
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::policy::LeaseStaleAfter;
 use crate::identity::NodeIdentity;
@@ -62,6 +62,18 @@ pub struct Request {
     pub timed_out: bool,
 }
 
+/// A companion fallen silent, on nodefence's own clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompanionSilence {
+    /// When its last beat arrived: a sign of life, readings must be newer.
+    pub last_beat: SystemTime,
+    /// When the silence was declared (`last_beat + heartbeat_timeout`). A Lease
+    /// renewal seen after it outvotes the silence: the kubelet lives, the companion
+    /// does not (or cannot reach nodefence). One seen before it does not: a renewal
+    /// sent just before the power went can be seen after the last beat.
+    pub declared: SystemTime,
+}
+
 /// One node as last observed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeFacts {
@@ -95,6 +107,9 @@ pub struct NodeFacts {
     pub power_off_recorded: Option<(SystemTime, u32)>,
     /// A remediation request for the node, if one stands (the earliest live one).
     pub request: Option<Request>,
+    /// Its companion was beating and has fallen silent for `heartbeat_timeout`
+    /// ([`crate::heartbeat`]). `None`: beating, never beat, or stopped cleanly.
+    pub companion_silent: Option<CompanionSilence>,
 }
 
 impl NodeFacts {
@@ -116,6 +131,7 @@ impl NodeFacts {
             identity: NodeIdentity::default(),
             power_off_recorded: None,
             request: None,
+            companion_silent: None,
         }
     }
 
@@ -156,7 +172,21 @@ impl NodeFacts {
             _ => None,
         };
         let heartbeat = self.last_heartbeat.map(|h| h.min(now));
-        let latest = |t: SystemTime| heartbeat.map_or(t, |h| h.max(t));
+        // Every later sign of life counts: the kubelet's status posts and the
+        // companion's last beat (a suspect node's readings must be newer than both).
+        // A Lease renewal seen after the silence was declared outvotes it.
+        let beat = self
+            .companion_silent
+            .filter(|s| {
+                self.lease_seen
+                    .or(self.lease_renewed)
+                    .is_none_or(|seen| seen <= s.declared)
+            })
+            .map(|s| s.last_beat.min(now));
+        let latest = |t: SystemTime| {
+            let t = heartbeat.map_or(t, |h| h.max(t));
+            beat.map_or(t, |b| b.max(t))
+        };
         match (not_ready, lease_stale) {
             (Some(nr), lease) => Health::NotReady {
                 since: latest(lease.map_or(nr, |l| l.max(nr))),
@@ -164,6 +194,9 @@ impl NodeFacts {
             },
             (None, Some(renewed)) => Health::LeaseStale {
                 since: latest(renewed),
+            },
+            (None, None) if beat.is_some() => Health::CompanionSilent {
+                since: latest(self.lease_renewed.unwrap_or(UNIX_EPOCH)),
             },
             (None, None) => match self.live_request() {
                 // The kubelet still answers: its last renewal (or status post) is the
@@ -232,6 +265,12 @@ pub enum Health {
     LeaseStale {
         since: SystemTime,
     },
+    /// Ready with a live Lease, but its companion, which was beating, has been silent
+    /// for `heartbeat_timeout`: suspect at once, as with a stale Lease (never powered
+    /// off on this alone, released only when confirmed Off after `since`).
+    CompanionSilent {
+        since: SystemTime,
+    },
     /// Ready with a live Lease, but a remediation was requested for it
     /// ([`Request`]): suspect, its machine powered off when policy allows, released
     /// only when confirmed Off after `since`, its last sign of life.
@@ -251,6 +290,7 @@ impl Health {
         match self {
             Health::Healthy => None,
             Health::LeaseStale { since }
+            | Health::CompanionSilent { since }
             | Health::Requested { since }
             | Health::NotReady { since, .. } => Some(since),
         }

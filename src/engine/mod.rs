@@ -39,7 +39,7 @@ use std::time::SystemTime;
 pub use action::{
     Action, Notice, OffProof, Reason, ReleasePlan, ReleaseRecord, Severity, Steps, Target,
 };
-pub use facts::{Exclusion, Health, NodeFacts, Readiness, Request};
+pub use facts::{CompanionSilence, Exclusion, Health, NodeFacts, Readiness, Request};
 pub use node::{Block, NodeState, Phase, PowerOffStatus, PowerOnStatus};
 pub use policy::{
     ForceDeletePods, LeaseStaleAfter, MaxUnhealthy, OnPoweredOn, Policy, ReleaseMode,

@@ -344,6 +344,10 @@ impl NodeState {
                         Reason::NodeSuspect,
                         "its kubelet stopped renewing its Lease".to_string(),
                     ),
+                    Health::CompanionSilent { .. } => (
+                        Reason::NodeSuspect,
+                        "its companion stopped beating".to_string(),
+                    ),
                     Health::Requested { .. } => (
                         Reason::RemediationRequested,
                         format!(

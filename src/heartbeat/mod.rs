@@ -41,7 +41,24 @@ pub struct Settings {
     pub companion_user: String,
     pub timing: Timing,
     pub heartbeat_interval: Duration,
+    /// A companion that was beating and is silent this long makes its node suspect.
+    pub heartbeat_timeout: Duration,
+    /// Where the table is summed up every second (`None`: nowhere).
+    pub metrics: Option<Arc<crate::telemetry::Metrics>>,
 }
+
+/// The default `heartbeat_interval`: a companion beats twice a second.
+pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(500);
+/// The default `heartbeat_timeout`: four beats missed.
+pub const DEFAULT_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often the table is scanned for companions fallen silent: a silence is seen at
+/// most this long after `heartbeat_timeout`.
+const SILENCE_SCAN: Duration = Duration::from_millis(100);
+
+/// The nodes whose companion was beating and has been silent for `heartbeat_timeout`,
+/// each with when this replica last heard it and declared it silent (on the
+/// decisions' clock, [`crate::clock::now`]). Changes only when the set does.
+pub type Silent = Arc<std::collections::BTreeMap<String, crate::engine::CompanionSilence>>;
 
 /// The running listener: its table, and the nodes marked for fencing.
 #[derive(Clone)]
@@ -50,6 +67,7 @@ pub struct Heartbeat {
     marked: Arc<RwLock<BTreeSet<String>>>,
     origin: Instant,
     addr: SocketAddr,
+    silent: tokio::sync::watch::Receiver<Silent>,
 }
 
 impl Heartbeat {
@@ -66,6 +84,12 @@ impl Heartbeat {
     /// Reads the table.
     pub fn with_table<T>(&self, f: impl FnOnce(&Table) -> T) -> T {
         f(&self.table.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The companions fallen silent, as the control loop follows them: every replica
+    /// keeps it, so a new leader sees a silence that began before it led.
+    pub fn silent(&self) -> tokio::sync::watch::Receiver<Silent> {
+        self.silent.clone()
     }
 
     /// Marks (or unmarks) a node: its acknowledgements say so from now on.
@@ -101,12 +125,16 @@ pub async fn start(
     let tcp = TcpListener::bind(settings.listen).await?;
     let addr = tcp.local_addr()?;
     let udp = UdpSocket::bind(addr).await?;
+    let (silent_tx, silent) = tokio::sync::watch::channel(Silent::default());
     let heartbeat = Heartbeat {
         table: Arc::new(Mutex::new(Table::new(settings.timing))),
         marked: Arc::new(RwLock::new(BTreeSet::new())),
         origin: Instant::now(),
         addr,
+        silent,
     };
+    let timeout = settings.heartbeat_timeout;
+    let metrics = settings.metrics.clone();
     let state = HelloState {
         client,
         settings,
@@ -119,10 +147,17 @@ pub async fn start(
         .with_state(state);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let udp_task = tokio::spawn(serve_udp(udp, heartbeat.clone(), leadership, stop_rx));
+    let scan_task = tokio::spawn(follow_silence(
+        heartbeat.clone(),
+        timeout,
+        silent_tx,
+        metrics,
+    ));
     tokio::spawn(async move {
         let result = crate::telemetry::serve(tcp, routes, Some(tls), shutdown).await;
         let _ = stop_tx.send(true);
         udp_task.abort();
+        scan_task.abort();
         if let Err(e) = result {
             tracing::error!(error = %e, "the companions' listener stopped");
         }
@@ -228,5 +263,63 @@ async fn serve_udp(
             }
             Err(why) => tracing::trace!(%from, why = why.as_str(), "datagram dropped"),
         }
+    }
+}
+
+/// Scans the table every [`SILENCE_SCAN`] and publishes the silent companions when
+/// the set changes (a beat back, or a new silence): the control loop is woken by a
+/// change, never by a beat.
+async fn follow_silence(
+    heartbeat: Heartbeat,
+    timeout: Duration,
+    publish: tokio::sync::watch::Sender<Silent>,
+    metrics: Option<Arc<crate::telemetry::Metrics>>,
+) {
+    let mut scan = tokio::time::interval(SILENCE_SCAN);
+    scan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut scans: u32 = 0;
+    loop {
+        scan.tick().await;
+        let now = heartbeat.now();
+        scans = scans.wrapping_add(1);
+        if let Some(m) = &metrics
+            && scans.is_multiple_of(10)
+        {
+            m.observe_companions(&heartbeat.with_table(|t| t.summary(now, timeout)));
+        }
+        let wall = crate::clock::now();
+        let silent = heartbeat.with_table(|t| t.silent(now, timeout));
+        publish.send_if_modified(|known| {
+            if known.len() == silent.len() && silent.iter().all(|(n, _)| known.contains_key(n)) {
+                return false;
+            }
+            let next = silent
+                .iter()
+                .map(|(node, last)| {
+                    // A node already silent keeps what was first published for it.
+                    let silence = known.get(node).copied().unwrap_or_else(|| {
+                        let last_beat =
+                            wall.checked_sub(now.saturating_sub(*last)).unwrap_or(wall);
+                        crate::engine::CompanionSilence {
+                            last_beat,
+                            declared: wall,
+                        }
+                    });
+                    (node.clone(), silence)
+                })
+                .collect();
+            for node in silent.iter().map(|(n, _)| n) {
+                if !known.contains_key(node) {
+                    tracing::warn!(node = %node, "its companion stopped beating: the node is suspect");
+                }
+            }
+            for node in known.keys() {
+                if !silent.iter().any(|(n, _)| n == node) {
+                    tracing::info!(node = %node, "its companion is beating again");
+                }
+            }
+            *known = Arc::new(next);
+            true
+        });
     }
 }

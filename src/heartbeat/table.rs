@@ -15,6 +15,8 @@ use nodefence_watchdog::session::{Rejected, ReplicaEnd};
 use nodefence_watchdog::timing::Timing;
 use nodefence_watchdog::wire::{self, Key, WatchdogState};
 
+use crate::telemetry::CompanionSummary;
+
 /// One node's companion, as this replica sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Companion {
@@ -51,6 +53,18 @@ impl Dropped {
             Dropped::Rejected(Rejected::Unknown) => "unknown",
         }
     }
+
+    /// Its place in the `reason` labels of `nodefence_companion_datagrams_refused_total`.
+    fn index(self) -> usize {
+        match self {
+            Dropped::NotABeat => 0,
+            Dropped::NoSession => 1,
+            Dropped::Rejected(Rejected::Seal(_)) => 2,
+            Dropped::Rejected(Rejected::Session) => 3,
+            Dropped::Rejected(Rejected::Replayed) => 4,
+            Dropped::Rejected(Rejected::Unknown) => 5,
+        }
+    }
 }
 
 /// Every companion's session and beats.
@@ -62,6 +76,8 @@ pub struct Table {
     nodes: BTreeMap<String, Companion>,
     /// Bumped when the set of nodes with a companion changes.
     membership: u64,
+    /// Datagrams refused, by [`Dropped::index`].
+    refused: [u64; 6],
 }
 
 impl Table {
@@ -71,6 +87,7 @@ impl Table {
             sessions: HashMap::new(),
             nodes: BTreeMap::new(),
             membership: 1,
+            refused: [0; 6],
         }
     }
 
@@ -99,6 +116,20 @@ impl Table {
     /// back, or why none. `leader`: whether this replica leads; `marked`: whether the
     /// node is marked for fencing.
     pub fn beat(
+        &mut self,
+        datagram: &[u8],
+        now: Duration,
+        leader: bool,
+        marked: impl Fn(&str) -> bool,
+    ) -> Result<(String, Vec<u8>), Dropped> {
+        let result = self.take_beat(datagram, now, leader, marked);
+        if let Err(why) = result {
+            self.refused[why.index()] += 1;
+        }
+        result
+    }
+
+    fn take_beat(
         &mut self,
         datagram: &[u8],
         now: Duration,
@@ -144,20 +175,49 @@ impl Table {
         self.nodes.iter()
     }
 
-    /// Nodes whose companion was beating and has been silent for `timeout` by `now`.
-    pub fn silent(&self, now: Duration, timeout: Duration) -> Vec<String> {
+    /// Nodes whose companion was beating and has been silent for `timeout` by `now`,
+    /// with when it was last heard. A companion that said it was stopping (a clean
+    /// stop, a rolling update) is not silent: its node is left to its Lease.
+    pub fn silent(&self, now: Duration, timeout: Duration) -> Vec<(String, Duration)> {
         self.nodes
             .iter()
-            .filter(|(_, c)| {
+            .filter(|(_, c)| c.watchdog != WatchdogState::Stopping)
+            .filter_map(|(n, c)| {
                 c.last_beat
-                    .is_some_and(|t| now.saturating_sub(t) >= timeout)
+                    .filter(|t| now.saturating_sub(*t) >= timeout)
+                    .map(|t| (n.clone(), t))
             })
-            .map(|(n, _)| n.clone())
             .collect()
     }
 
     pub fn membership(&self) -> u64 {
         self.membership
+    }
+
+    /// The table summed up for the metrics, at `now` with `timeout`.
+    pub fn summary(&self, now: Duration, timeout: Duration) -> CompanionSummary {
+        let mut s = CompanionSummary {
+            refused: self.refused,
+            ..CompanionSummary::default()
+        };
+        let mut oldest = Duration::ZERO;
+        for (node, c) in &self.nodes {
+            let Some(last) = c.last_beat else { continue };
+            let age = now.saturating_sub(last);
+            if c.watchdog == WatchdogState::Stopping {
+                s.stopped += 1;
+            } else if age >= timeout {
+                s.silent.push(node.clone());
+            } else {
+                s.beating += 1;
+                if matches!(c.watchdog, WatchdogState::Armed { .. }) {
+                    s.armed += 1;
+                }
+                oldest = oldest.max(age);
+            }
+        }
+        s.oldest_beat_seconds = oldest.as_secs_f64();
+        s
     }
 }
 
@@ -201,7 +261,20 @@ mod tests {
             (1, ARMED, Some(ms(5_000)))
         );
         assert!(t.silent(ms(6_999), Duration::from_secs(2)).is_empty());
-        assert_eq!(t.silent(ms(7_000), Duration::from_secs(2)), ["worker-1"]);
+        assert_eq!(
+            t.silent(ms(7_000), Duration::from_secs(2)),
+            [("worker-1".to_string(), ms(5_000))]
+        );
+        // Its last beat says it is stopping: left to the Lease.
+        let (_, _) = t
+            .beat(
+                &c.beat(ms(200), Reaching::default(), WatchdogState::Stopping),
+                ms(7_100),
+                true,
+                |_| false,
+            )
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        assert!(t.silent(ms(60_000), Duration::from_secs(2)).is_empty());
     }
 
     #[test]
@@ -242,6 +315,16 @@ mod tests {
             Err(Dropped::Rejected(Rejected::Seal(_)))
         ));
         assert_eq!(t.companion("worker-1").map(|c| c.beats), Some(1));
+        let s = t.summary(ms(10), Duration::from_secs(2));
+        // not-a-beat twice, no-session, seal, replayed.
+        assert_eq!(s.refused, [2, 1, 1, 0, 1, 0]);
+        assert_eq!((s.beating, s.armed, s.stopped), (1, 1, 0));
+        assert_eq!(s.oldest_beat_seconds, 0.009);
+        let s = t.summary(ms(3_000), Duration::from_secs(2));
+        assert_eq!(
+            (s.beating, s.silent.as_slice()),
+            (0, ["worker-1".to_string()].as_slice())
+        );
     }
 
     #[test]

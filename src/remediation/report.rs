@@ -224,7 +224,9 @@ fn progress(request: &KeptRequest, state: &NodeState, policy: &Policy) -> Progre
             Block::QueryFailing(_) => "PowerStateUnreadable",
             Block::Identity(_) => "IdentityUnproven",
             Block::RequestTimedOut(_) => "TimedOut",
-            Block::OnUntil(_) | Block::OnButOnlyLeaseStale => "MachineOn",
+            Block::OnUntil(_) | Block::OnButOnlyLeaseStale | Block::OnButOnlyCompanionSilent => {
+                "MachineOn"
+            }
             Block::Excluded(_) | Block::PowerOffAttemptsExhausted(_) | Block::OnAndPolicyWaits => {
                 "Held"
             }

@@ -128,18 +128,18 @@ pub fn self_signed_names() -> Vec<String> {
     names
 }
 
-/// The configuration for `source`, logged with its fingerprint.
-pub fn load(source: &CertificateSource) -> Result<ServerConfig, CertificateError> {
+/// The configuration for `source`, logged with its fingerprint and `what` it serves.
+pub fn load(source: &CertificateSource, what: &str) -> Result<ServerConfig, CertificateError> {
     let (config, fingerprint) = match source {
         CertificateSource::SelfSigned => self_signed(self_signed_names())?,
         CertificateSource::Files { cert, key } => from_files(cert, key)?,
     };
     match source {
         CertificateSource::SelfSigned => {
-            tracing::info!(%fingerprint, "serving /metrics with a self-signed certificate made at start-up");
+            tracing::info!(%fingerprint, "serving {what} with a self-signed certificate made at start-up");
         }
         CertificateSource::Files { cert, .. } => {
-            tracing::info!(%fingerprint, file = %cert.display(), "serving /metrics with the certificate from file");
+            tracing::info!(%fingerprint, file = %cert.display(), "serving {what} with the certificate from file");
         }
     }
     Ok(config)

@@ -30,6 +30,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::engine::{Engine, Phase};
 
+pub mod companions;
 mod incidents;
 mod labels;
 
@@ -162,6 +163,7 @@ pub struct Metrics {
     config_last_reload_successful: Gauge,
     config_last_reload_success: Gauge<f64, std::sync::atomic::AtomicU64>,
     incidents: incidents::IncidentGauges,
+    companions: companions::CompanionGauges,
     scrapes_refused: Family<RefusalLabels, Counter>,
 }
 
@@ -325,6 +327,7 @@ impl Metrics {
         );
 
         let incidents = incidents::IncidentGauges::register(&mut registry);
+        let companions = companions::CompanionGauges::register(&mut registry);
 
         let scrapes_refused = Family::<RefusalLabels, Counter>::default();
         for reason in REFUSAL_REASONS {
@@ -371,6 +374,7 @@ impl Metrics {
             config_last_reload_success,
             incidents,
             scrapes_refused,
+            companions,
         }
     }
 
@@ -610,6 +614,11 @@ impl Metrics {
                 })
                 .set(flag(result == current));
         }
+    }
+
+    /// The companions' heartbeat ([`companions`]).
+    pub fn observe_companions(&self, summary: &companions::CompanionSummary) {
+        self.companions.observe(summary);
     }
 
     /// The OpenMetrics text exposition, `# EOF` included.

@@ -45,5 +45,6 @@ mod metrics;
 mod server;
 
 pub use exposition::{Sample, parse_samples};
+pub use metrics::companions::CompanionSummary;
 pub use metrics::{Metrics, power_error_result, power_query_result, release_mode_label};
 pub use server::{Health, METRICS_CONTENT_TYPE, health_routes, metrics_routes, serve};

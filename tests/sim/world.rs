@@ -141,6 +141,7 @@ impl World {
             identity: side.identity.clone(),
             leader_timings: Default::default(),
             config_check: None,
+            companions: None,
         };
         let config = match nodefence::config::load(&self.config_path) {
             Ok(c) => c,

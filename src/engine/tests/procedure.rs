@@ -242,3 +242,114 @@ fn pods_are_force_deleted_only_where_podgc_would_not() {
         assert_eq!(h.plans["w1"].force_delete_pods, expected, "{setting:?}");
     }
 }
+
+/// A silence whose last beat was at `last_beat`, declared 2 s later.
+fn silence(last_beat: SystemTime) -> CompanionSilence {
+    CompanionSilence {
+        last_beat,
+        declared: last_beat + secs(2),
+    }
+}
+
+/// The companion's silence makes the node suspect at once, as a stale Lease does: a
+/// machine read Off after the last beat is released long before the Lease would
+/// have said anything, and no power command is sent.
+#[test]
+fn a_silent_companion_makes_the_node_suspect_before_its_lease_does() {
+    let mut h = Harness::new(Policy::default());
+    h.add("w1", Bmc::State(PowerState::On));
+    h.add("w2", Bmc::State(PowerState::On));
+    let lost = h.now;
+    // Power lost; the Lease is still fresh (renewed at `lost`), the companion silent
+    // since its last beat, at the same moment.
+    h.lose_power("w1");
+    h.set_facts("w1", |f| f.companion_silent = Some(silence(lost)));
+    h.advance(secs(3));
+    let released = h.release_times.get("w1").copied().expect("released");
+    assert!(
+        released.duration_since(lost).unwrap_or_default() < secs(4),
+        "released {:?} after the last beat, not at the Lease's pace",
+        released.duration_since(lost)
+    );
+    assert!(h.reasons("w1").contains(&Reason::NodeSuspect));
+    assert_eq!(h.power_offs("w1"), 0);
+    assert!(h.plans["w1"].force_delete_pods, "the fast path's pods");
+    assert!(!h.released("w2"));
+}
+
+/// A companion that crashed on a healthy machine: the node is suspect until its
+/// kubelet's next renewal outvotes the silence, read On and left alone meanwhile.
+/// A machine whose kubelet is hung too: suspect, On, never powered off on the
+/// companion's silence (nor then the stale Lease) alone, never released.
+#[test]
+fn a_silent_companion_alone_never_powers_off_nor_releases() {
+    let mut h = Harness::new(Policy::default());
+    h.add("w1", Bmc::State(PowerState::On));
+    h.add("w2", Bmc::State(PowerState::On));
+    let heard = h.now;
+    h.set_facts("w1", |f| f.companion_silent = Some(silence(heard)));
+    assert!(h.reasons("w1").contains(&Reason::NodeSuspect));
+    h.advance(secs(3));
+    assert!(
+        matches!(h.engine.node("w1").map(|n| &n.phase), Some(Phase::Healthy)),
+        "a renewal after the silence was declared: alive"
+    );
+    assert!(h.reasons("w1").contains(&Reason::RecoveredBeforeRelease));
+
+    let mut h = Harness::new(Policy::default());
+    h.add("w1", Bmc::State(PowerState::On));
+    h.add("w2", Bmc::State(PowerState::On));
+    let heard = h.now;
+    h.hang_kubelet("w1");
+    h.set_facts("w1", |f| {
+        f.companion_silent = Some(silence(heard));
+        f.lease_seen = Some(heard);
+    });
+    h.advance(secs(5));
+    let block = |h: &Harness| match h.engine.node("w1").map(|n| &n.phase) {
+        Some(Phase::Incident(inc)) => inc.block.clone(),
+        other => panic!("not an incident: {other:?}"),
+    };
+    assert_eq!(block(&h), Some(Block::OnButOnlyCompanionSilent));
+    h.advance(secs(300));
+    assert_eq!(h.power_offs("w1"), 0);
+    assert!(!h.released("w1"));
+    assert_eq!(block(&h), Some(Block::OnButOnlyLeaseStale));
+}
+
+/// Off readings taken before the companion's last beat prove nothing.
+#[test]
+fn the_last_beat_is_a_sign_of_life_readings_must_follow() {
+    let now = t0() + secs(100);
+    let mut f = NodeFacts::ready("w1", t0() + secs(95));
+    f.lease_seen = Some(t0() + secs(95));
+    f.companion_silent = Some(silence(t0() + secs(97)));
+    assert_eq!(
+        f.health(now, Policy::default().lease_stale_after),
+        Health::CompanionSilent {
+            since: t0() + secs(97)
+        }
+    );
+    // A NotReady node's last sign of life moves on to the beat too.
+    f.readiness = Readiness::NotReady {
+        since: t0() + secs(90),
+    };
+    assert_eq!(
+        f.health(now, None).since(),
+        Some(t0() + secs(97)),
+        "the beat is later than NotReady"
+    );
+    // A renewal seen after the last beat but before the silence was declared does
+    // not outvote it (sent before the power went); one seen after does.
+    f.readiness = Readiness::Ready;
+    f.lease_seen = Some(t0() + secs(98));
+    assert!(matches!(
+        f.health(now, None),
+        Health::CompanionSilent { .. }
+    ));
+    f.lease_seen = Some(t0() + secs(99) + Duration::from_millis(1));
+    assert_eq!(f.health(now, None), Health::Healthy);
+    // Beating (or stopped cleanly): healthy.
+    f.companion_silent = None;
+    assert_eq!(f.health(now, None), Health::Healthy);
+}

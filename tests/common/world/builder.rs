@@ -141,6 +141,8 @@ pub struct WorldBuilder {
     pub kube_tls: bool,
     /// BareMetalHosts and the Metal3 stand-in (`None`: no Metal3).
     pub metal3: Option<Metal3Setup>,
+    /// The replicas hear the companions here (`--companion-listen`).
+    pub companions: Option<nodefence::daemon::CompanionListener>,
     policy: Vec<PolicyTweak>,
 }
 
@@ -177,12 +179,19 @@ impl WorldBuilder {
             service_accounts: Vec::new(),
             kube_tls: false,
             metal3: None,
+            companions: None,
             policy: Vec::new(),
         }
     }
 
     /// fake-kube serves HTTPS, its CA in the kubeconfigs (kubectl sends a bearer
     /// token only over TLS).
+    /// The replicas hear the companions with `listener`.
+    pub fn companions(mut self, listener: nodefence::daemon::CompanionListener) -> Self {
+        self.companions = Some(listener);
+        self
+    }
+
     pub fn kube_tls(mut self) -> Self {
         self.kube_tls = true;
         self
@@ -525,6 +534,7 @@ impl WorldBuilder {
             identity: "test-replica".into(),
             leader_timings: self.leader_timings,
             config_check: self.config_check,
+            companions: self.companions.clone(),
         };
         let mut world = World {
             kube,

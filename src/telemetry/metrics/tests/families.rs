@@ -46,6 +46,10 @@ fn every_family_is_declared_with_its_type_and_unit() {
             "nodefence_config_last_reload_success_timestamp_seconds",
             "gauge",
         ),
+        ("nodefence_companions", "gauge"),
+        ("nodefence_companion_watchdogs", "gauge"),
+        ("nodefence_companion_oldest_beat_age_seconds", "gauge"),
+        ("nodefence_companion_datagrams_refused", "counter"),
         ("nodefence_metrics_scrapes_refused", "counter"),
         ("nodefence_build", "info"),
     ];

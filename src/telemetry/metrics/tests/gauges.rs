@@ -329,3 +329,66 @@ fn incident_gauges_follow_each_node_and_vanish_when_its_incident_ends() {
     assert!(series(&m, "nodefence_incident_blocked").is_empty());
     assert!(series(&m, "nodefence_incident_blocked_since_timestamp_seconds").is_empty());
 }
+
+#[test]
+fn companions_are_counted_by_state_and_silent_nodes_and_refusals_follow_the_table() {
+    use crate::telemetry::CompanionSummary;
+    let m = Metrics::new();
+    for state in ["beating", "silent", "stopped"] {
+        assert_eq!(
+            value(&m, "nodefence_companions", &[("state", state)]),
+            Some(0.0)
+        );
+    }
+    let mut s = CompanionSummary {
+        beating: 4,
+        silent: vec!["w1".into(), "w2".into()],
+        stopped: 1,
+        armed: 3,
+        oldest_beat_seconds: 0.7,
+        refused: [5, 0, 2, 0, 1, 0],
+    };
+    m.observe_companions(&s);
+    assert_eq!(
+        value(&m, "nodefence_companions", &[("state", "silent")]),
+        Some(2.0)
+    );
+    assert_eq!(
+        value(&m, "nodefence_companion_watchdogs", &[("state", "none")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&m, "nodefence_companion_oldest_beat_age_seconds", &[]),
+        Some(0.7)
+    );
+    assert_eq!(
+        value(&m, "nodefence_companion_silent", &[("node", "w2")]),
+        Some(1.0)
+    );
+    // The table's totals become counters: only what is new is added.
+    s.silent = vec!["w2".into()];
+    s.refused = [6, 0, 2, 0, 1, 0];
+    m.observe_companions(&s);
+    m.observe_companions(&s);
+    assert_eq!(
+        value(
+            &m,
+            "nodefence_companion_datagrams_refused_total",
+            &[("reason", "not-a-beat")]
+        ),
+        Some(6.0)
+    );
+    assert_eq!(
+        value(
+            &m,
+            "nodefence_companion_datagrams_refused_total",
+            &[("reason", "seal")]
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        series(&m, "nodefence_companion_silent").len(),
+        1,
+        "w1 is back"
+    );
+}
