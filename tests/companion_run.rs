@@ -97,6 +97,7 @@ impl Companion {
                 Duration::from_secs(10),
                 false,
             ))),
+            replicas: None,
         };
         let status = Arc::new(Mutex::new(Status::default()));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

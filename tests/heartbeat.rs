@@ -29,6 +29,25 @@ async fn client(kube: &FakeKubeHandle) -> kube::Client {
     .unwrap()
 }
 
+/// The listeners' one certificate (for 127.0.0.1 and localhost) and its fingerprint.
+fn certificate() -> &'static (Arc<rustls::ServerConfig>, CertFingerprint) {
+    static CERT: std::sync::OnceLock<(Arc<rustls::ServerConfig>, CertFingerprint)> =
+        std::sync::OnceLock::new();
+    CERT.get_or_init(|| {
+        nodefence::tls::install_crypto_provider();
+        let (config, fingerprint) = nodefence::telemetry::certificate::self_signed(vec![
+            "127.0.0.1".into(),
+            "localhost".into(),
+        ])
+        .unwrap();
+        (Arc::new(config), fingerprint)
+    })
+}
+
+fn leader_tls() -> RustlsConfig {
+    RustlsConfig::from_config(certificate().0.clone())
+}
+
 /// fake-kube with a projected token of the companion on `node`, and nodefence's
 /// listener (self-signed; its fingerprint returned) as `leadership` has it.
 async fn world(
@@ -45,11 +64,7 @@ async fn world(
         pod: Some((format!("nodefence-companion-{node}"), "pod-uid".into())),
         node: Some((node.into(), "node-uid".into())),
     });
-    let (config, fingerprint) = nodefence::telemetry::certificate::self_signed(vec![
-        "127.0.0.1".into(),
-        "localhost".into(),
-    ])
-    .unwrap();
+    let fingerprint = certificate().1;
     let settings = Settings {
         listen: "127.0.0.1:0".parse().unwrap(),
         companion_user: COMPANION.into(),
@@ -61,7 +76,7 @@ async fn world(
     let hb = heartbeat::start(
         settings,
         client(&kube).await,
-        RustlsConfig::from_config(Arc::new(config)),
+        leader_tls(),
         leadership,
         std::future::pending(),
     )
@@ -86,6 +101,7 @@ fn options(
         },
         token_file: token.to_path_buf(),
         watchdog: WatchdogChoice::Given(Box::new(dog)),
+        replicas: None,
     }
 }
 
@@ -241,4 +257,60 @@ async fn garbage_and_oversized_datagrams_get_nothing_back() {
     assert!(answer.is_err(), "no answer to garbage");
     assert_eq!(hb.with_table(|t| t.companions().count()), 0);
     kube.shutdown().await;
+}
+
+/// Every replica gets a session and the beats: the companion looks the name up (here:
+/// given the two addresses, `localhost` on 127.0.0.1 and 127.0.0.2, one port), the
+/// standby's table is as current as the leader's, and only the leader's
+/// acknowledgements feed the watchdog. A clean stop reaches both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_companion_beats_to_every_replica_and_the_standby_keeps_the_table_too() {
+    let (kube, leader, pin) = world("worker-1", hello::AUDIENCE, Leadership::always()).await;
+    let port = leader.addr().port();
+    // The standby: another replica, with the same certificate (a Secret both mount).
+    let standby = heartbeat::start(
+        Settings {
+            listen: format!("127.0.0.2:{port}").parse().unwrap(),
+            companion_user: COMPANION.into(),
+            timing: Timing::default(),
+            heartbeat_interval: Duration::from_millis(100),
+            heartbeat_timeout: Duration::from_millis(500),
+            metrics: None,
+        },
+        client(&kube).await,
+        leader_tls(),
+        Leadership::never(),
+        std::future::pending(),
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "token-worker-1\n").unwrap();
+    let dog = RecordingWatchdog::new("iTCO_wdt", Duration::from_secs(10), false);
+    let mut opts = options(&leader, pin, &token, dog.clone());
+    opts.nodefence = format!("https://localhost:{port}").parse().unwrap();
+    opts.replicas = Some(vec![leader.addr(), standby.addr()]);
+    let (status, stop, run) = spawn(opts);
+    let beats = |hb: &Heartbeat| hb.with_table(|t| t.companion("worker-1").map_or(0, |c| c.beats));
+    eventually("both replicas hear the beats, the watchdog fed", || {
+        beats(&leader) >= 3 && beats(&standby) >= 3 && dog.recorded().feeds >= 3
+    })
+    .await;
+    assert_eq!(
+        standby.with_table(|t| t.companion("worker-1").and_then(|c| c.last_ack)),
+        None,
+        "a standby never acknowledges as leader"
+    );
+    assert!(status.lock().unwrap().feeding);
+    let _ = stop.send(());
+    run.await.unwrap().unwrap();
+    for hb in [&leader, &standby] {
+        let state = hb.with_table(|t| t.companion("worker-1").map(|c| c.watchdog));
+        assert_eq!(
+            state,
+            Some(WatchdogState::Stopping),
+            "a clean stop reaches every replica"
+        );
+    }
 }

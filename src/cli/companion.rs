@@ -60,6 +60,7 @@ pub async fn run(args: &CompanionArgs) -> u8 {
         },
         token_file: args.token_file.clone(),
         watchdog,
+        replicas: None,
     };
     let status = Arc::new(Mutex::new(Status::default()));
     match companion::run(options, status, super::run::shutdown_signal()).await {

@@ -11,9 +11,12 @@
 //! disarms with the magic close; under `nowayout` it says that the next pod must take
 //! over within the watchdog's timeout.
 //!
+//! Every replica gets its own session and the beats (the `--nodefence` name looked
+//! up: a headless Service lists them all), so a standby's table is current when it
+//! takes over; only the leader's acknowledgement lets the watchdog be fed.
+//!
 //! Not yet here (issue 36's next steps): the API server's answer on the mark and the
-//! peers' answers as the other two bases of the rule, beats to every replica (today:
-//! the one address given).
+//! peers' answers as the other two bases of the rule.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -28,6 +31,7 @@ use nodefence_watchdog::timing::Timing;
 use nodefence_watchdog::wire::{self, Key, WatchdogState};
 use tokio::net::UdpSocket;
 use tokio::time::Instant;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::heartbeat::hello;
 
@@ -59,6 +63,15 @@ pub struct Options {
     /// The projected token (read again for every hello: the kubelet rotates it).
     pub token_file: PathBuf,
     pub watchdog: WatchdogChoice,
+    /// The replicas' addresses, instead of looking the `nodefence` name up (tests;
+    /// a static list).
+    pub replicas: Option<Vec<std::net::SocketAddr>>,
+}
+
+impl WatchdogChoice {
+    fn take(&mut self) -> WatchdogChoice {
+        std::mem::replace(self, WatchdogChoice::None)
+    }
 }
 
 /// What the companion reports while it runs (tests and logs).
@@ -72,110 +85,147 @@ pub struct Status {
     pub feeding: bool,
 }
 
+/// How often the replicas' addresses are looked up again (a rollout moves them).
+const RESOLVE_EVERY: Duration = Duration::from_secs(30);
+
+/// A session with one replica, ready to beat.
+struct Session {
+    end: CompanionEnd,
+    socket: UdpSocket,
+    node: String,
+}
+
+/// What every replica's link shares with the loop that feeds the watchdog.
+struct Shared {
+    feeding: std::sync::Mutex<Feeding>,
+    status: Arc<std::sync::Mutex<Status>>,
+    watchdog: WatchdogState,
+    origin: Instant,
+    interval: Duration,
+}
+
+impl Shared {
+    fn now(&self) -> Duration {
+        self.origin.elapsed()
+    }
+
+    fn feeding(&self) -> std::sync::MutexGuard<'_, Feeding> {
+        self.feeding.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// Runs until `shutdown` resolves; `status` follows what it does.
+///
+/// Every replica of nodefence gets its own session and the beats (each keeps the
+/// table, so a new leader knows who was beating): the `--nodefence` name is looked
+/// up (a headless Service gives every replica's address) and each address is told
+/// apart by its IP, its certificate checked against the name.
 pub async fn run(
-    options: Options,
+    mut options: Options,
     status: Arc<std::sync::Mutex<Status>>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<Option<Disarmed>> {
     crate::tls::install_crypto_provider();
-    let tls = crate::tls::client_config(&options.tls).map_err(|e| anyhow::anyhow!(e.0))?;
-    let http = reqwest::Client::builder()
-        .user_agent(crate::cluster::USER_AGENT)
-        .use_preconfigured_tls(tls)
-        .timeout(Duration::from_secs(10))
-        .build()
-        .context("cannot build the HTTP client")?;
-    let origin = Instant::now();
-    let now = || origin.elapsed();
-    // The session first: until nodefence answers, nothing is armed.
-    let session = loop {
-        match say_hello(&http, &options).await {
-            Ok(s) => break s,
-            Err(e) => {
-                tracing::warn!(error = %format!("{e:#}"), "hello to nodefence failed; trying again in 2s");
-                tokio::time::sleep(Duration::from_secs(2)).await;
-            }
-        }
-    };
-    let timing = Timing {
-        isolation_timeout: Duration::from_millis(session.isolation_timeout_ms),
-        ..Timing::default()
-    };
-    let interval = Duration::from_millis(session.heartbeat_interval_ms.max(50));
-    let id: u64 = session
-        .session
-        .parse()
-        .context("the session id is not a number")?;
-    let key = base64::engine::general_purpose::STANDARD
-        .decode(&session.key)
-        .ok()
-        .and_then(|k| <[u8; 32]>::try_from(k).ok())
-        .context("the session key is not 32 bytes of base64")?;
-    let mut end = CompanionEnd::new(Key(key), id, timing.isolation_timeout);
-    let mut feeding = Feeding::new(&timing);
-    let mut watchdog = arm(options.watchdog)?;
     let host = options
         .nodefence
         .host_str()
-        .context("no host in --nodefence")?;
-    let socket = UdpSocket::bind(("0.0.0.0", 0)).await?;
-    socket.connect((host, session.heartbeat_port)).await?;
+        .context("no host in --nodefence")?
+        .to_string();
+    let port = options
+        .nodefence
+        .port_or_known_default()
+        .context("no port in --nodefence")?;
+    let origin = Instant::now();
+    // The first session, from whichever replica answers first: until one does,
+    // nothing is armed, and its timing is the one every replica gives.
+    let (first_addr, first) = loop {
+        let addresses = resolve(&options, &host, port).await;
+        let mut last = None;
+        for addr in &addresses {
+            match open_session(&options, &host, *addr).await {
+                Ok(s) => {
+                    last = Some(Ok((*addr, s)));
+                    break;
+                }
+                Err(e) => last = Some(Err(e)),
+            }
+        }
+        match last {
+            Some(Ok(found)) => break found,
+            Some(Err(e)) => {
+                tracing::warn!(error = %format!("{e:#}"), "hello to nodefence failed; trying again in 2s");
+            }
+            None => tracing::warn!(%host, "no address for nodefence; trying again in 2s"),
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+    let (hello, session) = first;
+    let timing = Timing {
+        isolation_timeout: Duration::from_millis(hello.isolation_timeout_ms),
+        ..Timing::default()
+    };
+    let mut watchdog = arm(options.watchdog.take())?;
+    let shared = Arc::new(Shared {
+        feeding: std::sync::Mutex::new(Feeding::new(&timing)),
+        status: status.clone(),
+        watchdog: match &watchdog {
+            Some(w) => WatchdogState::Armed {
+                granted: w.granted(),
+            },
+            None => WatchdogState::None,
+        },
+        origin,
+        interval: Duration::from_millis(hello.heartbeat_interval_ms.max(50)),
+    });
     {
         let mut s = status.lock().unwrap_or_else(|e| e.into_inner());
-        s.node = Some(session.node.clone());
+        s.node = Some(hello.node.clone());
         s.armed = watchdog
             .as_ref()
             .map(|w| (w.info().identity.clone(), w.granted()));
     }
-    tracing::info!(node = %session.node, armed = watchdog.is_some(), "companion beating");
-    let state = |w: &Option<Box<dyn Watchdog>>| match w {
-        Some(w) => WatchdogState::Armed {
-            granted: w.granted(),
-        },
-        None => WatchdogState::None,
-    };
-    let mut beat = tokio::time::interval(interval);
+    tracing::info!(node = %hello.node, armed = watchdog.is_some(), "companion beating");
+    let options = Arc::new(options);
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let mut links: std::collections::BTreeMap<std::net::SocketAddr, AbortOnDropHandle<()>> =
+        std::collections::BTreeMap::new();
+    // The links end with this future, also when it is dropped (a killed companion).
+    links.insert(
+        first_addr,
+        AbortOnDropHandle::new(tokio::spawn(link(
+            options.clone(),
+            host.clone(),
+            first_addr,
+            Some(session),
+            shared.clone(),
+            stop.clone(),
+        ))),
+    );
     let mut feed = tokio::time::interval(FEED_EVERY);
-    let mut buf = [0u8; wire::MAX_DATAGRAM + 1];
+    let mut lookup = tokio::time::interval(RESOLVE_EVERY);
+    lookup.reset();
     let mut shutdown = std::pin::pin!(shutdown);
+    follow_replicas(&options, &host, port, &mut links, &shared, &stop).await;
     loop {
         tokio::select! {
-            _ = beat.tick() => {
-                let datagram = end.beat(now(), feeding.reaching(now()), state(&watchdog));
-                let _ = socket.send(&datagram).await;
-            }
             _ = feed.tick() => {
-                let may = feeding.may_feed(now()).is_some();
+                let may = shared.feeding().may_feed(shared.now()).is_some();
                 if may && let Some(w) = watchdog.as_mut() && let Err(e) = w.feed() {
                     tracing::error!(error = %e, "cannot feed the watchdog");
                 }
                 status.lock().unwrap_or_else(|e| e.into_inner()).feeding = may;
             }
-            r = socket.recv(&mut buf) => {
-                let Ok(len) = r else { continue };
-                let received = now();
-                match end.acknowledged(&buf[..len], received) {
-                    Ok(ack) => {
-                        if ack.leader || ack.marked {
-                            feeding.acknowledged(ack.beat_sent, ack.marked, received);
-                        }
-                        let mut s = status.lock().unwrap_or_else(|e| e.into_inner());
-                        s.acknowledged += 1;
-                        s.marked |= ack.marked;
-                        if ack.marked {
-                            tracing::warn!("nodefence marked this node for fencing: the watchdog is no longer fed");
-                        }
-                    }
-                    Err(why) => tracing::debug!(%why, "datagram dropped"),
-                }
+            _ = lookup.tick() => {
+                follow_replicas(&options, &host, port, &mut links, &shared, &stop).await;
             }
             () = &mut shutdown => break,
         }
     }
-    // A clean stop: tell nodefence this watchdog no longer counts, then disarm.
-    let last = end.beat(now(), feeding.reaching(now()), WatchdogState::Stopping);
-    let _ = socket.send(&last).await;
+    // A clean stop: tell every replica this watchdog no longer counts, then disarm.
+    let _ = stop_tx.send(true);
+    for (_, task) in links {
+        let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
+    }
     let Some(w) = watchdog else {
         return Ok(None);
     };
@@ -189,11 +239,204 @@ pub async fn run(
     Ok(Some(disarmed))
 }
 
-async fn say_hello(http: &reqwest::Client, options: &Options) -> anyhow::Result<hello::Session> {
-    let token = std::fs::read_to_string(&options.token_file)
-        .with_context(|| format!("cannot read the token {}", options.token_file.display()))?;
-    let url = options
-        .nodefence
+/// The replicas' addresses: the name looked up, or the ones given.
+async fn resolve(options: &Options, host: &str, port: u16) -> Vec<std::net::SocketAddr> {
+    if let Some(fixed) = &options.replicas {
+        return fixed.clone();
+    }
+    match tokio::net::lookup_host((host, port)).await {
+        Ok(found) => {
+            let mut all: Vec<_> = found.collect();
+            all.sort();
+            all.dedup();
+            all
+        }
+        Err(e) => {
+            tracing::warn!(%host, error = %e, "cannot look nodefence's replicas up");
+            Vec::new()
+        }
+    }
+}
+
+/// Starts a link to each new address; ends those whose address is gone.
+async fn follow_replicas(
+    options: &Arc<Options>,
+    host: &str,
+    port: u16,
+    links: &mut std::collections::BTreeMap<std::net::SocketAddr, AbortOnDropHandle<()>>,
+    shared: &Arc<Shared>,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) {
+    let now = resolve(options, host, port).await;
+    if now.is_empty() {
+        return; // A failed lookup ends nothing.
+    }
+    links.retain(|addr, task| {
+        let keep = now.contains(addr);
+        if !keep {
+            tracing::info!(replica = %addr, "a replica of nodefence is gone");
+            task.abort();
+        }
+        keep
+    });
+    for addr in now {
+        links.entry(addr).or_insert_with(|| {
+            tracing::info!(replica = %addr, "beating to a replica of nodefence");
+            AbortOnDropHandle::new(tokio::spawn(link(
+                options.clone(),
+                host.to_string(),
+                addr,
+                None,
+                shared.clone(),
+                stop.clone(),
+            )))
+        });
+    }
+}
+
+/// A hello to the replica at `addr`: its session, and a socket for its beats.
+async fn open_session(
+    options: &Options,
+    host: &str,
+    addr: std::net::SocketAddr,
+) -> anyhow::Result<(hello::Session, Session)> {
+    let tls = crate::tls::client_config(&options.tls).map_err(|e| anyhow::anyhow!(e.0))?;
+    let mut builder = reqwest::Client::builder()
+        .user_agent(crate::cluster::USER_AGENT)
+        .use_preconfigured_tls(tls)
+        .timeout(Duration::from_secs(10));
+    // This replica, under the name its certificate is checked against.
+    if host.parse::<std::net::IpAddr>().is_err() {
+        builder = builder.resolve(host, addr);
+    }
+    let http = builder.build().context("cannot build the HTTP client")?;
+    let mut url = options.nodefence.clone();
+    if host.parse::<std::net::IpAddr>().is_ok() {
+        let _ = url.set_ip_host(addr.ip());
+    }
+    let hello = say_hello(&http, &url, &options.token_file).await?;
+    let id: u64 = hello
+        .session
+        .parse()
+        .context("the session id is not a number")?;
+    let key = base64::engine::general_purpose::STANDARD
+        .decode(&hello.key)
+        .ok()
+        .and_then(|k| <[u8; 32]>::try_from(k).ok())
+        .context("the session key is not 32 bytes of base64")?;
+    let bind: std::net::SocketAddr = if addr.is_ipv4() {
+        ([0, 0, 0, 0], 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let socket = UdpSocket::bind(bind).await?;
+    socket
+        .connect(std::net::SocketAddr::new(addr.ip(), hello.heartbeat_port))
+        .await?;
+    let session = Session {
+        end: CompanionEnd::new(
+            Key(key),
+            id,
+            Duration::from_millis(hello.isolation_timeout_ms),
+        ),
+        socket,
+        node: hello.node.clone(),
+    };
+    Ok((hello, session))
+}
+
+/// Beats to one replica until `stop`, saying hello again whenever it stops
+/// answering (a restarted replica has lost the session).
+async fn link(
+    options: Arc<Options>,
+    host: String,
+    addr: std::net::SocketAddr,
+    mut session: Option<Session>,
+    shared: Arc<Shared>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    // Unanswered beats after which the session is renewed.
+    const UNANSWERED: u32 = 10;
+    let mut buf = [0u8; wire::MAX_DATAGRAM + 1];
+    loop {
+        let mut s = match session.take() {
+            Some(s) => s,
+            None => match open_session(&options, &host, addr).await {
+                Ok((_, s)) => s,
+                Err(e) => {
+                    tracing::warn!(replica = %addr, error = %format!("{e:#}"), "hello failed; trying again in 2s");
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_secs(2)) => continue,
+                        _ = stop.changed() => return,
+                    }
+                }
+            },
+        };
+        if Some(&s.node)
+            != shared
+                .status
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .node
+                .as_ref()
+        {
+            tracing::error!(replica = %addr, node = %s.node, "a replica gave a session for another node: ignored");
+            return;
+        }
+        let mut beat = tokio::time::interval(shared.interval);
+        let mut unanswered: u32 = 0;
+        loop {
+            tokio::select! {
+                _ = beat.tick() => {
+                    if unanswered >= UNANSWERED {
+                        tracing::info!(replica = %addr, "no answer to {UNANSWERED} beats: saying hello again");
+                        break;
+                    }
+                    let now = shared.now();
+                    let reaching = shared.feeding().reaching(now);
+                    let datagram = s.end.beat(now, reaching, shared.watchdog);
+                    let _ = s.socket.send(&datagram).await;
+                    unanswered += 1;
+                }
+                r = s.socket.recv(&mut buf) => {
+                    let Ok(len) = r else { continue };
+                    let received = shared.now();
+                    match s.end.acknowledged(&buf[..len], received) {
+                        Ok(ack) => {
+                            unanswered = 0;
+                            if ack.leader || ack.marked {
+                                shared.feeding().acknowledged(ack.beat_sent, ack.marked, received);
+                            }
+                            let mut st = shared.status.lock().unwrap_or_else(|e| e.into_inner());
+                            st.acknowledged += 1;
+                            st.marked |= ack.marked;
+                            if ack.marked {
+                                tracing::warn!("nodefence marked this node for fencing: the watchdog is no longer fed");
+                            }
+                        }
+                        Err(why) => tracing::debug!(%why, "datagram dropped"),
+                    }
+                }
+                _ = stop.changed() => {
+                    let now = shared.now();
+                    let reaching = shared.feeding().reaching(now);
+                    let last = s.end.beat(now, reaching, WatchdogState::Stopping);
+                    let _ = s.socket.send(&last).await;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+async fn say_hello(
+    http: &reqwest::Client,
+    nodefence: &url::Url,
+    token_file: &std::path::Path,
+) -> anyhow::Result<hello::Session> {
+    let token = std::fs::read_to_string(token_file)
+        .with_context(|| format!("cannot read the token {}", token_file.display()))?;
+    let url = nodefence
         .join(hello::PATH)
         .context("the --nodefence URL cannot take a path")?;
     let answer = http
