@@ -31,12 +31,12 @@ use kube::CustomResourceExt;
 use nodefence::cluster::access::{self, Component, Scope};
 use serde_json::Value;
 
-fn deploy_dir() -> PathBuf {
+pub(crate) fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy")
 }
 
 /// The documents of one YAML file, as JSON.
-fn documents_of(path: &Path) -> Vec<Value> {
+pub(crate) fn documents_of(path: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path).unwrap();
     serde_saphyr::from_multiple::<Value>(&text)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
@@ -57,7 +57,10 @@ fn manifests(dir: &Path) -> Vec<PathBuf> {
             }
             out.extend(manifests(&path));
         } else if path.extension().is_some_and(|e| e == "yaml")
-            && path.file_name().is_some_and(|n| n != "kustomization.yaml")
+            && path.file_name().is_some_and(|n| {
+                // Kustomize's JSON patches are not objects either.
+                n != "kustomization.yaml" && !n.to_string_lossy().ends_with("-patch.yaml")
+            })
         {
             out.push(path);
         }
@@ -112,6 +115,13 @@ fn every_manifest_is_a_valid_object_of_its_kind() {
                     parses_as::<core::Secret>(&doc)
                 }
                 "Deployment" => parses_as::<Deployment>(&doc),
+                "DaemonSet" => parses_as::<k8s_openapi::api::apps::v1::DaemonSet>(&doc),
+                // cert-manager's CRDs, in an example only.
+                "Issuer" | "Certificate" => {
+                    file.starts_with(deploy_dir().join("examples"))
+                        && doc["apiVersion"] == "cert-manager.io/v1"
+                        && doc["spec"].is_object()
+                }
                 "PodDisruptionBudget" => {
                     parses_as::<k8s_openapi::api::policy::v1::PodDisruptionBudget>(&doc)
                 }
@@ -397,7 +407,7 @@ fn relative(from: &Path, to: &Path) -> PathBuf {
 }
 
 /// `kubectl kustomize` of an overlay of the base with these component directories.
-fn render_dirs(kubectl: &Path, components: &[&str]) -> Vec<Value> {
+pub(crate) fn render_dirs(kubectl: &Path, components: &[&str]) -> Vec<Value> {
     let overlay = tempfile::Builder::new()
         .prefix("overlay")
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))

@@ -22,6 +22,7 @@ mod aws_fencing;
 mod cli;
 mod companion_run;
 mod config_examples;
+mod deploy_companion;
 mod deploy_manifests;
 mod docs_links;
 mod events;

@@ -1,0 +1,199 @@
+//! `deploy/components/companion`, rendered by the real `kubectl kustomize`: the
+//! DaemonSet's and the Deployment's arguments parse with the real CLI and agree with
+//! each other (the name and port the companions dial are the headless Service's and
+//! the listener's; the projected token's audience and ServiceAccount are the ones the
+//! listener accepts), the Service and the NetworkPolicy open exactly that port to the
+//! companions, and the companions get no RBAC grant.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::deploy_common::kubectl;
+use crate::deploy_manifests::render_dirs;
+
+use clap::Parser;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use nodefence::cli::{Cli, Command};
+use serde_json::Value;
+
+fn one<T: serde::de::DeserializeOwned>(docs: &[Value], kind: &str, name: &str) -> T {
+    let doc = docs
+        .iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name}"));
+    serde_json::from_value(doc.clone()).unwrap_or_else(|e| panic!("{kind} {name}: {e}"))
+}
+
+fn argv(args: &[String]) -> Cli {
+    let argv = std::iter::once("nodefence".to_string()).chain(args.iter().cloned());
+    Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn the_companion_component_renders_and_both_sides_agree() {
+    let Some(kubectl) = kubectl() else { return };
+    let docs = render_dirs(&kubectl, &["companion"]);
+
+    let deployment: Deployment = one(&docs, "Deployment", "nodefence");
+    let pod = deployment.spec.clone().unwrap().template.spec.unwrap();
+    let daemon = &pod.containers[0];
+    let Command::Run(run) = argv(daemon.args.as_ref().unwrap()).command else {
+        panic!("the Deployment runs `run`")
+    };
+    let listen = run.companion_listen.expect("--companion-listen");
+    assert_eq!(listen.port(), 9440);
+    let mounted = |c: &k8s_openapi::api::core::v1::Container, path: &str| {
+        c.volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| std::path::Path::new(path).starts_with(&m.mount_path))
+    };
+    for file in [&run.metrics_cert_file, &run.metrics_key_file] {
+        let file = file
+            .as_ref()
+            .expect("the certificate the companions verify");
+        assert!(mounted(daemon, &file.display().to_string()), "{file:?}");
+    }
+    let ports: Vec<(String, i32, String)> = daemon
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| {
+            (
+                p.name.clone().unwrap_or_default(),
+                p.container_port,
+                p.protocol.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert!(
+        ports.contains(&("companions".into(), 9440, "TCP".into())),
+        "{ports:?}"
+    );
+    assert!(
+        ports.contains(&("beats".into(), 9440, "UDP".into())),
+        "{ports:?}"
+    );
+
+    let set: DaemonSet = one(&docs, "DaemonSet", "nodefence-companion");
+    let namespace = set.metadata.namespace.clone().unwrap();
+    assert_eq!(Some(namespace.clone()), deployment.metadata.namespace);
+    let spec = set.spec.unwrap().template.spec.unwrap();
+    assert_eq!(
+        spec.service_account_name.as_deref(),
+        Some(run.companion_service_account.as_str()),
+        "the ServiceAccount the listener accepts"
+    );
+    assert_eq!(spec.automount_service_account_token, Some(false));
+    assert!(
+        spec.tolerations
+            .iter()
+            .flatten()
+            .any(|t| t.operator.as_deref() == Some("Exists") && t.key.is_none()),
+        "on every node, whatever its taints"
+    );
+    let companion = &spec.containers[0];
+    let Command::Companion(args) = argv(companion.args.as_ref().unwrap()).command else {
+        panic!("the DaemonSet runs `companion`")
+    };
+    let service: Service = one(&docs, "Service", "nodefence-companions");
+    assert_eq!(
+        args.nodefence.host_str(),
+        Some(format!("nodefence-companions.{namespace}.svc").as_str())
+    );
+    assert_eq!(args.nodefence.port(), Some(listen.port()));
+    let svc = service.spec.unwrap();
+    assert_eq!(
+        svc.cluster_ip.as_deref(),
+        Some("None"),
+        "headless: every replica"
+    );
+    assert_eq!(
+        svc.selector,
+        deployment
+            .spec
+            .as_ref()
+            .map(|s| s.selector.match_labels.clone().unwrap())
+    );
+    let mut targets: Vec<(String, String)> = svc
+        .ports
+        .unwrap()
+        .into_iter()
+        .map(|p| {
+            assert_eq!(p.port, 9440);
+            let target = match p.target_port.unwrap() {
+                k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(s) => s,
+                other => panic!("{other:?}"),
+            };
+            (target, p.protocol.unwrap())
+        })
+        .collect();
+    targets.sort();
+    assert_eq!(
+        targets,
+        [
+            ("beats".into(), "UDP".into()),
+            ("companions".into(), "TCP".into())
+        ]
+    );
+    // The projected token: its audience, where --token-file reads it.
+    let token = spec
+        .volumes
+        .iter()
+        .flatten()
+        .find_map(|v| {
+            let source = v.projected.as_ref()?.sources.as_ref()?.first()?;
+            source
+                .service_account_token
+                .clone()
+                .map(|t| (v.name.clone(), t))
+        })
+        .expect("a projected token");
+    assert_eq!(
+        token.1.audience.as_deref(),
+        Some(nodefence::heartbeat::hello::AUDIENCE)
+    );
+    let mount = companion
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.name == token.0)
+        .unwrap();
+    assert_eq!(
+        args.token_file,
+        std::path::Path::new(&mount.mount_path).join(&token.1.path)
+    );
+    assert!(mounted(
+        companion,
+        &args.ca_file.unwrap().display().to_string()
+    ));
+
+    let policy: NetworkPolicy = one(&docs, "NetworkPolicy", "nodefence");
+    let rule = policy
+        .spec
+        .unwrap()
+        .ingress
+        .unwrap()
+        .into_iter()
+        .find(|r| {
+            r.from.iter().flatten().any(|f| {
+                f.pod_selector
+                    .as_ref()
+                    .and_then(|s| s.match_labels.as_ref())
+                    .and_then(|l| l.get("app.kubernetes.io/name"))
+                    .map(String::as_str)
+                    == Some("nodefence-companion")
+            })
+        })
+        .expect("the companions may reach the listener");
+    assert_eq!(rule.ports.as_ref().map(Vec::len), Some(2));
+
+    // No grant of any kind for the companions.
+    for d in &docs {
+        let subjects = d["subjects"].as_array().cloned().unwrap_or_default();
+        assert!(
+            !subjects.iter().any(|s| s["name"] == "nodefence-companion"),
+            "{d}"
+        );
+    }
+}
