@@ -197,3 +197,90 @@ fn the_companion_component_renders_and_both_sides_agree() {
         );
     }
 }
+
+/// The base with the companion component, applied by the real `kubectl` to fake-kube
+/// (as `kubectl apply -k` would, twice: the second is a no-op patch), and listed back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_applies_the_base_with_the_companion_component() {
+    let Some(kubectl) = kubectl() else { return };
+    nodefence::tls::install_crypto_provider();
+    let kube = nodefence_mocks::kube::FakeKube::builder()
+        .tls(true)
+        .start()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    kube.write_kubeconfig(&kubeconfig).unwrap();
+    let docs = render_dirs(&kubectl, &["companion"]);
+    // A stream of documents (JSON is YAML), as `kubectl kustomize | kubectl apply -f -`.
+    let list: String = docs.iter().map(|d| format!("---\n{d}\n")).collect();
+    let run = |args: &[&str], stdin: Option<String>| {
+        use std::io::Write as _;
+        let mut child = std::process::Command::new(&kubectl)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut input = child.stdin.take().unwrap();
+        input
+            .write_all(stdin.unwrap_or_default().as_bytes())
+            .unwrap();
+        drop(input);
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let applied = tokio::task::block_in_place(|| run(&["apply", "-f", "-"], Some(list.clone())));
+    for object in [
+        "daemonset.apps/nodefence-companion created",
+        "serviceaccount/nodefence-companion created",
+        "service/nodefence-companions created",
+        "deployment.apps/nodefence created",
+        "networkpolicy.networking.k8s.io/nodefence created",
+    ] {
+        assert!(applied.contains(object), "{object}: {applied}");
+    }
+    let again = tokio::task::block_in_place(|| run(&["apply", "-f", "-"], Some(list.clone())));
+    assert!(
+        again.contains("daemonset.apps/nodefence-companion unchanged"),
+        "{again}"
+    );
+    let listed = tokio::task::block_in_place(|| {
+        run(
+            &[
+                "get",
+                "daemonsets,services,serviceaccounts",
+                "-n",
+                "nodefence",
+                "-o",
+                "name",
+            ],
+            None,
+        )
+    });
+    for name in [
+        "daemonset.apps/nodefence-companion",
+        "service/nodefence-companions",
+        "serviceaccount/nodefence-companion",
+    ] {
+        assert!(listed.lines().any(|l| l == name), "{name}: {listed}");
+    }
+    // What the API server stored is the DaemonSet rendered.
+    let stored = kube.store().get(
+        nodefence_mocks::kube::resources::DAEMON_SETS,
+        Some("nodefence"),
+        "nodefence-companion",
+    );
+    assert!(stored.is_ok_and(
+        |d| d["spec"]["template"]["spec"]["serviceAccountName"] == "nodefence-companion"
+    ));
+}

@@ -342,12 +342,17 @@ mod tests {
                 "events.k8s.io",
                 "coordination.k8s.io",
                 "storage.k8s.io",
-                "apiextensions.k8s.io"
+                "apiextensions.k8s.io",
+                "apps",
+                "networking.k8s.io",
+                "policy",
+                "rbac.authorization.k8s.io"
             ]
         );
-        assert!(serves(&reg, "coordination.k8s.io", Some("v1")) && !serves(&reg, "apps", None));
+        assert!(serves(&reg, "coordination.k8s.io", Some("v1")) && serves(&reg, "apps", None));
+        assert!(!serves(&reg, "batch", None));
         let agg = groups_aggregated(&reg);
-        assert_eq!(agg["items"].as_array().unwrap().len(), 4);
+        assert_eq!(agg["items"].as_array().unwrap().len(), 8);
         let core = core_aggregated(&reg);
         let nodes = &core["items"][0]["versions"][0]["resources"][1];
         assert_eq!(nodes["resource"], "nodes");

@@ -142,6 +142,7 @@ mod tests {
                 .any(|p| p["name"] == "fieldValidation" && p["in"] == "query")
         );
         assert!(doc["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"].is_object());
-        assert!(document(&reg, "apis/apps/v1").is_none());
+        assert!(document(&reg, "apis/apps/v1").is_some());
+        assert!(document(&reg, "apis/batch/v1").is_none());
     }
 }

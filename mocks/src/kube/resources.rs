@@ -269,6 +269,129 @@ pub const CUSTOM_RESOURCE_DEFINITIONS: ResourceType = ResourceType {
     custom: None,
 };
 
+// What `kubectl apply` of deploy/ creates: stored and served, nothing more (no
+// controller acts on them; fake-kube's RBAC comes from `authz::Policy`, not these).
+
+pub const SERVICE_ACCOUNTS: ResourceType = ResourceType {
+    group: "",
+    version: "v1",
+    plural: "serviceaccounts",
+    singular: "serviceaccount",
+    kind: "ServiceAccount",
+    namespaced: true,
+    short_names: &["sa"],
+    verbs: ALL_VERBS,
+    custom: None,
+};
+
+pub const SERVICES: ResourceType = ResourceType {
+    group: "",
+    version: "v1",
+    plural: "services",
+    singular: "service",
+    kind: "Service",
+    namespaced: true,
+    short_names: &["svc"],
+    verbs: ALL_VERBS,
+    custom: None,
+};
+
+pub const DEPLOYMENTS: ResourceType = ResourceType {
+    group: "apps",
+    version: "v1",
+    plural: "deployments",
+    singular: "deployment",
+    kind: "Deployment",
+    namespaced: true,
+    short_names: &["deploy"],
+    verbs: ALL_VERBS,
+    custom: None,
+};
+
+pub const DAEMON_SETS: ResourceType = ResourceType {
+    group: "apps",
+    version: "v1",
+    plural: "daemonsets",
+    singular: "daemonset",
+    kind: "DaemonSet",
+    namespaced: true,
+    short_names: &["ds"],
+    verbs: ALL_VERBS,
+    custom: None,
+};
+
+pub const NETWORK_POLICIES: ResourceType = ResourceType {
+    group: "networking.k8s.io",
+    version: "v1",
+    plural: "networkpolicies",
+    singular: "networkpolicy",
+    kind: "NetworkPolicy",
+    namespaced: true,
+    short_names: &["netpol"],
+    verbs: ALL_VERBS,
+    custom: None,
+};
+
+pub const POD_DISRUPTION_BUDGETS: ResourceType = ResourceType {
+    group: "policy",
+    version: "v1",
+    plural: "poddisruptionbudgets",
+    singular: "poddisruptionbudget",
+    kind: "PodDisruptionBudget",
+    namespaced: true,
+    short_names: &["pdb"],
+    verbs: ALL_VERBS,
+    custom: None,
+};
+
+pub const CLUSTER_ROLES: ResourceType = ResourceType {
+    group: "rbac.authorization.k8s.io",
+    version: "v1",
+    plural: "clusterroles",
+    singular: "clusterrole",
+    kind: "ClusterRole",
+    namespaced: false,
+    short_names: &[],
+    verbs: ALL_VERBS,
+    custom: None,
+};
+
+pub const CLUSTER_ROLE_BINDINGS: ResourceType = ResourceType {
+    group: "rbac.authorization.k8s.io",
+    version: "v1",
+    plural: "clusterrolebindings",
+    singular: "clusterrolebinding",
+    kind: "ClusterRoleBinding",
+    namespaced: false,
+    short_names: &[],
+    verbs: ALL_VERBS,
+    custom: None,
+};
+
+pub const ROLES: ResourceType = ResourceType {
+    group: "rbac.authorization.k8s.io",
+    version: "v1",
+    plural: "roles",
+    singular: "role",
+    kind: "Role",
+    namespaced: true,
+    short_names: &[],
+    verbs: ALL_VERBS,
+    custom: None,
+};
+
+pub const ROLE_BINDINGS: ResourceType = ResourceType {
+    group: "rbac.authorization.k8s.io",
+    version: "v1",
+    plural: "rolebindings",
+    singular: "rolebinding",
+    kind: "RoleBinding",
+    namespaced: true,
+    short_names: &[],
+    verbs: ALL_VERBS,
+    custom: None,
+};
+
 /// Every built-in type, in discovery order.
 pub const ALL: &[ResourceType] = &[
     NAMESPACES,
@@ -283,6 +406,16 @@ pub const ALL: &[ResourceType] = &[
     LEASES,
     VOLUME_ATTACHMENTS,
     CUSTOM_RESOURCE_DEFINITIONS,
+    SERVICE_ACCOUNTS,
+    SERVICES,
+    DEPLOYMENTS,
+    DAEMON_SETS,
+    NETWORK_POLICIES,
+    POD_DISRUPTION_BUDGETS,
+    CLUSTER_ROLES,
+    CLUSTER_ROLE_BINDINGS,
+    ROLES,
+    ROLE_BINDINGS,
 ];
 
 /// The built-in type at `group`/`version`/`plural`, if any.

@@ -653,7 +653,7 @@ mod tests {
     fn paths() {
         assert_eq!(parse_builtin("/version"), Route::Version);
         assert_eq!(parse_builtin("/readyz/ping"), Route::Health);
-        assert_eq!(parse_builtin("/apis/apps"), Route::NotFound);
+        assert_eq!(parse_builtin("/apis/batch"), Route::NotFound);
         assert!(matches!(
             parse_builtin("/api/v1"),
             Route::ResourceList { .. }

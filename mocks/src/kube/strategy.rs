@@ -29,6 +29,9 @@ pub fn has_status_subresource(rt: ResourceType) -> bool {
             "",
             "nodes" | "pods" | "namespaces" | "persistentvolumes" | "persistentvolumeclaims"
         ) | ("storage.k8s.io", "volumeattachments")
+            | ("", "services")
+            | ("apps", "deployments" | "daemonsets")
+            | ("policy", "poddisruptionbudgets")
             | ("apiextensions.k8s.io", "customresourcedefinitions")
     )
 }
