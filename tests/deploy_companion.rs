@@ -96,6 +96,10 @@ fn the_companion_component_renders_and_both_sides_agree() {
     let Command::Companion(args) = argv(companion.args.as_ref().unwrap()).command else {
         panic!("the DaemonSet runs `companion`")
     };
+    assert_eq!(
+        args.watchdog_device, None,
+        "no watchdog armed while only the leader's answer feeds it (a failover would reset the fleet)"
+    );
     let service: Service = one(&docs, "Service", "nodefence-companions");
     assert_eq!(
         args.nodefence.host_str(),

@@ -135,7 +135,7 @@ async fn error_statuses() {
         (code, reason(&b), b["message"].as_str()),
         (404, "NotFound".into(), Some("nodes \"nope\" not found"))
     );
-    let (code, b) = get_json(&kube, "/apis/apps/v1/deployments", None).await;
+    let (code, b) = get_json(&kube, "/apis/batch/v1/jobs", None).await;
     assert_eq!((code, reason(&b)), (404, "NotFound".into()));
     let (code, b) = send(&kube, Method::POST, "/api/v1/nodes/worker-1", JSON, "{}").await;
     assert_eq!((code, reason(&b)), (405, "MethodNotAllowed".into()));

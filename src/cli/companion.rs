@@ -27,28 +27,35 @@ pub struct CompanionArgs {
         default_value = "/var/run/secrets/nodefence-companion/token"
     )]
     pub token_file: PathBuf,
-    /// The node's hardware watchdog.
-    #[arg(long, value_name = "PATH", default_value = "/dev/watchdog")]
-    pub watchdog_device: PathBuf,
+    /// Arm this hardware watchdog (e.g. /dev/watchdog). Not armed without it: in this
+    /// version only the leader's answer lets the companion feed it (the API server's
+    /// and the peers' answers are not counted yet), so a nodefence failover longer
+    /// than 2 s plus the watchdog's timeout resets the machine. Nothing is released
+    /// on a watchdog yet either: arm one only to try the device.
+    #[arg(long, value_name = "PATH")]
+    pub watchdog_device: Option<PathBuf>,
     /// The watchdog timeout to ask for (the driver's granted one is what counts).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = super::duration_arg)]
     pub watchdog_timeout: Duration,
     /// Accept softdog, a kernel timer that a hung kernel never fires.
-    #[arg(long)]
+    #[arg(long, requires = "watchdog_device")]
     pub allow_softdog: bool,
-    /// Beat without arming any watchdog (nothing then rests on one).
-    #[arg(long)]
-    pub no_watchdog: bool,
 }
 
 pub async fn run(args: &CompanionArgs) -> u8 {
-    let watchdog = if args.no_watchdog {
-        WatchdogChoice::None
-    } else {
-        WatchdogChoice::Device {
-            path: args.watchdog_device.clone(),
-            timeout: args.watchdog_timeout,
-            allow_softdog: args.allow_softdog,
+    let watchdog = match &args.watchdog_device {
+        None => WatchdogChoice::None,
+        Some(path) => {
+            tracing::warn!(
+                device = %path.display(),
+                "arming the watchdog: in this version only the leader's answer feeds it, so a \
+                 nodefence failover longer than 2s plus its timeout resets this machine"
+            );
+            WatchdogChoice::Device {
+                path: path.clone(),
+                timeout: args.watchdog_timeout,
+                allow_softdog: args.allow_softdog,
+            }
         }
     };
     let options = Options {

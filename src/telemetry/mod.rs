@@ -13,7 +13,8 @@
 //! Every name is prefixed `nodefence_`. Durations are seconds, counters end in
 //! `_total`. Label values come from small fixed sets; node names appear only in
 //! `nodefence_bmc_monitor_failures`, `nodefence_bmc_identity` and
-//! `nodefence_power_level_failures`, whose size is the inventory's.
+//! `nodefence_power_level_failures` and `nodefence_companion_silent`, whose size is
+//! the inventory's.
 //!
 //! | metric | type | labels | what it means at 3 a.m. |
 //! |---|---|---|---|
@@ -32,6 +33,11 @@
 //! | `nodefence_bmc_monitor_failures` | gauge 0/1 | `node`, `driver` | The background BMC check cannot read this node's power state. Alert on `== 1 for 30m`: when this node dies it cannot be fenced; fix the BMC or its credentials now, not during the outage. |
 //! | `nodefence_power_level_failures` | gauge 0/1 | `node`, `level` (`1` = the primary method, `2`... its fallbacks, in order), `driver` | Only for nodes with `fallback` methods: this one method failed its last background check (the node's Event `PowerLevelFailed` names it, its endpoint and the error). Alert on `== 1 for 30m` (ticket): the node can still be fenced through another level while `nodefence_bmc_monitor_failures` is 0, but it has lost its redundancy; a dead fallback would only show during the outage it exists for. |
 //! | `nodefence_bmc_identity` | gauge 0/1 | `node`, `result` (`match`, `mismatch`, `unknown`) | 1 on the current result of the BMC identity cross-check. Alert on `result="mismatch" == 1` at once: the inventory maps the node to another machine's BMC and nodefence will never fence it; fix the inventory. `unknown` with `require_identity` blocks fencing too. |
+//! | `nodefence_companions` | gauge | `state` = `beating` \| `silent` \| `stopped` | Nodes' companions (`nodefence companion`, with `--companion-listen`). `silent`: was beating, has not for `--heartbeat-timeout` (its node is suspect; a dead node's companion stays silent). Nodes without a beating companion: `sum(max without (instance) (nodefence_nodes)) - max(nodefence_companions{state="beating"})` (ticket when > 0 for 30m where the DaemonSet should run everywhere). |
+//! | `nodefence_companion_watchdogs` | gauge | `state` = `armed` \| `none` | Beating companions with an armed hardware watchdog, or none (no device, softdog refused). Watch `none` > 0 where every node should have one. |
+//! | `nodefence_companion_oldest_beat_age_seconds` | gauge | | The oldest last beat among beating companions: near `--heartbeat-timeout` means beats are being lost (the network, an overloaded replica). |
+//! | `nodefence_companion_datagrams_refused_total` | counter | `reason` = `not-a-beat` \| `no-session` \| `seal` \| `session` \| `replayed` \| `unknown` | Datagrams at the heartbeat port that got nothing back. `no-session` after a replica restart is normal (companions say hello again); `seal` or `replayed` growing: someone sends forged or replayed beats. |
+//! | `nodefence_companion_silent` | gauge 1 | `node` | Present while the node's companion is silent. A live node (its Lease renewed) with a silent companion: the companion crashed, or cannot reach nodefence (NetworkPolicy, the certificate). |
 //! | `nodefence_metrics_scrapes_refused_total` | counter | `reason` = `unauthenticated` \| `forbidden` \| `review_failed` | Scrapes of `/metrics` refused: no token or one the API server does not know, a user not bound to `nodefence-metrics-reader`, or the API server not answering the review. Only refused scrapes are counted here, so an alert needs the scraper that *is* allowed to see it: a Prometheus refused with `forbidden` shows as `up == 0` on its own side. |
 //! | `nodefence_build_info` | info | `version` | 1; for dashboards and for spotting mixed versions during rollouts. |
 //!
