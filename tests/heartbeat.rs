@@ -305,12 +305,12 @@ async fn a_companion_beats_to_every_replica_and_the_standby_keeps_the_table_too(
     assert!(status.lock().unwrap().feeding);
     let _ = stop.send(());
     run.await.unwrap().unwrap();
-    for hb in [&leader, &standby] {
-        let state = hb.with_table(|t| t.companion("worker-1").map(|c| c.watchdog));
-        assert_eq!(
-            state,
-            Some(WatchdogState::Stopping),
-            "a clean stop reaches every replica"
-        );
-    }
+    // The last beat is a datagram: each replica takes it at its next batch.
+    eventually("a clean stop reaches every replica", || {
+        [&leader, &standby].iter().all(|hb| {
+            hb.with_table(|t| t.companion("worker-1").map(|c| c.watchdog))
+                == Some(WatchdogState::Stopping)
+        })
+    })
+    .await;
 }

@@ -1,0 +1,428 @@
+//! The companions' heartbeat at fleet scale (issue 36, item 6): what hearing
+//! `COMPANIONS` companions (default 5,000) beating every `INTERVAL_MS` (default 500: 2
+//! Hz, 10,000 datagrams a second) costs the leader.
+//!
+//! The daemon runs as its own process (`nodefence run --companion-listen`) against
+//! fake-kube, which reviews the companions' projected tokens (each bound to its node,
+//! audience `nodefence-companion`) as the API server does. It idles for `BASELINE_S`
+//! (default 20 s: its CPU and RSS before any companion), then the companions say
+//! hello (HTTPS, `HELLO_CONCURRENCY` at once, default 32) and beat, each its own
+//! session and sealed beats, spread evenly over the interval, from a few UDP sockets
+//! of this process; every acknowledgement is opened and checked. After `WARMUP_S`
+//! (default 10 s) it samples the daemon's CPU time and RSS every 5 s over `MEASURE_S`
+//! (default 60 s).
+//!
+//! Targets: the leader's CPU ≤ 5 % of one core over the window and in its worst 10 s,
+//! its RSS ≤ 20 MiB above the baseline, and ≥ 99.9 % of the beats acknowledged.
+//! `cargo bench --bench companions_at_scale`; exits 1 when a target is missed. Results
+//! as JSON (`companions_at_scale.json`). Linux only (`/proc`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use nodefence::heartbeat::hello;
+use nodefence::watchdog::feeding::Reaching;
+use nodefence::watchdog::session::CompanionEnd;
+use nodefence::watchdog::wire::{self, Key, WatchdogState};
+use nodefence_mocks::kube::resources::NAMESPACES;
+use nodefence_mocks::kube::{BoundToken, FakeKube};
+use nodefence_mocks::tls::TlsMaterial;
+use serde_json::json;
+use tokio::net::UdpSocket;
+
+mod common;
+use common::env_or;
+
+const NAMESPACE: &str = "kube-system";
+/// UDP sockets the companions share (the listener answers each beat where it came from).
+const SOCKETS: usize = 16;
+
+/// `(utime + stime)` of `pid` in seconds, and its RSS in MiB.
+fn sample(pid: u32) -> (f64, f64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+    let after = &stat[stat.rfind(')').expect("comm") + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let rss = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    (ticks / clock_ticks(), rss / 1024.0)
+}
+
+fn clock_ticks() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+fn free_port() -> u16 {
+    loop {
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = tcp.local_addr().unwrap().port();
+        if std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+fn round3(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
+}
+
+/// One companion's session: its end of the seal.
+struct Companion {
+    end: CompanionEnd,
+}
+
+#[tokio::main]
+async fn main() {
+    let count: usize = env_or("COMPANIONS", 5000);
+    let interval = Duration::from_millis(env_or("INTERVAL_MS", 500));
+    let baseline = Duration::from_secs(env_or("BASELINE_S", 20));
+    let warmup = Duration::from_secs(env_or("WARMUP_S", 10));
+    let measure = Duration::from_secs(env_or("MEASURE_S", 60));
+    let hello_concurrency: usize = env_or("HELLO_CONCURRENCY", 32);
+    nodefence::tls::install_crypto_provider();
+
+    let kube = FakeKube::builder().start().await.expect("fake-kube");
+    let _ = kube.store().create(
+        NAMESPACES,
+        None,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}),
+    );
+    let user = format!("system:serviceaccount:{NAMESPACE}:nodefence-companion");
+    for i in 1..=count {
+        kube.issue_token(BoundToken {
+            token: format!("token-{i}"),
+            user: user.clone(),
+            audiences: vec![hello::AUDIENCE.into()],
+            pod: Some((format!("nodefence-companion-{i}"), format!("pod-uid-{i}"))),
+            node: Some((format!("worker-{i}"), format!("node-uid-{i}"))),
+        });
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let tls = TlsMaterial::generate_for(&["127.0.0.1", "localhost"]).expect("TLS material");
+    std::fs::write(dir.path().join("tls.crt"), tls.cert_pem()).unwrap();
+    std::fs::write(dir.path().join("tls.key"), tls.key_pem()).unwrap();
+    // One inventory entry whose Node does not exist and no BMC monitor: what is
+    // measured is the heartbeat alone.
+    std::fs::write(
+        dir.path().join("inventory.toml"),
+        "[nodes.worker-0]\ndriver = \"redfish\"\nendpoint = \"https://127.0.0.1:9\"\n\
+         username = \"fence\"\npassword_file = \"bmc-password\"\n",
+    )
+    .unwrap();
+    common::write_secret(&dir.path().join("bmc-password"), "unused");
+    std::fs::write(
+        dir.path().join("nodefence.toml"),
+        "inventory = \"inventory.toml\"\n[power]\nmonitor_interval = \"0s\"\n",
+    )
+    .unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    kube.write_kubeconfig(&kubeconfig).unwrap();
+    let port = free_port();
+    let listen: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let exe =
+        std::env::var_os("NODEFENCE_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_nodefence").into());
+    let mut daemon = tokio::process::Command::new(exe)
+        .arg("--config")
+        .arg(dir.path().join("nodefence.toml"))
+        .args(["run", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .args([
+            "--namespace",
+            NAMESPACE,
+            "--identity",
+            "companions-bench",
+            "--health-listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .arg(format!(
+            "--metrics-cert-file={}",
+            dir.path().join("tls.crt").display()
+        ))
+        .arg(format!(
+            "--metrics-key-file={}",
+            dir.path().join("tls.key").display()
+        ))
+        .arg(format!("--companion-listen={listen}"))
+        .arg(format!("--heartbeat-interval={}ms", interval.as_millis()))
+        .arg(format!(
+            "--heartbeat-timeout={}ms",
+            interval.as_millis() * 4
+        ))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(
+            std::env::var_os("DAEMON_LOG")
+                .and_then(|p| std::fs::File::create(p).ok())
+                .map_or_else(Stdio::null, Stdio::from),
+        )
+        .kill_on_drop(true)
+        .spawn()
+        .expect("nodefence run");
+    let pid = daemon.id().expect("pid");
+    println!(
+        "companions at scale: {count} companions beating every {} ms ({} datagrams/s) to \
+         the leader",
+        interval.as_millis(),
+        (count as u128 * 1000) / interval.as_millis().max(1)
+    );
+
+    // The baseline: the daemon leading, no companion.
+    let http = {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in rustls_pemfile_certs(tls.ca_pem()) {
+            roots.add(cert).unwrap();
+        }
+        let config = rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        reqwest::Client::builder()
+            .use_preconfigured_tls(config)
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap()
+    };
+    let url = format!("https://localhost:{port}{}", hello::PATH);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if http.post(&url).send().await.is_ok() {
+            break;
+        }
+        if let Ok(Some(status)) = daemon.try_wait() {
+            panic!("the daemon exited: {status}");
+        }
+        assert!(Instant::now() < deadline, "the listener never answered");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (cpu_a, rss_before) = sample(pid);
+    let t_a = Instant::now();
+    tokio::time::sleep(baseline).await;
+    let (cpu_b, rss_baseline) = sample(pid);
+    let baseline_cpu = (cpu_b - cpu_a) / t_a.elapsed().as_secs_f64() * 100.0;
+    println!(
+        "baseline (no companion, {} s): CPU {baseline_cpu:.2} % of a core, RSS {rss_baseline:.1} MiB",
+        baseline.as_secs()
+    );
+    let _ = rss_before;
+
+    // Hellos.
+    let hello_started = Instant::now();
+    let sessions: Arc<Mutex<HashMap<u64, Companion>>> = Arc::new(Mutex::new(HashMap::new()));
+    let gate = Arc::new(tokio::sync::Semaphore::new(hello_concurrency));
+    let mut hellos = Vec::new();
+    for i in 1..=count {
+        let http = http.clone();
+        let url = url.clone();
+        let gate = gate.clone();
+        hellos.push(tokio::spawn(async move {
+            let _permit = gate.acquire().await.unwrap();
+            for _ in 0..5 {
+                let Ok(answer) = http
+                    .post(&url)
+                    .bearer_auth(format!("token-{i}"))
+                    .send()
+                    .await
+                else {
+                    continue;
+                };
+                if let Ok(session) = answer.json::<hello::Session>().await {
+                    return Some(session);
+                }
+            }
+            None
+        }));
+    }
+    for h in hellos {
+        let session = h.await.unwrap().expect("a hello answered");
+        let id: u64 = session.session.parse().unwrap();
+        let key: [u8; 32] = base64::engine::general_purpose::STANDARD
+            .decode(&session.key)
+            .unwrap()
+            .try_into()
+            .unwrap();
+        sessions.lock().unwrap().insert(
+            id,
+            Companion {
+                end: CompanionEnd::new(Key(key), id, Duration::from_secs(2)),
+            },
+        );
+    }
+    let hellos_s = hello_started.elapsed().as_secs_f64();
+    println!("{count} hellos (TokenReviews) in {hellos_s:.1}s");
+
+    // Beats, spread over the interval, and every acknowledgement opened.
+    let origin = Instant::now();
+    let sent = Arc::new(AtomicU64::new(0));
+    let acknowledged = Arc::new(AtomicU64::new(0));
+    let mut sockets = Vec::new();
+    for _ in 0..SOCKETS {
+        let s = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+        s.connect(listen).await.unwrap();
+        sockets.push(s);
+    }
+    for s in &sockets {
+        let s = s.clone();
+        let sessions = sessions.clone();
+        let acknowledged = acknowledged.clone();
+        tokio::spawn(async move {
+            let mut buf = [0u8; wire::MAX_DATAGRAM + 1];
+            loop {
+                let Ok(len) = s.recv(&mut buf).await else {
+                    continue;
+                };
+                let Some(id) = wire::session_of(&buf[..len]) else {
+                    continue;
+                };
+                let now = origin.elapsed();
+                let mut all = sessions.lock().unwrap();
+                if let Some(c) = all.get_mut(&id)
+                    && c.end.acknowledged(&buf[..len], now).is_ok_and(|a| a.leader)
+                {
+                    acknowledged.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+    }
+    let ids: Vec<u64> = sessions.lock().unwrap().keys().copied().collect();
+    {
+        let sessions = sessions.clone();
+        let sent = sent.clone();
+        let sockets = sockets.clone();
+        tokio::spawn(async move {
+            // One tick a millisecond, each sending its share of the interval's beats.
+            let ticks = u64::try_from(interval.as_millis()).unwrap().max(1);
+            let mut tick = tokio::time::interval(Duration::from_millis(1));
+            let mut n: u64 = 0;
+            loop {
+                tick.tick().await;
+                let slot = n % ticks;
+                n += 1;
+                let batch: Vec<(usize, Vec<u8>)> = {
+                    let mut all = sessions.lock().unwrap();
+                    let now = origin.elapsed();
+                    ids.iter()
+                        .enumerate()
+                        .filter(|(i, _)| (*i as u64) % ticks == slot)
+                        .filter_map(|(i, id)| {
+                            let c = all.get_mut(id)?;
+                            let beat = c.end.beat(
+                                now,
+                                Reaching::default(),
+                                WatchdogState::Armed {
+                                    granted: Duration::from_secs(10),
+                                },
+                            );
+                            Some((i % SOCKETS, beat))
+                        })
+                        .collect()
+                };
+                for (s, beat) in batch {
+                    if sockets[s].send(&beat).await.is_ok() {
+                        sent.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        });
+    }
+    tokio::time::sleep(warmup).await;
+
+    let mut samples = Vec::new();
+    let t0 = Instant::now();
+    let sent0 = sent.load(Ordering::Relaxed);
+    let acked0 = acknowledged.load(Ordering::Relaxed);
+    let end = t0 + measure;
+    let every = Duration::from_secs(5);
+    let mut next = t0;
+    while next <= end {
+        tokio::time::sleep_until(next.into()).await;
+        let (cpu, rss) = sample(pid);
+        samples.push((t0.elapsed().as_secs_f64(), cpu, rss));
+        next += every;
+    }
+    let sent_n = sent.load(Ordering::Relaxed) - sent0;
+    let acked_n = acknowledged.load(Ordering::Relaxed) - acked0;
+    let first = samples.first().copied().unwrap();
+    let last = samples.last().copied().unwrap();
+    let cpu_pct = (last.1 - first.1) / (last.0 - first.0) * 100.0;
+    let worst_10s = samples
+        .windows(3)
+        .map(|w| ((w[2].1 - w[0].1) / (w[2].0 - w[0].0) * 100.0, w[0].0))
+        .fold((0.0f64, 0.0f64), |a, b| if b.0 > a.0 { b } else { a });
+    let rss_mib = last.2;
+    let rss_more = rss_mib - rss_baseline;
+    let acked_ratio = if sent_n == 0 {
+        0.0
+    } else {
+        acked_n as f64 / sent_n as f64
+    };
+    println!(
+        "over {} s: {sent_n} beats sent, {acked_n} acknowledged ({:.3} %)",
+        measure.as_secs(),
+        acked_ratio * 100.0
+    );
+    println!(
+        "leader CPU {cpu_pct:.2} % of a core (worst 10 s {:.2} % at {:.0} s; baseline \
+         {baseline_cpu:.2} %), RSS {rss_mib:.1} MiB ({rss_more:+.1} MiB over the baseline)",
+        worst_10s.0, worst_10s.1
+    );
+    let met = cpu_pct <= 5.0 && worst_10s.0 <= 5.0 && rss_more <= 20.0 && acked_ratio >= 0.999;
+    common::results::write(
+        "companions_at_scale",
+        json!({
+            "companions": count,
+            "interval_ms": interval.as_millis() as u64,
+            "baseline_s": baseline.as_secs(),
+            "warmup_s": warmup.as_secs(),
+            "measure_s": measure.as_secs(),
+        }),
+        json!({
+            "baseline": {"cpu_pct": round3(baseline_cpu), "rss_mib": round3(rss_baseline)},
+            "hellos_s": round3(hellos_s),
+            "cpu_pct": round3(cpu_pct),
+            "worst_10s": {"start_s": round3(worst_10s.1), "cpu_pct": round3(worst_10s.0)},
+            "rss_mib": round3(rss_mib),
+            "rss_more_mib": round3(rss_more),
+            "beats_sent": sent_n,
+            "beats_acknowledged": acked_n,
+            "samples": samples
+                .iter()
+                .map(|(t, c, r)| json!({"t_s": round3(*t), "cpu_s": round3(*c), "rss_mib": round3(*r)}))
+                .collect::<Vec<_>>(),
+            "met": met,
+        }),
+    );
+    let _ = daemon.kill().await;
+    if !met {
+        println!(
+            "TARGET MISSED: CPU ≤ 5 % (and in every 10 s), RSS ≤ +20 MiB, ≥ 99.9 % acknowledged"
+        );
+        std::process::exit(1);
+    }
+}
+
+/// The certificates of a PEM bundle.
+fn rustls_pemfile_certs(pem: &str) -> Vec<rustls::pki_types::CertificateDer<'static>> {
+    use rustls::pki_types::pem::PemObject as _;
+    rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes())
+        .filter_map(Result::ok)
+        .collect()
+}
