@@ -616,7 +616,7 @@ impl Metrics {
         }
     }
 
-    /// The companions' heartbeat ([`companions`]).
+    /// The companions' heartbeat: `nodefence_companion*`.
     pub fn observe_companions(&self, summary: &companions::CompanionSummary) {
         self.companions.observe(summary);
     }

@@ -45,7 +45,7 @@ struct NodeLabels {
     node: String,
 }
 
-/// What the heartbeat table says, summed up (see [`crate::heartbeat::table::Summary`]).
+/// What the heartbeat table says, summed up ([`crate::heartbeat::table::Table::summary`]).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CompanionSummary {
     pub beating: i64,
@@ -55,7 +55,7 @@ pub struct CompanionSummary {
     pub armed: i64,
     /// The oldest last beat among the beating ones, in seconds.
     pub oldest_beat_seconds: f64,
-    /// Datagrams refused since start, by [`REFUSALS`] (same order).
+    /// Datagrams refused since start, by reason, in the order of the `reason` labels.
     pub refused: [u64; 6],
 }
 
