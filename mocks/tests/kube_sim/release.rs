@@ -104,11 +104,20 @@ async fn power_loss_stuck_until_out_of_service_taint() {
             (SimEventKind::PodEvictionScheduled, Some("worker-1")),
             (SimEventKind::PodEvicted, Some("worker-1")),
             (SimEventKind::PodForceDeleted, Some("worker-1")),
-            (SimEventKind::PodCreated, None),
-            (SimEventKind::PodScheduled, Some("worker-2")),
             (SimEventKind::VolumeDetached, Some("worker-1")),
             (SimEventKind::VolumeAttached, Some("worker-2")),
             (SimEventKind::PodRunning, Some("worker-2")),
+        ],
+    );
+    // The replacement's creation and scheduling race the detach (two controllers,
+    // in no set order), but it attaches only after it.
+    assert_in_order(
+        &timeline,
+        &[
+            (SimEventKind::PodForceDeleted, Some("worker-1")),
+            (SimEventKind::PodCreated, None),
+            (SimEventKind::PodScheduled, Some("worker-2")),
+            (SimEventKind::VolumeAttached, Some("worker-2")),
         ],
     );
     assert!(
