@@ -319,7 +319,9 @@ pub fn requests(store: &Store, story: Story, speed: f64) -> JoinHandle<()> {
                 }
                 Err(RecvError::Closed) => break,
             };
-            let now = crate::clock::now();
+            // When the write was made, not when this task got to it: nodefence may
+            // already have answered a request by then, and its Events carry their time.
+            let now = write.at;
             let ready = |node: &str| node_ready(&store, node);
             let not_ready_since = |node: &str| {
                 story
@@ -592,6 +594,7 @@ mod tests {
             resource: rt,
             event,
             object,
+            at: crate::clock::now(),
         }
     }
 

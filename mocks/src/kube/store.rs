@@ -61,6 +61,9 @@ pub struct StoreEvent {
     pub event: EventType,
     /// The object after the write (for Deleted: as it was, with the delete's version).
     pub object: Value,
+    /// When the write was made (the simulation's clock when it is virtual): a reader
+    /// that tells writes apart in time does not stamp them when it got to them.
+    pub at: std::time::SystemTime,
 }
 
 impl StoreEvent {
@@ -520,6 +523,7 @@ impl Store {
                 resource: rt,
                 event: EventType::Deleted,
                 object: object.clone(),
+                at: nodefence_clock::now(),
             },
             Some(prev),
         );
@@ -567,6 +571,7 @@ fn commit(
             resource: rt,
             event,
             object: object.clone(),
+            at: nodefence_clock::now(),
         },
         prev,
     );
