@@ -6,3 +6,5 @@
 //! are the crate `nodefence-watchdog`, re-exported here: pure and model-checked.
 
 pub use nodefence_watchdog::{device, feeding, release, session, timing, wire};
+
+pub mod mark;
