@@ -58,6 +58,10 @@ struct Stored {
         skip_serializing_if = "Option::is_none"
     )]
     provider_id: Option<String>,
+    /// What the release rested on when it was not Off readings: the watchdog level's
+    /// arithmetic, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    rests_on: Option<String>,
 }
 
 impl Stored {
@@ -72,6 +76,7 @@ impl Stored {
             power_on_pending: r.power_on_pending,
             system_uuid: r.identity.system_uuid.clone(),
             provider_id: r.identity.provider_id.clone(),
+            rests_on: r.rests_on.clone(),
         }
     }
 
@@ -90,6 +95,7 @@ impl Stored {
                 system_uuid: self.system_uuid.filter(|s| !s.trim().is_empty()),
                 provider_id: self.provider_id.filter(|s| !s.trim().is_empty()),
             },
+            rests_on: self.rests_on,
         })
     }
 }
@@ -211,6 +217,7 @@ mod tests {
                 system_uuid: Some("4c4c4544-0042-3510-8056-b4c04f4d5331".into()),
                 provider_id: None,
             },
+            rests_on: None,
         };
         let text = serde_json::to_string(&Stored::from_record(&r)).unwrap();
         assert!(text.contains("\"release\":\"delete-node\""), "{text}");

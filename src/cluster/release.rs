@@ -36,7 +36,7 @@ use serde_json::json;
 
 use super::facts::{OUT_OF_SERVICE_TAINT, OUT_OF_SERVICE_VALUE, TAINTED_ANNOTATION, readiness};
 use super::leader::Leadership;
-use crate::engine::{OffProof, Readiness, ReleaseMode, ReleasePlan};
+use crate::engine::{OffProof, Readiness, ReleaseMode, ReleasePlan, ReleaseProof};
 use crate::identity::{IdentityCheck, NodeIdentity};
 
 /// Pods the kubelet creates from files (static pods) are mirrored in the API with this
@@ -104,8 +104,79 @@ impl Releaser {
     }
 
     /// Re-reads and re-checks `node` against `proof`; returns the fresh Node.
-    async fn verify(&self, node: &str, uid: &str, proof: &OffProof) -> Result<Node, ReleaseError> {
+    async fn verify(
+        &self,
+        node: &str,
+        uid: &str,
+        proof: &ReleaseProof,
+    ) -> Result<Node, ReleaseError> {
         self.require_leader()?;
+        if let ReleaseProof::Off(off) = proof {
+            Self::check_readings(off)?;
+        }
+        let Some(fresh) = self.nodes.get_opt(node).await? else {
+            return Err(ReleaseError::Refused(format!(
+                "Node {node} no longer exists"
+            )));
+        };
+        if fresh.metadata.uid.as_deref() != Some(uid) {
+            return Err(ReleaseError::Refused(format!(
+                "Node {node} was replaced (uid changed) since it was judged; starting over"
+            )));
+        }
+        match proof {
+            ReleaseProof::Off(off) => {
+                let identity = match &off.machine {
+                    Some(machine) => {
+                        crate::identity::check(&NodeIdentity::from_node(&fresh), machine)
+                    }
+                    None => {
+                        IdentityCheck::Unknown("no machine identity came with the Off proof".into())
+                    }
+                };
+                if identity.is_mismatch() || (off.require_identity && !identity.is_match()) {
+                    return Err(ReleaseError::Refused(format!(
+                        "Node {node}: the power source is not proven to control this node's machine ({})",
+                        identity.describe()
+                    )));
+                }
+            }
+            // The node's own: its companion's token is bound to it. The mark must
+            // still be on the Node (an administrator who removed it called it off).
+            ReleaseProof::Watchdog(_) => {
+                if crate::watchdog::mark::of_node(&fresh).is_none() {
+                    return Err(ReleaseError::Refused(format!(
+                        "Node {node} no longer carries its fencing mark ({}); the watchdog level starts over",
+                        crate::watchdog::mark::FENCING_MARK_ANNOTATION
+                    )));
+                }
+            }
+        }
+        let last_sign_of_life = proof.last_sign_of_life();
+        if let Some(sign) = alive_after(&fresh, last_sign_of_life) {
+            return Err(ReleaseError::Refused(format!(
+                "Node {node} showed a sign of life after its last known one ({sign})"
+            )));
+        }
+        if let Some(lease) = self.leases.get_opt(node).await?
+            && let Some(renewed) = lease
+                .spec
+                .and_then(|s| s.renew_time)
+                .map(|t| SystemTime::from(t.0))
+            && (renewed > last_sign_of_life
+                || proof.lease_renewed().is_some_and(|seen| seen != renewed))
+        {
+            return Err(ReleaseError::Refused(format!(
+                "the kubelet of {node} renewed its Lease (renewTime {}) after the last renewal the proof knew of; the proof is contradicted",
+                humantime::format_rfc3339_micros(renewed)
+            )));
+        }
+        Ok(fresh)
+    }
+
+    /// The Off proof's own checks: readings, all newer than the last sign of life,
+    /// the newest young enough.
+    fn check_readings(proof: &OffProof) -> Result<(), ReleaseError> {
         let floor = proof.readings_after.max(proof.last_sign_of_life);
         if proof.readings.is_empty() || proof.readings.iter().any(|t| *t <= floor) {
             return Err(ReleaseError::Refused(
@@ -127,45 +198,7 @@ impl Releaser {
                 age.as_secs()
             )));
         }
-        let Some(fresh) = self.nodes.get_opt(node).await? else {
-            return Err(ReleaseError::Refused(format!(
-                "Node {node} no longer exists"
-            )));
-        };
-        if fresh.metadata.uid.as_deref() != Some(uid) {
-            return Err(ReleaseError::Refused(format!(
-                "Node {node} was replaced (uid changed) since it was judged; starting over"
-            )));
-        }
-        let identity = match &proof.machine {
-            Some(machine) => crate::identity::check(&NodeIdentity::from_node(&fresh), machine),
-            None => IdentityCheck::Unknown("no machine identity came with the Off proof".into()),
-        };
-        if identity.is_mismatch() || (proof.require_identity && !identity.is_match()) {
-            return Err(ReleaseError::Refused(format!(
-                "Node {node}: the power source is not proven to control this node's machine ({})",
-                identity.describe()
-            )));
-        }
-        if let Some(sign) = alive_after(&fresh, proof.last_sign_of_life) {
-            return Err(ReleaseError::Refused(format!(
-                "Node {node} showed a sign of life after its machine's Off readings began ({sign})"
-            )));
-        }
-        if let Some(lease) = self.leases.get_opt(node).await?
-            && let Some(renewed) = lease
-                .spec
-                .and_then(|s| s.renew_time)
-                .map(|t| SystemTime::from(t.0))
-            && (renewed > proof.last_sign_of_life
-                || proof.lease_renewed.is_some_and(|seen| seen != renewed))
-        {
-            return Err(ReleaseError::Refused(format!(
-                "the kubelet of {node} renewed its Lease (renewTime {}) after the last renewal the Off proof knew of; its Off readings are contradicted",
-                humantime::format_rfc3339_micros(renewed)
-            )));
-        }
-        Ok(fresh)
+        Ok(())
     }
 
     fn require_leader(&self) -> Result<(), ReleaseError> {
@@ -184,9 +217,9 @@ impl Releaser {
         &self,
         node: &str,
         uid: &str,
-        proof: &OffProof,
+        proof: impl Into<ReleaseProof>,
     ) -> Result<Released, ReleaseError> {
-        let fresh = self.verify(node, uid, proof).await?;
+        let fresh = self.verify(node, uid, &proof.into()).await?;
         let taints = with_out_of_service(taints_of(&fresh));
         let patch = json!({
             "metadata": {
@@ -208,10 +241,10 @@ impl Releaser {
         &self,
         node: &str,
         uid: &str,
-        proof: &OffProof,
+        proof: impl Into<ReleaseProof>,
         attachments: bool,
     ) -> Result<Released, ReleaseError> {
-        let fresh = self.verify(node, uid, proof).await?;
+        let fresh = self.verify(node, uid, &proof.into()).await?;
         let params = DeleteParams {
             preconditions: Some(Preconditions {
                 uid: fresh.metadata.uid.clone(),
@@ -237,12 +270,13 @@ impl Releaser {
         &self,
         node: &str,
         uid: &str,
-        proof: &OffProof,
+        proof: impl Into<ReleaseProof>,
         plan: &ReleasePlan,
     ) -> Result<ReleaseOutcome, ReleaseError> {
+        let proof = proof.into();
         let tainted = match plan.mode {
-            ReleaseMode::OutOfServiceTaint => self.taint(node, uid, proof).await?,
-            ReleaseMode::DeleteNode => self.delete(node, uid, proof, false).await?,
+            ReleaseMode::OutOfServiceTaint => self.taint(node, uid, &proof).await?,
+            ReleaseMode::DeleteNode => self.delete(node, uid, &proof, false).await?,
         };
         // Pods before attachments: while a pod still wants its volume on this node,
         // the attach/detach controller may re-create a VolumeAttachment deleted under
@@ -384,6 +418,50 @@ impl Releaser {
         Ok(())
     }
 
+    /// The watchdog level: writes the node's fencing mark, for the boot its Node
+    /// reports ([`crate::watchdog::mark`]). Read fresh: the boot must be the current
+    /// one, and a Node opted out or replaced is refused. `Ok` once the API server
+    /// accepted it.
+    pub async fn mark_for_fencing(
+        &self,
+        node: &str,
+        uid: Option<&str>,
+    ) -> Result<(), ReleaseError> {
+        use crate::watchdog::mark::{FENCING_MARK_ANNOTATION, Mark, boot_id_of};
+        self.require_leader()?;
+        let Some(fresh) = self.nodes.get_opt(node).await? else {
+            return Err(ReleaseError::Refused(format!(
+                "Node {node} no longer exists"
+            )));
+        };
+        if uid.is_some_and(|uid| fresh.metadata.uid.as_deref() != Some(uid)) {
+            return Err(ReleaseError::Refused(format!(
+                "Node {node} was replaced (uid changed) since it was judged"
+            )));
+        }
+        if crate::cluster::facts::opted_out(&fresh) {
+            return Err(ReleaseError::Refused(format!(
+                "Node {node} is opted out ({}: \"true\")",
+                crate::cluster::facts::EXCLUDE_ANNOTATION
+            )));
+        }
+        let Some(boot) = boot_id_of(&fresh) else {
+            return Err(ReleaseError::Refused(format!(
+                "Node {node} reports no boot ID (status.nodeInfo.bootID): a mark for every boot would reset its machine again after the reset"
+            )));
+        };
+        let patch = json!({
+            "metadata": {
+                "annotations": { FENCING_MARK_ANNOTATION: Mark::value(crate::clock::now(), boot) },
+            },
+        });
+        self.require_leader()?;
+        self.nodes
+            .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        Ok(())
+    }
+
     /// Removes the out-of-service taint, only if nodefence's annotation says it added
     /// it; an administrator's taint is left alone. Ok(false): nothing of ours to remove.
     pub async fn untaint(&self, node: &str) -> Result<bool, ReleaseError> {
@@ -408,7 +486,10 @@ impl Releaser {
         let patch = json!({
             "metadata": {
                 "resourceVersion": fresh.metadata.resource_version,
-                "annotations": { TAINTED_ANNOTATION: null },
+                "annotations": {
+                    TAINTED_ANNOTATION: null,
+                    crate::watchdog::mark::FENCING_MARK_ANNOTATION: null,
+                },
             },
             "spec": { "taints": taints },
         });

@@ -49,6 +49,7 @@ const POLICY_KEYS: &[&str] = &[
     "release_timeout",
     "recovered_after",
     "require_identity",
+    "watchdog_fencing",
 ];
 
 /// Keys that describe the whole cluster: only `[policy]` may set them.
@@ -144,6 +145,7 @@ policy_draft! {
     release_timeout: Duration,
     recovered_after: Duration,
     require_identity: bool,
+    watchdog_fencing: bool,
 }
 
 /// `[policy]` as written, and what every policy starts from.
@@ -268,6 +270,7 @@ pub(crate) fn parse(
                 .duration(true)
                 .map(|v| out.recovered_after = Some(v.value)),
             "require_identity" => entry.bool().map(|v| out.require_identity = Some(v.value)),
+            "watchdog_fencing" => entry.bool().map(|v| out.watchdog_fencing = Some(v.value)),
             other => Err(unknown_key(
                 other,
                 &entry.key,

@@ -20,7 +20,7 @@ use crate::cluster::pause::PauseCheck;
 use crate::cluster::records::RecordStore;
 use crate::cluster::release::{ReleaseError, ReleaseOutcome, Releaser};
 use crate::engine::action::Target;
-use crate::engine::{Action, Notice, Reason, ReleaseMode, Severity};
+use crate::engine::{Action, Notice, Reason, ReleaseMode, Severity, WatchdogCheck};
 use crate::identity::{self, IdentityCheck, MachineIdentity};
 use crate::power::{PowerDriver, PowerError, PowerErrorKind, PowerReading, PowerState};
 use crate::telemetry::Metrics;
@@ -82,6 +82,14 @@ pub enum Completion {
         node: String,
         machine: MachineIdentity,
     },
+    Marked {
+        node: String,
+        result: Result<(), String>,
+    },
+    WatchdogChecked {
+        node: String,
+        result: WatchdogCheck,
+    },
 }
 
 /// Everything the executor needs; cheap to clone into tasks.
@@ -106,6 +114,9 @@ pub struct Executor {
     /// only once they are done: a reload must not start a new term while the old
     /// one's ForceOff is still in flight.
     pub tasks: tokio_util::task::TaskTracker,
+    /// The companions' heartbeat, for the watchdog level (`None`: no listener, the
+    /// level refuses).
+    pub heartbeat: Option<crate::heartbeat::Heartbeat>,
 }
 
 impl Executor {
@@ -218,14 +229,16 @@ impl Executor {
                         ReleaseMode::OutOfServiceTaint => "out-of-service-taint",
                         ReleaseMode::DeleteNode => "delete-node",
                     };
-                    let last_sign_of_life = proof.last_sign_of_life;
+                    let last_sign_of_life = proof.last_sign_of_life();
+                    let proof_label = proof.label();
                     let paused = if this.dry_run {
                         Ok(())
                     } else {
                         this.pause.allows("nothing released").await
                     };
                     let result = if let Err(why) = paused {
-                        this.metrics.release(mode_label, "refused");
+                        this.metrics
+                            .release_with(mode_label, proof_label, "refused");
                         Err(why)
                     } else if this.dry_run {
                         tracing::warn!(
@@ -239,10 +252,17 @@ impl Executor {
                     } else {
                         let uid = uid.unwrap_or_default();
                         let done = this.releaser.release(&node, &uid, &proof, &plan).await;
-                        this.metrics.release(
+                        this.metrics.release_with(
                             mode_label,
+                            proof_label,
                             done.as_ref().map_or_else(|e| e.label(), |_| "ok"),
                         );
+                        if done.is_ok()
+                            && let Some(heartbeat) = &this.heartbeat
+                        {
+                            // Off or reset: its next companion is a new boot's.
+                            heartbeat.unmark(&node);
+                        }
                         match done {
                             Ok(outcome) => {
                                 if outcome.pods_deleted + outcome.volume_attachments_deleted > 0 {
@@ -260,6 +280,7 @@ impl Executor {
                                 tracing::warn!(
                                     node,
                                     release = mode_label,
+                                    proof = proof_label,
                                     pods_force_deleted = outcome.pods_deleted,
                                     volume_attachments_deleted = outcome.volume_attachments_deleted,
                                     "node released"
@@ -304,6 +325,19 @@ impl Executor {
                     }
                     this.send(Completion::Drained { node, result });
                 });
+            }
+            Action::MarkForFencing { node } => {
+                let this = self.clone();
+                self.tasks.spawn(async move {
+                    let result = this.mark_for_fencing(&node, uid.as_deref()).await;
+                    this.metrics
+                        .watchdog_mark(if result.is_ok() { "ok" } else { "refused" });
+                    this.send(Completion::Marked { node, result });
+                });
+            }
+            Action::CheckWatchdog { node } => {
+                let result = self.check_watchdog(&node);
+                self.send(Completion::WatchdogChecked { node, result });
             }
             Action::Record { node, record } => {
                 let this = self.clone();
@@ -445,6 +479,65 @@ impl Executor {
             if result.is_ok() { "ok" } else { "error" },
         );
         result
+    }
+
+    /// The watchdog level's mark: refused unless this replica leads, fencing is not
+    /// paused and the node's companion reports an armed watchdog (a mark without one
+    /// proves nothing and would only stop a node's feeding for nothing). The
+    /// acknowledgements carry the mark first, then the Node's annotation is written;
+    /// the release rule counts from the API server's answer.
+    async fn mark_for_fencing(&self, node: &str, uid: Option<&str>) -> Result<(), String> {
+        let Some(heartbeat) = &self.heartbeat else {
+            return Err("no companion listener (nodefence run --companion-listen)".into());
+        };
+        if heartbeat.armed(node).is_none() {
+            return Err("its companion reports no armed hardware watchdog".into());
+        }
+        if self.dry_run {
+            tracing::warn!(
+                node,
+                "dry-run: would mark the node for fencing by its watchdog"
+            );
+            return Err("dry-run: the mark is not written".into());
+        }
+        if !self.leadership.is_leader() {
+            return Err("not the leader: the mark is not written".into());
+        }
+        self.pause.allows("the mark is not written").await?;
+        heartbeat.mark(node);
+        match self.releaser.mark_for_fencing(node, uid).await {
+            Ok(()) => {
+                heartbeat.mark_written(node);
+                tracing::warn!(node, "marked for fencing by its hardware watchdog");
+                Ok(())
+            }
+            // The acknowledgements keep the mark: the node may already have stopped
+            // feeding on it, and telling it otherwise proves nothing either way.
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// The watchdog level's release rule, applied now to what the heartbeat knows.
+    fn check_watchdog(&self, node: &str) -> WatchdogCheck {
+        use crate::watchdog::release::Verdict;
+        let Some(heartbeat) = &self.heartbeat else {
+            return WatchdogCheck::Refused(
+                "no companion listener (nodefence run --companion-listen)".into(),
+            );
+        };
+        let now = heartbeat.now();
+        match heartbeat.watchdog_verdict(node) {
+            Verdict::Release(proof) => WatchdogCheck::Proven(proof),
+            Verdict::Wait { until, why } => WatchdogCheck::Wait {
+                // The majority's wait says `until: now`: asked again shortly.
+                retry_at: crate::clock::now()
+                    + until
+                        .saturating_sub(now)
+                        .max(std::time::Duration::from_millis(500)),
+                why,
+            },
+            Verdict::Refuse(why) => WatchdogCheck::Refused(why),
+        }
     }
 
     /// Refuses a power command while fencing is paused or the switch cannot be read.

@@ -71,9 +71,10 @@ pub struct Controller {
     pub monitor_concurrency: usize,
     /// Remediation requests are watched and answered (`[remediation] requests`).
     pub requests: Option<crate::remediation::writer::RequestWriter>,
-    /// The companions fallen silent (`--companion-listen`): each makes its node
-    /// suspect, as a stale Lease does.
-    pub companions: Option<tokio::sync::watch::Receiver<crate::heartbeat::Silent>>,
+    /// The companions' heartbeat (`--companion-listen`): a companion fallen silent
+    /// makes its node suspect, as a stale Lease does; the watchdog level marks and
+    /// proves through it.
+    pub companions: Option<crate::heartbeat::Heartbeat>,
 }
 
 /// The executor's parts, completed with a fresh channel for each leadership term.
@@ -91,6 +92,15 @@ pub struct ExecutorParts {
     /// Cluster-wide notices are Events on this object (the leader Lease).
     pub cluster_ref: Option<k8s_openapi::api::core::v1::ObjectReference>,
     pub dry_run: bool,
+}
+
+/// Tells the heartbeat that this replica's term ended (when dropped).
+struct StoppedLeading(crate::heartbeat::Heartbeat);
+
+impl Drop for StoppedLeading {
+    fn drop(&mut self) {
+        self.0.stopped_leading();
+    }
 }
 
 /// Aborts a task when dropped (the term's helpers end with the term).
@@ -160,7 +170,14 @@ impl Controller {
             dry_run: parts.dry_run,
             completions: tx,
             tasks: tasks.clone(),
+            heartbeat: self.companions.clone(),
         };
+        // The watchdog level's wait counts from this term's start at the earliest:
+        // every acknowledgement an earlier term (or leader) sent precedes it.
+        if let Some(heartbeat) = &self.companions {
+            heartbeat.began_leading();
+        }
+        let _stopped_leading = self.companions.clone().map(StoppedLeading);
         // The BMC monitor runs for this term only (the leader checks; standbys do not
         // load the BMCs). Aborted when the term ends. It starts once the Nodes are
         // listed and their identities (systemUUID, providerID) sent: a driver that
@@ -233,7 +250,7 @@ impl Controller {
         };
         let (requests_tx, mut requests_rx) = mpsc::unbounded_channel();
         // Standbys kept the table: a silence that began before this term counts now.
-        let mut companions = self.companions.clone();
+        let mut companions = self.companions.as_ref().map(|h| h.silent());
         if let Some(rx) = &mut companions {
             seen.silent = rx.borrow_and_update().clone();
         }
@@ -667,6 +684,10 @@ impl Controller {
             Completion::Drained { node, result } => engine.drain_checked(&node, result, now),
             Completion::Identity { node, machine } => {
                 engine.machine_identified(&node, machine, now)
+            }
+            Completion::Marked { node, result } => engine.mark_written(&node, result, now),
+            Completion::WatchdogChecked { node, result } => {
+                engine.watchdog_checked(&node, result, now)
             }
         }
     }

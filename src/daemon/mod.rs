@@ -190,7 +190,7 @@ pub async fn run(
     let election = elector.map(|e| AbortOnDropHandle::new(tokio::spawn(e.run())));
     let companions_stop = tokio_util::sync::CancellationToken::new();
     let _companions_stop_on_drop = companions_stop.clone().drop_guard();
-    let (silent, _companions_certificate) = match &options.companions {
+    let (heartbeat, _companions_certificate) = match &options.companions {
         Some(listener) => {
             let (heartbeat, follower) = start_companions(
                 listener,
@@ -201,7 +201,7 @@ pub async fn run(
                 companions_stop.clone(),
             )
             .await?;
-            (Some(heartbeat.silent()), follower)
+            (Some(heartbeat), follower)
         }
         None => (None, None),
     };
@@ -213,7 +213,7 @@ pub async fn run(
         &leadership,
         &metrics,
         &health,
-        silent.clone(),
+        heartbeat.clone(),
     );
     let reloader = options.config_check.map(|interval| {
         reload::Reloader::new(
@@ -254,7 +254,7 @@ pub async fn run(
             () = reload_notify.notified() => {
                 // A standby applies a new configuration at once: it has no term.
                 if let Some(ready) = &reload_ready {
-                    apply(&mut controller, &mut running, ready, &client, &options, &leadership, &metrics, &health, &silent).await;
+                    apply(&mut controller, &mut running, ready, &client, &options, &leadership, &metrics, &health, &heartbeat).await;
                 }
                 continue;
             }
@@ -279,7 +279,7 @@ pub async fn run(
                         &leadership,
                         &metrics,
                         &health,
-                        &silent,
+                        &heartbeat,
                     )
                     .await;
                 }
@@ -407,7 +407,7 @@ fn controller_for(
     leadership: &Leadership,
     metrics: &Arc<Metrics>,
     health: &Health,
-    companions: Option<tokio::sync::watch::Receiver<crate::heartbeat::Silent>>,
+    companions: Option<crate::heartbeat::Heartbeat>,
 ) -> Controller {
     let policy = config.agent.policy.clone();
     let node_policies: BTreeMap<String, crate::engine::Policy> = config
@@ -496,7 +496,7 @@ async fn apply(
     leadership: &Leadership,
     metrics: &Arc<Metrics>,
     health: &Health,
-    companions: &Option<tokio::sync::watch::Receiver<crate::heartbeat::Silent>>,
+    companions: &Option<crate::heartbeat::Heartbeat>,
 ) {
     let Some(prepared) = ready.take() else {
         return;

@@ -44,6 +44,75 @@ pub struct OffProof {
     pub max_age: std::time::Duration,
 }
 
+/// Evidence that a node's machine was reset by its own hardware watchdog after the
+/// node was marked for fencing: the one exception to the Off proof, opt-in per node
+/// (`watchdog_fencing`). It is not an Off reading and never reads as one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchdogProof {
+    /// As in [`OffProof::last_sign_of_life`]: a fresh Node or Lease showing a later
+    /// one refuses the release.
+    pub last_sign_of_life: SystemTime,
+    /// As in [`OffProof::lease_renewed`].
+    pub lease_renewed: Option<SystemTime>,
+    /// When the API server accepted the fencing mark (this replica's wall clock).
+    pub marked_at: SystemTime,
+    /// The release rule's arithmetic ([`crate::watchdog::release::decide`]).
+    pub proof: crate::watchdog::release::Proof,
+}
+
+/// What a release rests on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReleaseProof {
+    /// Consecutive Off readings from the node's own machine's power source.
+    Off(OffProof),
+    /// The node's own hardware watchdog, proven to have reset its machine.
+    Watchdog(Box<WatchdogProof>),
+}
+
+impl From<&OffProof> for ReleaseProof {
+    fn from(p: &OffProof) -> Self {
+        ReleaseProof::Off(p.clone())
+    }
+}
+
+impl From<&ReleaseProof> for ReleaseProof {
+    fn from(p: &ReleaseProof) -> Self {
+        p.clone()
+    }
+}
+
+impl ReleaseProof {
+    pub fn last_sign_of_life(&self) -> SystemTime {
+        match self {
+            ReleaseProof::Off(p) => p.last_sign_of_life,
+            ReleaseProof::Watchdog(p) => p.last_sign_of_life,
+        }
+    }
+
+    pub fn lease_renewed(&self) -> Option<SystemTime> {
+        match self {
+            ReleaseProof::Off(p) => p.lease_renewed,
+            ReleaseProof::Watchdog(p) => p.lease_renewed,
+        }
+    }
+
+    /// The metric label (`proof` of `nodefence_releases_total`).
+    pub fn label(&self) -> &'static str {
+        match self {
+            ReleaseProof::Off(_) => "off-readings",
+            ReleaseProof::Watchdog(_) => "watchdog",
+        }
+    }
+
+    /// The Off proof, if the release rests on one.
+    pub fn off(&self) -> Option<&OffProof> {
+        match self {
+            ReleaseProof::Off(p) => Some(p),
+            ReleaseProof::Watchdog(_) => None,
+        }
+    }
+}
+
 /// When each step of an incident happened, for the per-incident breakdown
 /// (`nodefence_release_step_seconds`, the `Released` Event): all measured from the
 /// node's last sign of life.
@@ -58,6 +127,8 @@ pub struct Steps {
     pub first_reading: Option<SystemTime>,
     /// nodefence's last power-off command, if it sent one.
     pub power_off_sent: Option<SystemTime>,
+    /// The API server accepted the fencing mark (the watchdog level), if written.
+    pub fencing_marked: Option<SystemTime>,
     /// The Off proof was complete (the release was decided).
     pub off_proven: SystemTime,
 }
@@ -68,6 +139,7 @@ impl Steps {
         let mut out = vec![("detected", self.detected)];
         out.extend(self.first_reading.map(|t| ("first_reading", t)));
         out.extend(self.power_off_sent.map(|t| ("power_off_sent", t)));
+        out.extend(self.fencing_marked.map(|t| ("fencing_marked", t)));
         out.push(("off_proven", self.off_proven));
         out.extend(released.map(|t| ("released", t)));
         out
@@ -87,6 +159,7 @@ impl Steps {
                 let step = match step {
                     "first_reading" => "first reading",
                     "power_off_sent" => "power-off sent",
+                    "fencing_marked" => "marked for its watchdog",
                     "off_proven" => "Off proven",
                     other => other,
                 };
@@ -120,6 +193,9 @@ pub struct ReleaseRecord {
     /// The released node's identity, for the identity check of its power-on when its
     /// Node object is gone (delete-node) by the time a new leader resumes it.
     pub identity: NodeIdentity,
+    /// What the release rested on when it was not Off readings (the watchdog level's
+    /// proof, in words).
+    pub rests_on: Option<String>,
 }
 
 /// One effect.
@@ -140,10 +216,18 @@ pub enum Action {
     Release {
         node: String,
         plan: ReleasePlan,
-        proof: OffProof,
+        proof: ReleaseProof,
         /// Where the time went so far (the executor adds the release's own steps).
         steps: Steps,
     },
+    /// The watchdog level: mark the node for fencing (its acknowledgements carry the
+    /// mark, then the Node's annotation for its current boot), so its companion stops
+    /// feeding its hardware watchdog (answer with `Engine::mark_written`). Refused
+    /// unless its companion reports an armed watchdog.
+    MarkForFencing { node: String },
+    /// The watchdog level: apply the release rule to what the heartbeat knows now
+    /// (answer with `Engine::watchdog_checked`).
+    CheckWatchdog { node: String },
     /// Check whether a released node's pods are gone and its volumes detached
     /// (answer with `Engine::drain_checked`); gates `power_on_after_fence`.
     CheckDrained { node: String },
@@ -168,6 +252,8 @@ impl Action {
             | Action::Release { node, .. }
             | Action::RemoveTaint { node }
             | Action::CheckDrained { node }
+            | Action::MarkForFencing { node }
+            | Action::CheckWatchdog { node }
             | Action::Record { node, .. } => Some(node),
             Action::Notify(n) => n.node.as_deref(),
         }
@@ -181,6 +267,7 @@ impl Action {
                 | Action::PowerOn { .. }
                 | Action::Release { .. }
                 | Action::RemoveTaint { .. }
+                | Action::MarkForFencing { .. }
                 | Action::Record { .. }
         )
     }
@@ -209,6 +296,8 @@ pub enum Reason {
     IdentityUnproven,
     PodsForceDeleted,
     ConfirmedOff,
+    WatchdogFencing,
+    ResetByWatchdog,
     Releasing,
     Released,
     ReleaseFailed,
@@ -238,6 +327,8 @@ impl Reason {
             Reason::IdentityUnproven => "IdentityUnproven",
             Reason::PodsForceDeleted => "PodsForceDeleted",
             Reason::ConfirmedOff => "ConfirmedOff",
+            Reason::WatchdogFencing => "WatchdogFencing",
+            Reason::ResetByWatchdog => "ResetByWatchdog",
             Reason::Releasing => "Releasing",
             Reason::Released => "Released",
             Reason::ReleaseFailed => "ReleaseFailed",

@@ -37,6 +37,14 @@ pub enum Block {
     /// The BMC is not proven to control this node's own machine (a mismatch, or an
     /// unknown identity with `require_identity`): no release, no power-off.
     Identity(IdentityCheck),
+    /// No power method can be read and the watchdog level waits until then (the node
+    /// unhealthy for `unhealthy_after`) to mark the node.
+    WatchdogUntil(SystemTime),
+    /// No power method can be read, its companion still beats and only the Lease is
+    /// stale: the watchdog level waits for NotReady.
+    WatchdogWaitsForNotReady,
+    /// The node is marked; the release rule waits (why).
+    WatchdogWait(String),
     /// The remediation request for the node timed out (its requester moved on to
     /// another remediator): no power command is sent while it stands.
     RequestTimedOut(String),
@@ -85,6 +93,14 @@ impl Block {
                 "the BMC is not proven to control this node's machine ({}) and require_identity = true: nothing is released or powered off",
                 check.describe()
             ),
+            Block::WatchdogUntil(t) => format!(
+                "no power method can be read; the node is marked for fencing by its watchdog at {} unless it recovers",
+                humantime::format_rfc3339_seconds(*t)
+            ),
+            Block::WatchdogWaitsForNotReady => "no power method can be read and its companion still beats (only its Lease is stale): waiting for NotReady before marking it for fencing by its watchdog".into(),
+            Block::WatchdogWait(why) => format!(
+                "marked for fencing; waiting until its hardware watchdog has certainly reset the machine: {why}"
+            ),
             Block::RequestTimedOut(by) => format!(
                 "{by} timed out (remediation.medik8s.io/nhc-timed-out): its requester moved on to another remediator, so nodefence sends no power command for this node while it stands; a machine proven Off is still released"
             ),
@@ -107,6 +123,9 @@ impl Block {
             Block::Undetermined(_) => "undetermined_power_state",
             Block::QueryFailing(_) => "power_query_failing",
             Block::Identity(_) => "identity_unproven",
+            Block::WatchdogUntil(_) => "watchdog_waiting_unhealthy_after",
+            Block::WatchdogWaitsForNotReady => "watchdog_lease_stale_only",
+            Block::WatchdogWait(_) => "watchdog_wait",
             Block::RequestTimedOut(_) => "request_timed_out",
         }
     }
@@ -130,6 +149,9 @@ impl Block {
                 | Block::RateLimited
                 | Block::OnButOnlyLeaseStale
                 | Block::OnButOnlyCompanionSilent
+                | Block::WatchdogUntil(_)
+                | Block::WatchdogWaitsForNotReady
+                | Block::WatchdogWait(_)
         )
     }
 }

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use super::action::{Action, Notice, OffProof, Reason, ReleasePlan, Steps, Target};
+use super::action::{Action, Notice, OffProof, Reason, ReleasePlan, ReleaseProof, Steps, Target};
 use super::facts::{Health, NodeFacts};
 use super::node::{Block, Gates, Incident, PowerOffStatus, PowerOnStatus, Queries, Released};
 use super::policy::{ForceDeletePods, OnPoweredOn, Policy};
@@ -119,11 +119,100 @@ pub fn proof_fresh_for(policy: &Policy) -> Duration {
     policy.confirm_interval + Duration::from_secs(1)
 }
 
+/// Whether a proven node may be released now: a request's requester already waited
+/// for the node to stay unhealthy; NotReady for `release_off_after`; a stale Lease on
+/// the fast path; a silent companion (the proof is newer than its last beat).
+pub(super) fn release_due(
+    inc: &Incident,
+    health: Health,
+    policy: &Policy,
+    now: SystemTime,
+) -> bool {
+    inc.requested_by.is_some()
+        || match health {
+            Health::NotReady {
+                not_ready_since, ..
+            } => {
+                now.duration_since(not_ready_since).unwrap_or_default() >= policy.release_off_after
+            }
+            Health::LeaseStale { .. } => policy.lease_stale_after.is_some(),
+            Health::CompanionSilent { .. } => true,
+            Health::Requested { .. } | Health::Healthy => false,
+        }
+}
+
+fn release_mode_text(policy: &Policy) -> &'static str {
+    match policy.release {
+        super::policy::ReleaseMode::OutOfServiceTaint => "adding the out-of-service taint",
+        super::policy::ReleaseMode::DeleteNode => "deleting the Node object",
+    }
+}
+
+/// Starts the release of a proven node: the plan, the steps so far, the action.
+pub(super) fn begin_release(
+    inc: &mut Incident,
+    name: &str,
+    health: Health,
+    policy: &Policy,
+    proof: ReleaseProof,
+    now: SystemTime,
+    out: &mut Vec<Action>,
+) {
+    inc.releasing = true;
+    inc.block = None;
+    let watchdog = matches!(proof, ReleaseProof::Watchdog(_));
+    let force_delete_pods = match policy.force_delete_pods {
+        ForceDeletePods::Never => false,
+        ForceDeletePods::Always => true,
+        // PodGC deletes the pods of a tainted node only once it is NotReady, and
+        // then on its own 20 s period: nodefence deletes them on the Lease fast path,
+        // after its own power-off and after a watchdog reset, the cases where
+        // waiting costs most.
+        ForceDeletePods::FastPath => {
+            watchdog
+                || matches!(
+                    health,
+                    Health::LeaseStale { .. }
+                        | Health::CompanionSilent { .. }
+                        | Health::Requested { .. }
+                )
+                || matches!(inc.power_off, PowerOffStatus::Sent { .. })
+        }
+    };
+    let steps = Steps {
+        last_sign_of_life: inc.failed_at,
+        detected: inc.started,
+        first_reading: inc.first_reading,
+        power_off_sent: match inc.power_off {
+            PowerOffStatus::Sent { at, .. } => Some(at),
+            _ => None,
+        },
+        fencing_marked: inc.watchdog.marked_at(),
+        off_proven: if watchdog {
+            now
+        } else {
+            inc.off_readings.last().copied().unwrap_or(now)
+        },
+    };
+    inc.steps = Some(steps);
+    out.push(Action::Release {
+        node: name.to_string(),
+        steps,
+        plan: ReleasePlan {
+            mode: policy.release,
+            delete_volume_attachments: policy.delete_volume_attachments,
+            force_delete_pods,
+        },
+        proof,
+    });
+}
+
 #[allow(clippy::too_many_arguments)]
 pub(super) fn decide_incident(
     inc: &mut Incident,
     name: &str,
     health: Health,
+    companion_silent: bool,
     (identity, machine): (Option<Block>, Option<&MachineIdentity>),
     target: &Target,
     policy: &Policy,
@@ -147,6 +236,14 @@ pub(super) fn decide_incident(
     }
     let proven = inc.off_readings.len() >= policy.confirm_readings.max(1) as usize
         && inc.off_readings.iter().all(|t| *t > inc.readings_after);
+    // The watchdog level: when no power method can be read at all. It rests on the
+    // node's own companion (its token names the node), not on the power source's
+    // identity, which cannot be read either.
+    if !proven
+        && super::watchdog::decide(inc, name, health, companion_silent, policy, gates, now, out)
+    {
+        return;
+    }
     if let Some(block) = identity {
         // Only once something would be done: an identity not read yet is no news.
         if proven || inc.last_state.is_some() {
@@ -162,78 +259,25 @@ pub(super) fn decide_incident(
             set_block(inc, held, name, out);
             return;
         }
-        // A request: its requester already waited for the node to stay unhealthy.
-        let due = inc.requested_by.is_some()
-            || match health {
-                Health::NotReady {
-                    not_ready_since, ..
-                } => {
-                    now.duration_since(not_ready_since).unwrap_or_default()
-                        >= policy.release_off_after
-                }
-                Health::LeaseStale { .. } => policy.lease_stale_after.is_some(),
-                // Its companion fell silent: Off proven after its last beat.
-                Health::CompanionSilent { .. } => true,
-                Health::Requested { .. } | Health::Healthy => false,
-            };
-        if !due {
+        if !release_due(inc, health, policy, now) {
             return;
         }
-        inc.releasing = true;
-        inc.block = None;
-        let mode = match policy.release {
-            super::policy::ReleaseMode::OutOfServiceTaint => "adding the out-of-service taint",
-            super::policy::ReleaseMode::DeleteNode => "deleting the Node object",
-        };
+        let proof = ReleaseProof::Off(OffProof {
+            last_sign_of_life: inc.since,
+            readings_after: inc.readings_after,
+            lease_renewed: inc.lease_renewed,
+            readings: inc.off_readings.clone(),
+            machine: machine.cloned(),
+            require_identity: policy.require_identity,
+            // The engine's own bound, plus the time a release write may take.
+            max_age: proof_fresh_for(policy) + Duration::from_secs(30),
+        });
+        let mode = release_mode_text(policy);
         out.push(Notice::normal(name, Reason::ConfirmedOff, format!(
             "the machine is confirmed Off ({} consecutive readings since its last sign of life); {mode}",
             inc.off_readings.len()
         )));
-        let force_delete_pods = match policy.force_delete_pods {
-            ForceDeletePods::Never => false,
-            ForceDeletePods::Always => true,
-            // PodGC deletes the pods of a tainted node only once it is NotReady, and
-            // then on its own 20 s period: nodefence deletes them on the Lease fast path
-            // and after its own power-off, the two cases where waiting costs most.
-            ForceDeletePods::FastPath => {
-                matches!(
-                    health,
-                    Health::LeaseStale { .. }
-                        | Health::CompanionSilent { .. }
-                        | Health::Requested { .. }
-                ) || matches!(inc.power_off, PowerOffStatus::Sent { .. })
-            }
-        };
-        let steps = Steps {
-            last_sign_of_life: inc.failed_at,
-            detected: inc.started,
-            first_reading: inc.first_reading,
-            power_off_sent: match inc.power_off {
-                PowerOffStatus::Sent { at, .. } => Some(at),
-                _ => None,
-            },
-            off_proven: inc.off_readings.last().copied().unwrap_or(now),
-        };
-        inc.steps = Some(steps);
-        out.push(Action::Release {
-            node: name.to_string(),
-            steps,
-            plan: ReleasePlan {
-                mode: policy.release,
-                delete_volume_attachments: policy.delete_volume_attachments,
-                force_delete_pods,
-            },
-            proof: OffProof {
-                last_sign_of_life: inc.since,
-                readings_after: inc.readings_after,
-                lease_renewed: inc.lease_renewed,
-                readings: inc.off_readings.clone(),
-                machine: machine.cloned(),
-                require_identity: policy.require_identity,
-                // The engine's own bound, plus the time a release write may take.
-                max_age: proof_fresh_for(policy) + Duration::from_secs(30),
-            },
-        });
+        begin_release(inc, name, health, policy, proof, now, out);
         return;
     }
     let Some((read_at, state)) = inc.last_state.clone() else {

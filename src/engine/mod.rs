@@ -29,6 +29,7 @@ pub mod facts;
 pub mod node;
 mod outcomes;
 pub mod policy;
+pub mod watchdog;
 
 #[cfg(test)]
 mod tests;
@@ -37,13 +38,15 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::SystemTime;
 
 pub use action::{
-    Action, Notice, OffProof, Reason, ReleasePlan, ReleaseRecord, Severity, Steps, Target,
+    Action, Notice, OffProof, Reason, ReleasePlan, ReleaseProof, ReleaseRecord, Severity, Steps,
+    Target, WatchdogProof,
 };
 pub use facts::{CompanionSilence, Exclusion, Health, NodeFacts, Readiness, Request};
 pub use node::{Block, NodeState, Phase, PowerOffStatus, PowerOnStatus};
 pub use policy::{
     ForceDeletePods, LeaseStaleAfter, MaxUnhealthy, OnPoweredOn, Policy, ReleaseMode,
 };
+pub use watchdog::{WatchdogCheck, WatchdogStep};
 
 use crate::identity::MachineIdentity;
 use crate::power::{PowerError, PowerReading};

@@ -103,6 +103,8 @@ pub struct Incident {
     pub requested_by: Option<String>,
     /// A remediation request that timed out (which object): no power command.
     pub stopped_by: Option<String>,
+    /// The watchdog level (`watchdog_fencing`): not tried, marking, marked, proven.
+    pub watchdog: super::watchdog::WatchdogStep,
 }
 
 /// How long one kind of block has held an incident back.
@@ -381,6 +383,7 @@ impl NodeState {
                     blocked: None,
                     requested_by: None,
                     stopped_by: None,
+                    watchdog: Default::default(),
                 }));
                 self.queries = Queries {
                     in_flight: self.queries.in_flight,
@@ -431,6 +434,7 @@ impl NodeState {
                     inc,
                     &name,
                     health,
+                    self.facts.companion_silent.is_some(),
                     (identity, self.machine.as_ref()),
                     &target,
                     policy,
@@ -511,6 +515,25 @@ impl NodeState {
                     inc.power_off
                 {
                     consider(Some(at + policy.power_off_retry_after));
+                }
+                if let Some(Block::WatchdogUntil(at)) = &inc.block {
+                    consider(Some(*at));
+                }
+                // The mark's `unhealthy_after` (no earlier: waking early is harmless).
+                if policy.watchdog_fencing
+                    && inc.watchdog == super::watchdog::WatchdogStep::NotTried
+                    && super::watchdog::unreadable(inc)
+                {
+                    consider(Some(inc.started + policy.unhealthy_after));
+                }
+                match &inc.watchdog {
+                    super::watchdog::WatchdogStep::Failed { retry_at, .. } => {
+                        consider(Some(*retry_at))
+                    }
+                    super::watchdog::WatchdogStep::Marked { check, .. } if !check.in_flight => {
+                        consider(check.next_at)
+                    }
+                    _ => {}
                 }
             }
             Phase::Released(rel) => {

@@ -241,14 +241,20 @@ impl Engine {
                             "Node object deleted: its pods and volumes are released"
                         }
                     };
-                    out.push(Notice::normal(
-                        name,
-                        Reason::Released,
-                        match &inc.steps {
-                            Some(steps) => format!("{what} ({})", steps.describe(Some(now))),
-                            None => what.to_string(),
-                        },
-                    ));
+                    let rests_on = match &inc.watchdog {
+                        watchdog::WatchdogStep::Proven { proof, .. } => {
+                            Some(format!("the machine was {proof}"))
+                        }
+                        _ => None,
+                    };
+                    let mut text = match &inc.steps {
+                        Some(steps) => format!("{what} ({})", steps.describe(Some(now))),
+                        None => what.to_string(),
+                    };
+                    if let Some(basis) = &rests_on {
+                        text.push_str(&format!("; this release rests on its hardware watchdog, not on an Off reading: {basis}"));
+                    }
+                    out.push(Notice::normal(name, Reason::Released, text));
                     if power_on == PowerOnStatus::Pending {
                         out.push(Action::Record {
                             node: name.to_string(),
@@ -257,6 +263,7 @@ impl Engine {
                                 mode: policy.release,
                                 power_on_pending: true,
                                 identity: state.facts.identity.clone(),
+                                rests_on,
                             }),
                         });
                     }
@@ -266,6 +273,15 @@ impl Engine {
                 Err(reason) => {
                     inc.releasing = false;
                     inc.off_readings.clear();
+                    if let watchdog::WatchdogStep::Proven { at, .. } = inc.watchdog {
+                        // Proven once, checked again: the executor's refusal may be a
+                        // removed mark or a sign of life.
+                        inc.watchdog = watchdog::WatchdogStep::Marked {
+                            at,
+                            check: Default::default(),
+                            waiting: None,
+                        };
+                    }
                     state.queries.next_at = Some(now + policy.confirm_interval);
                     out.push(Notice::warning(
                         name,
@@ -277,6 +293,48 @@ impl Engine {
         }
         if forget {
             self.nodes.remove(name);
+        }
+        out.extend(self.reevaluate(Some(name), now));
+        out
+    }
+
+    /// The answer to a [`Action::MarkForFencing`].
+    pub fn mark_written(
+        &mut self,
+        name: &str,
+        result: Result<(), String>,
+        now: SystemTime,
+    ) -> Vec<Action> {
+        let mut out = Vec::new();
+        let policy = self.node_policies.get(name).unwrap_or(&self.policy);
+        if let Some(state) = self.nodes.get_mut(name)
+            && let Phase::Incident(inc) = &mut state.phase
+        {
+            let wait = decide::backoff(policy, watchdog::failed_marks(inc) + 1);
+            watchdog::marked(inc, name, result, wait, now, &mut out);
+        }
+        out.extend(self.reevaluate(Some(name), now));
+        out
+    }
+
+    /// The answer to a [`Action::CheckWatchdog`].
+    pub fn watchdog_checked(
+        &mut self,
+        name: &str,
+        result: watchdog::WatchdogCheck,
+        now: SystemTime,
+    ) -> Vec<Action> {
+        let mut out = Vec::new();
+        let policy = self.node_policies.get(name).unwrap_or(&self.policy);
+        if let Some(state) = self.nodes.get_mut(name)
+            && let Phase::Incident(inc) = &mut state.phase
+        {
+            let failures = match &inc.watchdog {
+                watchdog::WatchdogStep::Marked { check, .. } => check.failures + 1,
+                _ => 1,
+            };
+            let retry = decide::backoff(policy, failures);
+            watchdog::checked(inc, name, result, retry, now, &mut out);
         }
         out.extend(self.reevaluate(Some(name), now));
         out

@@ -165,6 +165,11 @@ pub struct Policy {
     /// Release or power off only when the BMC is proven to control this node's own
     /// machine (identity cross-check).
     pub require_identity: bool,
+    /// The watchdog level, the last of the node's fencing topology (opt-in): when no
+    /// power method can be read at all, the node is marked for fencing and released
+    /// once its own hardware watchdog has certainly reset it
+    /// ([`crate::watchdog::release`]). Needs the node's companion with an armed watchdog.
+    pub watchdog_fencing: bool,
 }
 
 impl Default for Policy {
@@ -193,6 +198,7 @@ impl Default for Policy {
             release_timeout: Duration::from_secs(300),
             recovered_after: Duration::from_secs(30),
             require_identity: true,
+            watchdog_fencing: false,
         }
     }
 }

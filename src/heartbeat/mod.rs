@@ -12,7 +12,7 @@
 pub mod hello;
 pub mod table;
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -24,8 +24,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum_server::tls_rustls::RustlsConfig;
 use base64::Engine as _;
+use nodefence_watchdog::release::{self, Armed, Evidence, Verdict};
 use nodefence_watchdog::timing::Timing;
-use nodefence_watchdog::wire::{self, Key};
+use nodefence_watchdog::wire::{self, Key, WatchdogState};
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::time::Instant;
 
@@ -64,7 +65,13 @@ pub type Silent = Arc<std::collections::BTreeMap<String, crate::engine::Companio
 #[derive(Clone)]
 pub struct Heartbeat {
     table: Arc<Mutex<Table>>,
-    marked: Arc<RwLock<BTreeSet<String>>>,
+    /// Nodes marked for fencing: their acknowledgements carry the mark; with when the
+    /// API server accepted the mark (this replica's monotonic clock), once it did.
+    marked: Arc<RwLock<BTreeMap<String, Option<Duration>>>>,
+    /// When this replica's current term began (its monotonic clock); `None` while it
+    /// does not lead.
+    leading_since: Arc<Mutex<Option<Duration>>>,
+    timing: Timing,
     origin: Instant,
     addr: SocketAddr,
     silent: tokio::sync::watch::Receiver<Silent>,
@@ -94,12 +101,102 @@ impl Heartbeat {
 
     /// Marks (or unmarks) a node: its acknowledgements say so from now on.
     pub fn set_marked(&self, node: &str, marked: bool) {
-        let mut set = self.marked.write().unwrap_or_else(|e| e.into_inner());
         if marked {
-            set.insert(node.to_string());
+            self.mark(node);
         } else {
-            set.remove(node);
+            self.unmark(node);
         }
+    }
+
+    /// The node's acknowledgements carry the mark from now on (before the mark is
+    /// written to the Node: a node that stops feeding early is only safer).
+    pub fn mark(&self, node: &str) {
+        self.marked_map().entry(node.to_string()).or_insert(None);
+    }
+
+    /// The API server accepted the node's mark: the release rule counts from now
+    /// (read after its answer arrived, so never before it was accepted). Kept from
+    /// the first time: a mark written again changes nothing the companion was told.
+    pub fn mark_written(&self, node: &str) {
+        let now = self.now();
+        let mut marked = self.marked_map();
+        let at = marked.entry(node.to_string()).or_insert(None);
+        at.get_or_insert(now);
+    }
+
+    /// The node is no longer marked (its machine was proven reset, or it recovered):
+    /// its next companion, after the reset, is acknowledged without the mark.
+    pub fn unmark(&self, node: &str) {
+        self.marked_map().remove(node);
+    }
+
+    fn marked_map(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Option<Duration>>> {
+        self.marked.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// This replica leads from now on (its controller's term began).
+    pub fn began_leading(&self) {
+        let now = self.now();
+        *self.leading_since.lock().unwrap_or_else(|e| e.into_inner()) = Some(now);
+    }
+
+    /// This replica's term ended.
+    pub fn stopped_leading(&self) {
+        *self.leading_since.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// The node's companion's armed watchdog (its granted timeout), if its last beat
+    /// said it was armed.
+    pub fn armed(&self, node: &str) -> Option<Duration> {
+        self.with_table(|t| match t.companion(node)?.watchdog {
+            WatchdogState::Armed { granted } => Some(granted),
+            WatchdogState::None | WatchdogState::Stopping => None,
+        })
+    }
+
+    /// The watchdog level's release rule for `node`, now
+    /// ([`nodefence_watchdog::release::decide`]), with what this replica knows: its
+    /// companion's watchdog, the last acknowledgement without the mark this replica
+    /// sent it, when the mark was written, when this term began, and what it can
+    /// prove of every other companion's hold on the control plane.
+    pub fn watchdog_verdict(&self, node: &str) -> Verdict {
+        let Some(leading_since) = *self.leading_since.lock().unwrap_or_else(|e| e.into_inner())
+        else {
+            return Verdict::Refuse("this replica does not lead".into());
+        };
+        let mark_written = self
+            .marked
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(node)
+            .copied()
+            .flatten();
+        let now = self.now();
+        self.with_table(|table| {
+            let Some(companion) = table.companion(node) else {
+                return Verdict::Refuse("the node has no companion".into());
+            };
+            let armed = match companion.watchdog {
+                WatchdogState::Armed { granted } => Some(Armed {
+                    // The beats carry the granted timeout, not the driver's name.
+                    device: "hardware watchdog".into(),
+                    granted,
+                }),
+                WatchdogState::None | WatchdogState::Stopping => None,
+            };
+            let evidence = Evidence {
+                armed,
+                last_ack: companion.last_ack,
+                leading_since,
+                mark_written,
+                cluster: table.companions().count(),
+            };
+            let others = table
+                .companions()
+                .filter(|(n, _)| n.as_str() != node)
+                .map(|(_, c)| &c.heard);
+            release::decide(&self.timing, &evidence, others, now)
+        })
     }
 }
 
@@ -128,7 +225,9 @@ pub async fn start(
     let (silent_tx, silent) = tokio::sync::watch::channel(Silent::default());
     let heartbeat = Heartbeat {
         table: Arc::new(Mutex::new(Table::new(settings.timing))),
-        marked: Arc::new(RwLock::new(BTreeSet::new())),
+        marked: Arc::new(RwLock::new(BTreeMap::new())),
+        leading_since: Arc::new(Mutex::new(None)),
+        timing: settings.timing,
         origin: Instant::now(),
         addr,
         silent,
@@ -290,7 +389,7 @@ fn serve_udp(
                 // wait counts from it), nor as the leader's after the leadership.
                 let now = heartbeat.now();
                 let leader = leadership.is_leader();
-                match table.beat(&buf[..len], now, leader, |n| marked.contains(n)) {
+                match table.beat(&buf[..len], now, leader, |n| marked.contains_key(n)) {
                     Ok((_, ack)) => answers.push((ack, from)),
                     Err(why) => tracing::trace!(%from, why = why.as_str(), "datagram dropped"),
                 }

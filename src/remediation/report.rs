@@ -230,13 +230,20 @@ fn progress(request: &KeptRequest, state: &NodeState, policy: &Policy) -> Progre
             Block::Excluded(_) | Block::PowerOffAttemptsExhausted(_) | Block::OnAndPolicyWaits => {
                 "Held"
             }
+            Block::WatchdogUntil(_) | Block::WatchdogWaitsForNotReady => "PowerStateUnreadable",
+            Block::WatchdogWait(_) => "WaitingForWatchdog",
         };
         return Progress::Working(reason, format!("held: {}", block.describe()));
     }
     if inc.releasing {
         return Progress::Working(
             "Releasing",
-            "the machine is confirmed Off: releasing the node's volumes".into(),
+            if matches!(inc.watchdog, crate::engine::WatchdogStep::Proven { .. }) {
+                "the machine is proven reset by its hardware watchdog: releasing the node's volumes"
+            } else {
+                "the machine is confirmed Off: releasing the node's volumes"
+            }
+            .into(),
         );
     }
     match inc.power_off {

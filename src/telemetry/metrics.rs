@@ -71,6 +71,13 @@ struct PowerCommandLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReleaseLabels {
     mode: &'static str,
+    /// What the release rests on: `off-readings`, `watchdog`; `none` for `untaint`.
+    proof: &'static str,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
     result: &'static str,
 }
 
@@ -143,6 +150,7 @@ pub struct Metrics {
     power_query_duration: HistogramFamily<DriverLabels>,
     power_commands: Family<PowerCommandLabels, Counter>,
     releases: Family<ReleaseLabels, Counter>,
+    watchdog_marks: Family<ResultLabel, Counter>,
     time_to_release: Histogram,
     release_steps: HistogramFamily<StepLabels>,
     notices: Family<NoticeLabels, Counter>,
@@ -226,15 +234,36 @@ impl Metrics {
 
         let releases = Family::<ReleaseLabels, Counter>::default();
         for mode in RELEASE_MODES {
-            for result in RELEASE_RESULTS {
-                // Present from the start, so `increase()` sees the first event.
-                drop(releases.get_or_create(&ReleaseLabels { mode, result }));
+            let proofs: &[&'static str] = if mode == "untaint" {
+                &["none"]
+            } else {
+                &RELEASE_PROOFS
+            };
+            for proof in proofs {
+                for result in RELEASE_RESULTS {
+                    // Present from the start, so `increase()` sees the first event.
+                    drop(releases.get_or_create(&ReleaseLabels {
+                        mode,
+                        proof,
+                        result,
+                    }));
+                }
             }
         }
         registry.register(
             "releases",
             "Volume releases (out-of-service taint, Node deletion) and taint removals, by outcome",
             releases.clone(),
+        );
+
+        let watchdog_marks = Family::<ResultLabel, Counter>::default();
+        for result in ["ok", "refused"] {
+            drop(watchdog_marks.get_or_create(&ResultLabel { result }));
+        }
+        registry.register(
+            "watchdog_marks",
+            "Fencing marks of the watchdog level (a node none of whose power methods can be read, told to stop feeding its hardware watchdog), by whether they were written",
+            watchdog_marks.clone(),
         );
 
         let time_to_release = Histogram::new(RELEASE_BUCKETS);
@@ -355,6 +384,7 @@ impl Metrics {
             power_query_duration,
             power_commands,
             releases,
+            watchdog_marks,
             time_to_release,
             release_steps,
             notices,
@@ -485,15 +515,36 @@ impl Metrics {
         self.power_commands.get_or_create(&labels).inc();
     }
 
-    /// One release or taint removal: `nodefence_releases_total{mode, result}`,
-    /// `mode` = `out-of-service-taint` | `delete-node` | `untaint`, `result` = `ok` |
-    /// `refused` | `conflict` | `api_error`.
+    /// One taint removal: `nodefence_releases_total{mode="untaint", proof="none"}`
+    /// (or any `mode` without a proof).
     pub fn release(&self, mode: &str, result: &str) {
+        self.release_with(mode, "none", result);
+    }
+
+    /// One release: `nodefence_releases_total{mode, proof, result}`, `mode` =
+    /// `out-of-service-taint` | `delete-node` | `untaint`, `proof` = `off-readings` |
+    /// `watchdog` | `none`, `result` = `ok` | `refused` | `conflict` | `api_error`.
+    pub fn release_with(&self, mode: &str, proof: &str, result: &str) {
+        let proof = if proof == "none" {
+            "none"
+        } else {
+            self.closed("proof", proof, &RELEASE_PROOFS)
+        };
         let labels = ReleaseLabels {
             mode: self.closed("mode", mode, &RELEASE_MODES),
+            proof,
             result: self.closed("result", result, &RELEASE_RESULTS),
         };
         self.releases.get_or_create(&labels).inc();
+    }
+
+    /// One fencing mark of the watchdog level: `nodefence_watchdog_marks_total{result}`,
+    /// `result` = `ok` | `refused` (not written: no armed watchdog, the API server).
+    pub fn watchdog_mark(&self, result: &str) {
+        let labels = ResultLabel {
+            result: self.closed("result", result, &["ok", "refused"]),
+        };
+        self.watchdog_marks.get_or_create(&labels).inc();
     }
 
     /// `nodefence_unhealthy_to_release_seconds`: last sign of life → release done.

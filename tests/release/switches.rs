@@ -17,6 +17,7 @@ async fn release_records_round_trip_and_need_leadership() {
             system_uuid: Some("4c4c4544-0042-3510-8056-b4c04f4d5331".into()),
             provider_id: Some("metal://rack1/w1".into()),
         },
+        rests_on: None,
     };
     store.put("w1", Some(&record)).await.unwrap();
     store.put("w2", Some(&record)).await.unwrap();

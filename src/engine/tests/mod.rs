@@ -6,7 +6,8 @@
 //! [`proof`] (the Off proof, and blocked incidents), [`gates`] (storm protection,
 //! concurrency, pause, exclusions, per-node policies), [`identity`] (the identity
 //! cross-check), [`recovery`] (after the release: power-on, records, recovery),
-//! [`requests`] (remediation requests), [`random`] (randomized fault schedules).
+//! [`requests`] (remediation requests), [`watchdog`] (the watchdog level),
+//! [`random`] (randomized fault schedules).
 
 mod gates;
 mod identity;
@@ -15,6 +16,7 @@ mod proof;
 mod random;
 mod recovery;
 mod requests;
+mod watchdog;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, SystemTime};
@@ -66,6 +68,32 @@ struct Harness {
     /// Power-on commands still to fail (the BMC unreachable, or the executor's
     /// pre-command identity check refusing).
     power_on_failures: u32,
+    /// The watchdog level, as the heartbeat would answer: nodes with a companion that
+    /// reports an armed watchdog, and how long after its mark the release rule proves
+    /// a machine reset.
+    armed: BTreeSet<String>,
+    watchdog_wait: Duration,
+    /// When each node's mark was written.
+    marks: BTreeMap<String, SystemTime>,
+    /// The executor refuses the next releases, with this reason.
+    refuse_releases: Vec<String>,
+}
+
+/// A watchdog proof as the release rule gives it.
+pub(super) fn watchdog_proof(past: Duration) -> crate::watchdog::release::Proof {
+    use crate::watchdog::release::{Anchor, Armed, Proof};
+    use crate::watchdog::timing::Timing;
+    Proof {
+        armed: Armed {
+            device: "iTCO_wdt".into(),
+            granted: Duration::from_secs(10),
+        },
+        anchor: Anchor::Mark,
+        since_anchor: Timing::default().wait(Duration::from_secs(10)).total() + past,
+        wait: Timing::default().wait(Duration::from_secs(10)),
+        heard: 2,
+        cluster: 3,
+    }
 }
 
 /// A distinct, well-formed SMBIOS UUID per node name.
@@ -103,6 +131,10 @@ impl Harness {
             plans: BTreeMap::new(),
             machines: BTreeMap::new(),
             power_on_failures: 0,
+            armed: BTreeSet::new(),
+            watchdog_wait: Duration::from_millis(12_743),
+            marks: BTreeMap::new(),
+            refuse_releases: Vec::new(),
         }
     }
 
@@ -276,6 +308,10 @@ impl Harness {
                         self.engine.power_on_done(node, Ok(()), now)
                     }
                 }
+                Action::Release { node, .. } if !self.refuse_releases.is_empty() => {
+                    let why = self.refuse_releases.remove(0);
+                    self.engine.release_done(node, Err(why), now)
+                }
                 Action::Release {
                     node, proof, plan, ..
                 } => {
@@ -313,6 +349,31 @@ impl Harness {
                     };
                     Vec::new()
                 }
+                Action::MarkForFencing { node } => {
+                    if self.armed.contains(node) {
+                        self.marks.entry(node.clone()).or_insert(now);
+                        self.engine.mark_written(node, Ok(()), now)
+                    } else {
+                        let why = "its companion reports no armed hardware watchdog";
+                        self.engine.mark_written(node, Err(why.into()), now)
+                    }
+                }
+                Action::CheckWatchdog { node } => {
+                    let verdict = match self.marks.get(node) {
+                        Some(at) if now >= *at + self.watchdog_wait => {
+                            WatchdogCheck::Proven(watchdog_proof(
+                                now.duration_since(*at + self.watchdog_wait)
+                                    .unwrap_or_default(),
+                            ))
+                        }
+                        Some(at) => WatchdogCheck::Wait {
+                            retry_at: *at + self.watchdog_wait,
+                            why: "the wait after the mark".into(),
+                        },
+                        None => WatchdogCheck::Refused("the fencing mark is not written".into()),
+                    };
+                    self.engine.watchdog_checked(node, verdict, now)
+                }
                 Action::Notify(_) => Vec::new(),
             };
             queue.extend(next);
@@ -320,7 +381,41 @@ impl Harness {
     }
 
     /// The one rule, checked against what the harness really answered.
-    fn check_release(&self, node: &str, proof: &OffProof) {
+    fn check_release(&self, node: &str, proof: &ReleaseProof) {
+        match proof {
+            ReleaseProof::Off(off) => self.check_off_release(node, off),
+            ReleaseProof::Watchdog(w) => {
+                let marked =
+                    self.marks.get(node).copied().unwrap_or_else(|| {
+                        panic!("{node} released on its watchdog without a mark")
+                    });
+                assert!(
+                    self.now >= marked + self.watchdog_wait,
+                    "{node} released on its watchdog before the wait"
+                );
+                assert!(self.armed.contains(node), "{node}: no armed watchdog");
+                let given = self
+                    .readings
+                    .get(node)
+                    .map(Vec::as_slice)
+                    .unwrap_or_default();
+                let since = self.facts[node]
+                    .health(self.now, self.engine.policy_for(node).lease_stale_after)
+                    .since()
+                    .unwrap_or_else(|| panic!("{node} released while healthy"));
+                assert!(w.last_sign_of_life >= since);
+                assert!(
+                    given
+                        .iter()
+                        .filter(|(at, _)| *at > since)
+                        .all(|(_, s)| s.is_none()),
+                    "{node}: released on its watchdog although its power source answered: {given:?}"
+                );
+            }
+        }
+    }
+
+    fn check_off_release(&self, node: &str, proof: &OffProof) {
         let policy = self.engine.policy_for(node);
         let n = policy.confirm_readings as usize;
         let facts = &self.facts[node];

@@ -229,7 +229,15 @@ fn a_renewal_written_by_a_clock_behind_still_voids_the_readings_before_it() {
             _ => None,
         })
         .expect("a release");
-    assert!(proof.readings.iter().all(|t| *t > now), "{proof:?}");
+    assert!(
+        proof
+            .off()
+            .expect("an Off proof")
+            .readings
+            .iter()
+            .all(|t| *t > now),
+        "{proof:?}"
+    );
 }
 
 /// An Off proof that waited out a pause is read again before anything is released:
@@ -269,9 +277,14 @@ fn a_proof_that_waited_out_a_pause_is_read_again_before_a_release() {
         })
         .expect("released after the new power-off");
     assert!(
-        proof.readings.iter().all(|t| *t >= resumed),
+        proof
+            .off()
+            .expect("an Off proof")
+            .readings
+            .iter()
+            .all(|t| *t >= resumed),
         "released on readings taken before fencing resumed: {:?} (resumed {resumed:?})",
-        proof.readings
+        proof.off().expect("an Off proof").readings
     );
     assert_eq!(h.power_offs("w1"), 1, "fenced again once");
 }

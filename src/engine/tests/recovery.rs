@@ -144,6 +144,7 @@ fn a_recorded_release_resumes_its_power_on_without_the_node() {
             system_uuid: Some(uuid_of("w1")),
             provider_id: None,
         },
+        rests_on: None,
     };
     h.bmc.insert("w1".into(), Bmc::State(PowerState::Off));
     let now = h.now;

@@ -34,6 +34,7 @@ pub(super) const RELOAD_RESULTS: [&str; 2] = ["applied", "refused"];
 pub(super) const POWER_ACTIONS: [&str; 2] = ["off", "on"];
 pub(super) const COMMAND_RESULTS: [&str; 3] = ["ok", "error", "refused"];
 pub(super) const RELEASE_MODES: [&str; 3] = ["out-of-service-taint", "delete-node", "untaint"];
+pub(super) const RELEASE_PROOFS: [&str; 2] = ["off-readings", "watchdog"];
 pub(super) const RELEASE_RESULTS: [&str; 4] = ["ok", "refused", "conflict", "api_error"];
 pub(super) const IDENTITY_RESULTS: [&str; 3] = ["match", "mismatch", "unknown"];
 

@@ -88,20 +88,32 @@ fn power_commands_count_by_driver_action_and_result() {
 #[test]
 fn releases_count_by_mode_and_result() {
     let m = Metrics::new();
-    m.release("out-of-service-taint", "ok");
-    m.release("out-of-service-taint", "refused");
-    m.release("delete-node", "conflict");
+    m.release_with("out-of-service-taint", "off-readings", "ok");
+    m.release_with("out-of-service-taint", "watchdog", "refused");
+    m.release_with("delete-node", "off-readings", "conflict");
+    m.release_with("delete-node", "watchdog", "ok");
     m.release("untaint", "api_error");
     m.release("untaint", "api_error");
     let r = "nodefence_releases_total";
-    let at = |mode, result| value(&m, r, &[("mode", mode), ("result", result)]);
-    assert_eq!(at("out-of-service-taint", "ok"), Some(1.0));
-    assert_eq!(at("out-of-service-taint", "refused"), Some(1.0));
-    assert_eq!(at("delete-node", "conflict"), Some(1.0));
-    assert_eq!(at("untaint", "api_error"), Some(2.0));
-    assert_eq!(at("delete-node", "ok"), Some(0.0));
+    let at = |mode, proof, result| {
+        value(
+            &m,
+            r,
+            &[("mode", mode), ("proof", proof), ("result", result)],
+        )
+    };
+    assert_eq!(at("out-of-service-taint", "off-readings", "ok"), Some(1.0));
+    assert_eq!(at("out-of-service-taint", "watchdog", "refused"), Some(1.0));
+    assert_eq!(at("delete-node", "off-readings", "conflict"), Some(1.0));
+    assert_eq!(at("delete-node", "watchdog", "ok"), Some(1.0));
+    assert_eq!(at("untaint", "none", "api_error"), Some(2.0));
+    assert_eq!(at("delete-node", "off-readings", "ok"), Some(0.0));
+    assert_eq!(at("out-of-service-taint", "watchdog", "ok"), Some(0.0));
     let total: f64 = series(&m, r).iter().map(|(_, v)| v).sum();
-    assert_eq!(total, 5.0);
+    assert_eq!(total, 6.0);
+    // A proof outside its set is `unknown`, never read as Off.
+    m.release_with("delete-node", "guess", "ok");
+    assert_eq!(at("delete-node", "unknown", "ok"), Some(1.0));
 }
 
 #[test]
@@ -206,11 +218,23 @@ fn label_values_outside_their_set_become_unknown() {
     );
     let r = "nodefence_releases_total";
     assert_eq!(
-        value(&m, r, &[("mode", "unknown"), ("result", "ok")]),
+        value(
+            &m,
+            r,
+            &[("mode", "unknown"), ("proof", "none"), ("result", "ok")]
+        ),
         Some(1.0)
     );
     assert_eq!(
-        value(&m, r, &[("mode", "untaint"), ("result", "unknown")]),
+        value(
+            &m,
+            r,
+            &[
+                ("mode", "untaint"),
+                ("proof", "none"),
+                ("result", "unknown")
+            ]
+        ),
         Some(1.0)
     );
 }

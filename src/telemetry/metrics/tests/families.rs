@@ -31,6 +31,7 @@ fn every_family_is_declared_with_its_type_and_unit() {
         ("nodefence_power_query_duration_seconds", "histogram"),
         ("nodefence_power_commands", "counter"),
         ("nodefence_releases", "counter"),
+        ("nodefence_watchdog_marks", "counter"),
         ("nodefence_unhealthy_to_release_seconds", "histogram"),
         ("nodefence_release_step_seconds", "histogram"),
         ("nodefence_notices", "counter"),
@@ -83,8 +84,15 @@ fn fresh_metrics_show_zeros_where_alerts_need_them() {
         assert_eq!(value(&m, name, &[]), Some(0.0), "{name}");
     }
     let releases = series(&m, "nodefence_releases_total");
-    assert_eq!(releases.len(), 12, "{releases:?}");
+    // Taint and delete-node by proof (off-readings, watchdog) and result; untaint by result.
+    assert_eq!(releases.len(), 20, "{releases:?}");
     assert!(releases.iter().all(|(_, v)| *v == 0.0));
+    for result in ["ok", "refused"] {
+        assert_eq!(
+            value(&m, "nodefence_watchdog_marks_total", &[("result", result)]),
+            Some(0.0)
+        );
+    }
     assert_eq!(
         value(&m, "nodefence_unhealthy_to_release_seconds_count", &[]),
         Some(0.0)
