@@ -1,7 +1,9 @@
 //! End to end (the real daemon with `--companion-listen`, real companions with a
 //! watchdog in memory, fake-kube's simulated control plane and TokenReviews, the mock
 //! Redfish BMC): a companion's silence makes its node suspect before its Lease says
-//! anything, and a release still needs the machine read Off.
+//! anything, and a release still needs the machine read Off; with the watchdog level,
+//! a machine whose BMC died with it is marked and released once its own watchdog has
+//! certainly reset it, and never without the opt-in.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
@@ -73,8 +75,14 @@ struct Companion {
 }
 
 impl Companion {
-    /// Its projected token issued (bound to `node`), then started.
+    /// Its projected token issued (bound to `node`), then started, with a watchdog
+    /// granting 10 s.
     fn start(w: &World, certs: &Certificates, node: &str) -> Self {
+        Self::start_with(w, certs, node, Duration::from_secs(10))
+    }
+
+    /// The same, with a watchdog that grants `granted`.
+    fn start_with(w: &World, certs: &Certificates, node: &str, granted: Duration) -> Self {
         let token = format!("companion-token-{node}");
         w.kube.issue_token(BoundToken {
             token: token.clone(),
@@ -93,9 +101,7 @@ impl Companion {
             },
             token_file: file,
             watchdog: WatchdogChoice::Given(Box::new(RecordingWatchdog::new(
-                "iTCO_wdt",
-                Duration::from_secs(10),
-                false,
+                "iTCO_wdt", granted, false,
             ))),
             replicas: None,
         };
@@ -201,4 +207,130 @@ async fn a_silent_companion_makes_its_node_suspect_and_only_an_off_machine_is_re
     assert!(!w.has_out_of_service_taint("worker-2"));
     assert!(!w.has_out_of_service_taint("worker-3"));
     w.stop().await;
+}
+
+/// The watchdog level end to end: the machine and its BMC die together (the BMC
+/// answers nothing but errors). Without `watchdog_fencing` nothing is released, as
+/// before; with it, the node is marked (the annotation names its boot), released
+/// after the release rule's wait, and every word says it rests on the watchdog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_dead_with_its_bmc_is_released_on_its_watchdog_only_with_the_opt_in() {
+    use nodefence::watchdog::mark::{FENCING_MARK_ANNOTATION, Mark};
+    use nodefence_mocks::redfish::Fault;
+    const GRANTED: Duration = Duration::from_secs(2);
+    for opted_in in [false, true] {
+        let certs = Certificates::new();
+        let mut builder = WorldBuilder::new()
+            .no_workloads()
+            .companions(certs.listener());
+        if opted_in {
+            builder = builder.policy_key("watchdog_fencing", "true");
+        }
+        let w = builder.start().await;
+        let companions: Vec<Companion> = (1..=3)
+            .map(|i| Companion::start_with(&w, &certs, &format!("worker-{i}"), GRANTED))
+            .collect();
+        for c in &companions {
+            c.acknowledged().await;
+        }
+        eventually(
+            "every watchdog reported armed",
+            Duration::from_secs(10),
+            || async { companions.iter().all(|c| c.status.lock().unwrap().feeding) },
+        )
+        .await;
+        let boot = w.node("worker-1").unwrap()["status"]["nodeInfo"]["bootID"]
+            .as_str()
+            .unwrap()
+            .to_string();
+
+        // Rack power: the machine, its BMC and its companion at once.
+        w.bmc.inject(Fault::Fail500 { count: u32::MAX });
+        w.pull_plug("worker-1");
+        companions[0].kill();
+        let lost = std::time::Instant::now();
+
+        if !opted_in {
+            w.expect_event("worker-1", "PowerQueryFailed").await;
+            tokio::time::sleep(Duration::from_secs(8)).await;
+            assert!(
+                !w.has_out_of_service_taint("worker-1"),
+                "no proof, no release"
+            );
+            let node = w.node("worker-1").unwrap();
+            assert!(
+                node["metadata"]["annotations"][FENCING_MARK_ANNOTATION].is_null(),
+                "not marked without the opt-in"
+            );
+            assert!(w.events_with_reason("WatchdogFencing").is_empty());
+            w.stop().await;
+            continue;
+        }
+
+        w.expect_event("worker-1", "WatchdogFencing").await;
+        eventually("the mark on the Node", Duration::from_secs(10), || async {
+            w.node("worker-1").unwrap()["metadata"]["annotations"][FENCING_MARK_ANNOTATION]
+                .is_string()
+        })
+        .await;
+        let value = w.node("worker-1").unwrap()["metadata"]["annotations"][FENCING_MARK_ANNOTATION]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let mark = Mark::parse(&value);
+        assert_eq!(mark.boot_id.as_deref(), Some(boot.as_str()), "{value}");
+        eventually("worker-1 released", Duration::from_secs(30), || async {
+            w.has_out_of_service_taint("worker-1")
+        })
+        .await;
+        // The rule's wait with the defaults (isolation 2 s, 1 % drift, 0.5 s) and a
+        // 2 s watchdog: 4.58 s after the later of the last acknowledgement and the
+        // mark; the mark came after the loss, so no sooner than that after it.
+        let wait = nodefence::watchdog::timing::Timing::default()
+            .wait(GRANTED)
+            .total();
+        assert!(
+            lost.elapsed() >= wait,
+            "released {:?} after the loss, before the wait {wait:?}",
+            lost.elapsed()
+        );
+        let reset = w.events_with_reason("ResetByWatchdog");
+        assert_eq!(reset.len(), 1, "{reset:?}");
+        let note = reset[0]["note"].as_str().unwrap_or_default();
+        assert!(
+            note.contains("reset by its hardware watchdog")
+                && note.contains("not read Off")
+                && note.contains("2s granted")
+                && note.contains("of 3 companions heard throughout"),
+            "{note}"
+        );
+        let released: Vec<String> = w
+            .events_on("worker-1")
+            .into_iter()
+            .filter(|e| e["reason"] == "Released")
+            .map(|e| e["note"].as_str().unwrap_or_default().to_string())
+            .collect();
+        assert!(
+            released
+                .iter()
+                .any(|n| n.contains("rests on its hardware watchdog, not on an Off reading")),
+            "{released:?}"
+        );
+        assert!(
+            w.events_with_reason("ConfirmedOff").is_empty(),
+            "no Off reading claimed"
+        );
+        assert!(
+            w.resets_of("worker-1").is_empty(),
+            "no power command reached it"
+        );
+        // The others never stopped feeding: their marks were never set.
+        for c in &companions[1..] {
+            let s = c.status.lock().unwrap();
+            assert!(!s.marked && s.feeding, "{s:?}");
+        }
+        assert!(!w.has_out_of_service_taint("worker-2"));
+        assert!(!w.has_out_of_service_taint("worker-3"));
+        w.stop().await;
+    }
 }
