@@ -178,6 +178,31 @@ fn write_times(w: &World, node: &str) -> (std::time::SystemTime, std::time::Syst
     (mark.expect("a mark stored"), taint.expect("a taint stored"))
 }
 
+/// `nodefence explain NODE` against the world's API server (stdout and stderr).
+async fn explain(w: &World, node: &str) -> String {
+    let kubeconfig = w._dir.path().join("kubeconfig");
+    w.kube.write_kubeconfig(&kubeconfig).unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodefence"))
+        .arg("--config")
+        .arg(w._dir.path().join("nodefence.toml"))
+        .args([
+            "explain",
+            node,
+            "--namespace",
+            LEADER_LEASE_NAMESPACE,
+            "--kubeconfig",
+        ])
+        .arg(&kubeconfig)
+        .output()
+        .await
+        .unwrap();
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 /// The messages of the `NodeSuspect` Events on `node`.
 fn suspect_notes(w: &World, node: &str) -> Vec<String> {
     w.events_on(node)
@@ -297,6 +322,12 @@ async fn a_machine_dead_with_its_bmc_is_released_on_its_watchdog_only_with_the_o
                 "not marked without the opt-in"
             );
             assert!(w.events_with_reason("WatchdogFencing").is_empty());
+            let explained = explain(&w, "worker-1").await;
+            assert!(
+                explained.contains("Watchdog level: off")
+                    && explained.contains("the BMC cannot be read"),
+                "{explained}"
+            );
             w.stop().await;
             continue;
         }
@@ -313,6 +344,17 @@ async fn a_machine_dead_with_its_bmc_is_released_on_its_watchdog_only_with_the_o
             .to_string();
         let mark = Mark::parse(&value);
         assert_eq!(mark.boot_id.as_deref(), Some(boot.as_str()), "{value}");
+        let explained = explain(&w, "worker-1").await;
+        assert!(
+            explained.contains("Watchdog level: on")
+                && explained.contains(&format!("for this boot ({boot})")),
+            "{explained}"
+        );
+        assert!(
+            explained.contains("Decision:       marked for fencing by its watchdog")
+                || explained.contains("already released"),
+            "{explained}"
+        );
         eventually("worker-1 released", Duration::from_secs(30), || async {
             w.has_out_of_service_taint("worker-1")
         })

@@ -232,6 +232,39 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
             format!("out-of-service taint added by nodefence at {added}"),
         ));
     }
+    let mark = crate::watchdog::mark::of_node(&node);
+    let marked_now = mark.as_ref().is_some_and(|m| {
+        crate::watchdog::mark::boot_id_of(&node).is_none_or(|boot| m.applies_to(boot))
+    });
+    lines.push((
+        "Watchdog level".to_string(),
+        if policy.watchdog_fencing {
+            "on (watchdog_fencing): when no power method can be read at all, the node is marked and released once its own hardware watchdog has certainly reset it".into()
+        } else {
+            "off (watchdog_fencing = false)".into()
+        },
+    ));
+    if let Some(mark) = &mark {
+        let boot = crate::watchdog::mark::boot_id_of(&node);
+        let whose = match (&mark.boot_id, boot) {
+            (Some(marked), Some(now_boot)) if mark.applies_to(now_boot) => {
+                format!("for this boot ({marked}): its companion stops feeding its watchdog")
+            }
+            (Some(marked), _) => {
+                format!("for an earlier boot ({marked}): void, the machine was reset since")
+            }
+            (None, _) => "for every boot (unreadable): its companion stops feeding".into(),
+        };
+        lines.push((
+            "Fencing mark".to_string(),
+            format!(
+                "{}{whose}",
+                mark.at
+                    .map(|t| format!("written {}, ", ago(now, t)))
+                    .unwrap_or_default()
+            ),
+        ));
+    }
     let paused = match pause::get(client.clone(), &args.cluster.namespace).await {
         Ok(p) => {
             lines.push(("Pause".to_string(), p.describe()));
@@ -275,6 +308,7 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
                 identity.as_ref(),
             ),
             paused,
+            marked_now,
             policy,
             now,
         ),
@@ -351,6 +385,7 @@ fn decide(
         Option<&crate::identity::IdentityCheck>,
     ),
     paused: bool,
+    marked: bool,
     policy: &Policy,
     now: SystemTime,
 ) -> String {
@@ -360,6 +395,9 @@ fn decide(
     if facts.our_taint {
         return "already released; the taint is removed once the node has been Ready for recovered_after".into();
     }
+    if marked {
+        return "marked for fencing by its watchdog: its companion stops feeding its hardware watchdog, which resets the machine; the leader releases the node once the wait after the mark has passed with a majority of the companions heard throughout (its Events say when), resting on the watchdog, not on an Off reading".into();
+    }
     let Some(since) = health.since() else {
         return "nothing: the node is healthy".into();
     };
@@ -368,6 +406,21 @@ fn decide(
     }
     // The root cause first: a BMC that cannot be read also leaves the identity
     // unproven, but the identity is not what to fix.
+    if let Some(e) = power_error
+        && policy.watchdog_fencing
+    {
+        return format!(
+            "the watchdog level: no power method can be read ({e}); the node is marked for fencing (when its companion reports an armed hardware watchdog, {}) and released once the wait after the mark has passed (isolation_timeout + the watchdog's timeout + the drift margin + the allowance) with a majority of the companions heard throughout; the release rests on the watchdog, not on an Off reading",
+            if facts.companion_silent.is_some() || facts.live_request().is_some() {
+                "now".to_string()
+            } else {
+                format!(
+                    "once the node has been NotReady for {} (unhealthy_after)",
+                    humantime::format_duration(policy.unhealthy_after)
+                )
+            }
+        );
+    }
     if let Some(e) = power_error {
         return format!(
             "nothing: the BMC cannot be read ({e}); until it answers, the machine is neither proven Off nor proven to be this node's, and nothing is powered off or released (the daemon keeps trying, with backoff)"
