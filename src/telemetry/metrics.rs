@@ -278,7 +278,7 @@ impl Metrics {
         registry.register_with_unit(
             "release_step",
             "Per released node, when each step happened after its last sign of life: \
-             detected, first_reading, power_off_sent (when nodefence sent one), off_proven, released",
+             detected, first_reading, power_off_sent (when nodefence sent one), fencing_marked (the watchdog level's mark), off_proven (or proven reset by the watchdog), released",
             Unit::Seconds,
             release_steps.clone(),
         );
