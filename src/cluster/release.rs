@@ -462,6 +462,24 @@ impl Releaser {
         Ok(())
     }
 
+    /// Removes the node's fencing mark, if it carries one (the node recovered before
+    /// its release).
+    pub async fn clear_mark(&self, node: &str) -> Result<(), ReleaseError> {
+        use crate::watchdog::mark::{FENCING_MARK_ANNOTATION, of_node};
+        self.require_leader()?;
+        let Some(fresh) = self.nodes.get_opt(node).await? else {
+            return Ok(());
+        };
+        if of_node(&fresh).is_none() {
+            return Ok(());
+        }
+        let patch = json!({ "metadata": { "annotations": { FENCING_MARK_ANNOTATION: null } } });
+        self.nodes
+            .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        Ok(())
+    }
+
     /// Removes the out-of-service taint, only if nodefence's annotation says it added
     /// it; an administrator's taint is left alone. Ok(false): nothing of ours to remove.
     pub async fn untaint(&self, node: &str) -> Result<bool, ReleaseError> {

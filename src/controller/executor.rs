@@ -335,6 +335,20 @@ impl Executor {
                     this.send(Completion::Marked { node, result });
                 });
             }
+            Action::ClearMark { node } => {
+                if let Some(heartbeat) = &self.heartbeat {
+                    heartbeat.unmark(&node);
+                }
+                if self.dry_run {
+                    return;
+                }
+                let this = self.clone();
+                self.tasks.spawn(async move {
+                    if let Err(e) = this.releaser.clear_mark(&node).await {
+                        tracing::warn!(node, error = %e, "could not remove the node's fencing mark; its next companion reads it as void only after a reboot");
+                    }
+                });
+            }
             Action::CheckWatchdog { node } => {
                 let result = self.check_watchdog(&node);
                 self.send(Completion::WatchdogChecked { node, result });

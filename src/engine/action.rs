@@ -225,6 +225,10 @@ pub enum Action {
     /// feeding its hardware watchdog (answer with `Engine::mark_written`). Refused
     /// unless its companion reports an armed watchdog.
     MarkForFencing { node: String },
+    /// The watchdog level: the node recovered before its release; its mark goes (the
+    /// acknowledgements, and the Node's annotation), so its next companion is not
+    /// told to stop. Nothing was released on it.
+    ClearMark { node: String },
     /// The watchdog level: apply the release rule to what the heartbeat knows now
     /// (answer with `Engine::watchdog_checked`).
     CheckWatchdog { node: String },
@@ -253,6 +257,7 @@ impl Action {
             | Action::RemoveTaint { node }
             | Action::CheckDrained { node }
             | Action::MarkForFencing { node }
+            | Action::ClearMark { node }
             | Action::CheckWatchdog { node }
             | Action::Record { node, .. } => Some(node),
             Action::Notify(n) => n.node.as_deref(),
@@ -268,6 +273,7 @@ impl Action {
                 | Action::Release { .. }
                 | Action::RemoveTaint { .. }
                 | Action::MarkForFencing { .. }
+                | Action::ClearMark { .. }
                 | Action::Record { .. }
         )
     }

@@ -399,6 +399,9 @@ impl NodeState {
                         return out;
                     }
                     let sent = inc.power_off.attempts();
+                    if inc.watchdog != super::watchdog::WatchdogStep::NotTried {
+                        out.push(Action::ClearMark { node: name.clone() });
+                    }
                     out.push(Notice::normal(&name, Reason::RecoveredBeforeRelease, if sent > 0 {
                         format!("node is Ready again after {sent} power-off command(s); nothing was released")
                     } else {

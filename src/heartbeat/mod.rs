@@ -115,13 +115,12 @@ impl Heartbeat {
     }
 
     /// The API server accepted the node's mark: the release rule counts from now
-    /// (read after its answer arrived, so never before it was accepted). Kept from
-    /// the first time: a mark written again changes nothing the companion was told.
+    /// (read after its answer arrived, so never before it was accepted). A mark
+    /// written again counts from the new write: later is only safer, and an earlier
+    /// mark may have been removed in between (a person, a recovery).
     pub fn mark_written(&self, node: &str) {
         let now = self.now();
-        let mut marked = self.marked_map();
-        let at = marked.entry(node.to_string()).or_insert(None);
-        at.get_or_insert(now);
+        self.marked_map().insert(node.to_string(), Some(now));
     }
 
     /// The node is no longer marked (its machine was proven reset, or it recovered):

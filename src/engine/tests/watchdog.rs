@@ -262,3 +262,39 @@ fn a_refused_watchdog_release_checks_again() {
     );
     assert!(h.released("w1"), "and the second release is done");
 }
+
+/// A node that recovers after its mark loses it (the acknowledgements and the
+/// annotation), and a later incident counts from its own mark: an old one, perhaps
+/// removed since, proves nothing (found by the random schedules: a release at the
+/// instant of a second mark, on the first's wait).
+#[test]
+fn a_recovery_clears_the_mark_and_the_next_incident_counts_from_its_own() {
+    let mut h = Harness::new(watchdog_policy());
+    h.add("w1", Bmc::State(PowerState::On));
+    h.add("w2", Bmc::State(PowerState::On));
+    h.armed.insert("w1".into());
+    let lost = h.now;
+    h.hang_kubelet("w1");
+    h.bmc.insert("w1".into(), Bmc::Error);
+    h.set_facts("w1", |f| f.companion_silent = Some(silence(lost)));
+    assert_eq!(marks(&h, "w1"), 1);
+    h.advance(secs(3));
+    h.set_facts("w1", |f| f.companion_silent = None);
+    h.ready("w1");
+    assert!(h.reasons("w1").contains(&Reason::RecoveredBeforeRelease));
+    assert_eq!(
+        h.count(|a| matches!(a, Action::ClearMark { node } if node == "w1")),
+        1
+    );
+    assert!(!h.marks.contains_key("w1"));
+    h.advance(secs(60));
+    // Fails again: a new mark, and the whole wait after it.
+    let lost = h.now;
+    h.hang_kubelet("w1");
+    h.set_facts("w1", |f| f.companion_silent = Some(silence(lost)));
+    assert_eq!(marks(&h, "w1"), 2);
+    let second = h.marks["w1"];
+    h.advance(secs(30));
+    let released = h.release_times["w1"];
+    assert!(released >= second + h.watchdog_wait);
+}
