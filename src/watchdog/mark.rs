@@ -63,7 +63,14 @@ impl Mark {
 
 /// The node's mark, if its annotations carry one.
 pub fn of_node(node: &k8s_openapi::api::core::v1::Node) -> Option<Mark> {
-    node.metadata
+    of_metadata(&node.metadata)
+}
+
+/// The mark in a Node's metadata (a metadata-only read of it, as the companion does).
+pub fn of_metadata(
+    metadata: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<Mark> {
+    metadata
         .annotations
         .as_ref()?
         .get(FENCING_MARK_ANNOTATION)
@@ -89,7 +96,7 @@ mod tests {
     fn a_mark_is_for_the_boot_it_names_and_round_trips() {
         let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000);
         let value = Mark::value(at, " 3f2a-b00t ");
-        assert_eq!(value, "2026-11-19T05:46:40Z boot 3f2a-b00t");
+        assert_eq!(value, "2026-11-18T11:06:40Z boot 3f2a-b00t");
         let mark = Mark::parse(&value);
         assert_eq!(mark.at, Some(at));
         assert_eq!(mark.boot_id.as_deref(), Some("3f2a-b00t"));
@@ -99,7 +106,13 @@ mod tests {
 
     #[test]
     fn an_unreadable_mark_applies_to_every_boot() {
-        for value in ["", "yes", "2026-11-19T05:46:40Z", "2026-11-19T05:46:40Z boot", "x boot a b"] {
+        for value in [
+            "",
+            "yes",
+            "2026-11-19T05:46:40Z",
+            "2026-11-19T05:46:40Z boot",
+            "x boot a b",
+        ] {
             let mark = Mark::parse(value);
             assert_eq!(mark.boot_id, None, "{value:?}");
             assert!(mark.applies_to("any"), "{value:?}");
