@@ -1,19 +1,22 @@
 //! `nodefence companion`: the per-node agent of hardware-watchdog fencing.
 //!
 //! It says hello to nodefence (its projected ServiceAccount token, over TLS to a
-//! certificate it trusts: [`crate::heartbeat::hello`]), arms the node's hardware
-//! watchdog ([`nodefence_watchdog::device`]), beats every `heartbeat_interval` (500 ms)
-//! and feeds the watchdog only while its feeding rule allows
+//! certificate it trusts: [`crate::heartbeat::hello`]), beats every
+//! `heartbeat_interval` (500 ms) and feeds the node's hardware watchdog
+//! ([`nodefence_watchdog::device`]) only while its feeding rule allows
 //! ([`nodefence_watchdog::feeding`]): here, while the leader's acknowledgement of a
 //! beat sent less than `isolation_timeout` ago holds and carries no mark. An
 //! acknowledgement with the mark stops feeding at once and for good (the poison pill).
-//! A clean stop first beats "stopping" (this node's watchdog no longer counts), then
-//! disarms with the magic close; under `nowayout` it says that the next pod must take
-//! over within the watchdog's timeout.
+//!
+//! The watchdog is armed only when feeding is first allowed: a node still marked when
+//! its next companion starts (after the reset the mark caused) is not armed again, so
+//! never reset in a loop. A clean stop first beats "stopping" (this node's watchdog no
+//! longer counts), then disarms an armed watchdog with the magic close; under
+//! `nowayout` it says that the next pod must take over within the watchdog's timeout.
 //!
 //! Every replica gets its own session and the beats (the `--nodefence` name looked
 //! up: a headless Service lists them all), so a standby's table is current when it
-//! takes over; only the leader's acknowledgement lets the watchdog be fed.
+//! takes over; of their acknowledgements, only the leader's (not a standby's) counts.
 //!
 //! Not yet here (issue 36's next steps): the API server's answer on the mark and the
 //! peers' answers as the other two bases of the rule.
@@ -80,7 +83,8 @@ pub struct Status {
     pub node: Option<String>,
     pub acknowledged: u64,
     pub marked: bool,
-    /// The device's identity and granted timeout, when armed.
+    /// The device's identity and granted timeout, once armed (when feeding was first
+    /// allowed).
     pub armed: Option<(String, Duration)>,
     pub feeding: bool,
 }
@@ -99,7 +103,8 @@ struct Session {
 struct Shared {
     feeding: std::sync::Mutex<Feeding>,
     status: Arc<std::sync::Mutex<Status>>,
-    watchdog: WatchdogState,
+    /// What the beats say of the watchdog: `None` until it is armed.
+    watchdog: std::sync::Mutex<WatchdogState>,
     origin: Instant,
     interval: Duration,
 }
@@ -111,6 +116,14 @@ impl Shared {
 
     fn feeding(&self) -> std::sync::MutexGuard<'_, Feeding> {
         self.feeding.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn status(&self) -> std::sync::MutexGuard<'_, Status> {
+        self.status.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn watchdog(&self) -> WatchdogState {
+        *self.watchdog.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -164,27 +177,18 @@ pub async fn run(
         isolation_timeout: Duration::from_millis(hello.isolation_timeout_ms),
         ..Timing::default()
     };
-    let mut watchdog = arm(options.watchdog.take())?;
+    // Armed only once feeding is first allowed (never, if marked before that).
+    let mut unarmed = Some(options.watchdog.take());
+    let mut watchdog: Option<Box<dyn Watchdog>> = None;
     let shared = Arc::new(Shared {
         feeding: std::sync::Mutex::new(Feeding::new(&timing)),
         status: status.clone(),
-        watchdog: match &watchdog {
-            Some(w) => WatchdogState::Armed {
-                granted: w.granted(),
-            },
-            None => WatchdogState::None,
-        },
+        watchdog: std::sync::Mutex::new(WatchdogState::None),
         origin,
         interval: Duration::from_millis(hello.heartbeat_interval_ms.max(50)),
     });
-    {
-        let mut s = status.lock().unwrap_or_else(|e| e.into_inner());
-        s.node = Some(hello.node.clone());
-        s.armed = watchdog
-            .as_ref()
-            .map(|w| (w.info().identity.clone(), w.granted()));
-    }
-    tracing::info!(node = %hello.node, armed = watchdog.is_some(), "companion beating");
+    shared.status().node = Some(hello.node.clone());
+    tracing::info!(node = %hello.node, "companion beating");
     let options = Arc::new(options);
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let mut links: std::collections::BTreeMap<std::net::SocketAddr, AbortOnDropHandle<()>> =
@@ -210,10 +214,13 @@ pub async fn run(
         tokio::select! {
             _ = feed.tick() => {
                 let may = shared.feeding().may_feed(shared.now()).is_some();
+                if may && let Some(choice) = unarmed.take() {
+                    watchdog = arm_now(choice, &shared);
+                }
                 if may && let Some(w) = watchdog.as_mut() && let Err(e) = w.feed() {
                     tracing::error!(error = %e, "cannot feed the watchdog");
                 }
-                status.lock().unwrap_or_else(|e| e.into_inner()).feeding = may;
+                shared.status().feeding = may;
             }
             _ = lookup.tick() => {
                 follow_replicas(&options, &host, port, &mut links, &shared, &stop).await;
@@ -227,7 +234,7 @@ pub async fn run(
         let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
     }
     let Some(w) = watchdog else {
-        return Ok(None);
+        return Ok(None); // Never armed: nothing to disarm.
     };
     let disarmed = w.disarm().context("cannot disarm the watchdog")?;
     if disarmed == Disarmed::StillRunning {
@@ -394,7 +401,7 @@ async fn link(
                     }
                     let now = shared.now();
                     let reaching = shared.feeding().reaching(now);
-                    let datagram = s.end.beat(now, reaching, shared.watchdog);
+                    let datagram = s.end.beat(now, reaching, shared.watchdog());
                     let _ = s.socket.send(&datagram).await;
                     unanswered += 1;
                 }
@@ -407,7 +414,7 @@ async fn link(
                             if ack.leader || ack.marked {
                                 shared.feeding().acknowledged(ack.beat_sent, ack.marked, received);
                             }
-                            let mut st = shared.status.lock().unwrap_or_else(|e| e.into_inner());
+                            let mut st = shared.status();
                             st.acknowledged += 1;
                             st.marked |= ack.marked;
                             if ack.marked {
@@ -457,6 +464,27 @@ async fn say_hello(
         .json::<hello::Session>()
         .await
         .context("nodefence's answer is not a session")
+}
+
+/// Arms the watchdog asked for, now that feeding is first allowed; tells the beats and
+/// the status. `None`: no watchdog (none asked, or none usable).
+fn arm_now(choice: WatchdogChoice, shared: &Shared) -> Option<Box<dyn Watchdog>> {
+    let armed = match arm(choice) {
+        Ok(w) => w?,
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "cannot arm the watchdog: beating without one");
+            return None;
+        }
+    };
+    let granted = armed.granted();
+    *shared.watchdog.lock().unwrap_or_else(|e| e.into_inner()) = WatchdogState::Armed { granted };
+    shared.status().armed = Some((armed.info().identity.clone(), granted));
+    tracing::info!(
+        device = %armed.info().identity,
+        granted_s = granted.as_secs_f64(),
+        "feeding allowed: the watchdog is armed"
+    );
+    Some(armed)
 }
 
 /// Opens the watchdog asked for, refusing one the rule cannot count on.
