@@ -98,6 +98,7 @@ impl Companion {
                 false,
             ))),
             replicas: None,
+            api: None,
         };
         let status = Arc::new(Mutex::new(Status::default()));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -102,6 +102,7 @@ fn options(
         token_file: token.to_path_buf(),
         watchdog: WatchdogChoice::Given(Box::new(dog)),
         replicas: None,
+        api: None,
     }
 }
 

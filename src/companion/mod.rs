@@ -4,9 +4,11 @@
 //! certificate it trusts: [`crate::heartbeat::hello`]), beats every
 //! `heartbeat_interval` (500 ms) and feeds the node's hardware watchdog
 //! ([`nodefence_watchdog::device`]) only while its feeding rule allows
-//! ([`nodefence_watchdog::feeding`]): here, while the leader's acknowledgement of a
-//! beat sent less than `isolation_timeout` ago holds and carries no mark. An
-//! acknowledgement with the mark stops feeding at once and for good (the poison pill).
+//! ([`nodefence_watchdog::feeding`]): while the leader's acknowledgement of a beat sent
+//! less than `isolation_timeout` ago holds and carries no mark, or, once the leader has
+//! been silent for half of it, the API server's answer on the Node's fencing mark
+//! ([`api`]). A mark, in an acknowledgement or on the Node for this boot, stops feeding
+//! at once and for good (the poison pill).
 //!
 //! The watchdog is armed only when feeding is first allowed: a node still marked when
 //! its next companion starts (after the reset the mark caused) is not armed again, so
@@ -18,8 +20,9 @@
 //! up: a headless Service lists them all), so a standby's table is current when it
 //! takes over; of their acknowledgements, only the leader's (not a standby's) counts.
 //!
-//! Not yet here (issue 36's next steps): the API server's answer on the mark and the
-//! peers' answers as the other two bases of the rule.
+//! Not yet here (issue 36's next step): the peers' answers, the rule's third basis.
+
+pub mod api;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -28,7 +31,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use base64::Engine as _;
 use nodefence_watchdog::device::{self, Disarmed, Watchdog};
-use nodefence_watchdog::feeding::Feeding;
+use nodefence_watchdog::feeding::{Basis, Feeding};
 use nodefence_watchdog::session::CompanionEnd;
 use nodefence_watchdog::timing::Timing;
 use nodefence_watchdog::wire::{self, Key, WatchdogState};
@@ -69,6 +72,9 @@ pub struct Options {
     /// The replicas' addresses, instead of looking the `nodefence` name up (tests;
     /// a static list).
     pub replicas: Option<Vec<std::net::SocketAddr>>,
+    /// Reading its Node when the leader is silent (the rule's second basis); `None`:
+    /// only the leader's answer counts.
+    pub api: Option<api::ApiAccess>,
 }
 
 impl WatchdogChoice {
@@ -87,6 +93,10 @@ pub struct Status {
     /// allowed).
     pub armed: Option<(String, Duration)>,
     pub feeding: bool,
+    /// What the feeding rests on now.
+    pub basis: Option<Basis>,
+    /// Reads of the Node sent to the API server.
+    pub api_reads: u64,
 }
 
 /// How often the replicas' addresses are looked up again (a rollout moves them).
@@ -107,6 +117,9 @@ struct Shared {
     watchdog: std::sync::Mutex<WatchdogState>,
     origin: Instant,
     interval: Duration,
+    /// When the latest beat the leader acknowledged without the mark was sent, or,
+    /// before any, when the companion began to beat (its clock).
+    leader_heard: std::sync::Mutex<Duration>,
 }
 
 impl Shared {
@@ -124,6 +137,16 @@ impl Shared {
 
     fn watchdog(&self) -> WatchdogState {
         *self.watchdog.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn leader_heard(&self) -> Duration {
+        *self.leader_heard.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The leader acknowledged, without the mark, the beat sent at `beat_sent`.
+    fn heard_leader(&self, beat_sent: Duration) {
+        let mut heard = self.leader_heard.lock().unwrap_or_else(|e| e.into_inner());
+        *heard = (*heard).max(beat_sent);
     }
 }
 
@@ -186,9 +209,19 @@ pub async fn run(
         watchdog: std::sync::Mutex::new(WatchdogState::None),
         origin,
         interval: Duration::from_millis(hello.heartbeat_interval_ms.max(50)),
+        leader_heard: std::sync::Mutex::new(origin.elapsed()),
     });
     shared.status().node = Some(hello.node.clone());
     tracing::info!(node = %hello.node, "companion beating");
+    // Stopped when dropped: at a clean stop, or with this future.
+    let api_task = options.api.take().map(|access| {
+        AbortOnDropHandle::new(tokio::spawn(api::follow(
+            access,
+            hello.node.clone(),
+            shared.clone(),
+            timing.isolation_timeout / 2,
+        )))
+    });
     let options = Arc::new(options);
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let mut links: std::collections::BTreeMap<std::net::SocketAddr, AbortOnDropHandle<()>> =
@@ -209,18 +242,26 @@ pub async fn run(
     let mut lookup = tokio::time::interval(RESOLVE_EVERY);
     lookup.reset();
     let mut shutdown = std::pin::pin!(shutdown);
+    let mut last_basis: Option<Basis> = None;
     follow_replicas(&options, &host, port, &mut links, &shared, &stop).await;
     loop {
         tokio::select! {
             _ = feed.tick() => {
-                let may = shared.feeding().may_feed(shared.now()).is_some();
-                if may && let Some(choice) = unarmed.take() {
+                let now = shared.now();
+                let basis = shared.feeding().may_feed(now);
+                if basis.is_some() && let Some(choice) = unarmed.take() {
                     watchdog = arm_now(choice, &shared);
                 }
-                if may && let Some(w) = watchdog.as_mut() && let Err(e) = w.feed() {
+                if basis.is_some() && let Some(w) = watchdog.as_mut() && let Err(e) = w.feed() {
                     tracing::error!(error = %e, "cannot feed the watchdog");
                 }
-                shared.status().feeding = may;
+                if basis != last_basis {
+                    tell_basis(last_basis, basis, &shared, timing.isolation_timeout);
+                    last_basis = basis;
+                }
+                let mut st = shared.status();
+                st.feeding = basis.is_some();
+                st.basis = basis;
             }
             _ = lookup.tick() => {
                 follow_replicas(&options, &host, port, &mut links, &shared, &stop).await;
@@ -228,6 +269,7 @@ pub async fn run(
             () = &mut shutdown => break,
         }
     }
+    drop(api_task);
     // A clean stop: tell every replica this watchdog no longer counts, then disarm.
     let _ = stop_tx.send(true);
     for (_, task) in links {
@@ -414,6 +456,9 @@ async fn link(
                             if ack.leader || ack.marked {
                                 shared.feeding().acknowledged(ack.beat_sent, ack.marked, received);
                             }
+                            if ack.leader && !ack.marked {
+                                shared.heard_leader(ack.beat_sent);
+                            }
                             let mut st = shared.status();
                             st.acknowledged += 1;
                             st.marked |= ack.marked;
@@ -485,6 +530,27 @@ fn arm_now(choice: WatchdogChoice, shared: &Shared) -> Option<Box<dyn Watchdog>>
         "feeding allowed: the watchdog is armed"
     );
     Some(armed)
+}
+
+/// Logs a change of what the feeding rests on (once per change).
+fn tell_basis(was: Option<Basis>, now: Option<Basis>, shared: &Shared, isolation: Duration) {
+    match (was, now) {
+        (_, Some(Basis::ApiServer)) => tracing::warn!(
+            silent_for_at_least = %humantime::format_duration(isolation / 2),
+            "the leader does not acknowledge the beats: feeding on the API server's answer \
+             (the Node carries no fencing mark for this boot)"
+        ),
+        (Some(Basis::ApiServer), Some(Basis::Leader)) => {
+            tracing::info!("the leader acknowledges the beats again: feeding on its answer");
+        }
+        (_, Some(b)) => tracing::info!(basis = b.as_str(), "feeding the watchdog"),
+        (Some(_), None) if shared.feeding().marked() => {}
+        (Some(_), None) => tracing::warn!(
+            "neither the leader nor the API server answers: the watchdog is no longer fed \
+             (an armed one resets this machine at its timeout unless one answers first)"
+        ),
+        (None, None) => {}
+    }
 }
 
 /// Opens the watchdog asked for, refusing one the rule cannot count on.
