@@ -15,7 +15,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use nodefence::cli::{Cli, Command};
-use nodefence_mocks::kube::authz::{Grant, Policy, Rule};
+use nodefence_mocks::kube::authz::{Attributes, Grant, Policy, Rule};
 use serde_json::Value;
 
 fn one<T: serde::de::DeserializeOwned>(docs: &[Value], kind: &str, name: &str) -> T {
@@ -229,6 +229,19 @@ fn the_companion_component_renders_and_both_sides_agree() {
     assert_eq!(bindings.len(), 1, "{bindings:?}");
     assert_eq!(bindings[0]["kind"], "ClusterRoleBinding");
     assert_eq!(bindings[0]["subjects"][0]["namespace"], namespace.as_str());
+    // What the daemon's start-up check asks for is what is granted.
+    let check = nodefence::cluster::access::COMPANION;
+    assert!(policy.allows(&Attributes {
+        verb: check.verb.into(),
+        group: check.group.into(),
+        resource: check.resource.into(),
+        namespace: None,
+        name: Some("worker-1".into()),
+    }));
+    assert_eq!(
+        run.companion_service_account, "nodefence-companion",
+        "the ServiceAccount the daemon checks"
+    );
 }
 
 /// The base with the companion component, applied by the real `kubectl` to fake-kube
