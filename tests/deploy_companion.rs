@@ -3,7 +3,8 @@
 //! each other (the name and port the companions dial are the headless Service's and
 //! the listener's; the projected token's audience and ServiceAccount are the ones the
 //! listener accepts), the Service and the NetworkPolicy open exactly that port to the
-//! companions, and the companions get no RBAC grant.
+//! companions, and the companions get exactly one RBAC grant, `get` on Nodes, with
+//! their API token mounted (each reads its own Node when the leader is silent).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::deploy_common::kubectl;
@@ -14,6 +15,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use nodefence::cli::{Cli, Command};
+use nodefence_mocks::kube::authz::{Attributes, Grant, Policy, Rule};
 use serde_json::Value;
 
 fn one<T: serde::de::DeserializeOwned>(docs: &[Value], kind: &str, name: &str) -> T {
@@ -84,7 +86,11 @@ fn the_companion_component_renders_and_both_sides_agree() {
         Some(run.companion_service_account.as_str()),
         "the ServiceAccount the listener accepts"
     );
-    assert_eq!(spec.automount_service_account_token, Some(false));
+    assert_eq!(
+        spec.automount_service_account_token,
+        Some(true),
+        "the API token, for reading its Node"
+    );
     assert!(
         spec.tolerations
             .iter()
@@ -98,7 +104,12 @@ fn the_companion_component_renders_and_both_sides_agree() {
     };
     assert_eq!(
         args.watchdog_device, None,
-        "no watchdog armed while only the leader's answer feeds it (a failover would reset the fleet)"
+        "no watchdog armed while the peers' answers do not count (a control-plane outage would reset the fleet)"
+    );
+    assert_eq!(args.kubeconfig, None, "in-cluster: the mounted token");
+    assert_eq!(
+        args.boot_id_file,
+        std::path::Path::new(nodefence::companion::api::BOOT_ID_FILE)
     );
     let service: Service = one(&docs, "Service", "nodefence-companions");
     assert_eq!(
@@ -192,14 +203,45 @@ fn the_companion_component_renders_and_both_sides_agree() {
         .expect("the companions may reach the listener");
     assert_eq!(rule.ports.as_ref().map(Vec::len), Some(2));
 
-    // No grant of any kind for the companions.
-    for d in &docs {
-        let subjects = d["subjects"].as_array().cloned().unwrap_or_default();
-        assert!(
-            !subjects.iter().any(|s| s["name"] == "nodefence-companion"),
-            "{d}"
-        );
-    }
+    // Exactly one grant for the companions: get nodes, cluster-wide (each its own).
+    let policy = Policy::for_service_account(&docs, &namespace, "nodefence-companion");
+    assert_eq!(
+        policy.grants,
+        [Grant {
+            namespace: None,
+            rule: Rule {
+                api_groups: vec![String::new()],
+                resources: vec!["nodes".into()],
+                verbs: vec!["get".into()],
+                ..Default::default()
+            },
+        }],
+        "get nodes, nothing else"
+    );
+    let bindings: Vec<&Value> = docs
+        .iter()
+        .filter(|d| {
+            d["subjects"]
+                .as_array()
+                .is_some_and(|s| s.iter().any(|s| s["name"] == "nodefence-companion"))
+        })
+        .collect();
+    assert_eq!(bindings.len(), 1, "{bindings:?}");
+    assert_eq!(bindings[0]["kind"], "ClusterRoleBinding");
+    assert_eq!(bindings[0]["subjects"][0]["namespace"], namespace.as_str());
+    // What the daemon's start-up check asks for is what is granted.
+    let check = nodefence::cluster::access::COMPANION;
+    assert!(policy.allows(&Attributes {
+        verb: check.verb.into(),
+        group: check.group.into(),
+        resource: check.resource.into(),
+        namespace: None,
+        name: Some("worker-1".into()),
+    }));
+    assert_eq!(
+        run.companion_service_account, "nodefence-companion",
+        "the ServiceAccount the daemon checks"
+    );
 }
 
 /// The base with the companion component, applied by the real `kubectl` to fake-kube
@@ -247,6 +289,8 @@ async fn kubectl_applies_the_base_with_the_companion_component() {
     for object in [
         "daemonset.apps/nodefence-companion created",
         "serviceaccount/nodefence-companion created",
+        "clusterrole.rbac.authorization.k8s.io/nodefence-companion created",
+        "clusterrolebinding.rbac.authorization.k8s.io/nodefence-companion created",
         "service/nodefence-companions created",
         "deployment.apps/nodefence created",
         "networkpolicy.networking.k8s.io/nodefence created",
@@ -254,10 +298,13 @@ async fn kubectl_applies_the_base_with_the_companion_component() {
         assert!(applied.contains(object), "{object}: {applied}");
     }
     let again = tokio::task::block_in_place(|| run(&["apply", "-f", "-"], Some(list.clone())));
-    assert!(
-        again.contains("daemonset.apps/nodefence-companion unchanged"),
-        "{again}"
-    );
+    for object in [
+        "daemonset.apps/nodefence-companion unchanged",
+        "clusterrole.rbac.authorization.k8s.io/nodefence-companion unchanged",
+        "clusterrolebinding.rbac.authorization.k8s.io/nodefence-companion unchanged",
+    ] {
+        assert!(again.contains(object), "{object}: {again}");
+    }
     let listed = tokio::task::block_in_place(|| {
         run(
             &[

@@ -102,6 +102,7 @@ fn options(
         token_file: token.to_path_buf(),
         watchdog: WatchdogChoice::Given(Box::new(dog)),
         replicas: None,
+        api: None,
     }
 }
 
@@ -200,14 +201,93 @@ async fn a_standbys_acknowledgements_never_feed_the_watchdog() {
         0,
         "a standby's acknowledgement is no basis"
     );
+    // Feeding never allowed: never armed, and the beats say so.
+    assert_eq!(status.lock().unwrap().armed, None);
     // The standby keeps the table all the same.
-    assert!(hb.with_table(|t| t.companion("worker-2").is_some_and(|c| c.beats >= 3)));
+    assert!(hb.with_table(|t| {
+        t.companion("worker-2")
+            .is_some_and(|c| c.beats >= 3 && c.watchdog == WatchdogState::None)
+    }));
     stop.send(()).unwrap();
     assert_eq!(
         run.await.unwrap().unwrap(),
-        Some(Disarmed::StillRunning),
-        "nowayout said"
+        None,
+        "never armed: nothing to disarm"
     );
+    assert!(!dog.recorded().disarmed);
+    kube.shutdown().await;
+}
+
+/// A node still marked when its companion starts (its machine was reset for that mark,
+/// and the leader still says so): feeding is never allowed, so the watchdog is never
+/// armed, and the machine is not reset again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_companion_marked_before_it_may_feed_never_arms_its_watchdog() {
+    let (kube, hb, pin) = world("worker-5", hello::AUDIENCE, Leadership::always()).await;
+    hb.set_marked("worker-5", true);
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "token-worker-5").unwrap();
+    let dog = RecordingWatchdog::new("iTCO_wdt", Duration::from_secs(10), true);
+    let (status, stop, run) = spawn(options(&hb, pin, &token, dog.clone()));
+    eventually("told", || {
+        let s = status.lock().unwrap();
+        s.marked && s.acknowledged >= 3
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(dog.recorded().feeds, 0);
+    assert_eq!(status.lock().unwrap().armed, None);
+    assert_eq!(
+        hb.with_table(|t| t.companion("worker-5").map(|c| c.watchdog)),
+        Some(WatchdogState::None)
+    );
+    // Unmarked later: the poison pill was for good, still nothing armed.
+    hb.set_marked("worker-5", false);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(dog.recorded().feeds, 0);
+    stop.send(()).unwrap();
+    assert_eq!(run.await.unwrap().unwrap(), None);
+    assert!(!dog.recorded().disarmed, "never armed, never disarmed");
+    kube.shutdown().await;
+}
+
+/// The watchdog is armed at the first acknowledgement that lets it be fed, and the
+/// beats say `None` until then, `Armed` from then on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_is_armed_when_feeding_is_first_allowed() {
+    let (switch, leadership) = Leadership::switched(false);
+    let (kube, hb, pin) = world("worker-6", hello::AUDIENCE, leadership).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "token-worker-6").unwrap();
+    let dog = RecordingWatchdog::new("iTCO_wdt", Duration::from_secs(10), false);
+    let (status, stop, run) = spawn(options(&hb, pin, &token, dog.clone()));
+    eventually("acknowledged by a standby", || {
+        status.lock().unwrap().acknowledged >= 3
+    })
+    .await;
+    assert_eq!(status.lock().unwrap().armed, None);
+    assert_eq!(
+        hb.with_table(|t| t.companion("worker-6").map(|c| c.watchdog)),
+        Some(WatchdogState::None)
+    );
+    switch.set(true);
+    eventually("armed and fed", || dog.recorded().feeds >= 3).await;
+    assert_eq!(
+        status.lock().unwrap().armed,
+        Some(("iTCO_wdt".to_string(), Duration::from_secs(10)))
+    );
+    eventually("the beats say armed", || {
+        hb.with_table(|t| t.companion("worker-6").map(|c| c.watchdog))
+            == Some(WatchdogState::Armed {
+                granted: Duration::from_secs(10),
+            })
+    })
+    .await;
+    stop.send(()).unwrap();
+    assert_eq!(run.await.unwrap().unwrap(), Some(Disarmed::Stopped));
+    assert!(dog.recorded().disarmed);
     kube.shutdown().await;
 }
 

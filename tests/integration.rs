@@ -20,6 +20,7 @@ mod aws_cli;
 mod aws_driver;
 mod aws_fencing;
 mod cli;
+mod companion_api;
 mod companion_run;
 mod config_examples;
 mod deploy_companion;

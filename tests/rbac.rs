@@ -290,3 +290,84 @@ async fn a_password_secret_is_read_and_watched_under_its_components_role() {
     );
     w.stop().await;
 }
+
+/// With `--companion-listen`, the daemon asks (SubjectAccessReview, which the base lets
+/// it create) whether the companions' ServiceAccount has its one grant, `get` on Nodes
+/// from `components/companion`: refused at start without it, naming the grant and the
+/// component; started with it, not one request refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_companions_grant_is_checked_at_start() {
+    use common::deploy_common::companion_rbac;
+    let listener = || nodefence::daemon::CompanionListener {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        service_account: "nodefence-companion".into(),
+        certificate: nodefence::telemetry::certificate::CertificateSource::SelfSigned,
+        heartbeat_interval: Duration::from_millis(100),
+        heartbeat_timeout: Duration::from_millis(500),
+    };
+    let lease = |w: &World| {
+        w.store()
+            .get(
+                nodefence_mocks::kube::resources::LEASES,
+                Some(RBAC_NAMESPACE),
+                "nodefence",
+            )
+            .is_ok()
+    };
+    let mut w = WorldBuilder::new()
+        .no_workloads()
+        .rbac(deploy_rbac(&[]))
+        .replicas(&[])
+        .companions(listener())
+        .start()
+        .await;
+    w.start_replica("refused");
+    let outcome = tokio::time::timeout(Duration::from_secs(30), w.replica_outcome("refused"))
+        .await
+        .expect("the replica stops by itself");
+    let error = format!("{:#}", outcome.expect("not killed").expect_err("refused"));
+    for want in [
+        "refusing to start",
+        "nodefence/nodefence-companion lacks get nodes (cluster scope)",
+        "deploy/components/companion",
+    ] {
+        assert!(error.contains(want), "{want}: {error}");
+    }
+    assert!(!lease(&w), "nothing was done");
+    let reviews: Vec<u16> = w
+        .kube
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r.method == "POST"
+                && r.path_and_query
+                    .starts_with("/apis/authorization.k8s.io/v1/subjectaccessreviews")
+        })
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(reviews, [201], "asked once, as nodefence, and answered");
+    w.stop().await;
+
+    let w = WorldBuilder::new()
+        .no_workloads()
+        .rbac(deploy_rbac(&[]))
+        .companions(listener())
+        .service_account(
+            "companion-api-token",
+            RBAC_NAMESPACE,
+            "nodefence-companion",
+            companion_rbac(RBAC_NAMESPACE),
+        )
+        .start()
+        .await;
+    eventually("the replica leads", Duration::from_secs(30), || async {
+        lease(&w)
+    })
+    .await;
+    assert!(
+        w.forbidden_requests().is_empty(),
+        "{:?}",
+        w.forbidden_requests()
+    );
+    w.stop().await;
+}

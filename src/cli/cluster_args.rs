@@ -26,7 +26,8 @@ impl ClusterArgs {
     }
 }
 
-async fn client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
+/// A client from this kubeconfig, or inferred as kubectl would.
+pub(super) async fn client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
     let config = match kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path)?;

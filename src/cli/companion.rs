@@ -1,6 +1,8 @@
 //! `nodefence companion`: the per-node agent of hardware-watchdog fencing, deployed
 //! as a DaemonSet ([`crate::companion`]). Stops on SIGTERM (a rolling update): it
-//! tells nodefence its watchdog no longer counts, then disarms it.
+//! tells nodefence its watchdog no longer counts, then disarms it. It reads its own
+//! Node from the API server when the leader is silent (the in-cluster ServiceAccount,
+//! or `--kubeconfig`), and refuses to start without that access or the boot ID.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -27,11 +29,12 @@ pub struct CompanionArgs {
         default_value = "/var/run/secrets/nodefence-companion/token"
     )]
     pub token_file: PathBuf,
-    /// Arm this hardware watchdog (e.g. /dev/watchdog). Not armed without it: in this
-    /// version only the leader's answer lets the companion feed it (the API server's
-    /// and the peers' answers are not counted yet), so a nodefence failover longer
-    /// than 2 s plus the watchdog's timeout resets the machine. Nothing is released
-    /// on a watchdog yet either: arm one only to try the device.
+    /// Arm this hardware watchdog (e.g. /dev/watchdog), once feeding is first allowed.
+    /// Not armed without it: in this version the leader's and the API server's answers
+    /// let the companion feed it (the peers' are not counted yet), so an outage of the
+    /// whole control plane longer than 2 s plus the watchdog's timeout resets the
+    /// machine. Nothing is released on a watchdog yet either: arm one only to try the
+    /// device.
     #[arg(long, value_name = "PATH")]
     pub watchdog_device: Option<PathBuf>,
     /// The watchdog timeout to ask for (the driver's granted one is what counts).
@@ -40,6 +43,13 @@ pub struct CompanionArgs {
     /// Accept softdog, a kernel timer that a hung kernel never fires.
     #[arg(long, requires = "watchdog_device")]
     pub allow_softdog: bool,
+    /// kubeconfig for reading this node's Node when the leader is silent (default: the
+    /// in-cluster ServiceAccount, then $KUBECONFIG or ~/.kube/config).
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// This machine's boot ID: a fencing mark for another boot is void.
+    #[arg(long, value_name = "FILE", default_value = crate::companion::api::BOOT_ID_FILE)]
+    pub boot_id_file: PathBuf,
 }
 
 pub async fn run(args: &CompanionArgs) -> u8 {
@@ -48,14 +58,37 @@ pub async fn run(args: &CompanionArgs) -> u8 {
         Some(path) => {
             tracing::warn!(
                 device = %path.display(),
-                "arming the watchdog: in this version only the leader's answer feeds it, so a \
-                 nodefence failover longer than 2s plus its timeout resets this machine"
+                "a watchdog to arm: in this version only the leader's and the API server's \
+                 answers feed it, so an outage of the whole control plane longer than 2s plus \
+                 its timeout resets this machine"
             );
             WatchdogChoice::Device {
                 path: path.clone(),
                 timeout: args.watchdog_timeout,
                 allow_softdog: args.allow_softdog,
             }
+        }
+    };
+    let boot_id = match crate::companion::api::read_boot_id(&args.boot_id_file) {
+        Ok(id) => id,
+        Err(e) => {
+            eprintln!(
+                "error: cannot read this machine's boot ID from {}: {e} (a fencing mark is for \
+                 one boot: without it none can be told apart)",
+                args.boot_id_file.display()
+            );
+            return exit::FAILED;
+        }
+    };
+    let client = match super::cluster_args::client(args.kubeconfig.as_deref()).await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!(
+                "error: no access to the API server, which the companion reads its Node from \
+                 when the leader is silent: {e:#}\n  help: in a pod, mount the ServiceAccount \
+                 token (deploy/components/companion does); elsewhere, pass --kubeconfig"
+            );
+            return exit::FAILED;
         }
     };
     let options = Options {
@@ -68,6 +101,7 @@ pub async fn run(args: &CompanionArgs) -> u8 {
         token_file: args.token_file.clone(),
         watchdog,
         replicas: None,
+        api: Some(crate::companion::api::ApiAccess { client, boot_id }),
     };
     let status = Arc::new(Mutex::new(Status::default()));
     match companion::run(options, status, super::run::shutdown_signal()).await {

@@ -7,7 +7,8 @@
 //! - the start-up check of `nodefence run`: a SelfSubjectAccessReview for each grant
 //!   its configuration needs, and a refusal to start that names every one missing and
 //!   the component that grants it ([`missing`]), instead of a 403 in the middle of a
-//!   fence;
+//!   fence; with `--companion-listen`, also a SubjectAccessReview of the companions'
+//!   one grant ([`COMPANION`]: each reads its own Node when the leader is silent);
 //! - `nodefence validate`'s list of the components a configuration needs, and
 //!   `explain`'s "cannot read X: needs Y".
 //!
@@ -19,7 +20,8 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec, SubjectAccessReview,
+    SubjectAccessReviewSpec,
 };
 use kube::api::PostParams;
 
@@ -340,7 +342,8 @@ pub const DAEMON: &[Access] = &[
         Cluster,
         None,
         Base,
-        "authorize each /metrics scrape (get on /metrics)",
+        "authorize each /metrics scrape (get on /metrics); with --companion-listen, check \
+         at start-up that the companions may read their Node",
     ),
     access(
         "list",
@@ -478,6 +481,68 @@ pub const DAEMON: &[Access] = &[
         "find a host's node: the Metal3Machine's Machine (status.nodeRef)",
     ),
 ];
+
+/// The companions' one grant (not nodefence's: their ServiceAccount's, from
+/// `deploy/components/companion`): each reads its own Node when the leader is silent.
+pub const COMPANION: Access = access(
+    "get",
+    "",
+    "nodes",
+    Cluster,
+    None,
+    Base,
+    "each companion reads its own Node's fencing mark when the leader is silent (the \
+     feeding rule's second basis)",
+);
+
+/// Where the companions' grant comes from.
+pub const COMPANION_COMPONENT: &str = "companion";
+
+/// Asks the API server (SubjectAccessReview) whether the companions' ServiceAccount
+/// `namespace/service_account` has [`COMPANION`]. An error means the question could
+/// not be asked.
+pub async fn companion_granted(
+    client: &kube::Client,
+    namespace: &str,
+    service_account: &str,
+) -> Result<bool, kube::Error> {
+    let api: kube::Api<SubjectAccessReview> = kube::Api::all(client.clone());
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(format!(
+                "system:serviceaccount:{namespace}:{service_account}"
+            )),
+            // The groups the API server gives every ServiceAccount's token.
+            groups: Some(vec![
+                "system:serviceaccounts".into(),
+                format!("system:serviceaccounts:{namespace}"),
+                "system:authenticated".into(),
+            ]),
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(COMPANION.verb.into()),
+                group: Some(COMPANION.group.into()),
+                resource: Some(COMPANION.resource.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let answer = api.create(&PostParams::default(), &review).await?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
+}
+
+/// The refusal to start when the companions lack their grant.
+pub fn explain_companion_missing(namespace: &str, service_account: &str) -> String {
+    format!(
+        "the companions' ServiceAccount {namespace}/{service_account} lacks get nodes (cluster \
+         scope), checked with SubjectAccessReview: {} — granted by the ClusterRole and \
+         ClusterRoleBinding nodefence-companion of the Kustomize component \
+         deploy/components/{COMPANION_COMPONENT} (apply it again; with another namespace or \
+         ServiceAccount, bind that ClusterRole to it)",
+        COMPANION.why
+    )
+}
 
 /// A grant a running daemon needs, made concrete: its namespace and object name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -742,6 +807,18 @@ mod tests {
             if a.scope == Scope::Own && a.verb != "create" {
                 assert!(a.name.is_some(), "{a:?}: own-namespace objects are named");
             }
+        }
+    }
+
+    #[test]
+    fn the_companions_missing_grant_names_itself_and_its_component() {
+        let text = explain_companion_missing("nodefence", "nodefence-companion");
+        for want in [
+            "nodefence/nodefence-companion lacks get nodes (cluster scope)",
+            "deploy/components/companion",
+            "SubjectAccessReview",
+        ] {
+            assert!(text.contains(want), "{want}: {text}");
         }
     }
 

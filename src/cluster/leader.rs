@@ -81,11 +81,31 @@ impl Leadership {
 
     /// A leadership that is always held (for `--dry-run` and single-replica tests).
     pub fn always() -> Self {
-        let (_tx, rx) = watch::channel(Some(
-            Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600),
-        ));
+        let (_tx, rx) = watch::channel(Some(far_future()));
         Self { valid_until: rx }
     }
+
+    /// A leadership held or not as its switch says (tests: a leader that fails over
+    /// and comes back).
+    pub fn switched(held: bool) -> (LeadershipSwitch, Self) {
+        let (tx, rx) = watch::channel(held.then(far_future));
+        (LeadershipSwitch(tx), Self { valid_until: rx })
+    }
+}
+
+/// Turns a [`Leadership::switched`] on and off.
+#[derive(Debug)]
+pub struct LeadershipSwitch(watch::Sender<Option<Instant>>);
+
+impl LeadershipSwitch {
+    pub fn set(&self, held: bool) {
+        self.0.send_replace(held.then(far_future));
+    }
+}
+
+/// A renewal valid for a century.
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600)
 }
 
 /// Runs the election for one identity.

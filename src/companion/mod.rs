@@ -1,22 +1,28 @@
 //! `nodefence companion`: the per-node agent of hardware-watchdog fencing.
 //!
 //! It says hello to nodefence (its projected ServiceAccount token, over TLS to a
-//! certificate it trusts: [`crate::heartbeat::hello`]), arms the node's hardware
-//! watchdog ([`nodefence_watchdog::device`]), beats every `heartbeat_interval` (500 ms)
-//! and feeds the watchdog only while its feeding rule allows
-//! ([`nodefence_watchdog::feeding`]): here, while the leader's acknowledgement of a
-//! beat sent less than `isolation_timeout` ago holds and carries no mark. An
-//! acknowledgement with the mark stops feeding at once and for good (the poison pill).
-//! A clean stop first beats "stopping" (this node's watchdog no longer counts), then
-//! disarms with the magic close; under `nowayout` it says that the next pod must take
-//! over within the watchdog's timeout.
+//! certificate it trusts: [`crate::heartbeat::hello`]), beats every
+//! `heartbeat_interval` (500 ms) and feeds the node's hardware watchdog
+//! ([`nodefence_watchdog::device`]) only while its feeding rule allows
+//! ([`nodefence_watchdog::feeding`]): while the leader's acknowledgement of a beat sent
+//! less than `isolation_timeout` ago holds and carries no mark, or, once the leader has
+//! been silent for half of it, the API server's answer on the Node's fencing mark
+//! ([`api`]). A mark, in an acknowledgement or on the Node for this boot, stops feeding
+//! at once and for good (the poison pill).
+//!
+//! The watchdog is armed only when feeding is first allowed: a node still marked when
+//! its next companion starts (after the reset the mark caused) is not armed again, so
+//! never reset in a loop. A clean stop first beats "stopping" (this node's watchdog no
+//! longer counts), then disarms an armed watchdog with the magic close; under
+//! `nowayout` it says that the next pod must take over within the watchdog's timeout.
 //!
 //! Every replica gets its own session and the beats (the `--nodefence` name looked
 //! up: a headless Service lists them all), so a standby's table is current when it
-//! takes over; only the leader's acknowledgement lets the watchdog be fed.
+//! takes over; of their acknowledgements, only the leader's (not a standby's) counts.
 //!
-//! Not yet here (issue 36's next steps): the API server's answer on the mark and the
-//! peers' answers as the other two bases of the rule.
+//! Not yet here (issue 36's next step): the peers' answers, the rule's third basis.
+
+pub mod api;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -25,7 +31,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use base64::Engine as _;
 use nodefence_watchdog::device::{self, Disarmed, Watchdog};
-use nodefence_watchdog::feeding::Feeding;
+use nodefence_watchdog::feeding::{Basis, Feeding};
 use nodefence_watchdog::session::CompanionEnd;
 use nodefence_watchdog::timing::Timing;
 use nodefence_watchdog::wire::{self, Key, WatchdogState};
@@ -66,6 +72,9 @@ pub struct Options {
     /// The replicas' addresses, instead of looking the `nodefence` name up (tests;
     /// a static list).
     pub replicas: Option<Vec<std::net::SocketAddr>>,
+    /// Reading its Node when the leader is silent (the rule's second basis); `None`:
+    /// only the leader's answer counts.
+    pub api: Option<api::ApiAccess>,
 }
 
 impl WatchdogChoice {
@@ -80,9 +89,14 @@ pub struct Status {
     pub node: Option<String>,
     pub acknowledged: u64,
     pub marked: bool,
-    /// The device's identity and granted timeout, when armed.
+    /// The device's identity and granted timeout, once armed (when feeding was first
+    /// allowed).
     pub armed: Option<(String, Duration)>,
     pub feeding: bool,
+    /// What the feeding rests on now.
+    pub basis: Option<Basis>,
+    /// Reads of the Node sent to the API server.
+    pub api_reads: u64,
 }
 
 /// How often the replicas' addresses are looked up again (a rollout moves them).
@@ -99,9 +113,13 @@ struct Session {
 struct Shared {
     feeding: std::sync::Mutex<Feeding>,
     status: Arc<std::sync::Mutex<Status>>,
-    watchdog: WatchdogState,
+    /// What the beats say of the watchdog: `None` until it is armed.
+    watchdog: std::sync::Mutex<WatchdogState>,
     origin: Instant,
     interval: Duration,
+    /// When the latest beat the leader acknowledged without the mark was sent, or,
+    /// before any, when the companion began to beat (its clock).
+    leader_heard: std::sync::Mutex<Duration>,
 }
 
 impl Shared {
@@ -111,6 +129,24 @@ impl Shared {
 
     fn feeding(&self) -> std::sync::MutexGuard<'_, Feeding> {
         self.feeding.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn status(&self) -> std::sync::MutexGuard<'_, Status> {
+        self.status.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn watchdog(&self) -> WatchdogState {
+        *self.watchdog.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn leader_heard(&self) -> Duration {
+        *self.leader_heard.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The leader acknowledged, without the mark, the beat sent at `beat_sent`.
+    fn heard_leader(&self, beat_sent: Duration) {
+        let mut heard = self.leader_heard.lock().unwrap_or_else(|e| e.into_inner());
+        *heard = (*heard).max(beat_sent);
     }
 }
 
@@ -164,27 +200,28 @@ pub async fn run(
         isolation_timeout: Duration::from_millis(hello.isolation_timeout_ms),
         ..Timing::default()
     };
-    let mut watchdog = arm(options.watchdog.take())?;
+    // Armed only once feeding is first allowed (never, if marked before that).
+    let mut unarmed = Some(options.watchdog.take());
+    let mut watchdog: Option<Box<dyn Watchdog>> = None;
     let shared = Arc::new(Shared {
         feeding: std::sync::Mutex::new(Feeding::new(&timing)),
         status: status.clone(),
-        watchdog: match &watchdog {
-            Some(w) => WatchdogState::Armed {
-                granted: w.granted(),
-            },
-            None => WatchdogState::None,
-        },
+        watchdog: std::sync::Mutex::new(WatchdogState::None),
         origin,
         interval: Duration::from_millis(hello.heartbeat_interval_ms.max(50)),
+        leader_heard: std::sync::Mutex::new(origin.elapsed()),
     });
-    {
-        let mut s = status.lock().unwrap_or_else(|e| e.into_inner());
-        s.node = Some(hello.node.clone());
-        s.armed = watchdog
-            .as_ref()
-            .map(|w| (w.info().identity.clone(), w.granted()));
-    }
-    tracing::info!(node = %hello.node, armed = watchdog.is_some(), "companion beating");
+    shared.status().node = Some(hello.node.clone());
+    tracing::info!(node = %hello.node, "companion beating");
+    // Stopped when dropped: at a clean stop, or with this future.
+    let api_task = options.api.take().map(|access| {
+        AbortOnDropHandle::new(tokio::spawn(api::follow(
+            access,
+            hello.node.clone(),
+            shared.clone(),
+            timing.isolation_timeout / 2,
+        )))
+    });
     let options = Arc::new(options);
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let mut links: std::collections::BTreeMap<std::net::SocketAddr, AbortOnDropHandle<()>> =
@@ -205,15 +242,26 @@ pub async fn run(
     let mut lookup = tokio::time::interval(RESOLVE_EVERY);
     lookup.reset();
     let mut shutdown = std::pin::pin!(shutdown);
+    let mut last_basis: Option<Basis> = None;
     follow_replicas(&options, &host, port, &mut links, &shared, &stop).await;
     loop {
         tokio::select! {
             _ = feed.tick() => {
-                let may = shared.feeding().may_feed(shared.now()).is_some();
-                if may && let Some(w) = watchdog.as_mut() && let Err(e) = w.feed() {
+                let now = shared.now();
+                let basis = shared.feeding().may_feed(now);
+                if basis.is_some() && let Some(choice) = unarmed.take() {
+                    watchdog = arm_now(choice, &shared);
+                }
+                if basis.is_some() && let Some(w) = watchdog.as_mut() && let Err(e) = w.feed() {
                     tracing::error!(error = %e, "cannot feed the watchdog");
                 }
-                status.lock().unwrap_or_else(|e| e.into_inner()).feeding = may;
+                if basis != last_basis {
+                    tell_basis(last_basis, basis, &shared, timing.isolation_timeout);
+                    last_basis = basis;
+                }
+                let mut st = shared.status();
+                st.feeding = basis.is_some();
+                st.basis = basis;
             }
             _ = lookup.tick() => {
                 follow_replicas(&options, &host, port, &mut links, &shared, &stop).await;
@@ -221,13 +269,14 @@ pub async fn run(
             () = &mut shutdown => break,
         }
     }
+    drop(api_task);
     // A clean stop: tell every replica this watchdog no longer counts, then disarm.
     let _ = stop_tx.send(true);
     for (_, task) in links {
         let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
     }
     let Some(w) = watchdog else {
-        return Ok(None);
+        return Ok(None); // Never armed: nothing to disarm.
     };
     let disarmed = w.disarm().context("cannot disarm the watchdog")?;
     if disarmed == Disarmed::StillRunning {
@@ -394,7 +443,7 @@ async fn link(
                     }
                     let now = shared.now();
                     let reaching = shared.feeding().reaching(now);
-                    let datagram = s.end.beat(now, reaching, shared.watchdog);
+                    let datagram = s.end.beat(now, reaching, shared.watchdog());
                     let _ = s.socket.send(&datagram).await;
                     unanswered += 1;
                 }
@@ -407,7 +456,10 @@ async fn link(
                             if ack.leader || ack.marked {
                                 shared.feeding().acknowledged(ack.beat_sent, ack.marked, received);
                             }
-                            let mut st = shared.status.lock().unwrap_or_else(|e| e.into_inner());
+                            if ack.leader && !ack.marked {
+                                shared.heard_leader(ack.beat_sent);
+                            }
+                            let mut st = shared.status();
                             st.acknowledged += 1;
                             st.marked |= ack.marked;
                             if ack.marked {
@@ -457,6 +509,48 @@ async fn say_hello(
         .json::<hello::Session>()
         .await
         .context("nodefence's answer is not a session")
+}
+
+/// Arms the watchdog asked for, now that feeding is first allowed; tells the beats and
+/// the status. `None`: no watchdog (none asked, or none usable).
+fn arm_now(choice: WatchdogChoice, shared: &Shared) -> Option<Box<dyn Watchdog>> {
+    let armed = match arm(choice) {
+        Ok(w) => w?,
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "cannot arm the watchdog: beating without one");
+            return None;
+        }
+    };
+    let granted = armed.granted();
+    *shared.watchdog.lock().unwrap_or_else(|e| e.into_inner()) = WatchdogState::Armed { granted };
+    shared.status().armed = Some((armed.info().identity.clone(), granted));
+    tracing::info!(
+        device = %armed.info().identity,
+        granted_s = granted.as_secs_f64(),
+        "feeding allowed: the watchdog is armed"
+    );
+    Some(armed)
+}
+
+/// Logs a change of what the feeding rests on (once per change).
+fn tell_basis(was: Option<Basis>, now: Option<Basis>, shared: &Shared, isolation: Duration) {
+    match (was, now) {
+        (_, Some(Basis::ApiServer)) => tracing::warn!(
+            silent_for_at_least = %humantime::format_duration(isolation / 2),
+            "the leader does not acknowledge the beats: feeding on the API server's answer \
+             (the Node carries no fencing mark for this boot)"
+        ),
+        (Some(Basis::ApiServer), Some(Basis::Leader)) => {
+            tracing::info!("the leader acknowledges the beats again: feeding on its answer");
+        }
+        (_, Some(b)) => tracing::info!(basis = b.as_str(), "feeding the watchdog"),
+        (Some(_), None) if shared.feeding().marked() => {}
+        (Some(_), None) => tracing::warn!(
+            "neither the leader nor the API server answers: the watchdog is no longer fed \
+             (an armed one resets this machine at its timeout unless one answers first)"
+        ),
+        (None, None) => {}
+    }
 }
 
 /// Opens the watchdog asked for, refusing one the rule cannot count on.

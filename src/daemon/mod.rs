@@ -159,6 +159,9 @@ pub async fn run(
         .await
         .map_err(|e| e.context("refusing to start"))?;
     check_permissions(&config, &client, &options).await?;
+    if let Some(listener) = &options.companions {
+        check_companion_access(&client, &options.lease_namespace, listener).await?;
+    }
 
     let metrics = Arc::new(Metrics::new());
     let health = Health::default();
@@ -395,6 +398,34 @@ async fn check_permissions(
     tracing::info!(
         checked = needs.len(),
         "every permission the configuration needs is granted"
+    );
+    Ok(())
+}
+
+/// With `--companion-listen`, refuses to start when the companions' ServiceAccount
+/// may not read their Node (asked with SubjectAccessReview): a companion that cannot
+/// would feed on the leader's answer alone, and a failover would reset its machine.
+async fn check_companion_access(
+    client: &Client,
+    namespace: &str,
+    listener: &CompanionListener,
+) -> anyhow::Result<()> {
+    use crate::cluster::access;
+    let granted = access::companion_granted(client, namespace, &listener.service_account)
+        .await
+        .context(
+            "cannot check the companions' permission to read their Node (SubjectAccessReview); \
+             refusing to start",
+        )?;
+    if !granted {
+        bail!(
+            "refusing to start: {}",
+            access::explain_companion_missing(namespace, &listener.service_account)
+        );
+    }
+    tracing::info!(
+        service_account = %listener.service_account,
+        "the companions may read their Node"
     );
     Ok(())
 }

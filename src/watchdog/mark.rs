@@ -63,7 +63,14 @@ impl Mark {
 
 /// The node's mark, if its annotations carry one.
 pub fn of_node(node: &k8s_openapi::api::core::v1::Node) -> Option<Mark> {
-    node.metadata
+    of_metadata(&node.metadata)
+}
+
+/// The mark in a Node's metadata (a metadata-only read of it, as the companion does).
+pub fn of_metadata(
+    metadata: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<Mark> {
+    metadata
         .annotations
         .as_ref()?
         .get(FENCING_MARK_ANNOTATION)
