@@ -219,13 +219,6 @@ async fn a_silent_companion_makes_its_node_suspect_and_only_an_off_machine_is_re
     let w = WorldBuilder::new()
         .no_workloads()
         .companions(certs.listener())
-        // What the daemon checks at start-up: the companions may read their Node.
-        .service_account(
-            "companion-api-token",
-            LEADER_LEASE_NAMESPACE,
-            "nodefence-companion",
-            crate::common::deploy_common::companion_rbac(LEADER_LEASE_NAMESPACE),
-        )
         .start()
         .await;
     let mut companions: Vec<Companion> = (1..=3)

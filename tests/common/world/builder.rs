@@ -186,10 +186,18 @@ impl WorldBuilder {
 
     /// fake-kube serves HTTPS, its CA in the kubeconfigs (kubectl sends a bearer
     /// token only over TLS).
-    /// The replicas hear the companions with `listener`.
+    /// The replicas hear the companions with `listener`; fake-kube knows the
+    /// companions' ServiceAccount with the component's grant (what the daemon checks
+    /// at start-up: the companions may read their Node).
     pub fn companions(mut self, listener: nodefence::daemon::CompanionListener) -> Self {
+        let account = listener.service_account.clone();
         self.companions = Some(listener);
-        self
+        self.service_account(
+            "companion-api-token",
+            super::LEADER_LEASE_NAMESPACE,
+            &account,
+            crate::common::deploy_common::companion_rbac(super::LEADER_LEASE_NAMESPACE),
+        )
     }
 
     pub fn kube_tls(mut self) -> Self {
