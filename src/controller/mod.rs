@@ -176,6 +176,18 @@ impl Controller {
         // every acknowledgement an earlier term (or leader) sent precedes it.
         if let Some(heartbeat) = &self.companions {
             heartbeat.began_leading();
+            heartbeat.set_watchdog_nodes(
+                self.inventory
+                    .iter()
+                    .filter(|n| {
+                        self.node_policies
+                            .get(*n)
+                            .unwrap_or(&self.policy)
+                            .watchdog_fencing
+                    })
+                    .cloned()
+                    .collect(),
+            );
         }
         let _stopped_leading = self.companions.clone().map(StoppedLeading);
         // The BMC monitor runs for this term only (the leader checks; standbys do not

@@ -193,6 +193,21 @@ pub async fn run(
     let election = elector.map(|e| AbortOnDropHandle::new(tokio::spawn(e.run())));
     let companions_stop = tokio_util::sync::CancellationToken::new();
     let _companions_stop_on_drop = companions_stop.clone().drop_guard();
+    if options.companions.is_none() {
+        let levels: Vec<&str> = config
+            .inventory
+            .nodes
+            .values()
+            .filter(|t| t.policy.watchdog_fencing)
+            .map(|t| t.name.as_str())
+            .collect();
+        if !levels.is_empty() || config.agent.policy.watchdog_fencing {
+            tracing::warn!(
+                nodes = levels.len(),
+                "watchdog_fencing is set, but no companion listener runs (--companion-listen): the watchdog level cannot mark or release anything"
+            );
+        }
+    }
     let (heartbeat, _companions_certificate) = match &options.companions {
         Some(listener) => {
             let (heartbeat, follower) = start_companions(

@@ -71,6 +71,9 @@ pub struct Heartbeat {
     /// When this replica's current term began (its monotonic clock); `None` while it
     /// does not lead.
     leading_since: Arc<Mutex<Option<Duration>>>,
+    /// The nodes whose policy has the watchdog level (set by the leader's term), for
+    /// `nodefence_watchdog_unarmed{node}`.
+    watchdog_nodes: Arc<RwLock<std::collections::BTreeSet<String>>>,
     timing: Timing,
     origin: Instant,
     addr: SocketAddr,
@@ -142,6 +145,17 @@ impl Heartbeat {
     /// This replica's term ended.
     pub fn stopped_leading(&self) {
         *self.leading_since.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.set_watchdog_nodes(std::collections::BTreeSet::new());
+    }
+
+    /// The nodes whose policy has the watchdog level (the leader's term sets them):
+    /// each one whose companion is not beating with an armed watchdog is reported by
+    /// `nodefence_watchdog_unarmed{node}`.
+    pub fn set_watchdog_nodes(&self, nodes: std::collections::BTreeSet<String>) {
+        *self
+            .watchdog_nodes
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = nodes;
     }
 
     /// The node's companion's armed watchdog (its granted timeout), if its last beat
@@ -226,6 +240,7 @@ pub async fn start(
         table: Arc::new(Mutex::new(Table::new(settings.timing))),
         marked: Arc::new(RwLock::new(BTreeMap::new())),
         leading_since: Arc::new(Mutex::new(None)),
+        watchdog_nodes: Arc::new(RwLock::new(std::collections::BTreeSet::new())),
         timing: settings.timing,
         origin: Instant::now(),
         addr,
@@ -445,7 +460,16 @@ async fn follow_silence(
         if let Some(m) = &metrics
             && scans.is_multiple_of(10)
         {
-            m.observe_companions(&heartbeat.with_table(|t| t.summary(now, timeout)));
+            let configured = heartbeat
+                .watchdog_nodes
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            m.observe_companions(&heartbeat.with_table(|t| {
+                let mut summary = t.summary(now, timeout);
+                summary.unarmed = t.unarmed(&configured, now, timeout);
+                summary
+            }));
         }
         let wall = crate::clock::now();
         let silent = heartbeat.with_table(|t| t.silent(now, timeout));

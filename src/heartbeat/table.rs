@@ -194,6 +194,27 @@ impl Table {
         self.membership
     }
 
+    /// Of `configured` (the nodes whose policy has the watchdog level), those whose
+    /// companion is not beating with an armed watchdog at `now`: no companion, silent,
+    /// stopped, or one without a watchdog. Their level cannot fence them.
+    pub fn unarmed(
+        &self,
+        configured: &std::collections::BTreeSet<String>,
+        now: Duration,
+        timeout: Duration,
+    ) -> Vec<String> {
+        configured
+            .iter()
+            .filter(|node| {
+                !self.nodes.get(*node).is_some_and(|c| {
+                    matches!(c.watchdog, WatchdogState::Armed { .. })
+                        && c.last_beat.is_some_and(|t| now.saturating_sub(t) < timeout)
+                })
+            })
+            .cloned()
+            .collect()
+    }
+
     /// The table summed up for the metrics, at `now` with `timeout`.
     pub fn summary(&self, now: Duration, timeout: Duration) -> CompanionSummary {
         let mut s = CompanionSummary {
@@ -275,6 +296,43 @@ mod tests {
             )
             .unwrap_or_else(|e| panic!("{e:?}"));
         assert!(t.silent(ms(60_000), Duration::from_secs(2)).is_empty());
+    }
+
+    #[test]
+    fn nodes_of_the_watchdog_level_without_an_armed_beating_companion_are_unarmed() {
+        let mut t = Table::new(Timing::default());
+        let configured: std::collections::BTreeSet<String> = ["armed", "bare", "absent", "silent"]
+            .into_iter()
+            .map(String::from)
+            .collect();
+        let mut ends = Vec::new();
+        for (i, (node, state)) in [
+            ("armed", ARMED),
+            ("bare", WatchdogState::None),
+            ("silent", ARMED),
+            ("not-configured", WatchdogState::None),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let session = 10 + i as u64;
+            t.open(node, session, Key([2; 32]));
+            let mut c = CompanionEnd::new(Key([2; 32]), session, Duration::from_secs(2));
+            let at = if node == "silent" {
+                ms(1_000)
+            } else {
+                ms(9_000)
+            };
+            t.beat(&c.beat(ms(1), Reaching::default(), state), at, true, |_| {
+                false
+            })
+            .unwrap_or_else(|e| panic!("{e:?}"));
+            ends.push(c);
+        }
+        assert_eq!(
+            t.unarmed(&configured, ms(9_500), Duration::from_secs(2)),
+            ["absent", "bare", "silent"]
+        );
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! silent or stopped cleanly; how many of the beating ones have an armed hardware
 //! watchdog; the oldest beat among those beating; the datagrams refused, by reason;
 //! and `nodefence_companion_silent{node}` = 1 for each node whose companion fell
-//! silent (series only while it is: bounded by the inventory).
+//! silent (series only while it is: bounded by the inventory);
+//! `nodefence_watchdog_unarmed{node}` = 1 for each node whose policy has the watchdog
+//! level and whose companion is not beating with an armed watchdog.
 //!
 //! "Nodes without a companion" is `sum(nodefence_nodes) -
 //! sum(nodefence_companions{state="beating"})`; the alert in deploy/ says so.
@@ -57,6 +59,9 @@ pub struct CompanionSummary {
     pub oldest_beat_seconds: f64,
     /// Datagrams refused since start, by reason, in the order of the `reason` labels.
     pub refused: [u64; 6],
+    /// Nodes whose policy has the watchdog level and whose companion is not beating
+    /// with an armed watchdog (the leader's view; empty on a standby).
+    pub unarmed: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -66,8 +71,11 @@ pub struct CompanionGauges {
     oldest_beat: Gauge<f64, std::sync::atomic::AtomicU64>,
     refused: Family<ReasonLabels, Counter>,
     silent: Family<NodeLabels, Gauge>,
+    unarmed: Family<NodeLabels, Gauge>,
     /// The silent nodes set, and the refusals counted so far.
     last: Mutex<(BTreeSet<String>, [u64; 6])>,
+    /// The unarmed nodes set.
+    last_unarmed: Mutex<BTreeSet<String>>,
 }
 
 impl CompanionGauges {
@@ -106,6 +114,12 @@ impl CompanionGauges {
             "1 for each node whose companion was beating and has fallen silent (absent otherwise)",
             silent.clone(),
         );
+        let unarmed = Family::<NodeLabels, Gauge>::default();
+        registry.register(
+            "watchdog_unarmed",
+            "1 for each node whose policy has the watchdog level (watchdog_fencing) and whose companion is not beating with an armed hardware watchdog: the level cannot fence it (absent otherwise; reported by the leader)",
+            unarmed.clone(),
+        );
         for state in STATES {
             companions.get_or_create(&StateLabels { state }).set(0);
         }
@@ -118,7 +132,9 @@ impl CompanionGauges {
             oldest_beat,
             refused,
             silent,
+            unarmed,
             last: Mutex::new((BTreeSet::new(), [0; 6])),
+            last_unarmed: Mutex::new(BTreeSet::new()),
         }
     }
 
@@ -153,5 +169,20 @@ impl CompanionGauges {
             }
         }
         *last = (now, s.refused);
+        drop(last);
+        let mut last_unarmed = self
+            .last_unarmed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let unarmed: BTreeSet<String> = s.unarmed.iter().cloned().collect();
+        for gone in last_unarmed.difference(&unarmed) {
+            self.unarmed.remove(&NodeLabels { node: gone.clone() });
+        }
+        for node in &unarmed {
+            self.unarmed
+                .get_or_create(&NodeLabels { node: node.clone() })
+                .set(1);
+        }
+        *last_unarmed = unarmed;
     }
 }

@@ -347,6 +347,7 @@ fn companions_are_counted_by_state_and_silent_nodes_and_refusals_follow_the_tabl
         armed: 3,
         oldest_beat_seconds: 0.7,
         refused: [5, 0, 2, 0, 1, 0],
+        unarmed: vec!["w3".into(), "w4".into()],
     };
     m.observe_companions(&s);
     assert_eq!(
@@ -365,8 +366,13 @@ fn companions_are_counted_by_state_and_silent_nodes_and_refusals_follow_the_tabl
         value(&m, "nodefence_companion_silent", &[("node", "w2")]),
         Some(1.0)
     );
+    assert_eq!(
+        value(&m, "nodefence_watchdog_unarmed", &[("node", "w3")]),
+        Some(1.0)
+    );
     // The table's totals become counters: only what is new is added.
     s.silent = vec!["w2".into()];
+    s.unarmed = vec!["w4".into()];
     s.refused = [6, 0, 2, 0, 1, 0];
     m.observe_companions(&s);
     m.observe_companions(&s);
@@ -390,5 +396,10 @@ fn companions_are_counted_by_state_and_silent_nodes_and_refusals_follow_the_tabl
         series(&m, "nodefence_companion_silent").len(),
         1,
         "w1 is back"
+    );
+    assert_eq!(
+        series(&m, "nodefence_watchdog_unarmed").len(),
+        1,
+        "w3 armed since"
     );
 }
