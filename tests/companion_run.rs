@@ -181,18 +181,19 @@ fn write_times(w: &World, node: &str) -> (std::time::SystemTime, std::time::Syst
 
 /// `nodefence explain NODE` against the world's API server (stdout and stderr).
 async fn explain(w: &World, node: &str) -> String {
+    nodefence_cli(w, &["explain", node]).await
+}
+
+/// `nodefence ARGS... --namespace kube-system --kubeconfig ...` against the world's
+/// API server (stdout and stderr).
+async fn nodefence_cli(w: &World, args: &[&str]) -> String {
     let kubeconfig = w._dir.path().join("kubeconfig");
     w.kube.write_kubeconfig(&kubeconfig).unwrap();
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodefence"))
         .arg("--config")
         .arg(w._dir.path().join("nodefence.toml"))
-        .args([
-            "explain",
-            node,
-            "--namespace",
-            LEADER_LEASE_NAMESPACE,
-            "--kubeconfig",
-        ])
+        .args(args)
+        .args(["--namespace", LEADER_LEASE_NAMESPACE, "--kubeconfig"])
         .arg(&kubeconfig)
         .output()
         .await
@@ -415,6 +416,29 @@ async fn a_machine_dead_with_its_bmc_is_released_on_its_watchdog_only_with_the_o
         }
         assert!(!w.has_out_of_service_taint("worker-2"));
         assert!(!w.has_out_of_service_taint("worker-3"));
+        // `status` shows each node's companion as the leader published it.
+        let mut shown = String::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(25);
+        while std::time::Instant::now() < deadline {
+            shown = nodefence_cli(&w, &["status", "worker-1", "worker-2"]).await;
+            if shown.contains("silent since") && shown.contains("beating, watchdog 2s armed") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let line = |node: &str| {
+            shown
+                .lines()
+                .find(|l| l.starts_with(node))
+                .unwrap_or_else(|| panic!("no {node} row in\n{shown}"))
+                .to_string()
+        };
+        assert!(line("worker-1").contains("silent since"), "{shown}");
+        assert!(shown.contains("COMPANION"), "{shown}");
+        assert!(
+            line("worker-2").contains("beating, watchdog 2s armed"),
+            "{shown}"
+        );
         w.stop().await;
     }
 }

@@ -54,6 +54,10 @@ pub struct StatusRow {
     /// The identity cross-check, with `--cluster` only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub identity: Option<IdentityReport>,
+    /// The node's companion as the leader last published it (`--cluster` only, when
+    /// companions run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub companion: Option<crate::heartbeat::report::CompanionReport>,
     #[serde(skip)]
     pub machine_identity: Option<MachineIdentity>,
 }
@@ -160,6 +164,17 @@ pub async fn run(config_path: &Path, args: &StatusArgs) -> u8 {
             row.identity = Some(IdentityReport::new(&check));
         }
     }
+    if cross_check_wanted {
+        match companions(&args.cluster).await {
+            Ok(Some(published)) => {
+                for row in &mut rows {
+                    row.companion = published.iter().find(|c| c.node == row.node).cloned();
+                }
+            }
+            Ok(None) => {}
+            Err(e) => eprintln!("warning: the companions' table could not be read: {e}"),
+        }
+    }
     match args.output {
         OutputFormat::Json => match serde_json::to_string_pretty(&rows) {
             Ok(json) => println!("{json}"),
@@ -171,6 +186,20 @@ pub async fn run(config_path: &Path, args: &StatusArgs) -> u8 {
         OutputFormat::Table => print!("{}{}", render(&rows), identity_notes(&rows)),
     }
     if failed { exit::FAILED } else { exit::OK }
+}
+
+/// The companions' table as the leader last published it (`None`: no companions, or
+/// nothing published yet).
+async fn companions(
+    access: &super::cluster_args::ClusterArgs,
+) -> anyhow::Result<Option<Vec<crate::heartbeat::report::CompanionReport>>> {
+    let client = access.client().await?;
+    let store = crate::cluster::records::RecordStore::new(
+        client,
+        &access.namespace,
+        crate::cluster::leader::Leadership::never(),
+    );
+    Ok(store.load_companions().await?)
 }
 
 /// The named nodes (all when none are named); unknown names are a usage error.
@@ -249,6 +278,7 @@ async fn query_one(
                 }),
                 machine: None,
                 identity: None,
+                companion: None,
                 machine_identity: None,
             };
         }
@@ -272,6 +302,7 @@ async fn query_one(
         error: None,
         machine: machine.as_ref().map(MachineReport::new),
         identity: None,
+        companion: None,
         machine_identity: machine,
     };
     match result {
@@ -312,6 +343,7 @@ pub(super) fn cross_check(
 
 fn render(rows: &[StatusRow]) -> String {
     let with_identity = rows.iter().any(|r| r.identity.is_some());
+    let with_companions = rows.iter().any(|r| r.companion.is_some());
     let body: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
@@ -337,6 +369,13 @@ fn render(rows: &[StatusRow]) -> String {
                         .map_or_else(|| "-".into(), |i| i.result.to_string()),
                 );
             }
+            if with_companions {
+                cells.push(
+                    r.companion
+                        .as_ref()
+                        .map_or_else(|| "none".into(), |c| c.describe()),
+                );
+            }
             cells.push(
                 r.error
                     .as_ref()
@@ -350,6 +389,9 @@ fn render(rows: &[StatusRow]) -> String {
     ];
     if with_identity {
         headers.push("IDENTITY");
+    }
+    if with_companions {
+        headers.push("COMPANION");
     }
     headers.push("ERROR");
     table::render(&headers, &body)

@@ -140,6 +140,78 @@ impl RecordStore {
         Ok(out)
     }
 
+    /// Publishes the companions' table ([`crate::heartbeat::report`]) as the state
+    /// ConfigMap's binaryData `companions` (JSON), beside the records.
+    pub async fn put_companions(
+        &self,
+        report: &[crate::heartbeat::report::CompanionReport],
+    ) -> Result<(), RecordError> {
+        use base64::Engine as _;
+        if !self.leadership.is_leader() {
+            return Err(RecordError::NotLeader);
+        }
+        let json = serde_json::to_vec(report).unwrap_or_default();
+        let encoded = base64::engine::general_purpose::STANDARD.encode(&json);
+        let patch = json!({ "binaryData": { crate::heartbeat::report::KEY: encoded } });
+        match self
+            .api
+            .patch(
+                STATE_CONFIGMAP,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                let cm = ConfigMap {
+                    metadata: ObjectMeta {
+                        name: Some(STATE_CONFIGMAP.into()),
+                        labels: Some(BTreeMap::from([(
+                            "app.kubernetes.io/name".into(),
+                            "nodefence".into(),
+                        )])),
+                        ..Default::default()
+                    },
+                    binary_data: Some(BTreeMap::from([(
+                        crate::heartbeat::report::KEY.to_string(),
+                        k8s_openapi::ByteString(json),
+                    )])),
+                    ..Default::default()
+                };
+                match self.api.create(&PostParams::default(), &cm).await {
+                    Ok(_) => Ok(()),
+                    Err(kube::Error::Api(e)) if e.code == 409 => {
+                        self.api
+                            .patch(
+                                STATE_CONFIGMAP,
+                                &PatchParams::default(),
+                                &Patch::Merge(&patch),
+                            )
+                            .await?;
+                        Ok(())
+                    }
+                    Err(e) => Err(e.into()),
+                }
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The companions' table as the leader last published it (`None`: never).
+    pub async fn load_companions(
+        &self,
+    ) -> Result<Option<Vec<crate::heartbeat::report::CompanionReport>>, RecordError> {
+        let Some(cm) = self.api.get_opt(STATE_CONFIGMAP).await? else {
+            return Ok(None);
+        };
+        Ok(cm
+            .binary_data
+            .unwrap_or_default()
+            .get(crate::heartbeat::report::KEY)
+            .and_then(|b| serde_json::from_slice(&b.0).ok()))
+    }
+
     /// Stores (`Some`) or removes (`None`) the record of `node`.
     pub async fn put(&self, node: &str, record: Option<&ReleaseRecord>) -> Result<(), RecordError> {
         if !self.leadership.is_leader() {

@@ -190,6 +190,32 @@ impl Controller {
             );
         }
         let _stopped_leading = self.companions.clone().map(StoppedLeading);
+        // The companions' table, for `nodefence status`: published when it changed.
+        let publish = self
+            .companions
+            .clone()
+            .filter(|_| !self.executor_template.dry_run);
+        let _publish_companions = publish.map(|heartbeat| {
+            let records = executor.records.clone();
+            AbortOnDrop(tokio::spawn(async move {
+                let mut last = None;
+                let mut every = tokio::time::interval(crate::heartbeat::report::PUBLISH_EVERY);
+                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    every.tick().await;
+                    let report = heartbeat.report();
+                    if last.as_ref() == Some(&report) {
+                        continue;
+                    }
+                    match records.put_companions(&report).await {
+                        Ok(()) => last = Some(report),
+                        Err(e) => {
+                            tracing::debug!(error = %e, "could not publish the companions' table")
+                        }
+                    }
+                }
+            }))
+        });
         // The BMC monitor runs for this term only (the leader checks; standbys do not
         // load the BMCs). Aborted when the term ends. It starts once the Nodes are
         // listed and their identities (systemUUID, providerID) sent: a driver that

@@ -10,6 +10,7 @@
 //! one failed MAC), and nothing longer than [`wire::MAX_DATAGRAM`] is read.
 
 pub mod hello;
+pub mod report;
 pub mod table;
 
 use std::collections::BTreeMap;
@@ -75,6 +76,7 @@ pub struct Heartbeat {
     /// `nodefence_watchdog_unarmed{node}`.
     watchdog_nodes: Arc<RwLock<std::collections::BTreeSet<String>>>,
     timing: Timing,
+    heartbeat_timeout: Duration,
     origin: Instant,
     addr: SocketAddr,
     silent: tokio::sync::watch::Receiver<Silent>,
@@ -134,6 +136,18 @@ impl Heartbeat {
 
     fn marked_map(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Option<Duration>>> {
         self.marked.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The table as the leader publishes it for `nodefence status` ([`report`]).
+    pub fn report(&self) -> Vec<report::CompanionReport> {
+        let now = self.now();
+        let wall = crate::clock::now();
+        let marked = self.marked.read().unwrap_or_else(|e| e.into_inner());
+        self.with_table(|t| {
+            report::of_table(t, now, wall, self.heartbeat_timeout, |n| {
+                marked.contains_key(n)
+            })
+        })
     }
 
     /// This replica leads from now on (its controller's term began).
@@ -242,6 +256,7 @@ pub async fn start(
         leading_since: Arc::new(Mutex::new(None)),
         watchdog_nodes: Arc::new(RwLock::new(std::collections::BTreeSet::new())),
         timing: settings.timing,
+        heartbeat_timeout: settings.heartbeat_timeout,
         origin: Instant::now(),
         addr,
         silent,

@@ -1,0 +1,156 @@
+//! What the leader publishes of its companions' table, for `nodefence status`: each
+//! node's companion (beating, silent or stopped; its armed watchdog and granted
+//! timeout; marked for fencing), written into the state ConfigMap
+//! (`nodefence-state`, binaryData `companions`) every [`PUBLISH_EVERY`] when it
+//! changed. A change is a state, a watchdog or a mark; beat times are not (they change
+//! twice a second), so a fleet that beats steadily writes nothing.
+
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use nodefence_watchdog::wire::WatchdogState;
+
+use super::table::Table;
+
+/// How often the leader compares its table with what it last published.
+pub const PUBLISH_EVERY: Duration = Duration::from_secs(10);
+/// The binaryData key in the state ConfigMap.
+pub const KEY: &str = "companions";
+
+/// One node's companion, as published.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompanionReport {
+    pub node: String,
+    /// `beating`, `silent` (was beating, silent for `heartbeat_timeout`) or `stopped`
+    /// (said so: a rolling update).
+    pub state: String,
+    /// The granted timeout of its armed hardware watchdog, in seconds; absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watchdog_seconds: Option<u64>,
+    /// Marked for fencing (the watchdog level).
+    #[serde(default)]
+    pub marked: bool,
+    /// For a silent or stopped one: its last beat (RFC 3339, to the second).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_beat: Option<String>,
+}
+
+impl CompanionReport {
+    /// `beating, watchdog 10s armed`, `silent since <time>`, ... for a table cell.
+    pub fn describe(&self) -> String {
+        let mut out = self.state.clone();
+        if let Some(t) = &self.last_beat {
+            out.push_str(&format!(" since {t}"));
+        }
+        match self.watchdog_seconds {
+            Some(w) => out.push_str(&format!(", watchdog {w}s armed")),
+            None => out.push_str(", no watchdog"),
+        }
+        if self.marked {
+            out.push_str(", MARKED");
+        }
+        out
+    }
+}
+
+/// The table as published at `now` (its clock) and `wall` (the same moment on the
+/// wall clock); `marked`: whether a node is marked.
+pub fn of_table(
+    table: &Table,
+    now: Duration,
+    wall: SystemTime,
+    timeout: Duration,
+    marked: impl Fn(&str) -> bool,
+) -> Vec<CompanionReport> {
+    table
+        .companions()
+        .filter_map(|(node, c)| {
+            let last = c.last_beat?;
+            let age = now.saturating_sub(last);
+            let (state, watchdog) = match c.watchdog {
+                WatchdogState::Stopping => ("stopped", None),
+                WatchdogState::Armed { granted } => (
+                    if age >= timeout { "silent" } else { "beating" },
+                    Some(granted),
+                ),
+                WatchdogState::None => (if age >= timeout { "silent" } else { "beating" }, None),
+            };
+            let last_beat = (state != "beating").then(|| {
+                humantime::format_rfc3339_seconds(wall - age.min(Duration::from_secs(1 << 32)))
+                    .to_string()
+            });
+            Some(CompanionReport {
+                node: node.clone(),
+                state: state.into(),
+                watchdog_seconds: watchdog.map(|w| w.as_secs()),
+                marked: marked(node),
+                last_beat,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodefence_watchdog::feeding::Reaching;
+    use nodefence_watchdog::session::CompanionEnd;
+    use nodefence_watchdog::timing::Timing;
+    use nodefence_watchdog::wire::Key;
+
+    #[test]
+    fn beating_silent_and_stopped_companions_are_published_without_beat_times() {
+        let mut t = Table::new(Timing::default());
+        let armed = WatchdogState::Armed {
+            granted: Duration::from_secs(10),
+        };
+        for (i, (node, state, at)) in [
+            ("w1", armed, 9_000),
+            ("w2", armed, 1_000),
+            ("w3", WatchdogState::Stopping, 8_000),
+            ("w4", WatchdogState::None, 9_500),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let session = i as u64 + 1;
+            t.open(node, session, Key([3; 32]));
+            let mut c = CompanionEnd::new(Key([3; 32]), session, Duration::from_secs(2));
+            t.beat(
+                &c.beat(Duration::from_millis(1), Reaching::default(), state),
+                Duration::from_millis(at),
+                true,
+                |_| false,
+            )
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        }
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_010);
+        let report = of_table(
+            &t,
+            Duration::from_secs(10),
+            wall,
+            Duration::from_secs(2),
+            |n| n == "w2",
+        );
+        let cells: Vec<String> = report.iter().map(CompanionReport::describe).collect();
+        assert_eq!(
+            cells,
+            [
+                "beating, watchdog 10s armed",
+                "silent since 2027-01-15T08:00:01Z, watchdog 10s armed, MARKED",
+                "stopped since 2027-01-15T08:00:08Z, no watchdog",
+                "beating, no watchdog",
+            ]
+        );
+        // A later look at a steady fleet publishes the same thing.
+        let later = of_table(
+            &t,
+            Duration::from_millis(10_400),
+            wall + Duration::from_millis(400),
+            Duration::from_secs(2),
+            |n| n == "w2",
+        );
+        assert_eq!(later, report);
+    }
+}
