@@ -98,7 +98,32 @@ async fn main() {
     let hello_concurrency: usize = env_or("HELLO_CONCURRENCY", 32);
     nodefence::tls::install_crypto_provider();
 
-    let kube = FakeKube::builder().start().await.expect("fake-kube");
+    // The companions' ServiceAccount with its grant (deploy/components/companion: get
+    // nodes), which the daemon checks at start-up with a SubjectAccessReview.
+    let grant = vec![
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+               "metadata": {"name": "nodefence-companion"},
+               "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": "nodefence-companion"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                           "name": "nodefence-companion"},
+               "subjects": [{"kind": "ServiceAccount", "name": "nodefence-companion",
+                             "namespace": NAMESPACE}]}),
+    ];
+    let kube = FakeKube::builder()
+        .identity(
+            "companion-api-token",
+            format!("system:serviceaccount:{NAMESPACE}:nodefence-companion"),
+            nodefence_mocks::kube::authz::Policy::for_service_account(
+                &grant,
+                NAMESPACE,
+                "nodefence-companion",
+            ),
+        )
+        .start()
+        .await
+        .expect("fake-kube");
     let _ = kube.store().create(
         NAMESPACES,
         None,
