@@ -379,7 +379,11 @@ async fn a_machine_dead_with_its_bmc_is_released_on_its_watchdog_only_with_the_o
             "released {:?} after the loss",
             lost.elapsed()
         );
-        let reset = w.events_with_reason("ResetByWatchdog");
+        // The Events are published as the decisions are taken, each its own write:
+        // waited for.
+        let reset = w
+            .expect_event_where("ResetByWatchdog", |e| e["regarding"]["name"] == "worker-1")
+            .await;
         assert_eq!(reset.len(), 1, "{reset:?}");
         let note = reset[0]["note"].as_str().unwrap_or_default();
         assert!(
@@ -389,18 +393,14 @@ async fn a_machine_dead_with_its_bmc_is_released_on_its_watchdog_only_with_the_o
                 && note.contains("of 3 companions heard throughout"),
             "{note}"
         );
-        let released: Vec<String> = w
-            .events_on("worker-1")
-            .into_iter()
-            .filter(|e| e["reason"] == "Released")
-            .map(|e| e["note"].as_str().unwrap_or_default().to_string())
-            .collect();
-        assert!(
-            released
-                .iter()
-                .any(|n| n.contains("rests on its hardware watchdog, not on an Off reading")),
-            "{released:?}"
-        );
+        w.expect_event_where("Released", |e| {
+            e["regarding"]["name"] == "worker-1"
+                && e["note"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("rests on its hardware watchdog, not on an Off reading")
+        })
+        .await;
         assert!(
             w.events_with_reason("ConfirmedOff").is_empty(),
             "no Off reading claimed"

@@ -156,7 +156,8 @@ async fn metrics_are_openmetrics_text_with_live_values() {
     assert!(body.ends_with("# EOF\n"), "{body}");
 
     s.metrics.set_leader(true);
-    s.metrics.release("out-of-service-taint", "ok");
+    s.metrics
+        .release_with("out-of-service-taint", "off-readings", "ok");
     s.metrics
         .power_query("redfish", "off", Duration::from_millis(80));
     let (_, _, body) = s.get("/metrics").await;
@@ -175,7 +176,11 @@ async fn metrics_are_openmetrics_text_with_live_values() {
     assert_eq!(
         value(
             "nodefence_releases_total",
-            &[("mode", "out-of-service-taint"), ("result", "ok")]
+            &[
+                ("mode", "out-of-service-taint"),
+                ("proof", "off-readings"),
+                ("result", "ok")
+            ]
         ),
         Some(1.0)
     );
