@@ -1,6 +1,7 @@
 //! `nodefence demo` end to end: the real binary, sped up, without colour. It must exit
 //! 0 and tell each scenario's key steps in order; run alone, `recovery` fences a node
 //! itself first, and `-o json` leaves the JSON summary alone on standard output.
+//! `rack-power` plays at real time whatever `--speed` says (about 80 s).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Read;
@@ -560,4 +561,117 @@ fn vms_on_vcenter_lose_power_or_network_and_nodefence_fences_them_through_vspher
             "no Redfish BMC speaks in a world of VMs:\n{scene}"
         );
     }
+}
+
+/// `rack-power` plays at real time whatever `--speed` says (about 80 s): a machine
+/// loses power with its BMC. Act 1, nodefence as by default: it says it cannot read
+/// the machine and releases nothing. Act 2, with a companion on every worker and
+/// `watchdog_fencing`: the node is marked, released on its watchdog no sooner than
+/// the stated wait after the mark (the API server's own write times, as the scenario
+/// reports them, and the times printed), and db-0 runs elsewhere.
+#[test]
+fn rack_power_is_held_without_the_watchdog_level_and_released_on_its_watchdog_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = demo(
+        &["--speed", SPEED, "--scenario", "rack-power", "-o", "json"],
+        &dir.path().join("demo.log"),
+        Duration::from_secs(300),
+    );
+    assert_eq!(
+        run.code,
+        Some(0),
+        "took {:?}\nstdout:\n{}\nstderr:\n{}",
+        run.took,
+        run.stdout,
+        run.stderr
+    );
+    let summary: serde_json::Value = serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("{e}: stdout is not JSON alone:\n{}", run.stdout));
+    assert_eq!(summary["ok"], true);
+    assert_eq!(summary["speed"], 1.0, "real time, not --speed {SPEED}");
+    let only = &summary["scenarios"][0];
+    assert_eq!(only["scenario"], "rack-power");
+    assert_eq!(only["power_commands"], serde_json::json!([]), "{only}");
+    let f = |v: &serde_json::Value| {
+        v.as_f64()
+            .unwrap_or_else(|| panic!("not a number: {v} in {only}"))
+    };
+    let w = &only["watchdog"];
+    // Act 1: unreadable once the Lease is stale (12 s after its last renewal), and
+    // nothing released for the 20 s the demo holds after that.
+    assert!(f(&w["unreadable_after_s"]) < 30.0, "{only}");
+    assert!(f(&w["held_s"]) >= 20.0, "{only}");
+    // Act 2: the companion's silence 2 s after its last beat (sent up to 500 ms before
+    // the loss), the mark at once, the release no sooner than the stated wait after
+    // it, and db-0 elsewhere.
+    let stated = f(&w["stated_wait_s"]);
+    assert_eq!(stated, 12.7425, "isolation 2s + watchdog 10s + 1 % + 0.5s");
+    let suspect = f(&w["suspect_after_s"]);
+    let marked = f(&w["marked_after_s"]);
+    let released = f(&only["released_after_s"]);
+    assert!((1.4..5.0).contains(&suspect), "{only}");
+    assert!(suspect <= marked && marked < suspect + 3.0, "{only}");
+    assert!(f(&w["mark_to_release_s"]) >= stated, "{only}");
+    assert!(
+        released >= marked + stated - 0.1 && released < marked + stated + 10.0,
+        "{only}"
+    );
+    assert!(released < f(&only["pod_running_after_s"]), "{only}");
+
+    let story = &run.stderr;
+    in_order(
+        story,
+        &[
+            "real time: --speed does not apply to this scenario",
+            "a machine loses power with its BMC (the watchdog level)",
+            "Act 1. db-0 runs on ",
+            "you            the rack's power fails: the machine is Off",
+            "nodefence      power state unreadable (",
+            "HTTP 500",
+            "): nothing is released",
+            "no taint, no mark, no power command",
+            "Nothing is released without proof: this is where the watchdog level comes in.",
+            "(setup) nodefence restarted with the companions' listener (--companion-listen) and watchdog_fencing = true",
+            "(setup) a companion on every worker",
+            "Act 2. The same outage",
+            "you            the rack's power fails again",
+            "nodefence      its companion fell silent (no beat for 2s): suspect",
+            "nodefence      no power method can be read: marks the node for fencing",
+            "nodefence      mark written: the machine is certainly reset (or off) by +",
+            "watchdog       not fed for 10s: a running machine would be reset now; this one has no power",
+            "nodefence      proven reset by its own watchdog, not read Off",
+            "nodefence      out-of-service taint added, on the watchdog's proof (not an Off reading)",
+            "db-0 Running",
+            "✓",
+        ],
+    );
+    let act_one = &story[story.find("Act 1.").unwrap()..story.find("Nothing is released").unwrap()];
+    for never in ["taint added", "mark written", "ForceOff", "db-0 Running"] {
+        assert!(!act_one.contains(never), "{never:?} in act 1:\n{act_one}");
+    }
+    // The times printed bear the stated wait out: the release no sooner than the
+    // moment the mark's Event named, which is the wait after the mark.
+    let act_two = &story[story.find("Act 2.").unwrap()..];
+    let stated_line = line_with(act_two, "mark written: the machine is certainly reset");
+    let by = time_after(stated_line, "by +");
+    let marked_line = line_time(stated_line).unwrap();
+    assert!(
+        (by - marked_line - stated).abs() < 0.5,
+        "{stated_line}\n(the mark's answer comes just before its Event)"
+    );
+    let released_line = line_with(
+        act_two,
+        "out-of-service taint added, on the watchdog's proof",
+    );
+    assert!(
+        line_time(released_line).unwrap() >= by - 0.1,
+        "released before the stated moment:\n{act_two}"
+    );
+    assert!(
+        line_with(act_two, "proven reset by its own watchdog").contains(
+            "isolation 2s + watchdog 10s + drift margin 242.5ms (1.0 %) + allowance 500ms = 12.7425s"
+        ),
+        "{act_two}"
+    );
+    assert_ne!(db_running_node(act_two), only["node"].as_str().unwrap());
 }

@@ -83,6 +83,11 @@ pub enum ScenarioArg {
     VsphereNetworkCut,
     /// Both vSphere scenarios, in this order.
     Vsphere,
+    /// On its own, at real time (--speed does not apply: the watchdog level's timing
+    /// is not scaled): a machine loses power with its BMC; nothing is released by
+    /// default, then, with companions and watchdog_fencing, it is released on its
+    /// hardware watchdog after the stated wait.
+    RackPower,
 }
 
 fn parse_speed(raw: &str) -> Result<f64, String> {
@@ -107,6 +112,7 @@ pub async fn run(args: &DemoArgs) -> u8 {
         ScenarioArg::VspherePowerLoss => vec![Scenario::VspherePowerLoss],
         ScenarioArg::VsphereNetworkCut => vec![Scenario::VsphereNetworkCut],
         ScenarioArg::Vsphere => Scenario::VSPHERE.to_vec(),
+        ScenarioArg::RackPower => vec![Scenario::RackPower],
     };
     demo::run(DemoOptions {
         speed: args.speed,

@@ -13,17 +13,25 @@
 //! The remediation component is installed too (the `NodeFenceRemediation` CRDs and
 //! the template `nodefence/nodefence`, as `deploy/components/remediation` applies
 //! them), and the stand-in of the NodeHealthCheck operator runs, idle until a
-//! `NodeHealthCheck` names the template. The daemon runs with one of two
-//! configurations ([`Profile`]); a scenario that needs the other restarts it.
+//! `NodeHealthCheck` names the template. The daemon runs with one of its
+//! configurations ([`Profile`]); a scenario that needs another restarts it.
+//!
+//! For the companions of `rack-power` (see `companions`), fake-kube knows their
+//! ServiceAccount `kube-system/nodefence-companion` with the grant
+//! `deploy/components/companion` gives it (get nodes: the daemon checks it at
+//! start-up), and issues each one a projected token bound to its node; with
+//! [`Profile::Watchdog`] the daemon hears them on a free loopback port, over TLS with a
+//! certificate of a private CA made at start (the companions trust that CA).
 
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, anyhow};
 use nodefence_mocks::kube::resources::{LEASES, NODES, PODS};
 use nodefence_mocks::kube::sim::{NodeSpec, SimConfig, SimHandle, Simulation, WorkloadSpec};
 use nodefence_mocks::kube::store::Store;
-use nodefence_mocks::kube::{FakeKube, FakeKubeHandle};
+use nodefence_mocks::kube::{BoundToken, FakeKube, FakeKubeHandle};
 use nodefence_mocks::machines::{self, Machine};
 use nodefence_mocks::redfish::{
     MockPower, MockRedfish, MockRedfishHandle, Profile as BmcProfile, ResetRecord, SystemSpec,
@@ -32,6 +40,7 @@ use nodefence_mocks::vsphere::{MockVsphere, MockVsphereHandle, VmSpec};
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::config::{self, DemoConfig, Profile};
 use super::feeds::{self, PowerLedger};
@@ -47,6 +56,8 @@ pub const POD: &str = "db-0";
 const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
 const IDENTITY: &str = "nodefence-demo";
 const LEADER_LEASE: (&str, &str) = ("kube-system", "nodefence");
+/// The companions' ServiceAccount, in nodefence's namespace.
+const COMPANION_ACCOUNT: &str = "nodefence-companion";
 
 /// The namespace of the remediation template and of the requests made from it.
 pub const REMEDIATION_NAMESPACE: &str = "nodefence";
@@ -91,6 +102,20 @@ pub struct World {
     files: config::Files,
     /// The simulation's settings before scaling (the words quote them).
     stock: SimConfig,
+    /// What nodefence's companion listener and the companions share.
+    companions: CompanionSetup,
+}
+
+/// nodefence's listener for the companions and what they need to reach it.
+struct CompanionSetup {
+    /// The listener's certificate and key, and the CA that signed it (files).
+    cert: PathBuf,
+    key: PathBuf,
+    ca: PathBuf,
+    /// The companions' token for the API server (they read their own Node).
+    api_token: String,
+    /// The listener's port, once a daemon with [`Profile::Watchdog`] was started.
+    port: Mutex<Option<u16>>,
 }
 
 /// The daemon and what belongs to its configuration.
@@ -112,8 +137,18 @@ impl World {
         workers: Workers,
     ) -> anyhow::Result<World> {
         let store = Store::default();
+        let companion_api_token = uuid::Uuid::new_v4().simple().to_string();
         let kube = FakeKube::builder()
             .store(store.clone())
+            .identity(
+                companion_api_token.clone(),
+                companion_user(),
+                nodefence_mocks::kube::authz::Policy::for_service_account(
+                    &companion_rbac(),
+                    LEADER_LEASE.0,
+                    COMPANION_ACCOUNT,
+                ),
+            )
             .start()
             .await
             .context("starting fake-kube")?;
@@ -190,6 +225,7 @@ impl World {
             demo = demo.on_vcenter(&vc.base_url(), &vc.ca_pem());
         }
         let files = config::Files::write(&demo)?;
+        let companions = CompanionSetup::write(&files, companion_api_token)?;
         // The simulation's words are the same in both profiles.
         let (_, stock_words) = config::load(&files, &demo, &stock, Profile::Stock)?;
         let client = client(&kube).await?;
@@ -261,6 +297,7 @@ impl World {
             demo,
             files,
             stock,
+            companions,
         };
         world.start_daemon(profile).await?;
         Ok(world)
@@ -270,10 +307,28 @@ impl World {
     async fn start_daemon(&self, profile: Profile) -> anyhow::Result<()> {
         let (config, wording) = config::load(&self.files, &self.demo, &self.stock, profile)?;
         let (stop, stopped) = oneshot::channel::<()>();
+        let companions = if profile == Profile::Watchdog {
+            let port = free_port()?;
+            *lock(&self.companions.port) = Some(port);
+            Some(daemon::CompanionListener {
+                listen: std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+                service_account: COMPANION_ACCOUNT.into(),
+                certificate: crate::telemetry::certificate::CertificateSource::Files {
+                    cert: self.companions.cert.clone(),
+                    key: self.companions.key.clone(),
+                },
+                // Not scaled: the watchdog level's timing is real time (its scenario
+                // plays at 1x).
+                heartbeat_interval: crate::heartbeat::DEFAULT_HEARTBEAT_INTERVAL,
+                heartbeat_timeout: crate::heartbeat::DEFAULT_HEARTBEAT_TIMEOUT,
+            })
+        } else {
+            None
+        };
         let options = DaemonOptions {
             drivers: Default::default(),
             config_check: None,
-            companions: None,
+            companions,
             dry_run: false,
             health_listen: "127.0.0.1:0".parse().map_err(|e| anyhow!("{e}"))?,
             metrics: crate::daemon::MetricsEndpoint::plain(
@@ -540,6 +595,121 @@ impl World {
         }
     }
 
+    /// Makes every BMC request answer 500 (`true`), as a BMC that lost power with its
+    /// machine answers nothing useful, or answers normally again (`false`).
+    pub fn bmc_fails(&self, fail: bool) {
+        if fail {
+            self.bmc
+                .inject(nodefence_mocks::redfish::Fault::Fail500 { count: u32::MAX });
+        } else {
+            self.bmc.clear_faults();
+        }
+    }
+
+    /// The machine of `node` as a switch a task may keep (the BMC's systems only).
+    pub fn machine(&self, node: &str) -> anyhow::Result<MachineSwitch> {
+        if self.vcenter.is_some() {
+            return Err(anyhow!("{node} is a VM: no machine switch"));
+        }
+        Ok(MachineSwitch::new(
+            self.bmc.clone(),
+            self.ledger.clone(),
+            self.system(node)?,
+        ))
+    }
+
+    /// The node's fencing mark (`nodefence.io/fencing-mark`), if it carries one.
+    pub fn fencing_mark(&self, node: &str) -> Option<String> {
+        self.node(node)?
+            .pointer("/metadata/annotations")?
+            .get(crate::watchdog::mark::FENCING_MARK_ANNOTATION)?
+            .as_str()
+            .map(str::to_string)
+    }
+
+    /// The node's boot ID, as its kubelet reports it.
+    pub fn boot_id(&self, node: &str) -> Option<String> {
+        self.node(node)?
+            .pointer("/status/nodeInfo/bootID")?
+            .as_str()
+            .map(str::to_string)
+    }
+
+    /// From now on, when the API server stores `node` with a fencing mark and with the
+    /// out-of-service taint (the first time each).
+    pub fn node_writes(&self, node: &str) -> NodeWrites {
+        let (_, _, mut writes) = self.store().list_and_subscribe(NODES, None);
+        let seen: Arc<Mutex<WriteTimes>> = Arc::default();
+        let (name, record) = (node.to_string(), seen.clone());
+        let task = tokio::spawn(async move {
+            use tokio::sync::broadcast::error::RecvError;
+            loop {
+                let write = match writes.recv().await {
+                    Ok(w) => w,
+                    Err(RecvError::Lagged(n)) => {
+                        tracing::warn!("demo: {n} store writes were skipped");
+                        continue;
+                    }
+                    Err(RecvError::Closed) => break,
+                };
+                if write.resource != NODES || write.object["metadata"]["name"] != name.as_str() {
+                    continue;
+                }
+                let marked = write.object["metadata"]["annotations"]
+                    [crate::watchdog::mark::FENCING_MARK_ANNOTATION]
+                    .is_string();
+                let tainted = write.object["spec"]["taints"]
+                    .as_array()
+                    .is_some_and(|ts| ts.iter().any(|t| t["key"] == OUT_OF_SERVICE));
+                let mut times = lock(&record);
+                if marked && times.mark.is_none() {
+                    times.mark = Some(write.at);
+                }
+                if tainted && times.taint.is_none() {
+                    times.taint = Some(write.at);
+                }
+            }
+        });
+        NodeWrites {
+            seen,
+            _task: AbortOnDropHandle::new(task),
+        }
+    }
+
+    /// nodefence's companion listener, `https://127.0.0.1:PORT`, once a daemon with
+    /// [`Profile::Watchdog`] was started.
+    pub fn companion_listener(&self) -> Option<url::Url> {
+        let port = (*lock(&self.companions.port))?;
+        url::Url::parse(&format!("https://127.0.0.1:{port}")).ok()
+    }
+
+    /// The CA file the companions trust the listener's certificate with.
+    pub fn companion_ca(&self) -> PathBuf {
+        self.companions.ca.clone()
+    }
+
+    /// Issues `node`'s companion a projected token (its ServiceAccount's, bound to the
+    /// node, for nodefence's audience), as the kubelet does for a new pod, and writes
+    /// it to a private file; returns the file.
+    pub fn companion_token(&self, node: &str) -> anyhow::Result<PathBuf> {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let token = format!("companion-{node}-{id}");
+        self.kube.issue_token(BoundToken {
+            token: token.clone(),
+            user: companion_user(),
+            audiences: vec![crate::heartbeat::hello::AUDIENCE.into()],
+            pod: Some((format!("{COMPANION_ACCOUNT}-{node}"), id.clone())),
+            node: Some((node.to_string(), format!("node-uid-{node}"))),
+        });
+        self.files
+            .add(&format!("companion-token-{node}-{id}"), &token)
+    }
+
+    /// A client of the API server as the companions' ServiceAccount.
+    pub async fn companion_client(&self) -> anyhow::Result<kube::Client> {
+        client_from(&self.kube.kubeconfig_yaml_for(&self.companions.api_token)).await
+    }
+
     /// The power commands the machines received: Resets at the BMC, or power tasks
     /// at the vCenter (`PowerOffVM_Task`...), with the managed object id.
     fn power_commands(&self) -> Vec<ResetRecord> {
@@ -622,9 +792,133 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// One machine's power, for a task that outlives a borrow of the world (a simulated
+/// watchdog): read it, or switch it as a person (or a reset) would.
+#[derive(Clone)]
+pub struct MachineSwitch {
+    bmc: Arc<MockRedfishHandle>,
+    ledger: PowerLedger,
+    system: String,
+}
+
+impl MachineSwitch {
+    /// The `system` of `bmc`; `ledger` keeps the BMC feed from telling its switches.
+    pub fn new(bmc: Arc<MockRedfishHandle>, ledger: PowerLedger, system: &str) -> Self {
+        Self {
+            bmc,
+            ledger,
+            system: system.to_string(),
+        }
+    }
+
+    pub fn power(&self) -> Option<MockPower> {
+        self.bmc.power(&self.system)
+    }
+
+    /// Sets the machine's power (the story tells it: the BMC feed does not again).
+    pub fn set(&self, power: MockPower) -> anyhow::Result<()> {
+        self.ledger
+            .set(&self.bmc, &self.system, power)
+            .map_err(|e| anyhow!("{e}"))
+    }
+}
+
+/// When the API server stored a node's first fencing mark and its first
+/// out-of-service taint (its clock at each write), since [`World::node_writes`].
+pub struct NodeWrites {
+    seen: Arc<Mutex<WriteTimes>>,
+    _task: AbortOnDropHandle<()>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct WriteTimes {
+    mark: Option<SystemTime>,
+    taint: Option<SystemTime>,
+}
+
+impl NodeWrites {
+    /// When the mark was stored, once it was.
+    pub fn mark(&self) -> Option<SystemTime> {
+        lock(&self.seen).mark
+    }
+
+    /// When the out-of-service taint was stored, once it was.
+    pub fn taint(&self) -> Option<SystemTime> {
+        lock(&self.seen).taint
+    }
+}
+
+/// `system:serviceaccount:kube-system:nodefence-companion`.
+fn companion_user() -> String {
+    format!(
+        "system:serviceaccount:{}:{COMPANION_ACCOUNT}",
+        LEADER_LEASE.0
+    )
+}
+
+/// The companions' grant, as `deploy/components/companion` applies it (bound in the
+/// demo's namespace): get nodes, cluster-wide.
+fn companion_rbac() -> Vec<Value> {
+    vec![
+        serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": COMPANION_ACCOUNT},
+            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}],
+        }),
+        serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": COMPANION_ACCOUNT},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": COMPANION_ACCOUNT,
+            },
+            "subjects": [{
+                "kind": "ServiceAccount",
+                "name": COMPANION_ACCOUNT,
+                "namespace": LEADER_LEASE.0,
+            }],
+        }),
+    ]
+}
+
+impl CompanionSetup {
+    /// Makes the listener's certificate (a private CA and a leaf naming the loopback)
+    /// and writes it next to the daemon's files.
+    fn write(files: &config::Files, api_token: String) -> anyhow::Result<Self> {
+        let tls = nodefence_mocks::tls::TlsMaterial::generate_for(&["127.0.0.1", "localhost"])
+            .map_err(|e| anyhow!("cannot make the companion listener's certificate: {e}"))?;
+        Ok(Self {
+            cert: files.add("companion-listener.crt", tls.cert_pem())?,
+            key: files.add("companion-listener.key", tls.key_pem())?,
+            ca: files.add("companion-ca.crt", tls.ca_pem())?,
+            api_token,
+            port: Mutex::new(None),
+        })
+    }
+}
+
+/// A loopback port free for TCP and UDP both (the listener takes both).
+fn free_port() -> anyhow::Result<u16> {
+    for _ in 0..20 {
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let port = tcp.local_addr()?.port();
+        if std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(anyhow!("no loopback port free for both TCP and UDP"))
+}
+
 /// A kube client from fake-kube's kubeconfig, as `nodefence run --kubeconfig` builds one.
 async fn client(kube: &FakeKubeHandle) -> anyhow::Result<kube::Client> {
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(&kube.kubeconfig_yaml())
+    client_from(&kube.kubeconfig_yaml()).await
+}
+
+async fn client_from(kubeconfig: &str) -> anyhow::Result<kube::Client> {
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(kubeconfig)
         .context("reading fake-kube's kubeconfig")?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await

@@ -2,7 +2,9 @@
 //! `nodefence.toml`, an inventory and a BMC password file in a private temporary
 //! directory, read by the real loader ([`crate::config::load`]). Then every timing of
 //! the policy is divided by the demo's speed, after the loader, whose checks are
-//! meant for real clusters (e.g. `lease_stale_after` of at least 15 s).
+//! meant for real clusters (e.g. `lease_stale_after` of at least 15 s). The same
+//! directory keeps the companion listener's certificate and the companions' tokens
+//! ([`Files::add`]).
 //!
 //! Timings that guard against a slow machine rather than model the cluster (HTTP
 //! timeouts, leader election) keep a floor, so a fast demo on a busy 2-core machine
@@ -37,6 +39,9 @@ pub enum Profile {
     /// NodeHealthCheck's remediator: `[remediation] requests = true`, and an
     /// `unhealthy_after` of [`REMEDIATOR_UNHEALTHY_AFTER`].
     Remediator,
+    /// The watchdog level: `watchdog_fencing = true` in `[policy]`, and the
+    /// companions' listener on (`run --companion-listen`): `rack-power`'s second act.
+    Watchdog,
 }
 
 impl Profile {
@@ -51,6 +56,10 @@ impl Profile {
                 "[remediation] requests = true and unhealthy_after {}",
                 super::narrate::span(w.unhealthy_after)
             ),
+            Profile::Watchdog => {
+                "the companions' listener (--companion-listen) and watchdog_fencing = true"
+                    .to_string()
+            }
         }
     }
 
@@ -58,6 +67,7 @@ impl Profile {
         match self {
             Profile::Stock => "nodefence.toml",
             Profile::Remediator => "nodefence-remediator.toml",
+            Profile::Watchdog => "nodefence-watchdog.toml",
         }
     }
 }
@@ -119,6 +129,9 @@ impl DemoConfig {
                 humantime::format_duration(REMEDIATOR_UNHEALTHY_AFTER)
             ));
         }
+        if profile == Profile::Watchdog {
+            out.push_str("\n[policy]\nwatchdog_fencing = true\n");
+        }
         out
     }
 
@@ -173,7 +186,7 @@ impl Files {
         create_private_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let files = Files { dir };
         write_private(&files.dir.join("bmc-password"), &demo.password)?;
-        for profile in [Profile::Stock, Profile::Remediator] {
+        for profile in [Profile::Stock, Profile::Remediator, Profile::Watchdog] {
             write_private(&files.dir.join(profile.file()), &demo.agent_toml(profile))?;
         }
         write_private(&files.dir.join("inventory.toml"), &demo.inventory_toml())?;
@@ -185,6 +198,13 @@ impl Files {
 
     pub fn agent(&self, profile: Profile) -> PathBuf {
         self.dir.join(profile.file())
+    }
+
+    /// Writes one more private file, `name`, in the directory; returns its path.
+    pub fn add(&self, name: &str, content: &str) -> anyhow::Result<PathBuf> {
+        let path = self.dir.join(name);
+        write_private(&path, content)?;
+        Ok(path)
     }
 }
 
@@ -311,6 +331,13 @@ mod tests {
                 .unhealthy_after,
             REMEDIATOR_UNHEALTHY_AFTER / 10
         );
+        assert!(!p.watchdog_fencing);
+        let (watchdog, _) = load(&files, &demo, &SimConfig::default(), Profile::Watchdog).unwrap();
+        assert!(watchdog.agent.policy.watchdog_fencing);
+        assert!(watchdog.inventory.nodes["worker-1"].policy.watchdog_fencing);
+        assert!(!watchdog.agent.remediation.requests);
+        let extra = files.add("extra.pem", "x").unwrap();
+        assert_eq!(std::fs::read_to_string(&extra).unwrap(), "x");
         let dir = files.dir.clone();
         drop(files);
         assert!(!dir.exists(), "the temporary files are removed");

@@ -13,17 +13,23 @@
 //! machine still On, an unreachable BMC, recovery, and NodeHealthCheck asking
 //! nodefence to fence a node), one line per step from the simulation's timeline,
 //! nodefence's own Events, the BMC and the remediation requests, and ends with a
-//! summary. A sixth, `vsphere-power-loss`, runs alone in a world whose workers are
-//! VMs on a mock vCenter: the VM's host loses power, nodefence reads `poweredOff`
-//! through its vSphere driver and releases the node. Each scenario has deadlines: the exit code is 1 when an expected outcome
-//! did not happen in time, so the demo doubles as a smoke test.
+//! summary. Others run alone: `vsphere-power-loss` and `vsphere-network-cut`, in a
+//! world whose workers are VMs on a mock vCenter (nodefence reads `poweredOff`
+//! through its vSphere driver, or sends `PowerOffVM_Task`); and `rack-power`, at real
+//! time, where a machine loses power with its BMC: nothing is released by default,
+//! then, with a companion on every worker and `watchdog_fencing`, the machine is
+//! released on its hardware watchdog after the stated wait. Each scenario has
+//! deadlines: the exit code is 1 when an expected outcome did not happen in time, so
+//! the demo doubles as a smoke test.
 //!
 //! Layout: `cluster` (the world: start, levers, queries, teardown), `config` (the
-//! daemon's files and scaled policy), `feeds` (where steps come from), `narrate`
-//! (their words), `timeline` and `printer` (ordering and printing), `scenarios`, `summary`,
+//! daemon's files and scaled policy), `companions` (`rack-power`'s companions and
+//! their simulated watchdogs), `feeds` (where steps come from), `narrate` (their
+//! words), `timeline` and `printer` (ordering and printing), `scenarios`, `summary`,
 //! `runtime` (a runtime of its own, logging to a file), `style` (colours).
 
 mod cluster;
+mod companions;
 mod config;
 mod feeds;
 mod narrate;
@@ -111,7 +117,10 @@ async fn demo(options: DemoOptions, log_path: PathBuf) -> u8 {
         (Box::new(std::io::stdout()), std::io::stdout().is_terminal())
     };
     let style = Style::detect(options.no_color, terminal);
-    let (story, printer) = Story::start(out, style, options.speed);
+    // The watchdog level's timing is not scaled: its scenario plays at real time.
+    let real_time = options.scenarios.iter().any(|s| s.real_time());
+    let speed = if real_time { 1.0 } else { options.speed };
+    let (story, printer) = Story::start(out, style, speed);
     story.line(style.bold(
         "nodefence demo: a simulated cluster, a mock BMC and the real nodefence daemon, in this process",
     ));
@@ -124,21 +133,14 @@ async fn demo(options: DemoOptions, log_path: PathBuf) -> u8 {
         .scenarios
         .first()
         .map_or(Workers::BmcSystems, |s| s.workers());
-    let code = match World::start(
-        options.speed,
-        options.status_after_lease,
-        &story,
-        profile,
-        workers,
-    )
-    .await
+    let code = match World::start(speed, options.status_after_lease, &story, profile, workers).await
     {
         Err(e) => {
             story.line(style.red(&format!("error: the demo could not start: {e:#}")));
             exit::FAILED
         }
         Ok(mut world) => {
-            header(&story, style, &world, &log_path);
+            header(&story, style, &world, &log_path, real_time);
             let ran = tokio::select! {
                 outcomes = scenarios(&world, &story, style, &options.scenarios, options.pull_after_renewal) => Some(outcomes),
                 _ = tokio::signal::ctrl_c() => None,
@@ -161,9 +163,9 @@ async fn demo(options: DemoOptions, log_path: PathBuf) -> u8 {
                     exit::FAILED
                 }
                 Some(Ok(outcomes)) => {
-                    finish(&story, style, &outcomes, options.speed, elapsed);
+                    finish(&story, style, &outcomes, speed, real_time, elapsed);
                     if options.json {
-                        println!("{}", summary::json(&outcomes, options.speed, elapsed));
+                        println!("{}", summary::json(&outcomes, speed, elapsed));
                     }
                     if outcomes.iter().all(|o| o.ok) {
                         exit::OK
@@ -179,7 +181,9 @@ async fn demo(options: DemoOptions, log_path: PathBuf) -> u8 {
     code
 }
 
-fn header(story: &Story, style: Style, world: &World, log: &Path) {
+/// The world, nodefence's settings, the time scale (`real_time`: a scenario that
+/// does not follow `--speed`) and where the logs go.
+fn header(story: &Story, style: Style, world: &World, log: &Path, real_time: bool) {
     let w = &world.wording();
     let row = |name: &str, text: String| {
         story.line(format!("  {}  {text}", style.dim(&format!("{name:<9}"))))
@@ -239,11 +243,18 @@ fn header(story: &Story, style: Style, world: &World, log: &Path) {
     );
     row(
         "time",
-        format!(
-            "cluster time, {}x faster than real: +60.0s on screen took {:.1}s",
-            world.speed,
-            60.0 / world.speed
-        ),
+        if real_time {
+            "real time: --speed does not apply to this scenario (the watchdog \
+                        level's timing, its companions' heartbeat and the watchdog's own \
+                        timeout, is not scaled)"
+                .to_string()
+        } else {
+            format!(
+                "cluster time, {}x faster than real: +60.0s on screen took {:.1}s",
+                world.speed,
+                60.0 / world.speed
+            )
+        },
     );
     row(
         "logs",
@@ -289,19 +300,33 @@ async fn scenarios(
     Ok(outcomes)
 }
 
-fn finish(story: &Story, style: Style, outcomes: &[Outcome], speed: f64, elapsed: Duration) {
+fn finish(
+    story: &Story,
+    style: Style,
+    outcomes: &[Outcome],
+    speed: f64,
+    real_time: bool,
+    elapsed: Duration,
+) {
     story.line("");
     story.line(style.bold("Summary"));
     for line in summary::table(outcomes, style).lines() {
         story.line(line.to_string());
     }
     story.line("");
-    story.line(format!(
-        "  times are cluster time since each scenario's first action ({speed}x: +60.0s took {:.1}s); \
-         the demo took {:.1}s",
-        60.0 / speed,
-        elapsed.as_secs_f64()
-    ));
+    story.line(if real_time {
+        format!(
+            "  times are real time since each act's first action; the demo took {:.1}s",
+            elapsed.as_secs_f64()
+        )
+    } else {
+        format!(
+            "  times are cluster time since each scenario's first action ({speed}x: +60.0s took {:.1}s); \
+             the demo took {:.1}s",
+            60.0 / speed,
+            elapsed.as_secs_f64()
+        )
+    });
     let failed = outcomes.iter().filter(|o| !o.ok).count();
     if failed == 0 {
         story.line(style.green(&format!(

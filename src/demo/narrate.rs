@@ -266,6 +266,10 @@ pub fn nodefence_step(
     let unhealthy = span(w.unhealthy_after);
     let mut marks = Vec::new();
     let text = match reason {
+        "NodeSuspect" if note.starts_with("its companion stopped beating") => format!(
+            "its companion fell silent (no beat for {}): suspect; asks the BMC for the power state",
+            span(crate::heartbeat::DEFAULT_HEARTBEAT_TIMEOUT)
+        ),
         "NodeSuspect" => {
             format!("Lease not renewed for {lease}: suspect; asks the BMC for the power state")
         }
@@ -334,9 +338,38 @@ pub fn nodefence_step(
                 .unwrap_or("several");
             format!("machine confirmed Off ({readings} readings); adding the out-of-service taint")
         }
+        "Released" if note.contains("rests on its hardware watchdog") => {
+            "out-of-service taint added, on the watchdog's proof (not an Off reading): pods may \
+             be force-deleted, volumes detached"
+                .to_string()
+        }
         "Released" => {
             "out-of-service taint added: pods may be force-deleted, volumes detached".to_string()
         }
+        "WatchdogFencing" if note.starts_with("no power method of the machine can be read") => {
+            "no power method can be read: marks the node for fencing by its own hardware \
+             watchdog (its companion, if alive, stops feeding it)"
+                .to_string()
+        }
+        "WatchdogFencing" => match watchdog_wait(note) {
+            Some((until, why)) => {
+                marks = vec![Mark {
+                    at: until,
+                    offset: Duration::ZERO,
+                }];
+                format!("mark written: the machine is certainly reset (or off) by {{@0}}: {why}")
+            }
+            None => truncate(note, 110),
+        },
+        "ResetByWatchdog" => match note.split_once("not read Off: ") {
+            Some((_, proof)) => format!(
+                "proven reset by its own watchdog, not read Off: {}",
+                proof
+                    .replace(" after it;", ";")
+                    .replace(", so none of its peers", ": none of its peers")
+            ),
+            None => truncate(note, 110),
+        },
         "PodsForceDeleted" => {
             let pods = note
                 .split(": ")
@@ -356,7 +389,7 @@ pub fn nodefence_step(
                 .map_or(note, |(why, _)| why);
             format!(
                 "power state unreadable ({}): nothing is released",
-                truncate(&plain_error(why), 60)
+                truncate(&plain_error(why), 90)
             )
         }
         "FenceBlocked" if note.starts_with("the power state is ") => {
@@ -377,6 +410,15 @@ pub fn nodefence_step(
             .warning(warning)
             .marks(marks),
     )
+}
+
+/// The moment and the arithmetic of a note saying "... proven reset by its watchdog
+/// no sooner than <RFC 3339> (<the wait> after the mark)".
+fn watchdog_wait(note: &str) -> Option<(SystemTime, String)> {
+    let (_, rest) = note.split_once("no sooner than ")?;
+    let (time, why) = rest.split_once(" (")?;
+    let until = humantime::parse_rfc3339_weak(time).ok()?;
+    Some((until, why.strip_suffix(')').unwrap_or(why).to_string()))
 }
 
 /// The request named in a note saying "... NodeFenceRemediation ns/name asks for it
@@ -538,6 +580,73 @@ mod tests {
             step.text.ends_with("sends ForceOff (attempt 2)"),
             "{}",
             step.text
+        );
+    }
+
+    #[test]
+    fn the_watchdog_level_reads_plainly_with_its_arithmetic() {
+        let event = |reason: &str, note: &str| json!({"reason": reason, "type": "Normal", "regarding": {"name": "worker-1"}, "note": note});
+        let t0 = crate::clock::now();
+        let step = |reason: &str, note: &str| {
+            nodefence_step(&event(reason, note), t0, &wording(), None).unwrap()
+        };
+        let silent = step(
+            "NodeSuspect",
+            "its companion stopped beating (last sign of life 2025-01-01T00:00:00Z); checking the machine's power through its out-of-band controller",
+        );
+        assert_eq!(
+            silent.text,
+            "its companion fell silent (no beat for 2s): suspect; asks the BMC for the power state"
+        );
+        let lease = step(
+            "NodeSuspect",
+            "its kubelet stopped renewing its Lease (last sign of life ...)",
+        );
+        assert!(
+            lease.text.starts_with("Lease not renewed for 25s"),
+            "{}",
+            lease.text
+        );
+        let marking = step(
+            "WatchdogFencing",
+            "no power method of the machine can be read: marking the node for fencing by its own hardware watchdog (its companion stops feeding it)",
+        );
+        assert!(
+            marking
+                .text
+                .starts_with("no power method can be read: marks the node")
+        );
+        let wait = crate::watchdog::timing::Timing::default().wait(Duration::from_secs(10));
+        let until = t0 + Duration::from_millis(15_300);
+        let waiting = step(
+            "WatchdogFencing",
+            &format!(
+                "the node is marked for fencing; its machine is proven reset by its watchdog no sooner than {} ({wait} after the mark)",
+                humantime::format_rfc3339_millis(until)
+            ),
+        );
+        assert_eq!(
+            waiting.text_since(t0, 1.0),
+            "mark written: the machine is certainly reset (or off) by +15.3s: isolation 2s + watchdog 10s + drift margin 242.5ms (1.0 %) + allowance 500ms = 12.7425s after the mark"
+        );
+        let reset = step(
+            "ResetByWatchdog",
+            &format!(
+                "the machine was reset by its hardware watchdog (hardware watchdog, 10s granted), not read Off: the mark was 12.8s ago, at least {wait} after it; 2 of 3 companions heard throughout, so none of its peers could have kept it fed"
+            ),
+        );
+        assert_eq!(
+            reset.text,
+            "proven reset by its own watchdog, not read Off: the mark was 12.8s ago, at least isolation 2s + watchdog 10s + drift margin 242.5ms (1.0 %) + allowance 500ms = 12.7425s; 2 of 3 companions heard throughout: none of its peers could have kept it fed"
+        );
+        let released = step(
+            "Released",
+            "out-of-service taint added: ...; this release rests on its hardware watchdog, not on an Off reading: the machine was reset ...",
+        );
+        assert!(
+            released
+                .text
+                .contains("on the watchdog's proof (not an Off reading)")
         );
     }
 

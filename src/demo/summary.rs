@@ -23,6 +23,9 @@ fn short_outcome(o: &Outcome) -> String {
         Scenario::Nhc => "ok: requested, forced off, released, Succeeded".to_string(),
         Scenario::VspherePowerLoss => "ok: VM poweredOff confirmed, released".to_string(),
         Scenario::VsphereNetworkCut => "ok: PowerOffVM_Task, released".to_string(),
+        Scenario::RackPower => {
+            "ok: held without the watchdog level, released on the watchdog with it".to_string()
+        }
     }
 }
 
@@ -120,6 +123,9 @@ struct JsonOutcome<'a> {
     /// Whether the out-of-service taint was still on the node at the end (`nhc`).
     #[serde(skip_serializing_if = "Option::is_none")]
     taint_left: Option<bool>,
+    /// What the watchdog level did (`rack-power`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    watchdog: Option<JsonWatchdog>,
     /// The scenario's story, in time order (what the benches chart).
     steps: Vec<JsonStep<'a>>,
 }
@@ -134,6 +140,23 @@ struct JsonStep<'a> {
     text: &'a str,
 }
 
+/// `rack-power`'s two acts, each timed from its own power loss.
+#[derive(Serialize)]
+struct JsonWatchdog {
+    /// Act 1, without the watchdog level: nodefence said it cannot read the machine.
+    unreadable_after_s: Option<f64>,
+    /// Act 1: nothing released for this long.
+    held_s: Option<f64>,
+    /// Act 2: suspect (its companion silent).
+    suspect_after_s: Option<f64>,
+    /// Act 2: the fencing mark stored.
+    marked_after_s: Option<f64>,
+    /// Act 2: the wait the Events stated, after the mark.
+    stated_wait_s: f64,
+    /// Act 2: from the mark stored to the out-of-service taint stored.
+    mark_to_release_s: Option<f64>,
+}
+
 #[derive(Serialize)]
 struct JsonRequest<'a> {
     /// `namespace/name`.
@@ -146,6 +169,12 @@ struct JsonRequest<'a> {
     deleted_after_s: Option<f64>,
     /// When it was gone (nodefence's finalizer removed).
     gone_after_s: Option<f64>,
+}
+
+/// Seconds to the 0.1 ms, rounded up.
+fn tenths_of_ms(d: Duration) -> f64 {
+    let tenths = u64::try_from(d.as_nanos().div_ceil(100_000)).unwrap_or(u64::MAX);
+    tenths as f64 / 10_000.0
 }
 
 /// The summary as pretty JSON.
@@ -179,6 +208,17 @@ pub fn json(outcomes: &[Outcome], speed: f64, demo: Duration) -> String {
                     gone_after_s: secs(r.gone_after),
                 }),
                 taint_left: o.taint_left,
+                watchdog: o.watchdog.as_ref().map(|w| JsonWatchdog {
+                    unreadable_after_s: secs(w.unreadable_after),
+                    held_s: secs(Some(w.held_for)),
+                    suspect_after_s: secs(w.suspect_after),
+                    marked_after_s: secs(w.marked_after),
+                    // To the 0.1 ms, rounded up, as the Events state it (12.7425 s).
+                    stated_wait_s: tenths_of_ms(w.stated_wait),
+                    mark_to_release_s: w
+                        .mark_to_release
+                        .map(|d| (d.as_secs_f64() * 1000.0).round() / 1000.0),
+                }),
                 steps: o
                     .steps
                     .iter()
@@ -212,6 +252,7 @@ mod tests {
             power_commands: vec![("worker-2".into(), "ForceOff".into())],
             request: None,
             taint_left: None,
+            watchdog: None,
             steps: vec![crate::demo::scenarios::StepRecord {
                 after: Duration::from_millis(71_960),
                 node: "worker-2".into(),
@@ -252,6 +293,22 @@ mod tests {
             j["scenarios"][0].get("request").is_none(),
             "no request field where there was none"
         );
+        assert!(j["scenarios"][0].get("watchdog").is_none());
+        let mut rack = outcome(true);
+        rack.scenario = Scenario::RackPower;
+        rack.watchdog = Some(crate::demo::scenarios::WatchdogOutcome {
+            stated_wait: crate::watchdog::timing::Timing::default()
+                .wait(Duration::from_secs(10))
+                .total(),
+            mark_to_release: Some(Duration::from_millis(12_801)),
+            ..Default::default()
+        });
+        let j: serde_json::Value =
+            serde_json::from_str(&json(&[rack], 1.0, Duration::from_secs(60))).unwrap();
+        let w = &j["scenarios"][0]["watchdog"];
+        assert_eq!(w["stated_wait_s"], 12.7425);
+        assert_eq!(w["mark_to_release_s"], 12.801);
+        assert_eq!(w["marked_after_s"], serde_json::Value::Null);
         let mut nhc = outcome(true);
         nhc.scenario = Scenario::Nhc;
         nhc.taint_left = Some(false);

@@ -39,6 +39,8 @@ pub enum Actor {
     Vcenter,
     /// The NodeHealthCheck operator (its stand-in).
     Nhc,
+    /// A machine's hardware watchdog (simulated, `rack-power`).
+    Watchdog,
 }
 
 impl Actor {
@@ -51,6 +53,7 @@ impl Actor {
             Actor::Bmc => "BMC",
             Actor::Vcenter => "vCenter",
             Actor::Nhc => "NHC",
+            Actor::Watchdog => "watchdog",
         }
     }
 
@@ -61,7 +64,7 @@ impl Actor {
             Actor::ControlPlane => style.blue(text),
             Actor::Nodefence => style.cyan(text),
             Actor::Bmc | Actor::Vcenter => style.magenta(text),
-            Actor::Nhc => style.yellow(text),
+            Actor::Nhc | Actor::Watchdog => style.yellow(text),
         }
     }
 }
@@ -82,6 +85,9 @@ pub enum Fact {
     Power(MockPower),
     /// Something the person running the demo did.
     You,
+    /// A machine's hardware watchdog ran out: it reset the machine (`fired`), or it
+    /// could not, unpowered with the machine.
+    Watchdog { fired: bool },
     /// A `NodeFenceRemediation` (`name` is `namespace/name`) was created, its
     /// conditions changed, or it was deleted.
     Request { name: String, change: RequestChange },
@@ -99,6 +105,8 @@ impl Fact {
             Fact::Reset { reset_type } => reset_type.clone(),
             Fact::Power(state) => format!("Power{state:?}"),
             Fact::You => "You".to_string(),
+            Fact::Watchdog { fired: true } => "WatchdogFired".to_string(),
+            Fact::Watchdog { fired: false } => "WatchdogUnpowered".to_string(),
             Fact::Request { change, .. } => match change {
                 RequestChange::Created => "RequestCreated",
                 RequestChange::Conditions(_) => "RequestConditions",

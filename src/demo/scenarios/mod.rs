@@ -16,11 +16,16 @@
 //! `vsphere-power-loss` and `vsphere-network-cut` play on a world of their own, whose
 //! workers are VMs on a mock vCenter ([`Workers::Vms`]); they are not part of `all`
 //! (the other scenarios' BMC is Redfish) and run alone or together (`vsphere`).
+//!
+//! `rack-power` runs alone too, at real time ([`Scenario::real_time`]): the watchdog
+//! level's timing (the companions' heartbeat, `isolation_timeout`, the watchdog's own
+//! timeout) is not scaled by `--speed`, so neither is its world.
 
 mod bmc_down;
 mod network_cut;
 pub mod nhc;
 mod power_loss;
+mod rack_power;
 mod recovery;
 mod vsphere;
 
@@ -49,6 +54,10 @@ pub enum Scenario {
     VspherePowerLoss,
     /// A network cut of a worker that is a VM on vCenter: PowerOffVM_Task.
     VsphereNetworkCut,
+    /// A machine loses power with its BMC: nothing released without the watchdog
+    /// level, released on its hardware watchdog with it (not in [`Scenario::ALL`];
+    /// real time).
+    RackPower,
 }
 
 impl Scenario {
@@ -73,6 +82,7 @@ impl Scenario {
             Scenario::Nhc => "nhc",
             Scenario::VspherePowerLoss => "vsphere-power-loss",
             Scenario::VsphereNetworkCut => "vsphere-network-cut",
+            Scenario::RackPower => "rack-power",
         }
     }
 
@@ -85,7 +95,14 @@ impl Scenario {
             Scenario::Nhc => "NodeHealthCheck asks, nodefence proves",
             Scenario::VspherePowerLoss => "a VM's host loses power (vSphere)",
             Scenario::VsphereNetworkCut => "a VM cut off but poweredOn (vSphere)",
+            Scenario::RackPower => "a machine loses power with its BMC (the watchdog level)",
         }
+    }
+
+    /// Whether it plays at real time, whatever `--speed` says: the watchdog level's
+    /// timing is not scaled.
+    pub fn real_time(self) -> bool {
+        self == Scenario::RackPower
     }
 
     /// What the workers' machines are in the world it plays in.
@@ -123,8 +140,29 @@ pub struct Outcome {
     pub request: Option<RequestOutcome>,
     /// Whether the node still carried the out-of-service taint at the end (`nhc`).
     pub taint_left: Option<bool>,
-    /// The scenario's story, from its first action on.
+    /// What the watchdog level did (`rack-power`).
+    pub watchdog: Option<WatchdogOutcome>,
+    /// The scenario's story, from its first action on (each act's from its own first
+    /// action, one after the other).
     pub steps: Vec<StepRecord>,
+}
+
+/// What `rack-power` showed, act by act. Durations are cluster time (here real time)
+/// since each act's power loss.
+#[derive(Debug, Clone, Default)]
+pub struct WatchdogOutcome {
+    /// Act 1 (no watchdog level): when nodefence said it could not read the machine.
+    pub unreadable_after: Option<Duration>,
+    /// Act 1: how long nothing was released before the act ended.
+    pub held_for: Duration,
+    /// Act 2: when the node turned suspect (its companion silent).
+    pub suspect_after: Option<Duration>,
+    /// Act 2: when the API server stored the fencing mark.
+    pub marked_after: Option<Duration>,
+    /// Act 2: the wait the Events stated (isolation + watchdog + drift + allowance).
+    pub stated_wait: Duration,
+    /// Act 2: from the mark stored to the taint stored.
+    pub mark_to_release: Option<Duration>,
 }
 
 /// One step of a scenario's story, as the JSON summary lists it.
@@ -381,6 +419,7 @@ pub async fn run(
         power_commands: Vec::new(),
         request: None,
         taint_left: None,
+        watchdog: None,
         steps: Vec::new(),
     };
     let result = match switch_profile(ctx, scenario).await {
@@ -393,18 +432,10 @@ pub async fn run(
             Scenario::Nhc => nhc::run(ctx, &mut out, carry).await,
             Scenario::VspherePowerLoss => vsphere::power_loss(ctx, &mut out, carry).await,
             Scenario::VsphereNetworkCut => vsphere::network_cut(ctx, &mut out, carry).await,
+            Scenario::RackPower => rack_power::run(ctx, &mut out, carry).await,
         },
     };
-    // Let the last steps arrive before the scene closes.
-    tokio::time::sleep(super::timeline::REORDER_WINDOW + Duration::from_millis(100)).await;
-    ctx.story.end().await;
-    if let Some((t0, steps)) = ctx.story.take_scene() {
-        let speed = ctx.world.speed;
-        out.steps = steps
-            .iter()
-            .map(|s| StepRecord::new(s, t0, speed))
-            .collect();
-    }
+    close_scene(ctx, &mut out).await;
     match result {
         Ok(()) => {
             out.ok = true;
@@ -429,6 +460,18 @@ pub async fn run(
     out
 }
 
+/// Lets the last steps of the scene arrive, ends it, and keeps its steps in `out`
+/// (after those of an earlier scene of the same scenario).
+pub async fn close_scene(ctx: &Ctx<'_>, out: &mut Outcome) {
+    tokio::time::sleep(super::timeline::REORDER_WINDOW + Duration::from_millis(100)).await;
+    ctx.story.end().await;
+    if let Some((t0, steps)) = ctx.story.take_scene() {
+        let speed = ctx.world.speed;
+        out.steps
+            .extend(steps.iter().map(|s| StepRecord::new(s, t0, speed)));
+    }
+}
+
 /// Restarts nodefence with the configuration `scenario` needs, from a whole cluster,
 /// when it runs with another one.
 async fn switch_profile(ctx: &Ctx<'_>, scenario: Scenario) -> Result<(), String> {
@@ -444,6 +487,9 @@ async fn switch_profile(ctx: &Ctx<'_>, scenario: Scenario) -> Result<(), String>
 /// out-of-service taint left (nodefence removes its own), db-0 Running.
 pub async fn make_whole(ctx: &Ctx<'_>) -> Result<(), String> {
     let world = ctx.world;
+    let tainted = super::cluster::WORKERS
+        .iter()
+        .any(|w| world.out_of_service(w));
     world.bmc_hangs(false);
     let mut done = Vec::new();
     for w in super::cluster::WORKERS {
@@ -468,8 +514,13 @@ pub async fn make_whole(ctx: &Ctx<'_>) -> Result<(), String> {
     )
     .await?;
     ctx.setup_note(&format!(
-        "{}: Ready again, and nodefence removed its taint ({} cluster time)",
+        "{}: Ready again{} ({} cluster time)",
         done.join(", "),
+        if tainted {
+            ", and nodefence removed its taint"
+        } else {
+            ""
+        },
         secs(started.elapsed().mul_f64(world.speed))
     ));
     Ok(())
