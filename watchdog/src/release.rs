@@ -163,7 +163,7 @@ impl fmt::Display for Proof {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "reset by its hardware watchdog ({}, {}s granted), not read Off: {} was {:.1}s \
+            "reset by its hardware watchdog ({}, {}s granted), not read Off: {} was {:.4}s \
              ago, at least {} after it; {} of {} companions heard throughout, so none of its \
              peers could have kept it fed",
             self.armed.device,
