@@ -100,6 +100,21 @@ impl Stored {
     }
 }
 
+/// The state ConfigMap, empty, as nodefence creates it.
+fn state_config_map() -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(STATE_CONFIGMAP.into()),
+            labels: Some(BTreeMap::from([(
+                "app.kubernetes.io/name".into(),
+                "nodefence".into(),
+            )])),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
 /// Reads and writes the records of one cluster.
 #[derive(Clone)]
 pub struct RecordStore {
@@ -108,6 +123,34 @@ pub struct RecordStore {
 }
 
 impl RecordStore {
+    /// Merges `patch` into the state ConfigMap; when it does not exist, creates it as
+    /// `created` (`None`: nothing to do), or merges into the one another write created
+    /// meanwhile.
+    async fn patch_or_create(
+        &self,
+        patch: &serde_json::Value,
+        created: Option<ConfigMap>,
+    ) -> Result<(), RecordError> {
+        let (params, merge) = (PatchParams::default(), Patch::Merge(patch));
+        match self.api.patch(STATE_CONFIGMAP, &params, &merge).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                let Some(cm) = created else {
+                    return Ok(());
+                };
+                match self.api.create(&PostParams::default(), &cm).await {
+                    Ok(_) => Ok(()),
+                    Err(kube::Error::Api(e)) if e.code == 409 => {
+                        self.api.patch(STATE_CONFIGMAP, &params, &merge).await?;
+                        Ok(())
+                    }
+                    Err(e) => Err(e.into()),
+                }
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
     pub fn new(client: Client, namespace: &str, leadership: Leadership) -> Self {
         Self {
             api: Api::namespaced(client, namespace),
@@ -153,49 +196,14 @@ impl RecordStore {
         let json = serde_json::to_vec(report).unwrap_or_default();
         let encoded = base64::engine::general_purpose::STANDARD.encode(&json);
         let patch = json!({ "binaryData": { crate::heartbeat::report::KEY: encoded } });
-        match self
-            .api
-            .patch(
-                STATE_CONFIGMAP,
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(e)) if e.code == 404 => {
-                let cm = ConfigMap {
-                    metadata: ObjectMeta {
-                        name: Some(STATE_CONFIGMAP.into()),
-                        labels: Some(BTreeMap::from([(
-                            "app.kubernetes.io/name".into(),
-                            "nodefence".into(),
-                        )])),
-                        ..Default::default()
-                    },
-                    binary_data: Some(BTreeMap::from([(
-                        crate::heartbeat::report::KEY.to_string(),
-                        k8s_openapi::ByteString(json),
-                    )])),
-                    ..Default::default()
-                };
-                match self.api.create(&PostParams::default(), &cm).await {
-                    Ok(_) => Ok(()),
-                    Err(kube::Error::Api(e)) if e.code == 409 => {
-                        self.api
-                            .patch(
-                                STATE_CONFIGMAP,
-                                &PatchParams::default(),
-                                &Patch::Merge(&patch),
-                            )
-                            .await?;
-                        Ok(())
-                    }
-                    Err(e) => Err(e.into()),
-                }
-            }
-            Err(e) => Err(e.into()),
-        }
+        let created = ConfigMap {
+            binary_data: Some(BTreeMap::from([(
+                crate::heartbeat::report::KEY.to_string(),
+                k8s_openapi::ByteString(json),
+            )])),
+            ..state_config_map()
+        };
+        self.patch_or_create(&patch, Some(created)).await
     }
 
     /// The companions' table as the leader last published it (`None`: never).
@@ -224,53 +232,15 @@ impl RecordStore {
             None => serde_json::Value::Null,
         };
         let patch = json!({ "data": { node: value } });
-        match self
-            .api
-            .patch(
-                STATE_CONFIGMAP,
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(e)) if e.code == 404 => {
-                let Some(r) = record else {
-                    return Ok(());
-                };
-                let cm = ConfigMap {
-                    metadata: ObjectMeta {
-                        name: Some(STATE_CONFIGMAP.into()),
-                        labels: Some(BTreeMap::from([(
-                            "app.kubernetes.io/name".into(),
-                            "nodefence".into(),
-                        )])),
-                        ..Default::default()
-                    },
-                    data: Some(BTreeMap::from([(
-                        node.to_string(),
-                        serde_json::to_string(&Stored::from_record(r)).unwrap_or_default(),
-                    )])),
-                    ..Default::default()
-                };
-                match self.api.create(&PostParams::default(), &cm).await {
-                    Ok(_) => Ok(()),
-                    // Created meanwhile by another write: merge into it.
-                    Err(kube::Error::Api(e)) if e.code == 409 => {
-                        self.api
-                            .patch(
-                                STATE_CONFIGMAP,
-                                &PatchParams::default(),
-                                &Patch::Merge(&patch),
-                            )
-                            .await?;
-                        Ok(())
-                    }
-                    Err(e) => Err(e.into()),
-                }
-            }
-            Err(e) => Err(e.into()),
-        }
+        // Nothing to remove from a ConfigMap that does not exist.
+        let created = record.map(|r| ConfigMap {
+            data: Some(BTreeMap::from([(
+                node.to_string(),
+                serde_json::to_string(&Stored::from_record(r)).unwrap_or_default(),
+            )])),
+            ..state_config_map()
+        });
+        self.patch_or_create(&patch, created).await
     }
 }
 
