@@ -16,6 +16,16 @@ impl XorShift {
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
+    /// `len` BMC answers drawn from `states`.
+    fn script(
+        &mut self,
+        states: &[Result<PowerState, ()>],
+        len: usize,
+    ) -> VecDeque<Result<PowerState, ()>> {
+        (0..len)
+            .map(|_| states[self.below(states.len() as u64) as usize].clone())
+            .collect()
+    }
 }
 
 #[test]
@@ -37,9 +47,7 @@ fn random_fault_schedules_never_release_without_proof() {
         });
         let nodes = ["a", "b", "c", "d"];
         for n in nodes {
-            let script: VecDeque<_> = (0..200)
-                .map(|_| states[rng.below(5) as usize].clone())
-                .collect();
+            let script = rng.script(&states, 200);
             h.add(n, Bmc::Script(script));
         }
         for _ in 0..120 {
@@ -52,9 +60,7 @@ fn random_fault_schedules_never_release_without_proof() {
                     h.set_facts(n, |f| f.lease_renewed = Some(now));
                 }
                 3 => {
-                    let script: VecDeque<_> = (0..50)
-                        .map(|_| states[rng.below(5) as usize].clone())
-                        .collect();
+                    let script = rng.script(&states, 50);
                     h.bmc.insert(n.into(), Bmc::Script(script));
                 }
                 _ => {}
@@ -92,9 +98,7 @@ fn random_schedules_with_the_watchdog_level_never_release_without_proof() {
         h.watchdog_wait = Duration::from_millis(1_000 + rng.below(20_000));
         let nodes = ["a", "b", "c", "d"];
         for n in nodes {
-            let script: VecDeque<_> = (0..200)
-                .map(|_| states[rng.below(5) as usize].clone())
-                .collect();
+            let script = rng.script(&states, 200);
             h.add(n, Bmc::Script(script));
             if rng.below(3) > 0 {
                 h.armed.insert(n.into());
@@ -110,9 +114,7 @@ fn random_schedules_with_the_watchdog_level_never_release_without_proof() {
                     h.set_facts(n, |f| f.lease_renewed = Some(now));
                 }
                 3 => {
-                    let script: VecDeque<_> = (0..50)
-                        .map(|_| states[rng.below(5) as usize].clone())
-                        .collect();
+                    let script = rng.script(&states, 50);
                     h.bmc.insert(n.into(), Bmc::Script(script));
                 }
                 4 => {

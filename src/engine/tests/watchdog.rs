@@ -19,6 +19,15 @@ fn silence(last_beat: SystemTime) -> CompanionSilence {
     }
 }
 
+/// The machine and its BMC lose power together: its kubelet and companion fall
+/// silent, every power reading fails.
+fn dies_with_its_bmc(h: &mut Harness, node: &str) {
+    let lost = h.now;
+    h.alive.remove(node);
+    h.bmc.insert(node.into(), Bmc::Error);
+    h.set_facts(node, |f| f.companion_silent = Some(silence(lost)));
+}
+
 fn marks(h: &Harness, node: &str) -> usize {
     h.count(|a| matches!(a, Action::MarkForFencing { node: n } if n == node))
 }
@@ -39,10 +48,7 @@ fn a_machine_dead_with_its_bmc_is_released_on_its_watchdog() {
     h.add("w1", Bmc::State(PowerState::On));
     h.add("w2", Bmc::State(PowerState::On));
     h.armed.insert("w1".into());
-    let lost = h.now;
-    h.alive.remove("w1");
-    h.bmc.insert("w1".into(), Bmc::Error);
-    h.set_facts("w1", |f| f.companion_silent = Some(silence(lost)));
+    dies_with_its_bmc(&mut h, "w1");
     assert_eq!(marks(&h, "w1"), 1, "marked at the first failed reading");
     let marked = h.marks["w1"];
     h.advance(secs(30));
@@ -89,10 +95,7 @@ fn without_the_opt_in_nothing_is_marked_or_released() {
     let mut h = Harness::new(Policy::default());
     h.add("w1", Bmc::State(PowerState::On));
     h.armed.insert("w1".into());
-    let lost = h.now;
-    h.alive.remove("w1");
-    h.bmc.insert("w1".into(), Bmc::Error);
-    h.set_facts("w1", |f| f.companion_silent = Some(silence(lost)));
+    dies_with_its_bmc(&mut h, "w1");
     h.advance(secs(120));
     assert_eq!(marks(&h, "w1"), 0);
     assert!(!h.released("w1"));
@@ -105,10 +108,7 @@ fn without_the_opt_in_nothing_is_marked_or_released() {
 fn no_armed_watchdog_no_mark_and_no_release() {
     let mut h = Harness::new(watchdog_policy());
     h.add("w1", Bmc::State(PowerState::On));
-    let lost = h.now;
-    h.alive.remove("w1");
-    h.bmc.insert("w1".into(), Bmc::Error);
-    h.set_facts("w1", |f| f.companion_silent = Some(silence(lost)));
+    dies_with_its_bmc(&mut h, "w1");
     h.advance(secs(120));
     assert!(h.marks.is_empty());
     assert!(marks(&h, "w1") >= 2, "tried again");
@@ -195,10 +195,7 @@ fn storm_and_pause_hold_the_mark() {
     }
     h.advance(secs(10));
     assert!(h.engine.storm_active());
-    let lost = h.now;
-    h.alive.remove("w1");
-    h.bmc.insert("w1".into(), Bmc::Error);
-    h.set_facts("w1", |f| f.companion_silent = Some(silence(lost)));
+    dies_with_its_bmc(&mut h, "w1");
     h.advance(secs(60));
     assert_eq!(marks(&h, "w1"), 0, "a storm holds the mark");
 
@@ -209,10 +206,7 @@ fn storm_and_pause_hold_the_mark() {
     let now = h.now;
     let a = h.engine.set_paused(true, now);
     h.run(a);
-    let lost = h.now;
-    h.alive.remove("w1");
-    h.bmc.insert("w1".into(), Bmc::Error);
-    h.set_facts("w1", |f| f.companion_silent = Some(silence(lost)));
+    dies_with_its_bmc(&mut h, "w1");
     h.advance(secs(60));
     assert_eq!(marks(&h, "w1"), 0);
     let now = h.now;
@@ -231,10 +225,7 @@ fn a_refused_watchdog_release_checks_again() {
     h.add("w1", Bmc::State(PowerState::On));
     h.add("w2", Bmc::State(PowerState::On));
     h.armed.insert("w1".into());
-    let lost = h.now;
-    h.alive.remove("w1");
-    h.bmc.insert("w1".into(), Bmc::Error);
-    h.set_facts("w1", |f| f.companion_silent = Some(silence(lost)));
+    dies_with_its_bmc(&mut h, "w1");
     h.refuse_releases
         .push("Node w1 no longer carries its fencing mark".into());
     h.advance(secs(14));
