@@ -166,6 +166,7 @@ impl World {
                 client: client_from(&kube.kubeconfig_yaml_for(API_TOKEN)).await,
                 boot_id: BOOT.into(),
             }),
+            peers: None,
         };
         let status = Arc::new(Mutex::new(Status::default()));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -105,6 +105,7 @@ impl Companion {
             ))),
             replicas: None,
             api: None,
+            peers: None,
         };
         let status = Arc::new(Mutex::new(Status::default()));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -80,7 +80,9 @@ fn the_companion_component_renders_and_both_sides_agree() {
     let set: DaemonSet = one(&docs, "DaemonSet", "nodefence-companion");
     let namespace = set.metadata.namespace.clone().unwrap();
     assert_eq!(Some(namespace.clone()), deployment.metadata.namespace);
-    let spec = set.spec.unwrap().template.spec.unwrap();
+    let set_spec = set.spec.unwrap();
+    let companion_labels = set_spec.selector.match_labels.clone();
+    let spec = set_spec.template.spec.unwrap();
     assert_eq!(
         spec.service_account_name.as_deref(),
         Some(run.companion_service_account.as_str()),
@@ -103,9 +105,49 @@ fn the_companion_component_renders_and_both_sides_agree() {
         panic!("the DaemonSet runs `companion`")
     };
     assert_eq!(
-        args.watchdog_device, None,
-        "no watchdog armed while the peers' answers do not count (a control-plane outage would reset the fleet)"
+        args.watchdog_device.as_deref(),
+        Some(std::path::Path::new("/dev/watchdog")),
+        "the node's hardware watchdog"
     );
+    assert!(!args.allow_softdog, "softdog refused");
+    // The peers: a headless Service of every companion, on the port they hear on.
+    match &args.peers {
+        Some(nodefence::companion::peers::PeerSource::Name { host, port }) => {
+            assert_eq!(
+                host.as_str(),
+                format!("nodefence-companion-peers.{namespace}.svc")
+            );
+            assert_eq!(*port, args.peer_listen.port());
+        }
+        other => panic!("--peers names the peers' Service: {other:?}"),
+    }
+    let peers: Service = one(&docs, "Service", "nodefence-companion-peers");
+    let peers = peers.spec.unwrap();
+    assert_eq!(peers.cluster_ip.as_deref(), Some("None"));
+    assert_eq!(peers.publish_not_ready_addresses, Some(true));
+    assert_eq!(peers.selector, companion_labels);
+    let port = &peers.ports.unwrap()[0];
+    assert_eq!(
+        (port.port, port.protocol.as_deref()),
+        (i32::from(args.peer_listen.port()), Some("UDP"))
+    );
+    let named = spec.containers[0]
+        .ports
+        .iter()
+        .flatten()
+        .find(|p| p.name.as_deref() == Some("peers"))
+        .expect("the companion's peers port");
+    assert_eq!(
+        (named.container_port, named.protocol.as_deref()),
+        (i32::from(args.peer_listen.port()), Some("UDP"))
+    );
+    let only_companions: NetworkPolicy = one(&docs, "NetworkPolicy", "nodefence-companion");
+    let rules = only_companions.spec.unwrap().ingress.unwrap();
+    assert_eq!(rules.len(), 1);
+    assert!(rules[0].from.iter().flatten().all(|f| {
+        f.namespace_selector.is_none()
+            && f.pod_selector.as_ref().and_then(|s| s.match_labels.clone()) == companion_labels
+    }));
     assert_eq!(args.kubeconfig, None, "in-cluster: the mounted token");
     assert_eq!(
         args.boot_id_file,
@@ -292,6 +334,8 @@ async fn kubectl_applies_the_base_with_the_companion_component() {
         "clusterrole.rbac.authorization.k8s.io/nodefence-companion created",
         "clusterrolebinding.rbac.authorization.k8s.io/nodefence-companion created",
         "service/nodefence-companions created",
+        "service/nodefence-companion-peers created",
+        "networkpolicy.networking.k8s.io/nodefence-companion created",
         "deployment.apps/nodefence created",
         "networkpolicy.networking.k8s.io/nodefence created",
     ] {

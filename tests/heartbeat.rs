@@ -103,6 +103,7 @@ fn options(
         watchdog: WatchdogChoice::Given(Box::new(dog)),
         replicas: None,
         api: None,
+        peers: None,
     }
 }
 

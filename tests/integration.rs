@@ -21,6 +21,7 @@ mod aws_driver;
 mod aws_fencing;
 mod cli;
 mod companion_api;
+mod companion_peers;
 mod companion_run;
 mod config_examples;
 mod deploy_companion;

@@ -30,11 +30,8 @@ pub struct CompanionArgs {
     )]
     pub token_file: PathBuf,
     /// Arm this hardware watchdog (e.g. /dev/watchdog), once feeding is first allowed.
-    /// Not armed without it: in this version the leader's and the API server's answers
-    /// let the companion feed it (the peers' are not counted yet), so an outage of the
-    /// whole control plane longer than 2 s plus the watchdog's timeout resets the
-    /// machine. Nothing is released on a watchdog yet either: arm one only to try the
-    /// device.
+    /// Without `--peers`, an outage of the whole control plane longer than the
+    /// isolation timeout plus the watchdog's timeout resets the machine.
     #[arg(long, value_name = "PATH")]
     pub watchdog_device: Option<PathBuf>,
     /// The watchdog timeout to ask for (the driver's granted one is what counts).
@@ -50,18 +47,28 @@ pub struct CompanionArgs {
     /// This machine's boot ID: a fencing mark for another boot is void.
     #[arg(long, value_name = "FILE", default_value = crate::companion::api::BOOT_ID_FILE)]
     pub boot_id_file: PathBuf,
+    /// The other companions, asked when neither the leader nor the API server
+    /// answers (the feeding rule's third basis): `host:port` (the headless Service
+    /// nodefence-companion-peers) or `ip:port,ip:port,...`.
+    #[arg(long, value_name = "PEERS")]
+    pub peers: Option<crate::companion::peers::PeerSource>,
+    /// Where this companion hears its peers (UDP).
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:9441")]
+    pub peer_listen: std::net::SocketAddr,
 }
 
 pub async fn run(args: &CompanionArgs) -> u8 {
     let watchdog = match &args.watchdog_device {
         None => WatchdogChoice::None,
         Some(path) => {
-            tracing::warn!(
-                device = %path.display(),
-                "a watchdog to arm: in this version only the leader's and the API server's \
-                 answers feed it, so an outage of the whole control plane longer than 2s plus \
-                 its timeout resets this machine"
-            );
+            if args.peers.is_none() {
+                tracing::warn!(
+                    device = %path.display(),
+                    "a watchdog to arm without --peers: only the leader's and the API server's \
+                     answers feed it, so an outage of the whole control plane longer than 2s \
+                     plus its timeout resets this machine"
+                );
+            }
             WatchdogChoice::Device {
                 path: path.clone(),
                 timeout: args.watchdog_timeout,
@@ -91,6 +98,25 @@ pub async fn run(args: &CompanionArgs) -> u8 {
             return exit::FAILED;
         }
     };
+    let peers = match &args.peers {
+        None => None,
+        Some(source) => {
+            let options = crate::companion::peers::PeerOptions {
+                listen: args.peer_listen,
+                peers: source.clone(),
+            };
+            match crate::companion::peers::bind(&options).await {
+                Ok(socket) => Some((socket, source.clone())),
+                Err(e) => {
+                    eprintln!(
+                        "error: cannot hear the peers on {} (--peer-listen): {e}",
+                        args.peer_listen
+                    );
+                    return exit::FAILED;
+                }
+            }
+        }
+    };
     let options = Options {
         nodefence: args.nodefence.clone(),
         tls: crate::config::TlsSettings {
@@ -102,6 +128,7 @@ pub async fn run(args: &CompanionArgs) -> u8 {
         watchdog,
         replicas: None,
         api: Some(crate::companion::api::ApiAccess { client, boot_id }),
+        peers,
     };
     let status = Arc::new(Mutex::new(Status::default()));
     match companion::run(options, status, super::run::shutdown_signal()).await {

@@ -20,9 +20,12 @@
 //! up: a headless Service lists them all), so a standby's table is current when it
 //! takes over; of their acknowledgements, only the leader's (not a standby's) counts.
 //!
-//! Not yet here (issue 36's next step): the peers' answers, the rule's third basis.
+//! While neither the leader nor the API server answers, it asks its peers ([`peers`],
+//! the rule's third basis): an outage of the whole control plane never resets the
+//! fleet, and a node cut off alone is reset.
 
 pub mod api;
+pub mod peers;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -75,6 +78,10 @@ pub struct Options {
     /// Reading its Node when the leader is silent (the rule's second basis); `None`:
     /// only the leader's answer counts.
     pub api: Option<api::ApiAccess>,
+    /// Asking its peers when neither the leader nor the API server answers (the
+    /// rule's third basis), on this socket (bound at start-up: [`peers::bind`]);
+    /// `None`: the peers' answers never count.
+    pub peers: Option<(tokio::net::UdpSocket, peers::PeerSource)>,
 }
 
 impl WatchdogChoice {
@@ -97,6 +104,11 @@ pub struct Status {
     pub basis: Option<Basis>,
     /// Reads of the Node sent to the API server.
     pub api_reads: u64,
+    /// The peers' addresses last looked up.
+    pub peers_known: usize,
+    /// Rounds of questions to the peers, and answers taken.
+    pub peer_rounds: u64,
+    pub peer_answers: u64,
 }
 
 /// How often the replicas' addresses are looked up again (a rollout moves them).
@@ -120,6 +132,11 @@ struct Shared {
     /// When the latest beat the leader acknowledged without the mark was sent, or,
     /// before any, when the companion began to beat (its clock).
     leader_heard: std::sync::Mutex<Duration>,
+    /// The largest cluster size an acknowledgement carried: a peer majority is
+    /// counted of at least this many.
+    cluster: std::sync::atomic::AtomicU16,
+    /// The peer key each replica gave at its last hello, by its address.
+    peer_keys: std::sync::Mutex<std::collections::BTreeMap<std::net::SocketAddr, Key>>,
 }
 
 impl Shared {
@@ -141,6 +158,32 @@ impl Shared {
 
     fn leader_heard(&self) -> Duration {
         *self.leader_heard.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn cluster(&self) -> u16 {
+        self.cluster.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// An acknowledgement said the cluster has `size` companions' Nodes.
+    fn told_cluster(&self, size: u16) {
+        self.cluster
+            .fetch_max(size, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The peer keys held, each once.
+    fn peer_keys(&self) -> Vec<Key> {
+        let keys = self.peer_keys.lock().unwrap_or_else(|e| e.into_inner());
+        peers::distinct(keys.values().cloned())
+    }
+
+    /// A hello to the replica at `replica` gave this peer key.
+    fn keep_peer_key(&self, replica: std::net::SocketAddr, key: Option<Key>) {
+        if let Some(key) = key {
+            self.peer_keys
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(replica, key);
+        }
     }
 
     /// The leader acknowledged, without the mark, the beat sent at `beat_sent`.
@@ -210,7 +253,10 @@ pub async fn run(
         origin,
         interval: Duration::from_millis(hello.heartbeat_interval_ms.max(50)),
         leader_heard: std::sync::Mutex::new(origin.elapsed()),
+        cluster: std::sync::atomic::AtomicU16::new(0),
+        peer_keys: std::sync::Mutex::new(std::collections::BTreeMap::new()),
     });
+    shared.keep_peer_key(first_addr, peer_key_of(&hello));
     shared.status().node = Some(hello.node.clone());
     tracing::info!(node = %hello.node, "companion beating");
     // Stopped when dropped: at a clean stop, or with this future.
@@ -220,6 +266,14 @@ pub async fn run(
             hello.node.clone(),
             shared.clone(),
             timing.isolation_timeout / 2,
+        )))
+    });
+    let peers_task = options.peers.take().map(|(socket, source)| {
+        AbortOnDropHandle::new(tokio::spawn(peers::follow(
+            socket,
+            source,
+            shared.clone(),
+            timing.isolation_timeout,
         )))
     });
     let options = Arc::new(options);
@@ -270,6 +324,7 @@ pub async fn run(
         }
     }
     drop(api_task);
+    drop(peers_task);
     // A clean stop: tell every replica this watchdog no longer counts, then disarm.
     let _ = stop_tx.send(true);
     for (_, task) in links {
@@ -411,7 +466,10 @@ async fn link(
         let mut s = match session.take() {
             Some(s) => s,
             None => match open_session(&options, &host, addr).await {
-                Ok((_, s)) => s,
+                Ok((hello, s)) => {
+                    shared.keep_peer_key(addr, peer_key_of(&hello));
+                    s
+                }
                 Err(e) => {
                     tracing::warn!(replica = %addr, error = %format!("{e:#}"), "hello failed; trying again in 2s");
                     tokio::select! {
@@ -453,6 +511,7 @@ async fn link(
                     match s.end.acknowledged(&buf[..len], received) {
                         Ok(ack) => {
                             unanswered = 0;
+                            shared.told_cluster(ack.cluster);
                             if ack.leader || ack.marked {
                                 shared.feeding().acknowledged(ack.beat_sent, ack.marked, received);
                             }
@@ -477,6 +536,24 @@ async fn link(
                     return;
                 }
             }
+        }
+    }
+}
+
+/// The peer key a hello gave, if it gave a well-formed one.
+fn peer_key_of(hello: &hello::Session) -> Option<Key> {
+    let encoded = hello.peer_key.as_ref()?;
+    match base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .ok()
+        .and_then(|k| <[u8; 32]>::try_from(k).ok())
+    {
+        Some(k) => Some(Key(k)),
+        None => {
+            tracing::warn!(
+                "the hello's peer key is not 32 bytes of base64: the peers' answers cannot count"
+            );
+            None
         }
     }
 }

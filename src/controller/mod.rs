@@ -142,6 +142,8 @@ struct Observed {
     requests: requests::Requests,
     /// The companions fallen silent, as last followed.
     silent: crate::heartbeat::Silent,
+    /// The Nodes last counted for the companions' peer majority.
+    nodes_counted: usize,
 }
 
 impl Controller {
@@ -607,6 +609,12 @@ impl Controller {
                 seen.nodes_synced = true;
                 out.extend(self.apply_pause(engine, seen));
             }
+        }
+        if let Some(heartbeat) = &self.companions
+            && seen.nodes.len() != seen.nodes_counted
+        {
+            seen.nodes_counted = seen.nodes.len();
+            heartbeat.set_nodes_in_cluster(seen.nodes_counted);
         }
         out
     }

@@ -89,6 +89,7 @@ impl Fleet {
                         .boot_id(node)
                         .with_context(|| format!("{node} reports no boot ID"))?,
                 }),
+                peers: None,
             };
             let status = Arc::new(Mutex::new(Status::default()));
             let (stop, stopped) = oneshot::channel::<()>();

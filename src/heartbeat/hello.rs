@@ -34,6 +34,11 @@ pub struct Session {
     pub heartbeat_port: u16,
     pub heartbeat_interval_ms: u64,
     pub isolation_timeout_ms: u64,
+    /// The key the companions' peer questions and answers are sealed under, base64:
+    /// this replica's, made at its start and given to every companion that says hello
+    /// to it (so to every companion, which all beat to every replica). Never stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_key: Option<String>,
 }
 
 /// Why a token was refused (said to the companion; never the token).

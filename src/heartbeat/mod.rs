@@ -181,6 +181,15 @@ impl Heartbeat {
         })
     }
 
+    /// The cluster's Nodes, as the leader's Node watch counts them: the cluster size
+    /// acknowledgements carry (never less than before), for the peers' majority.
+    pub fn set_nodes_in_cluster(&self, nodes: usize) {
+        self.table
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .set_nodes_in_cluster(nodes);
+    }
+
     /// The watchdog level's release rule for `node`, now
     /// ([`nodefence_watchdog::release::decide`]), with what this replica knows: its
     /// companion's watchdog, the last acknowledgement without the mark this replica
@@ -211,12 +220,20 @@ impl Heartbeat {
                 }),
                 WatchdogState::None | WatchdogState::Stopping => None,
             };
+            let cluster = table.cluster();
+            if usize::from(companion.cluster_known) < cluster {
+                return Verdict::Refuse(format!(
+                    "its companion was last shown a cluster of {} (the cluster is now {cluster}): \
+                     it could count a peer majority of the smaller one",
+                    companion.cluster_known
+                ));
+            }
             let evidence = Evidence {
                 armed,
                 last_ack: companion.last_ack,
                 leading_since,
                 mark_written,
-                cluster: table.companions().count(),
+                cluster,
             };
             let others = table
                 .companions()
@@ -236,6 +253,8 @@ struct HelloState {
     /// Reviews under way (each is a TokenReview): a flood of hellos costs the API
     /// server at most this many at once.
     reviews: Arc<tokio::sync::Semaphore>,
+    /// The companions' peer key this replica gives ([`hello::Session::peer_key`]).
+    peer_key: Key,
 }
 
 /// Starts the listener; it runs until `shutdown` resolves.
@@ -269,6 +288,7 @@ pub async fn start(
         table: heartbeat.table.clone(),
         port: addr.port(),
         reviews: Arc::new(tokio::sync::Semaphore::new(8)),
+        peer_key: Key(random_key()?),
     };
     let routes = axum::Router::new()
         .route(hello::PATH, post(session))
@@ -298,6 +318,14 @@ pub async fn start(
         }
     });
     Ok(heartbeat)
+}
+
+/// 32 random bytes from the system's generator.
+fn random_key() -> std::io::Result<[u8; 32]> {
+    let mut key = [0u8; 32];
+    getrandom::fill(&mut key)
+        .map_err(|e| std::io::Error::other(format!("no randomness for a key: {e}")))?;
+    Ok(key)
 }
 
 async fn session(State(state): State<HelloState>, headers: HeaderMap) -> Response {
@@ -359,6 +387,7 @@ async fn session(State(state): State<HelloState>, headers: HeaderMap) -> Respons
             .unwrap_or(u64::MAX),
         isolation_timeout_ms: u64::try_from(state.settings.timing.isolation_timeout.as_millis())
             .unwrap_or(u64::MAX),
+        peer_key: Some(base64::engine::general_purpose::STANDARD.encode(state.peer_key.0)),
     })
     .into_response()
 }

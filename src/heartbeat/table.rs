@@ -29,6 +29,10 @@ pub struct Companion {
     /// This replica's clock when it last acknowledged a beat without the mark.
     pub last_ack: Option<Duration>,
     pub heard: Heard,
+    /// The largest cluster size this replica can prove the companion was told: the
+    /// one in the latest acknowledgement its beats echo. It counts its peers'
+    /// majority (the feeding rule's third basis) of at least this many.
+    pub cluster_known: u16,
 }
 
 /// Why a datagram got no acknowledgement (counted, never answered).
@@ -76,6 +80,12 @@ pub struct Table {
     nodes: BTreeMap<String, Companion>,
     /// Bumped when the set of nodes with a companion changes.
     membership: u64,
+    /// The cluster's Nodes, as the leader's Node watch last counted them.
+    nodes_in_cluster: u16,
+    /// The cluster size the acknowledgements carried from each time on (this
+    /// replica's clock): never smaller than before, so a peer majority counted by a
+    /// companion on an older size is never smaller than one counted on a newer.
+    cluster_history: Vec<(Duration, u16)>,
     /// Datagrams refused, by [`Dropped::index`].
     refused: [u64; 6],
 }
@@ -87,8 +97,44 @@ impl Table {
             sessions: HashMap::new(),
             nodes: BTreeMap::new(),
             membership: 1,
+            nodes_in_cluster: 0,
+            cluster_history: Vec::new(),
             refused: [0; 6],
         }
+    }
+
+    /// The cluster's Nodes, counted by the leader's Node watch: every companion runs
+    /// on one, so every peer that could answer a companion is counted.
+    pub fn set_nodes_in_cluster(&mut self, nodes: usize) {
+        self.nodes_in_cluster = u16::try_from(nodes).unwrap_or(u16::MAX);
+    }
+
+    /// The cluster size acknowledgements carry from `now` on: the largest of the
+    /// Nodes counted, the companions known, and every size carried before.
+    fn cluster_at_now(&mut self, now: Duration) -> u16 {
+        let known = u16::try_from(self.nodes.len()).unwrap_or(u16::MAX);
+        let last = self.cluster_history.last().map_or(0, |(_, c)| *c);
+        let size = last.max(known).max(self.nodes_in_cluster);
+        if size > last {
+            self.cluster_history.push((now, size));
+        }
+        size
+    }
+
+    /// The cluster size the acknowledgement sent at `sent` carried.
+    fn cluster_sent_at(&self, sent: Duration) -> u16 {
+        let after = self.cluster_history.partition_point(|(t, _)| *t <= sent);
+        after
+            .checked_sub(1)
+            .and_then(|i| self.cluster_history.get(i))
+            .map_or(0, |(_, c)| *c)
+    }
+
+    /// The cluster size the rule counts with now: what acknowledgements carry.
+    pub fn cluster(&self) -> usize {
+        let known = u16::try_from(self.nodes.len()).unwrap_or(u16::MAX);
+        let last = self.cluster_history.last().map_or(0, |(_, c)| *c);
+        usize::from(last.max(known).max(self.nodes_in_cluster))
     }
 
     /// A new session for `node` (replacing its last one).
@@ -108,6 +154,7 @@ impl Table {
             reaching: Reaching::default(),
             last_ack: None,
             heard: Heard::default(),
+            cluster_known: 0,
         });
         entry.session = session;
     }
@@ -140,14 +187,18 @@ impl Table {
             return Err(Dropped::NotABeat);
         }
         let id = wire::session_of(datagram).ok_or(Dropped::NotABeat)?;
-        let cluster = u16::try_from(self.nodes.len()).unwrap_or(u16::MAX);
+        let cluster = self.cluster_at_now(now);
         let membership = self.membership;
         let (node, end) = self.sessions.get_mut(&id).ok_or(Dropped::NoSession)?;
         let beat = end.beat(datagram).map_err(Dropped::Rejected)?;
         let marked = marked(node);
         let ack = end.acknowledge(&beat, leader, marked, now, cluster, membership);
         let node = node.clone();
+        let echoed_cluster = beat.echo.map(|(_, sent)| self.cluster_sent_at(sent));
         if let Some(c) = self.nodes.get_mut(&node) {
+            if let Some(size) = echoed_cluster {
+                c.cluster_known = c.cluster_known.max(size);
+            }
             c.last_beat = Some(now);
             c.beats += 1;
             c.watchdog = beat.watchdog;
@@ -429,5 +480,44 @@ mod tests {
             Err(Dropped::NoSession)
         );
         assert_eq!(t.membership(), 2, "one node joined once");
+    }
+
+    #[test]
+    fn the_cluster_size_never_shrinks_and_what_a_companion_was_told_is_proven_by_its_echo() {
+        let mut t = Table::new(Timing::default());
+        t.open("worker-1", 1, Key([1; 32]));
+        t.open("worker-2", 2, Key([2; 32]));
+        t.set_nodes_in_cluster(3);
+        let mut c = CompanionEnd::new(Key([1; 32]), 1, Duration::from_secs(2));
+        let mut beat = |c: &mut CompanionEnd, t: &mut Table, at: u64| {
+            let (_, ack) = t
+                .beat(
+                    &c.beat(ms(at), Reaching::default(), ARMED),
+                    ms(at),
+                    true,
+                    |_| false,
+                )
+                .unwrap_or_else(|e| panic!("{e:?}"));
+            c.acknowledged(&ack, ms(at))
+                .unwrap_or_else(|e| panic!("{e}"))
+                .cluster
+        };
+        // The Nodes counted, not only the companions known.
+        assert_eq!(beat(&mut c, &mut t, 100), 3);
+        assert_eq!(t.cluster(), 3);
+        let known = |t: &Table| t.companion("worker-1").map(|c| c.cluster_known);
+        assert_eq!(known(&t), Some(0), "no acknowledgement echoed yet");
+        // Two Nodes join: acknowledgements say 5 from now on.
+        t.set_nodes_in_cluster(5);
+        assert_eq!(t.cluster(), 5);
+        // This beat echoes the acknowledgement that said 3: proven told 3, not 5.
+        assert_eq!(beat(&mut c, &mut t, 200), 5);
+        assert_eq!(known(&t), Some(3));
+        // The next echoes the one that said 5.
+        beat(&mut c, &mut t, 300);
+        assert_eq!(known(&t), Some(5));
+        // A Node deleted: the size does not shrink (a companion may still count on 5).
+        t.set_nodes_in_cluster(4);
+        assert_eq!((t.cluster(), beat(&mut c, &mut t, 400)), (5, 5));
     }
 }

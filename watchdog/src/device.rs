@@ -352,6 +352,8 @@ pub struct RecordingWatchdog {
 pub struct Recorded {
     pub feeds: u64,
     pub last_feed: Option<std::time::Instant>,
+    /// The longest time between two feeds (a reset, had it been W or more).
+    pub longest_gap: Duration,
     pub disarmed: bool,
 }
 
@@ -386,8 +388,12 @@ impl Watchdog for RecordingWatchdog {
 
     fn feed(&mut self) -> io::Result<()> {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let now = std::time::Instant::now();
+        if let Some(last) = s.last_feed {
+            s.longest_gap = s.longest_gap.max(now.duration_since(last));
+        }
         s.feeds += 1;
-        s.last_feed = Some(std::time::Instant::now());
+        s.last_feed = Some(now);
         Ok(())
     }
 

@@ -1,0 +1,402 @@
+//! The feeding rule's third basis end to end: three real companions (`companion::run`,
+//! watchdogs in memory) beating to nodefence's real listener, reading their Nodes from
+//! fake-kube with their own token, and asking each other over UDP (`--peers`) when
+//! neither answers. What is asserted is what each watchdog saw:
+//! - the whole control plane out (no leader, no API server): every companion goes on
+//!   feeding, on its peers' answers, without a gap;
+//! - one node cut off alone (the others still read the API server): its peers answer
+//!   "the API server", no majority, and it stops feeding;
+//! - the whole control plane out and one node cut from its peers too: the two that hear
+//!   each other are a majority of three and feed; the third stops;
+//! - a question under a key no replica gave gets no answer.
+//!
+//! Times are bounds, never exact.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum_server::tls_rustls::RustlsConfig;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::PostParams;
+use nodefence::cluster::leader::{Leadership, LeadershipSwitch};
+use nodefence::companion::api::ApiAccess;
+use nodefence::companion::peers::PeerSource;
+use nodefence::companion::{self, Options, Status, WatchdogChoice};
+use nodefence::heartbeat::{self, Heartbeat, Settings, hello};
+use nodefence::tls::CertFingerprint;
+use nodefence::watchdog::device::RecordingWatchdog;
+use nodefence::watchdog::feeding::Basis;
+use nodefence::watchdog::timing::Timing;
+use nodefence::watchdog::wire::{Key, Question};
+use nodefence_mocks::kube::authz::Policy;
+use nodefence_mocks::kube::{BoundToken, FakeKube, FakeKubeHandle};
+use tokio::time::Instant;
+
+const NODES: [&str; 3] = ["worker-1", "worker-2", "worker-3"];
+const COMPANION: &str = "system:serviceaccount:nodefence:nodefence-companion";
+const API_TOKEN: &str = "companion-api-token";
+const BOOT: &str = "5e1f0c2a-this-boot";
+const ISOLATION: Duration = Duration::from_secs(2);
+
+fn certificate() -> &'static (Arc<rustls::ServerConfig>, CertFingerprint) {
+    static CERT: std::sync::OnceLock<(Arc<rustls::ServerConfig>, CertFingerprint)> =
+        std::sync::OnceLock::new();
+    CERT.get_or_init(|| {
+        nodefence::tls::install_crypto_provider();
+        let (config, fingerprint) =
+            nodefence::telemetry::certificate::self_signed(vec!["127.0.0.1".into()]).unwrap();
+        (Arc::new(config), fingerprint)
+    })
+}
+
+async fn client_from(kubeconfig: &str) -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(kubeconfig).unwrap();
+    nodefence::cluster::client(
+        kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+/// fake-kube with the companions' grant, their bound tokens and the three Nodes.
+async fn cluster() -> (FakeKubeHandle, kube::Client) {
+    let rbac = crate::deploy_common::companion_rbac("nodefence");
+    let kube = FakeKube::builder()
+        .identity(
+            API_TOKEN,
+            COMPANION,
+            Policy::for_service_account(&rbac, "nodefence", "nodefence-companion"),
+        )
+        .start()
+        .await
+        .unwrap();
+    for node in NODES {
+        kube.issue_token(BoundToken {
+            token: format!("token-{node}"),
+            user: COMPANION.into(),
+            audiences: vec![hello::AUDIENCE.into()],
+            pod: Some((format!("nodefence-companion-{node}"), format!("pod-{node}"))),
+            node: Some((node.into(), format!("uid-{node}"))),
+        });
+    }
+    let admin = client_from(&kube.kubeconfig_yaml()).await;
+    for node in NODES {
+        kube::Api::<Node>::all(admin.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(serde_json::json!({"metadata": {"name": node}})).unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    (kube, admin)
+}
+
+struct Companion {
+    dog: RecordingWatchdog,
+    status: Arc<Mutex<Status>>,
+    _run: tokio::task::JoinHandle<anyhow::Result<Option<nodefence::watchdog::device::Disarmed>>>,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Companion {
+    fn status(&self) -> Status {
+        self.status.lock().unwrap().clone()
+    }
+
+    fn feeds(&self) -> u64 {
+        self.dog.recorded().feeds
+    }
+}
+
+/// The listener, fake-kube, and three companions beating and asking each other.
+struct World {
+    /// The API server the companions read their Nodes from; node 0's may be its own.
+    kube: Option<FakeKubeHandle>,
+    own_kube: Option<FakeKubeHandle>,
+    switch: LeadershipSwitch,
+    _hb: Heartbeat,
+    companions: Vec<Companion>,
+    peer_addrs: Vec<SocketAddr>,
+    _dir: tempfile::TempDir,
+}
+
+/// How the world starts.
+#[derive(Default)]
+struct Start {
+    /// Node 0 reads its Node from an API server of its own (to cut it off alone).
+    own_api_for_first: bool,
+    /// Node 0 is told a peer address where no one listens (cut from its peers).
+    first_cut_from_peers: bool,
+}
+
+impl World {
+    async fn start(start: Start) -> Self {
+        nodefence::tls::install_crypto_provider();
+        let (kube, admin) = cluster().await;
+        let own = if start.own_api_for_first {
+            Some(cluster().await.0)
+        } else {
+            None
+        };
+        let (switch, leadership) = Leadership::switched(true);
+        let hb = heartbeat::start(
+            Settings {
+                listen: "127.0.0.1:0".parse().unwrap(),
+                companion_user: COMPANION.into(),
+                timing: Timing::default(),
+                heartbeat_interval: Duration::from_millis(100),
+                heartbeat_timeout: Duration::from_millis(500),
+                metrics: None,
+            },
+            admin.clone(),
+            RustlsConfig::from_config(certificate().0.clone()),
+            leadership,
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        // Every companion's peer socket first: each is told the others' addresses.
+        let mut sockets = Vec::new();
+        for _ in NODES {
+            sockets.push(
+                tokio::net::UdpSocket::bind("127.0.0.1:0".parse::<SocketAddr>().unwrap())
+                    .await
+                    .unwrap(),
+            );
+        }
+        let peer_addrs: Vec<SocketAddr> = sockets.iter().map(|s| s.local_addr().unwrap()).collect();
+        // An address no one listens on.
+        let nowhere = {
+            let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            s.local_addr().unwrap()
+        };
+        let mut companions = Vec::new();
+        for (i, (node, socket)) in NODES.iter().zip(sockets).enumerate() {
+            let token = dir.path().join(format!("token-{node}"));
+            std::fs::write(&token, format!("token-{node}\n")).unwrap();
+            let dog = RecordingWatchdog::new("iTCO_wdt", Duration::from_secs(10), false);
+            let api_kube = match (&own, i) {
+                (Some(own), 0) => own,
+                _ => &kube,
+            };
+            // Its own address is among its peers, as a headless Service lists it.
+            let peers = if i == 0 && start.first_cut_from_peers {
+                vec![nowhere]
+            } else {
+                peer_addrs.clone()
+            };
+            let options = Options {
+                nodefence: format!("https://127.0.0.1:{}", hb.addr().port())
+                    .parse()
+                    .unwrap(),
+                tls: nodefence::config::TlsSettings {
+                    fingerprint: Some(certificate().1),
+                    ..Default::default()
+                },
+                token_file: token,
+                watchdog: WatchdogChoice::Given(Box::new(dog.clone())),
+                replicas: None,
+                api: Some(ApiAccess {
+                    client: client_from(&api_kube.kubeconfig_yaml_for(API_TOKEN)).await,
+                    boot_id: BOOT.into(),
+                }),
+                peers: Some((socket, PeerSource::Fixed(peers))),
+            };
+            let status = Arc::new(Mutex::new(Status::default()));
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let run = tokio::spawn(companion::run(options, status.clone(), async move {
+                let _ = stopped.await;
+            }));
+            companions.push(Companion {
+                dog,
+                status,
+                _run: run,
+                _stop: stop,
+            });
+        }
+        let w = Self {
+            kube: Some(kube),
+            own_kube: own,
+            switch,
+            _hb: hb,
+            companions,
+            peer_addrs,
+            _dir: dir,
+        };
+        eventually(
+            "every companion armed and fed on the leader's answer",
+            Duration::from_secs(20),
+            || {
+                w.companions.iter().all(|c| {
+                    let s = c.status();
+                    s.basis == Some(Basis::Leader) && s.armed.is_some() && c.feeds() >= 3
+                })
+            },
+        )
+        .await;
+        w
+    }
+
+    /// Companions `which` are fed without a gap for `window` on `basis`.
+    async fn fed_throughout(&self, which: &[usize], window: Duration, basis: Basis) {
+        let deadline = Instant::now() + window;
+        let mut last: Vec<(u64, Instant)> = which
+            .iter()
+            .map(|i| (self.companions[*i].feeds(), Instant::now()))
+            .collect();
+        while Instant::now() < deadline {
+            for (k, i) in which.iter().enumerate() {
+                let c = &self.companions[*i];
+                let s = c.status();
+                assert!(
+                    s.feeding && s.basis == Some(basis),
+                    "{} fed throughout on {basis:?}: {s:?}",
+                    NODES[*i]
+                );
+                let feeds = c.feeds();
+                if feeds > last[k].0 {
+                    last[k] = (feeds, Instant::now());
+                }
+                assert!(
+                    last[k].1.elapsed() < Duration::from_millis(500),
+                    "{}'s watchdog fed all along",
+                    NODES[*i]
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Companion `i` stops feeding within the isolation timeout and a round, and is
+    /// not fed for `window` after.
+    async fn stops_feeding(&self, i: usize, window: Duration) {
+        let c = &self.companions[i];
+        eventually(
+            &format!("{} no longer fed", NODES[i]),
+            ISOLATION + Duration::from_secs(2),
+            || !c.status().feeding,
+        )
+        .await;
+        let before = c.feeds();
+        let deadline = Instant::now() + window;
+        while Instant::now() < deadline {
+            assert!(!c.status().feeding, "{}: {:?}", NODES[i], c.status());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(c.feeds(), before, "{} not fed", NODES[i]);
+    }
+
+    /// The leader's answers stop (its replica no longer leads), and the API server
+    /// the companions read goes away.
+    async fn control_plane_out(&mut self) {
+        self.switch.set(false);
+        self.kube.take().unwrap().shutdown().await;
+    }
+}
+
+async fn eventually(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Nothing asked of the peers while the leader answers; the whole control plane out:
+/// every companion feeds on its peers' answers, without a gap, and not one is reset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_of_the_whole_control_plane_resets_no_machine() {
+    let mut w = World::start(Start::default()).await;
+    w.fed_throughout(&[0, 1, 2], ISOLATION, Basis::Leader).await;
+    for c in &w.companions {
+        let s = c.status();
+        assert_eq!((s.peer_rounds, s.peers_known), (0, 3), "{s:?}");
+    }
+    w.control_plane_out().await;
+    eventually(
+        "every companion feeding on its peers",
+        ISOLATION * 2,
+        || {
+            w.companions
+                .iter()
+                .all(|c| c.status().basis == Some(Basis::Peers))
+        },
+    )
+    .await;
+    w.fed_throughout(&[0, 1, 2], ISOLATION * 3, Basis::Peers)
+        .await;
+    for c in &w.companions {
+        let s = c.status();
+        assert!(s.peer_rounds >= 3 && s.peer_answers >= 4, "{s:?}");
+        assert!(!s.marked);
+    }
+    // Fed all along: no gap at the switch from the API server to the peers either.
+    for (i, c) in w.companions.iter().enumerate() {
+        let gap = c.dog.recorded().longest_gap;
+        assert!(
+            gap < Duration::from_secs(2),
+            "{}: the watchdog went unfed for {gap:?}",
+            NODES[i]
+        );
+    }
+}
+
+/// One node cut off alone from the leader and the API server: the others still read
+/// theirs and answer so; no majority says "neither", and it stops feeding (its
+/// watchdog would reset it) while they go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cut_off_alone_is_not_kept_alive_by_its_peers() {
+    let mut w = World::start(Start {
+        own_api_for_first: true,
+        ..Start::default()
+    })
+    .await;
+    w.switch.set(false);
+    w.own_kube.take().unwrap().shutdown().await;
+    w.stops_feeding(0, ISOLATION * 2).await;
+    let s = w.companions[0].status();
+    assert!(
+        s.peer_rounds >= 2 && s.peer_answers >= 2,
+        "it asked and its peers answered: {s:?}"
+    );
+    w.fed_throughout(&[1, 2], ISOLATION, Basis::ApiServer).await;
+}
+
+/// The whole control plane out and one node cut from its peers too: the two that hear
+/// each other are a strict majority of three and feed; the third hears no one and
+/// stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_majority_of_the_cluster_feeds_on_its_peers_and_a_minority_does_not() {
+    let mut w = World::start(Start {
+        first_cut_from_peers: true,
+        ..Start::default()
+    })
+    .await;
+    w.control_plane_out().await;
+    w.stops_feeding(0, ISOLATION * 2).await;
+    assert_eq!(w.companions[0].status().peer_answers, 0);
+    w.fed_throughout(&[1, 2], ISOLATION * 2, Basis::Peers).await;
+}
+
+/// A question sealed under a key no replica gave, and garbage, get nothing back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_under_another_key_gets_no_answer() {
+    let w = World::start(Start::default()).await;
+    let probe = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let forged = Question { from: 9, nonce: 7 }.seal(&Key([0x5a; 32]));
+    for to in &w.peer_addrs {
+        probe.send_to(&forged, to).await.unwrap();
+        probe.send_to(b"garbage", to).await.unwrap();
+        probe.send_to(&[0u8; 4096], to).await.unwrap();
+    }
+    let mut buf = [0u8; 512];
+    let answer = tokio::time::timeout(Duration::from_millis(800), probe.recv_from(&mut buf)).await;
+    assert!(answer.is_err(), "something answered: {answer:?}");
+    w.fed_throughout(&[0, 1, 2], Duration::from_millis(500), Basis::Leader)
+        .await;
+}
