@@ -489,7 +489,7 @@ mod tests {
         t.open("worker-2", 2, Key([2; 32]));
         t.set_nodes_in_cluster(3);
         let mut c = CompanionEnd::new(Key([1; 32]), 1, Duration::from_secs(2));
-        let mut beat = |c: &mut CompanionEnd, t: &mut Table, at: u64| {
+        let beat = |c: &mut CompanionEnd, t: &mut Table, at: u64| {
             let (_, ack) = t
                 .beat(
                     &c.beat(ms(at), Reaching::default(), ARMED),
