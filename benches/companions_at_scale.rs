@@ -29,7 +29,7 @@ use base64::Engine as _;
 use nodefence::heartbeat::hello;
 use nodefence::watchdog::feeding::Reaching;
 use nodefence::watchdog::session::CompanionEnd;
-use nodefence::watchdog::wire::{self, Key, WatchdogState};
+use nodefence::watchdog::wire::{self, DeviceName, Key, WatchdogState};
 use nodefence_mocks::kube::resources::NAMESPACES;
 use nodefence_mocks::kube::{BoundToken, FakeKube};
 use nodefence_mocks::tls::TlsMaterial;
@@ -354,6 +354,7 @@ async fn main() {
                                 Reaching::default(),
                                 WatchdogState::Armed {
                                     granted: Duration::from_secs(10),
+                                    device: DeviceName::new("iTCO_wdt"),
                                 },
                             );
                             Some((i % SOCKETS, beat))

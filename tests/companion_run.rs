@@ -390,7 +390,7 @@ async fn a_machine_dead_with_its_bmc_is_released_on_its_watchdog_only_with_the_o
         assert!(
             note.contains("reset by its hardware watchdog")
                 && note.contains("not read Off")
-                && note.contains("2s granted")
+                && note.contains("(iTCO_wdt, 2s granted)")
                 && note.contains("of 3 companions heard throughout"),
             "{note}"
         );
@@ -422,7 +422,7 @@ async fn a_machine_dead_with_its_bmc_is_released_on_its_watchdog_only_with_the_o
         let deadline = std::time::Instant::now() + Duration::from_secs(25);
         while std::time::Instant::now() < deadline {
             shown = nodefence_cli(&w, &["status", "worker-1", "worker-2"]).await;
-            if shown.contains("silent since") && shown.contains("beating, watchdog 2s armed") {
+            if shown.contains("silent since") && shown.contains("beating, watchdog iTCO_wdt 2s armed") {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -437,7 +437,7 @@ async fn a_machine_dead_with_its_bmc_is_released_on_its_watchdog_only_with_the_o
         assert!(line("worker-1").contains("silent since"), "{shown}");
         assert!(shown.contains("COMPANION"), "{shown}");
         assert!(
-            line("worker-2").contains("beating, watchdog 2s armed"),
+            line("worker-2").contains("beating, watchdog iTCO_wdt 2s armed"),
             "{shown}"
         );
         w.stop().await;

@@ -154,7 +154,8 @@ async fn a_companion_beats_is_acknowledged_feeds_and_stops_feeding_once_marked()
     assert_eq!(
         seen.watchdog,
         WatchdogState::Armed {
-            granted: Duration::from_secs(10)
+            granted: Duration::from_secs(10),
+            device: nodefence::watchdog::wire::DeviceName::new("iTCO_wdt"),
         }
     );
     assert!(seen.beats >= 3 && seen.last_ack.is_some());
@@ -283,6 +284,7 @@ async fn the_watchdog_is_armed_when_feeding_is_first_allowed() {
         hb.with_table(|t| t.companion("worker-6").map(|c| c.watchdog))
             == Some(WatchdogState::Armed {
                 granted: Duration::from_secs(10),
+                device: nodefence::watchdog::wire::DeviceName::new("iTCO_wdt"),
             })
     })
     .await;

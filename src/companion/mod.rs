@@ -599,7 +599,10 @@ fn arm_now(choice: WatchdogChoice, shared: &Shared) -> Option<Box<dyn Watchdog>>
         }
     };
     let granted = armed.granted();
-    *shared.watchdog.lock().unwrap_or_else(|e| e.into_inner()) = WatchdogState::Armed { granted };
+    *shared.watchdog.lock().unwrap_or_else(|e| e.into_inner()) = WatchdogState::Armed {
+        granted,
+        device: wire::DeviceName::new(&armed.info().identity),
+    };
     shared.status().armed = Some((armed.info().identity.clone(), granted));
     tracing::info!(
         device = %armed.info().identity,

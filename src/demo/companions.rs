@@ -37,7 +37,7 @@ use crate::watchdog::device::{RecordingWatchdog, Watchdog as _};
 /// The timeout each simulated watchdog grants (W): the operator guide's example, so
 /// the wait is its worked 12.74 s.
 pub const WATCHDOG_TIMEOUT: Duration = Duration::from_secs(10);
-/// The identity the simulated watchdogs report (the beats carry only the timeout).
+/// The identity the simulated watchdogs report (the beats name it).
 const WATCHDOG_IDENTITY: &str = "demo_wdt";
 /// How often a simulated watchdog's timer looks at its last feed.
 const TIMER_TICK: Duration = Duration::from_millis(50);

@@ -176,7 +176,7 @@ impl Heartbeat {
     /// said it was armed.
     pub fn armed(&self, node: &str) -> Option<Duration> {
         self.with_table(|t| match t.companion(node)?.watchdog {
-            WatchdogState::Armed { granted } => Some(granted),
+            WatchdogState::Armed { granted, .. } => Some(granted),
             WatchdogState::None | WatchdogState::Stopping => None,
         })
     }
@@ -213,9 +213,8 @@ impl Heartbeat {
                 return Verdict::Refuse("the node has no companion".into());
             };
             let armed = match companion.watchdog {
-                WatchdogState::Armed { granted } => Some(Armed {
-                    // The beats carry the granted timeout, not the driver's name.
-                    device: "hardware watchdog".into(),
+                WatchdogState::Armed { granted, device } => Some(Armed {
+                    device: device.as_str().to_string(),
                     granted,
                 }),
                 WatchdogState::None | WatchdogState::Stopping => None,

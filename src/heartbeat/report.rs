@@ -28,6 +28,9 @@ pub struct CompanionReport {
     /// The granted timeout of its armed hardware watchdog, in seconds; absent: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watchdog_seconds: Option<u64>,
+    /// Its driver (`iTCO_wdt`, ...), as its beats name it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watchdog_device: Option<String>,
     /// Marked for fencing (the watchdog level).
     #[serde(default)]
     pub marked: bool,
@@ -37,15 +40,16 @@ pub struct CompanionReport {
 }
 
 impl CompanionReport {
-    /// `beating, watchdog 10s armed`, `silent since <time>`, ... for a table cell.
+    /// `beating, watchdog iTCO_wdt 10s armed`, `silent since <time>`, ... for a table cell.
     pub fn describe(&self) -> String {
         let mut out = self.state.clone();
         if let Some(t) = &self.last_beat {
             out.push_str(&format!(" since {t}"));
         }
-        match self.watchdog_seconds {
-            Some(w) => out.push_str(&format!(", watchdog {w}s armed")),
-            None => out.push_str(", no watchdog"),
+        match (self.watchdog_seconds, &self.watchdog_device) {
+            (Some(w), Some(device)) => out.push_str(&format!(", watchdog {device} {w}s armed")),
+            (Some(w), None) => out.push_str(&format!(", watchdog {w}s armed")),
+            (None, _) => out.push_str(", no watchdog"),
         }
         if self.marked {
             out.push_str(", MARKED");
@@ -70,9 +74,9 @@ pub fn of_table(
             let age = now.saturating_sub(last);
             let (state, watchdog) = match c.watchdog {
                 WatchdogState::Stopping => ("stopped", None),
-                WatchdogState::Armed { granted } => (
+                WatchdogState::Armed { granted, device } => (
                     if age >= timeout { "silent" } else { "beating" },
-                    Some(granted),
+                    Some((granted, device)),
                 ),
                 WatchdogState::None => (if age >= timeout { "silent" } else { "beating" }, None),
             };
@@ -83,7 +87,8 @@ pub fn of_table(
             Some(CompanionReport {
                 node: node.clone(),
                 state: state.into(),
-                watchdog_seconds: watchdog.map(|w| w.as_secs()),
+                watchdog_seconds: watchdog.map(|(w, _)| w.as_secs()),
+                watchdog_device: watchdog.map(|(_, d)| d.as_str().to_string()),
                 marked: marked(node),
                 last_beat,
             })
@@ -104,6 +109,7 @@ mod tests {
         let mut t = Table::new(Timing::default());
         let armed = WatchdogState::Armed {
             granted: Duration::from_secs(10),
+            device: nodefence_watchdog::wire::DeviceName::new("iTCO_wdt"),
         };
         for (i, (node, state, at)) in [
             ("w1", armed, 9_000),
@@ -137,8 +143,8 @@ mod tests {
         assert_eq!(
             cells,
             [
-                "beating, watchdog 10s armed",
-                "silent since 2027-01-15T08:00:01Z, watchdog 10s armed, MARKED",
+                "beating, watchdog iTCO_wdt 10s armed",
+                "silent since 2027-01-15T08:00:01Z, watchdog iTCO_wdt 10s armed, MARKED",
                 "stopped since 2027-01-15T08:00:08Z, no watchdog",
                 "beating, no watchdog",
             ]

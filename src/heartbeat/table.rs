@@ -304,6 +304,7 @@ mod tests {
 
     const ARMED: WatchdogState = WatchdogState::Armed {
         granted: Duration::from_secs(10),
+        device: nodefence_watchdog::wire::DeviceName::new("iTCO_wdt"),
     };
 
     #[test]

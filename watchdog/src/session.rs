@@ -213,6 +213,7 @@ mod tests {
 
     const ARMED: WatchdogState = WatchdogState::Armed {
         granted: Duration::from_secs(10),
+        device: crate::wire::DeviceName::new("iTCO_wdt"),
     };
 
     #[test]

@@ -20,8 +20,8 @@ use sha2::Sha256;
 
 /// The first bytes of every datagram.
 pub const MAGIC: [u8; 4] = *b"NFWD";
-/// The layout version.
-pub const VERSION: u8 = 1;
+/// The layout version (2: a beat names its watchdog's driver).
+pub const VERSION: u8 = 2;
 /// The MAC's length.
 pub const MAC_LEN: usize = 32;
 /// The header: magic, version, kind.
@@ -68,10 +68,76 @@ impl std::error::Error for Refused {}
 pub enum WatchdogState {
     /// No usable device: the companion beats, and nothing rests on its watchdog.
     None,
-    /// Armed, with the timeout the driver granted.
-    Armed { granted: Duration },
+    /// Armed, with the timeout the driver granted, and the driver.
+    Armed {
+        granted: Duration,
+        device: DeviceName,
+    },
     /// A clean stop is under way: its watchdog no longer counts.
     Stopping,
+}
+
+/// How many bytes of a watchdog driver's name a beat carries.
+pub const DEVICE_NAME_LEN: usize = 16;
+
+/// A watchdog driver's name as the beats carry it (`iTCO_wdt`, `sp5100_tco`,
+/// `ipmi_watchdog`): printable ASCII, at most [`DEVICE_NAME_LEN`] bytes (longer is
+/// cut, anything else becomes `?`), padded with NULs on the wire.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct DeviceName([u8; DEVICE_NAME_LEN]);
+
+impl DeviceName {
+    pub const fn new(identity: &str) -> Self {
+        let bytes = identity.as_bytes();
+        let mut out = [0u8; DEVICE_NAME_LEN];
+        let mut i = 0;
+        while i < DEVICE_NAME_LEN && i < bytes.len() {
+            let b = bytes[i];
+            out[i] = if b.is_ascii_graphic() || b == b' ' {
+                b
+            } else {
+                b'?'
+            };
+            i += 1;
+        }
+        Self(out)
+    }
+
+    /// The name ("unknown" when none was given).
+    pub fn as_str(&self) -> &str {
+        let len = self
+            .0
+            .iter()
+            .position(|b| *b == 0)
+            .unwrap_or(DEVICE_NAME_LEN);
+        match std::str::from_utf8(&self.0[..len]) {
+            Ok("") | Err(_) => "unknown",
+            Ok(name) => name,
+        }
+    }
+
+    /// From the wire: printable ASCII, then only NULs.
+    fn from_wire(bytes: [u8; DEVICE_NAME_LEN]) -> Option<Self> {
+        let len = bytes
+            .iter()
+            .position(|b| *b == 0)
+            .unwrap_or(DEVICE_NAME_LEN);
+        let (name, pad) = bytes.split_at(len);
+        (name.iter().all(|b| b.is_ascii_graphic() || *b == b' ') && pad.iter().all(|b| *b == 0))
+            .then_some(Self(bytes))
+    }
+}
+
+impl std::fmt::Debug for DeviceName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.as_str())
+    }
+}
+
+impl std::fmt::Display for DeviceName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// A companion's beat (to every replica).
@@ -137,7 +203,7 @@ const QUESTION: u8 = 3;
 const ANSWER: u8 = 4;
 
 /// The body sizes.
-const BEAT_BODY: usize = 8 + 8 + 8 + 1 + 8 + 8 + 8 + 8 + 1 + 8;
+const BEAT_BODY: usize = 8 + 8 + 8 + 1 + 8 + 8 + 8 + 8 + 1 + 8 + DEVICE_NAME_LEN;
 const ACK_BODY: usize = 8 + 8 + 8 + 1 + 1 + 8 + 2 + 8;
 const QUESTION_BODY: usize = 2 + 8;
 const ANSWER_BODY: usize = 2 + 8 + 1;
@@ -162,6 +228,10 @@ impl Writer {
     }
     fn u16(&mut self, x: u16) -> &mut Self {
         self.0.extend_from_slice(&x.to_be_bytes());
+        self
+    }
+    fn bytes(&mut self, x: &[u8]) -> &mut Self {
+        self.0.extend_from_slice(x);
         self
     }
     fn u64(&mut self, x: u64) -> &mut Self {
@@ -253,10 +323,10 @@ impl Beat {
             Some((seq, sent)) => (1, seq, nanos(sent)),
             None => (0, 0, 0),
         };
-        let (state, granted) = match self.watchdog {
-            WatchdogState::None => (0, 0),
-            WatchdogState::Armed { granted } => (1, nanos(granted)),
-            WatchdogState::Stopping => (2, 0),
+        let (state, granted, device) = match self.watchdog {
+            WatchdogState::None => (0, 0, DeviceName::default()),
+            WatchdogState::Armed { granted, device } => (1, nanos(granted), device),
+            WatchdogState::Stopping => (2, 0, DeviceName::default()),
         };
         w.u64(self.session)
             .u64(self.seq)
@@ -267,7 +337,8 @@ impl Beat {
             .u64(nanos(self.held_for))
             .u64(nanos(self.valid_for))
             .u8(state)
-            .u64(granted);
+            .u64(granted)
+            .bytes(&device.0);
         w.seal(key)
     }
 
@@ -282,9 +353,10 @@ impl Beat {
         let valid_for = r.duration();
         let state = r.u8();
         let granted = r.duration();
+        let device = DeviceName::from_wire(r.take()).ok_or(Refused::Kind)?;
         let watchdog = match state {
             0 => WatchdogState::None,
-            1 if !granted.is_zero() => WatchdogState::Armed { granted },
+            1 if !granted.is_zero() => WatchdogState::Armed { granted, device },
             2 => WatchdogState::Stopping,
             _ => return Err(Refused::Kind),
         };
@@ -397,8 +469,36 @@ mod tests {
             valid_for: Duration::from_millis(1_500),
             watchdog: WatchdogState::Armed {
                 granted: Duration::from_secs(10),
+                device: DeviceName::new("iTCO_wdt"),
             },
         }
+    }
+
+    #[test]
+    fn a_device_name_is_printable_ascii_cut_to_its_length_and_checked_on_the_wire() {
+        assert_eq!(DeviceName::new("iTCO_wdt").as_str(), "iTCO_wdt");
+        assert_eq!(DeviceName::new("").as_str(), "unknown");
+        assert_eq!(
+            DeviceName::new("a-very-long-watchdog-driver").as_str(),
+            "a-very-long-watc"
+        );
+        assert_eq!(DeviceName::new("w\u{e9}\n").as_str(), "w???");
+        assert!(DeviceName::from_wire(*b"iTCO_wdt\0\0\0\0\0\0\0\0").is_some());
+        assert!(
+            DeviceName::from_wire(*b"iTCO\0wdt\0\0\0\0\0\0\0\0").is_none(),
+            "text after the padding"
+        );
+        assert!(
+            DeviceName::from_wire(*b"iTCO\nwdt\0\0\0\0\0\0\0\0").is_none(),
+            "not printable"
+        );
+        // Sealed with a name that is not printable: refused as a malformed beat.
+        let mut b = beat();
+        b.watchdog = WatchdogState::Armed {
+            granted: Duration::from_secs(10),
+            device: DeviceName(*b"bad\x01name\0\0\0\0\0\0\0\0"),
+        };
+        assert_eq!(Beat::open(&b.seal(&K), &K), Err(Refused::Kind));
     }
 
     fn ack() -> Ack {
@@ -470,7 +570,7 @@ mod tests {
         magic[0] = b'X';
         assert_eq!(Beat::open(&magic, &K), Err(Refused::Magic));
         let mut version = sealed.clone();
-        version[4] = 2;
+        version[4] = 1;
         assert_eq!(Beat::open(&version, &K), Err(Refused::Version));
         assert_eq!(kind(&[0; 300]), None);
         assert_eq!(session_of(b"NFWD"), None);
