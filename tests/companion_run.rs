@@ -422,7 +422,9 @@ async fn a_machine_dead_with_its_bmc_is_released_on_its_watchdog_only_with_the_o
         let deadline = std::time::Instant::now() + Duration::from_secs(25);
         while std::time::Instant::now() < deadline {
             shown = nodefence_cli(&w, &["status", "worker-1", "worker-2"]).await;
-            if shown.contains("silent since") && shown.contains("beating, watchdog iTCO_wdt 2s armed") {
+            if shown.contains("silent since")
+                && shown.contains("beating, watchdog iTCO_wdt 2s armed")
+            {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -439,6 +441,16 @@ async fn a_machine_dead_with_its_bmc_is_released_on_its_watchdog_only_with_the_o
         assert!(
             line("worker-2").contains("beating, watchdog iTCO_wdt 2s armed"),
             "{shown}"
+        );
+        // explain shows the same row for the node.
+        let explained = explain(&w, "worker-1").await;
+        let companion = explained
+            .lines()
+            .find(|l| l.starts_with("Companion:"))
+            .unwrap_or_else(|| panic!("no Companion line in\n{explained}"));
+        assert!(
+            companion.contains("silent since") && companion.contains("watchdog iTCO_wdt 2s armed"),
+            "{companion}"
         );
         w.stop().await;
     }

@@ -244,6 +244,10 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
             "off (watchdog_fencing = false)".into()
         },
     ));
+    lines.push((
+        "Companion".to_string(),
+        companion_line(&client, args, name).await,
+    ));
     if let Some(mark) = &mark {
         let boot = crate::watchdog::mark::boot_id_of(&node);
         let whose = match (&mark.boot_id, boot) {
@@ -495,6 +499,29 @@ fn decide(
 
 /// The requests naming `node`: by name or annotation, or (Cluster API) as nodefence
 /// resolved and reported them (`status.nodeName`).
+/// The node's companion as the leader last published it (`nodefence status
+/// --cluster` shows the same): beating, silent or stopped, its watchdog's driver and
+/// granted timeout, marked.
+async fn companion_line(client: &kube::Client, args: &ExplainArgs, node: &str) -> String {
+    let store = crate::cluster::records::RecordStore::new(
+        client.clone(),
+        &args.cluster.namespace,
+        crate::cluster::leader::Leadership::never(),
+    );
+    match store.load_companions().await {
+        Ok(Some(all)) => match all.iter().find(|c| c.node == node) {
+            Some(c) => format!("{} (as the leader last published it)", c.describe()),
+            None => "none heard: no companion beats for this node (is the DaemonSet's pod running, and can it say hello to nodefence?)".into(),
+        },
+        Ok(None) => "none published (nodefence runs without --companion-listen, or no companion has beaten yet)".into(),
+        Err(e) => format!(
+            "cannot read the ConfigMap {}/{}: {e}",
+            args.cluster.namespace,
+            crate::cluster::records::STATE_CONFIGMAP
+        ),
+    }
+}
+
 async fn requests_for(
     client: kube::Client,
     node: &str,
