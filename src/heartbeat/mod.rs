@@ -9,6 +9,7 @@
 //! does not open under a live session's key gets nothing back (a garbage sender costs
 //! one failed MAC), and nothing longer than [`wire::MAX_DATAGRAM`] is read.
 
+mod batch;
 pub mod hello;
 pub mod report;
 pub mod table;
@@ -27,7 +28,7 @@ use axum_server::tls_rustls::RustlsConfig;
 use base64::Engine as _;
 use nodefence_watchdog::release::{self, Armed, Evidence, Verdict};
 use nodefence_watchdog::timing::Timing;
-use nodefence_watchdog::wire::{self, Key, WatchdogState};
+use nodefence_watchdog::wire::{Key, WatchdogState};
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::time::Instant;
 
@@ -411,9 +412,9 @@ fn serve_udp(
     stop: Arc<std::sync::atomic::AtomicBool>,
 ) {
     use std::sync::atomic::Ordering;
-    // One byte more than any datagram: a longer one is seen as longer, and dropped.
-    let mut buf = [0u8; wire::MAX_DATAGRAM + 1];
-    let mut answers: Vec<(Vec<u8>, SocketAddr)> = Vec::new();
+    let mut buffers = batch::Buffers::new();
+    let mut got: Vec<(usize, SocketAddr)> = Vec::with_capacity(batch::BATCH);
+    let mut answers: Vec<(Vec<u8>, SocketAddr)> = Vec::with_capacity(batch::BATCH);
     if let Err(e) = socket
         .set_nonblocking(false)
         .and_then(|()| socket.set_read_timeout(Some(STOP_CHECK)))
@@ -422,8 +423,10 @@ fn serve_udp(
         return;
     }
     while !stop.load(Ordering::Relaxed) {
-        let first = match socket.recv_from(&mut buf) {
-            Ok(r) => r,
+        // Every datagram queued, up to a batch, in one call; more are left queued for
+        // the next turn, which comes at once.
+        match batch::receive(&socket, &mut buffers, &mut got) {
+            Ok(()) => {}
             Err(e)
                 if matches!(
                     e.kind(),
@@ -436,42 +439,30 @@ fn serve_udp(
                 tracing::debug!(error = %e, "heartbeat socket");
                 continue;
             }
-        };
+        }
         {
             let marked = heartbeat.marked.read().unwrap_or_else(|e| e.into_inner());
             let mut table = heartbeat.table.lock().unwrap_or_else(|e| e.into_inner());
-            let mut take = |len: usize, from: SocketAddr, buf: &[u8]| {
+            for (i, (len, from)) in got.iter().enumerate() {
                 // Read after the datagram is in hand: an acknowledgement is never
                 // recorded as sent before the beat it answers was (the release's
                 // wait counts from it), nor as the leader's after the leadership.
                 let now = heartbeat.now();
                 let leader = leadership.is_leader();
-                match table.beat(&buf[..len], now, leader, |n| marked.contains_key(n)) {
-                    Ok((_, ack)) => answers.push((ack, from)),
+                match table.beat(buffers.datagram(i, *len), now, leader, |n| {
+                    marked.contains_key(n)
+                }) {
+                    Ok((_, ack)) => answers.push((ack, *from)),
                     Err(why) => tracing::trace!(%from, why = why.as_str(), "datagram dropped"),
                 }
-            };
-            take(first.0, first.1, &buf);
-            if socket.set_nonblocking(true).is_ok() {
-                loop {
-                    match socket.recv_from(&mut buf) {
-                        Ok((len, from)) => take(len, from, &buf),
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                        Err(e) => {
-                            tracing::debug!(error = %e, "heartbeat socket");
-                            break;
-                        }
-                    }
-                }
-                let _ = socket.set_nonblocking(false);
             }
         }
-        for (ack, to) in answers.drain(..) {
-            if let Err(e) = socket.send_to(&ack, to) {
-                tracing::debug!(error = %e, "heartbeat socket");
-            }
+        batch::send(&socket, &mut buffers, &answers);
+        answers.clear();
+        // A full batch: more are queued, take them at once.
+        if got.len() < batch::BATCH {
+            std::thread::sleep(COALESCE);
         }
-        std::thread::sleep(COALESCE);
     }
 }
 
