@@ -75,9 +75,13 @@ impl Dropped {
 #[derive(Debug)]
 pub struct Table {
     timing: Timing,
-    /// session id → (node, its end).
-    sessions: HashMap<u64, (String, ReplicaEnd)>,
-    nodes: BTreeMap<String, Companion>,
+    /// session id → (the node's place in `entries`, its end).
+    sessions: HashMap<u64, (usize, ReplicaEnd)>,
+    /// node → its place in `entries` (in order, for listing).
+    nodes: BTreeMap<String, usize>,
+    /// Every node's companion, in the order they first said hello (never removed): a
+    /// beat finds its node by session id alone, with no name compared or copied.
+    entries: Vec<(String, Companion)>,
     /// Bumped when the set of nodes with a companion changes.
     membership: u64,
     /// The cluster's Nodes, as the leader's Node watch last counted them.
@@ -96,6 +100,7 @@ impl Table {
             timing,
             sessions: HashMap::new(),
             nodes: BTreeMap::new(),
+            entries: Vec::new(),
             membership: 1,
             nodes_in_cluster: 0,
             cluster_history: Vec::new(),
@@ -121,15 +126,6 @@ impl Table {
         size
     }
 
-    /// The cluster size the acknowledgement sent at `sent` carried.
-    fn cluster_sent_at(&self, sent: Duration) -> u16 {
-        let after = self.cluster_history.partition_point(|(t, _)| *t <= sent);
-        after
-            .checked_sub(1)
-            .and_then(|i| self.cluster_history.get(i))
-            .map_or(0, |(_, c)| *c)
-    }
-
     /// The cluster size the rule counts with now: what acknowledgements carry.
     pub fn cluster(&self) -> usize {
         let known = u16::try_from(self.nodes.len()).unwrap_or(u16::MAX);
@@ -139,24 +135,38 @@ impl Table {
 
     /// A new session for `node` (replacing its last one).
     pub fn open(&mut self, node: &str, session: u64, key: Key) {
-        if let Some(old) = self.nodes.get(node).map(|c| c.session) {
-            self.sessions.remove(&old);
-        } else {
-            self.membership += 1;
-        }
+        let at = match self.nodes.get(node) {
+            Some(&at) => {
+                if let Some((_, c)) = self.entries.get(at) {
+                    self.sessions.remove(&c.session);
+                }
+                at
+            }
+            None => {
+                self.membership += 1;
+                self.entries.push((
+                    node.to_string(),
+                    Companion {
+                        session,
+                        last_beat: None,
+                        beats: 0,
+                        watchdog: WatchdogState::None,
+                        reaching: Reaching::default(),
+                        last_ack: None,
+                        heard: Heard::default(),
+                        cluster_known: 0,
+                    },
+                ));
+                let at = self.entries.len() - 1;
+                self.nodes.insert(node.to_string(), at);
+                at
+            }
+        };
         self.sessions
-            .insert(session, (node.to_string(), ReplicaEnd::new(key, session)));
-        let entry = self.nodes.entry(node.to_string()).or_insert(Companion {
-            session,
-            last_beat: None,
-            beats: 0,
-            watchdog: WatchdogState::None,
-            reaching: Reaching::default(),
-            last_ack: None,
-            heard: Heard::default(),
-            cluster_known: 0,
-        });
-        entry.session = session;
+            .insert(session, (at, ReplicaEnd::new(key, session)));
+        if let Some((_, c)) = self.entries.get_mut(at) {
+            c.session = session;
+        }
     }
 
     /// A datagram received `now` (this replica's clock): the acknowledgement to send
@@ -189,13 +199,15 @@ impl Table {
         let id = wire::session_of(datagram).ok_or(Dropped::NotABeat)?;
         let cluster = self.cluster_at_now(now);
         let membership = self.membership;
-        let (node, end) = self.sessions.get_mut(&id).ok_or(Dropped::NoSession)?;
+        let (at, end) = self.sessions.get_mut(&id).ok_or(Dropped::NoSession)?;
+        let (node, c) = self.entries.get_mut(*at).ok_or(Dropped::NoSession)?;
         let beat = end.beat(datagram).map_err(Dropped::Rejected)?;
         let marked = marked(node);
         let ack = end.acknowledge(&beat, leader, marked, now, cluster, membership);
-        let node = node.clone();
-        let echoed_cluster = beat.echo.map(|(_, sent)| self.cluster_sent_at(sent));
-        if let Some(c) = self.nodes.get_mut(&node) {
+        let echoed_cluster = beat
+            .echo
+            .map(|(_, sent)| cluster_sent_at(&self.cluster_history, sent));
+        {
             if let Some(size) = echoed_cluster {
                 c.cluster_known = c.cluster_known.max(size);
             }
@@ -213,25 +225,29 @@ impl Table {
                 c.last_ack = Some(now);
             }
         }
-        Ok((node, ack))
+        Ok((node.clone(), ack))
     }
 
     /// One node's companion.
     pub fn companion(&self, node: &str) -> Option<&Companion> {
-        self.nodes.get(node)
+        self.nodes
+            .get(node)
+            .and_then(|at| self.entries.get(*at))
+            .map(|(_, c)| c)
     }
 
-    /// Every node with a companion.
+    /// Every node with a companion, by name.
     pub fn companions(&self) -> impl Iterator<Item = (&String, &Companion)> {
-        self.nodes.iter()
+        self.nodes
+            .iter()
+            .filter_map(|(n, at)| self.entries.get(*at).map(|(_, c)| (n, c)))
     }
 
     /// Nodes whose companion was beating and has been silent for `timeout` by `now`,
     /// with when it was last heard. A companion that said it was stopping (a clean
     /// stop, a rolling update) is not silent: its node is left to its Lease.
     pub fn silent(&self, now: Duration, timeout: Duration) -> Vec<(String, Duration)> {
-        self.nodes
-            .iter()
+        self.companions()
             .filter(|(_, c)| c.watchdog != WatchdogState::Stopping)
             .filter_map(|(n, c)| {
                 c.last_beat
@@ -257,7 +273,7 @@ impl Table {
         configured
             .iter()
             .filter(|node| {
-                !self.nodes.get(*node).is_some_and(|c| {
+                !self.companion(node).is_some_and(|c| {
                     matches!(c.watchdog, WatchdogState::Armed { .. })
                         && c.last_beat.is_some_and(|t| now.saturating_sub(t) < timeout)
                 })
@@ -273,7 +289,7 @@ impl Table {
             ..CompanionSummary::default()
         };
         let mut oldest = Duration::ZERO;
-        for (node, c) in &self.nodes {
+        for (node, c) in self.companions() {
             let Some(last) = c.last_beat else { continue };
             let age = now.saturating_sub(last);
             if c.watchdog == WatchdogState::Stopping {
@@ -291,6 +307,16 @@ impl Table {
         s.oldest_beat_seconds = oldest.as_secs_f64();
         s
     }
+}
+
+/// The cluster size the acknowledgement sent at `sent` carried (`history`: the
+/// size carried from each time on).
+fn cluster_sent_at(history: &[(Duration, u16)], sent: Duration) -> u16 {
+    let after = history.partition_point(|(t, _)| *t <= sent);
+    after
+        .checked_sub(1)
+        .and_then(|i| history.get(i))
+        .map_or(0, |(_, c)| *c)
 }
 
 #[cfg(test)]
