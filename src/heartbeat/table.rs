@@ -247,7 +247,9 @@ impl Table {
     /// with when it was last heard. A companion that said it was stopping (a clean
     /// stop, a rolling update) is not silent: its node is left to its Lease.
     pub fn silent(&self, now: Duration, timeout: Duration) -> Vec<(String, Duration)> {
-        self.companions()
+        // The entries in place (ten scans a second over every companion: no map walk).
+        self.entries
+            .iter()
             .filter(|(_, c)| c.watchdog != WatchdogState::Stopping)
             .filter_map(|(n, c)| {
                 c.last_beat
