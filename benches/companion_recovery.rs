@@ -373,8 +373,8 @@ fn main() {
             .iter()
             .map(|r| f(&r["floor_s"]))
             .collect();
-        power_median_target = POWER_MEDIAN_TARGET
-            .max(POWER_MEDIAN_TARGET + median(&sample_floor) - tickless_median);
+        power_median_target =
+            POWER_MEDIAN_TARGET.max(POWER_MEDIAN_TARGET + median(&sample_floor) - tickless_median);
         println!(
             "the runs' own floors: median {:.1}s: the median is checked against {:.1}s",
             median(&sample_floor),
