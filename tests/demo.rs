@@ -675,3 +675,161 @@ fn rack_power_is_held_without_the_watchdog_level_and_released_on_its_watchdog_wi
     );
     assert_ne!(db_running_node(act_two), only["node"].as_str().unwrap());
 }
+
+/// `power-loss --companions` plays at real time: the plug is pulled right after a
+/// Lease renewal (the Lease goes stale only 12 s later), the victim's companion dies
+/// with its machine, and nodefence makes the node suspect for the companion's silence,
+/// still releases it only on the BMC's Off readings, sends no power command, and no
+/// watchdog resets a running machine.
+#[test]
+fn power_loss_with_companions_is_heard_through_the_companion_and_still_proven_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = demo(
+        &[
+            "--speed",
+            SPEED,
+            "--scenario",
+            "power-loss",
+            "--companions",
+            "--pull-after-renewal",
+            "0s",
+            "-o",
+            "json",
+        ],
+        &dir.path().join("demo.log"),
+        Duration::from_secs(180),
+    );
+    assert_eq!(
+        run.code,
+        Some(0),
+        "took {:?}\nstdout:\n{}\nstderr:\n{}",
+        run.took,
+        run.stdout,
+        run.stderr
+    );
+    let summary: serde_json::Value = serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("{e}: stdout is not JSON alone:\n{}", run.stdout));
+    assert_eq!(summary["speed"], 1.0, "real time, not --speed {SPEED}");
+    let only = &summary["scenarios"][0];
+    assert_eq!(only["scenario"], "power-loss");
+    assert_eq!(only["power_commands"], serde_json::json!([]), "{only}");
+    let c = &only["companions"];
+    assert_eq!(c["suspect_by_companion"], true, "{only}");
+    assert_eq!(c["watchdog_resets"], serde_json::json!([]), "{only}");
+    assert_eq!(
+        c["leader_killed_after_s"],
+        serde_json::Value::Null,
+        "{only}"
+    );
+    // Suspect 2 s after the last beat, released before the Lease could say anything.
+    let suspect = c["suspect_after_s"].as_f64().unwrap();
+    let released = only["released_after_s"].as_f64().unwrap();
+    assert!(suspect < 4.0 && suspect <= released, "{only}");
+    assert!(released < 10.0, "not through the companion: {only}");
+    in_order(
+        &run.stderr,
+        &[
+            "real time: --speed does not apply",
+            "(setup) a companion on every worker, beating every 500ms to nodefence",
+            "its companion dies with it",
+            "its companion fell silent (no beat for 2s): suspect",
+            "machine confirmed Off (3 readings)",
+            "out-of-service taint added",
+            "db-0 Running",
+            "✓",
+        ],
+    );
+    let first_suspect = line_with(&run.stderr, "suspect");
+    assert!(
+        first_suspect.contains("its companion fell silent"),
+        "suspect first through its Lease, not its companion:\n{}",
+        run.stderr
+    );
+}
+
+/// `--kill-leader-after`: a standby replica runs beside the leader, the companions
+/// beat to both, and the leader is killed mid-incident (after the node is suspect,
+/// before its third Off reading), its Lease not released: the standby takes the Lease
+/// over once it expires and releases the node itself; while no leader answers, the
+/// companions feed on the API server's word and no watchdog resets a running machine.
+#[test]
+fn a_leader_killed_mid_incident_is_finished_by_the_standby_that_kept_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = demo(
+        &[
+            "--scenario",
+            "power-loss",
+            "--companions",
+            "--kill-leader-after",
+            "2200ms",
+            "-o",
+            "json",
+        ],
+        &dir.path().join("demo.log"),
+        Duration::from_secs(240),
+    );
+    assert_eq!(
+        run.code,
+        Some(0),
+        "took {:?}\nstdout:\n{}\nstderr:\n{}",
+        run.took,
+        run.stdout,
+        run.stderr
+    );
+    let summary: serde_json::Value = serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("{e}: stdout is not JSON alone:\n{}", run.stdout));
+    let only = &summary["scenarios"][0];
+    let c = &only["companions"];
+    let f = |v: &serde_json::Value| {
+        v.as_f64()
+            .unwrap_or_else(|| panic!("not a number: {v} in {only}"))
+    };
+    assert_eq!(c["released_by_standby"], true, "{only}");
+    assert_eq!(c["watchdog_resets"], serde_json::json!([]), "{only}");
+    assert_eq!(only["power_commands"], serde_json::json!([]), "{only}");
+    let killed = f(&c["leader_killed_after_s"]);
+    let leads = f(&c["new_leader_after_s"]);
+    let released = f(&only["released_after_s"]);
+    // The Lease (15 s) expires on the standby's clock after its last renewal seen.
+    assert!(leads >= killed + 12.0, "{only}");
+    assert!(released >= leads, "released before the standby led: {only}");
+    assert!(f(&only["pod_running_after_s"]) > released, "{only}");
+    in_order(
+        &run.stderr,
+        &[
+            "beating every 500ms to both replicas of nodefence (a standby runs)",
+            "its companion dies with it",
+            "its companion fell silent (no beat for 2s): suspect",
+            "kills nodefence's leader (nodefence-demo)",
+            "machine confirmed Off (3 readings)",
+            "out-of-service taint added",
+            "db-0 Running",
+            "✓",
+        ],
+    );
+}
+
+#[test]
+fn companions_apply_to_power_loss_only_and_a_kill_needs_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("demo.log");
+    let run = demo(
+        &["--scenario", "network-cut", "--companions"],
+        &log,
+        Duration::from_secs(20),
+    );
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("--companions applies to --scenario power-loss only"),
+        "{}",
+        run.stderr
+    );
+    let run = demo(
+        &["--scenario", "power-loss", "--kill-leader-after", "2s"],
+        &log,
+        Duration::from_secs(20),
+    );
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert!(run.stderr.contains("--companions"), "{}", run.stderr);
+}

@@ -43,6 +43,26 @@ pub struct DemoArgs {
     /// only once its kubelet has reported it in `volumesInUse`).
     #[arg(long, value_name = "DURATION", value_parser = parse_status_offset)]
     pub status_after_lease: Option<Duration>,
+    /// Power-loss scenario only: a companion on every worker beats to nodefence (its
+    /// listener on, no watchdog level); the victim's dies with its machine, so
+    /// nodefence hears the silence in 2 s and still releases only on the BMC's Off
+    /// readings. Plays at real time (--speed does not apply: the companions' timing is
+    /// not scaled).
+    #[arg(long)]
+    pub companions: bool,
+    /// With --companions: a standby replica of nodefence runs too (the companions beat
+    /// to both), and the leader is killed, its Lease not released, this long (e.g.
+    /// "3s") after the plug.
+    #[arg(long, value_name = "DURATION", requires = "companions", value_parser = parse_kill)]
+    pub kill_leader_after: Option<Duration>,
+}
+
+fn parse_kill(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (write it like \"3s\")"))?;
+    if d > Duration::from_secs(60) {
+        return Err("at most 60s: the release comes within seconds of the plug".into());
+    }
+    Ok(d)
 }
 
 fn parse_phase(s: &str) -> Result<Duration, String> {
@@ -102,6 +122,10 @@ fn parse_speed(raw: &str) -> Result<f64, String> {
 }
 
 pub async fn run(args: &DemoArgs) -> u8 {
+    if args.companions && args.scenario != ScenarioArg::PowerLoss {
+        eprintln!("error: --companions applies to --scenario power-loss only");
+        return 2;
+    }
     let scenarios = match args.scenario {
         ScenarioArg::PowerLoss => vec![Scenario::PowerLoss],
         ScenarioArg::NetworkCut => vec![Scenario::NetworkCut],
@@ -122,6 +146,8 @@ pub async fn run(args: &DemoArgs) -> u8 {
         log_file: args.log_file.clone(),
         pull_after_renewal: args.pull_after_renewal,
         status_after_lease: args.status_after_lease.unwrap_or_default(),
+        companions: args.companions,
+        kill_leader_after: args.kill_leader_after,
     })
     .await
 }
@@ -149,5 +175,7 @@ mod tests {
         let too_long = parse_status_offset("10s").unwrap_err();
         assert!(too_long.contains("every 10 s"), "{too_long}");
         assert!(parse_status_offset("soon").unwrap_err().contains("\"4s\""));
+        assert_eq!(parse_kill("3s"), Ok(Duration::from_secs(3)));
+        assert!(parse_kill("5m").is_err());
     }
 }

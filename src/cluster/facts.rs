@@ -56,6 +56,7 @@ pub fn node_facts(node: &Node, lease: Option<&Lease>, in_inventory: bool) -> Nod
         readiness: readiness(node),
         lease_renewed: lease.renewed,
         lease_seen: lease.seen,
+        lease_change_seen: lease.change_seen,
         lease_duration: lease.duration,
         last_heartbeat: node
             .status
@@ -117,6 +118,7 @@ impl KeptNode {
             in_inventory,
             lease_renewed: lease.renewed,
             lease_seen: lease.seen,
+            lease_change_seen: lease.change_seen,
             lease_duration: lease.duration,
             ..self.facts.clone()
         }
@@ -144,6 +146,9 @@ pub struct KeptLease {
     duration: Option<Duration>,
     /// When this renewal was seen, by nodefence's clock (see `NodeFacts::lease_seen`).
     seen: Option<SystemTime>,
+    /// When this renewTime was seen to change (`None` at first sight: see
+    /// `NodeFacts::lease_change_seen`).
+    change_seen: Option<SystemTime>,
 }
 
 impl KeptLease {
@@ -159,6 +164,7 @@ impl KeptLease {
                 .and_then(|s| u64::try_from(s).ok())
                 .map(Duration::from_secs),
             seen: None,
+            change_seen: None,
         }
     }
 
@@ -174,6 +180,12 @@ impl KeptLease {
         kept.seen = match before {
             Some(b) if b.renewed == kept.renewed => b.seen,
             _ => kept.renewed.map(|_| now),
+        };
+        // A renewal this replica saw happen, not one it found at first sight.
+        kept.change_seen = match before {
+            Some(b) if b.renewed == kept.renewed => b.change_seen,
+            Some(_) => kept.renewed.map(|_| now),
+            None => None,
         };
         kept
     }
@@ -387,18 +399,25 @@ mod tests {
         let first = KeptLease::observed(&lease("2027-01-15T07:59:00Z"), None, at(0));
         assert_eq!(first.seen, Some(at(0)), "first sight: seen now");
         assert_eq!(
+            first.change_seen, None,
+            "first sight: no renewal seen happen"
+        );
+        assert_eq!(
             first.renewed,
             humantime::parse_rfc3339("2027-01-15T07:59:00Z").ok()
         );
         // The same renewal again (a resync, a relist): still seen when it first was.
         let again = KeptLease::observed(&lease("2027-01-15T07:59:00Z"), Some(&first), at(7));
         assert_eq!(again.seen, Some(at(0)));
+        assert_eq!(again.change_seen, None);
         // The next renewal: seen now, whatever its renewTime says.
         let next = KeptLease::observed(&lease("2027-01-15T07:59:10Z"), Some(&again), at(10));
         assert_eq!(next.seen, Some(at(10)));
+        assert_eq!(next.change_seen, Some(at(10)), "a renewal seen happen");
         let n = node(json!({"metadata": {"name": "w"}}));
         let f = KeptNode::new(&n).facts(Some(&next), true);
         assert_eq!((f.lease_seen, f.lease_renewed), (next.seen, next.renewed));
+        assert_eq!(f.lease_change_seen, next.change_seen);
         // A Lease without a renewTime was never renewed: nothing seen.
         let empty: Lease =
             serde_json::from_value(json!({"metadata": {"name": "w"}, "spec": {}})).expect("lease");

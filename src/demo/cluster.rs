@@ -22,6 +22,13 @@
 //! start-up), and issues each one a projected token bound to its node; with
 //! [`Profile::Watchdog`] the daemon hears them on a free loopback port, over TLS with a
 //! certificate of a private CA made at start (the companions trust that CA).
+//!
+//! With a standby ([`World::start`]'s `standby`, `power-loss --kill-leader-after`), a
+//! second replica of the daemon runs beside the first once it leads, its companions'
+//! listener on 127.0.0.2 (the first's on 127.0.0.1, the same port: the companions
+//! beat to both, as to the replicas a headless Service lists); [`World::kill_leader`]
+//! ends the leader's task at once (no Lease released), and the standby becomes the
+//! daemon the scenarios watch.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -55,6 +62,11 @@ pub const WORKLOAD: &str = "db";
 pub const POD: &str = "db-0";
 const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
 const IDENTITY: &str = "nodefence-demo";
+/// The standby replica's identity.
+const STANDBY_IDENTITY: &str = "nodefence-demo-standby";
+/// Where each replica's companions' listener takes its port.
+const PRIMARY_IP: [u8; 4] = [127, 0, 0, 1];
+const STANDBY_IP: [u8; 4] = [127, 0, 0, 2];
 const LEADER_LEASE: (&str, &str) = ("kube-system", "nodefence");
 /// The companions' ServiceAccount, in nodefence's namespace.
 const COMPANION_ACCOUNT: &str = "nodefence-companion";
@@ -90,6 +102,10 @@ pub struct World {
     feeds: Vec<JoinHandle<()>>,
     /// The running daemon, with the feed of its Events.
     daemon: Mutex<Option<Daemon>>,
+    /// A second replica, once started ([`World::start_standby`]).
+    standby: Mutex<Option<Daemon>>,
+    /// Whether a standby will run (its listener's address is kept free too).
+    with_standby: bool,
     /// The words of the daemon's settings, from the last one started.
     wording: Mutex<Wording>,
     /// The NodeHealthCheck operator's stand-in (aborted when dropped).
@@ -121,6 +137,8 @@ struct CompanionSetup {
 /// The daemon and what belongs to its configuration.
 struct Daemon {
     profile: Profile,
+    /// Its identity in the leader Lease.
+    identity: String,
     stop: oneshot::Sender<()>,
     task: JoinHandle<anyhow::Result<()>>,
     /// The feed of its Events, worded with its settings.
@@ -128,13 +146,15 @@ struct Daemon {
 }
 
 impl World {
-    /// Starts everything; steps go to `story` from the first moment.
+    /// Starts everything; steps go to `story` from the first moment. With `standby`,
+    /// the companions' listener port is one both replicas can take.
     pub async fn start(
         speed: f64,
         status_after_lease: Duration,
         story: &Story,
         profile: Profile,
         workers: Workers,
+        standby: bool,
     ) -> anyhow::Result<World> {
         let store = Store::default();
         let companion_api_token = uuid::Uuid::new_v4().simple().to_string();
@@ -290,6 +310,8 @@ impl World {
             link,
             feeds,
             daemon: Mutex::new(None),
+            standby: Mutex::new(None),
+            with_standby: standby,
             wording: Mutex::new(stock_words),
             nhc: Some(nhc),
             client,
@@ -306,25 +328,42 @@ impl World {
     /// Starts the daemon with `profile`'s configuration, and the feed of its Events.
     async fn start_daemon(&self, profile: Profile) -> anyhow::Result<()> {
         let (config, wording) = config::load(&self.files, &self.demo, &self.stock, profile)?;
-        let (stop, stopped) = oneshot::channel::<()>();
-        let companions = if profile == Profile::Watchdog {
-            let port = free_port()?;
+        let listen = if profile.listens() {
+            let port = free_port(self.with_standby)?;
             *lock(&self.companions.port) = Some(port);
-            Some(daemon::CompanionListener {
-                listen: std::net::SocketAddr::from(([127, 0, 0, 1], port)),
-                service_account: COMPANION_ACCOUNT.into(),
-                certificate: crate::telemetry::certificate::CertificateSource::Files {
-                    cert: self.companions.cert.clone(),
-                    key: self.companions.key.clone(),
-                },
-                // Not scaled: the watchdog level's timing is real time (its scenario
-                // plays at 1x).
-                heartbeat_interval: crate::heartbeat::DEFAULT_HEARTBEAT_INTERVAL,
-                heartbeat_timeout: crate::heartbeat::DEFAULT_HEARTBEAT_TIMEOUT,
-            })
+            Some(std::net::SocketAddr::from((PRIMARY_IP, port)))
         } else {
             None
         };
+        let events = feeds::nodefence_events(&self.store(), self.story.clone(), wording.clone());
+        let daemon = self.spawn_daemon(config, profile, IDENTITY, listen, events)?;
+        *lock(&self.wording) = wording;
+        *lock(&self.daemon) = Some(daemon);
+        Ok(())
+    }
+
+    /// Spawns one replica of the daemon; `listen`: its companions' listener.
+    fn spawn_daemon(
+        &self,
+        config: crate::config::Config,
+        profile: Profile,
+        identity: &str,
+        listen: Option<std::net::SocketAddr>,
+        events: JoinHandle<()>,
+    ) -> anyhow::Result<Daemon> {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let companions = listen.map(|listen| daemon::CompanionListener {
+            listen,
+            service_account: COMPANION_ACCOUNT.into(),
+            certificate: crate::telemetry::certificate::CertificateSource::Files {
+                cert: self.companions.cert.clone(),
+                key: self.companions.key.clone(),
+            },
+            // Not scaled: the companions' timing is real time (their scenarios play
+            // at 1x).
+            heartbeat_interval: crate::heartbeat::DEFAULT_HEARTBEAT_INTERVAL,
+            heartbeat_timeout: crate::heartbeat::DEFAULT_HEARTBEAT_TIMEOUT,
+        });
         let options = DaemonOptions {
             drivers: Default::default(),
             config_check: None,
@@ -336,21 +375,71 @@ impl World {
             ),
             lease_namespace: LEADER_LEASE.0.into(),
             lease_name: LEADER_LEASE.1.into(),
-            identity: IDENTITY.into(),
+            identity: identity.into(),
             leader_timings: self.demo.leader_timings(),
         };
-        let events = feeds::nodefence_events(&self.store(), self.story.clone(), wording.clone());
         let task = tokio::spawn(daemon::run(config, self.client.clone(), options, async {
             let _ = stopped.await;
         }));
-        *lock(&self.wording) = wording;
-        *lock(&self.daemon) = Some(Daemon {
+        Ok(Daemon {
             profile,
+            identity: identity.to_string(),
             stop,
             task,
             events,
-        });
+        })
+    }
+
+    /// Starts a second replica with the running daemon's configuration, its
+    /// companions' listener on 127.0.0.2 (same port). The world must have been
+    /// started with `standby`, and the daemon must listen for companions.
+    pub async fn start_standby(&self) -> anyhow::Result<()> {
+        let profile = self.profile().context("no daemon runs")?;
+        let port = (*lock(&self.companions.port))
+            .filter(|_| profile.listens() && self.with_standby)
+            .context("a standby needs a daemon with its companions' listener")?;
+        let (config, _) = config::load(&self.files, &self.demo, &self.stock, profile)?;
+        // The first replica's feed tells every Event (it reads the API server's).
+        let events = tokio::spawn(async {});
+        let standby = self.spawn_daemon(
+            config,
+            profile,
+            STANDBY_IDENTITY,
+            Some(std::net::SocketAddr::from((STANDBY_IP, port))),
+            events,
+        )?;
+        *lock(&self.standby) = Some(standby);
         Ok(())
+    }
+
+    /// Kills the leading replica at once, as a crashed process (its task and every
+    /// task it started end; its Lease is not released); the standby becomes the
+    /// daemon the scenarios watch. Returns the killed replica's identity.
+    pub fn kill_leader(&self) -> anyhow::Result<String> {
+        let standby = lock(&self.standby)
+            .take()
+            .context("no standby replica runs")?;
+        let mut daemon = lock(&self.daemon);
+        let leader = daemon.take().context("no daemon runs")?;
+        leader.task.abort();
+        let killed = leader.identity;
+        *daemon = Some(Daemon {
+            events: leader.events,
+            ..standby
+        });
+        Ok(killed)
+    }
+
+    /// The leader Lease's holder and when it acquired it (the Lease's `acquireTime`).
+    pub fn leader_acquired(&self) -> Option<(String, SystemTime)> {
+        let lease = self
+            .store()
+            .get(LEASES, Some(LEADER_LEASE.0), LEADER_LEASE.1)
+            .ok()?;
+        let holder = lease.pointer("/spec/holderIdentity")?.as_str()?.to_string();
+        let at = lease.pointer("/spec/acquireTime")?.as_str()?;
+        let at = humantime::parse_rfc3339_weak(at).ok()?;
+        Some((holder, at))
     }
 
     /// What the workers' machines are.
@@ -372,7 +461,8 @@ impl World {
         lock(&self.wording).clone()
     }
 
-    /// Stops the daemon (it releases its leader Lease) and starts it again with
+    /// Stops the daemon and a standby (each releases the leader Lease it holds) and
+    /// starts the daemon again with
     /// `profile`'s configuration, as an operator would after changing its files.
     pub async fn restart_daemon(&self, profile: Profile) -> anyhow::Result<()> {
         self.stop_daemon().await;
@@ -380,25 +470,14 @@ impl World {
     }
 
     async fn stop_daemon(&self) {
-        let Some(daemon) = lock(&self.daemon).take() else {
-            return;
-        };
-        let _ = daemon.stop.send(());
-        let mut task = daemon.task;
-        match tokio::time::timeout(Duration::from_secs(10), &mut task).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(e))) => tracing::warn!("demo: the daemon ended with an error: {e:#}"),
-            Ok(Err(e)) => tracing::warn!("demo: the daemon task failed: {e}"),
-            Err(_) => {
-                tracing::warn!("demo: the daemon did not stop within 10s; aborted");
-                task.abort();
-                let _ = task.await;
-            }
+        let standby = lock(&self.standby).take();
+        if let Some(standby) = standby {
+            stop_replica(standby).await;
         }
-        // Its last Events are told before the feed goes.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        daemon.events.abort();
-        let _ = daemon.events.await;
+        let daemon = lock(&self.daemon).take();
+        if let Some(daemon) = daemon {
+            stop_replica(daemon).await;
+        }
     }
 
     /// Creates the NodeHealthCheck of the `nhc` scenario (see
@@ -452,15 +531,19 @@ impl World {
             .is_some_and(|d| !d.task.is_finished())
     }
 
-    /// True once nodefence holds its leader Lease.
+    /// True once the daemon the scenarios watch holds the leader Lease (after
+    /// [`Self::kill_leader`], the former standby).
     pub fn nodefence_leads(&self) -> bool {
+        let Some(identity) = lock(&self.daemon).as_ref().map(|d| d.identity.clone()) else {
+            return false;
+        };
         self.store()
             .get(LEASES, Some(LEADER_LEASE.0), LEADER_LEASE.1)
             .ok()
             .and_then(|l| {
                 l.pointer("/spec/holderIdentity")
                     .and_then(Value::as_str)
-                    .map(|h| h == IDENTITY)
+                    .map(|h| h == identity)
             })
             .unwrap_or(false)
     }
@@ -676,11 +759,30 @@ impl World {
         }
     }
 
-    /// nodefence's companion listener, `https://127.0.0.1:PORT`, once a daemon with
-    /// [`Profile::Watchdog`] was started.
+    /// nodefence's companion listener, `https://127.0.0.1:PORT`, once a daemon that
+    /// listens ([`Profile::listens`]) was started; `https://localhost:PORT` when a
+    /// standby runs beside it (each replica's address is then in
+    /// [`Self::companion_replicas`], the certificate checked against the name).
     pub fn companion_listener(&self) -> Option<url::Url> {
         let port = (*lock(&self.companions.port))?;
-        url::Url::parse(&format!("https://127.0.0.1:{port}")).ok()
+        let host = if self.with_standby {
+            "localhost"
+        } else {
+            "127.0.0.1"
+        };
+        url::Url::parse(&format!("https://{host}:{port}")).ok()
+    }
+
+    /// Every replica's listener address, when a standby runs (as a headless Service
+    /// would list them); `None`: the listener's URL names the only one.
+    pub fn companion_replicas(&self) -> Option<Vec<std::net::SocketAddr>> {
+        let port = (*lock(&self.companions.port))?;
+        self.with_standby.then(|| {
+            vec![
+                std::net::SocketAddr::from((PRIMARY_IP, port)),
+                std::net::SocketAddr::from((STANDBY_IP, port)),
+            ]
+        })
     }
 
     /// The CA file the companions trust the listener's certificate with.
@@ -786,6 +888,26 @@ impl World {
             Err(e) => Some(e.to_string()),
         }
     }
+}
+
+/// Stops one replica (it releases its leader Lease), within 10 s, and its feed.
+async fn stop_replica(daemon: Daemon) {
+    let _ = daemon.stop.send(());
+    let mut task = daemon.task;
+    match tokio::time::timeout(Duration::from_secs(10), &mut task).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => tracing::warn!("demo: the daemon ended with an error: {e:#}"),
+        Ok(Err(e)) => tracing::warn!("demo: the daemon task failed: {e}"),
+        Err(_) => {
+            tracing::warn!("demo: the daemon did not stop within 10s; aborted");
+            task.abort();
+            let _ = task.await;
+        }
+    }
+    // Its last Events are told before the feed goes.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    daemon.events.abort();
+    let _ = daemon.events.await;
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -900,12 +1022,18 @@ impl CompanionSetup {
     }
 }
 
-/// A loopback port free for TCP and UDP both (the listener takes both).
-fn free_port() -> anyhow::Result<u16> {
+/// A loopback port free for TCP and UDP both (the listener takes both), on
+/// 127.0.0.1 and, with `standby`, on 127.0.0.2 too.
+fn free_port(standby: bool) -> anyhow::Result<u16> {
     for _ in 0..20 {
         let tcp = std::net::TcpListener::bind("127.0.0.1:0")?;
         let port = tcp.local_addr()?.port();
-        if std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+        let free = |ip: [u8; 4]| {
+            let addr = std::net::SocketAddr::from((ip, port));
+            std::net::UdpSocket::bind(addr).is_ok()
+                && (ip == PRIMARY_IP || std::net::TcpListener::bind(addr).is_ok())
+        };
+        if free(PRIMARY_IP) && (!standby || free(STANDBY_IP)) {
             return Ok(port);
         }
     }

@@ -1,6 +1,7 @@
-//! The companions of `rack-power`: the real `nodefence companion`
-//! ([`crate::companion::run`]) on every worker, in this process, each with a
-//! simulated hardware watchdog that tells the truth.
+//! The companions of `rack-power` and of `power-loss --companions`: the real
+//! `nodefence companion` ([`crate::companion::run`]) on every worker, in this
+//! process, each with a simulated hardware watchdog that tells the truth. With a
+//! standby replica, each companion beats to both replicas' listeners.
 //!
 //! Each companion says hello to nodefence's listener with its node's projected token
 //! (issued by fake-kube, bound to the node), over TLS to the listener's certificate
@@ -82,7 +83,7 @@ impl Fleet {
                 },
                 token_file: world.companion_token(node)?,
                 watchdog: WatchdogChoice::Given(Box::new(dog.clone())),
-                replicas: None,
+                replicas: world.companion_replicas(),
                 api: Some(companion::api::ApiAccess {
                     client: world.companion_client().await?,
                     boot_id: world

@@ -42,6 +42,10 @@ pub enum Profile {
     /// The watchdog level: `watchdog_fencing = true` in `[policy]`, and the
     /// companions' listener on (`run --companion-listen`): `rack-power`'s second act.
     Watchdog,
+    /// The stock settings with the companions' listener on and no watchdog level:
+    /// `power-loss --companions` (a silent companion makes its node suspect; the
+    /// release still needs the machine read Off).
+    Companions,
 }
 
 impl Profile {
@@ -60,7 +64,15 @@ impl Profile {
                 "the companions' listener (--companion-listen) and watchdog_fencing = true"
                     .to_string()
             }
+            Profile::Companions => {
+                "its stock settings and the companions' listener (--companion-listen)".to_string()
+            }
         }
+    }
+
+    /// Whether the daemon runs its companions' listener.
+    pub fn listens(self) -> bool {
+        matches!(self, Profile::Watchdog | Profile::Companions)
     }
 
     fn file(self) -> &'static str {
@@ -68,6 +80,7 @@ impl Profile {
             Profile::Stock => "nodefence.toml",
             Profile::Remediator => "nodefence-remediator.toml",
             Profile::Watchdog => "nodefence-watchdog.toml",
+            Profile::Companions => "nodefence-companions.toml",
         }
     }
 }
@@ -186,7 +199,12 @@ impl Files {
         create_private_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let files = Files { dir };
         write_private(&files.dir.join("bmc-password"), &demo.password)?;
-        for profile in [Profile::Stock, Profile::Remediator, Profile::Watchdog] {
+        for profile in [
+            Profile::Stock,
+            Profile::Remediator,
+            Profile::Watchdog,
+            Profile::Companions,
+        ] {
             write_private(&files.dir.join(profile.file()), &demo.agent_toml(profile))?;
         }
         write_private(&files.dir.join("inventory.toml"), &demo.inventory_toml())?;
@@ -336,6 +354,13 @@ mod tests {
         assert!(watchdog.agent.policy.watchdog_fencing);
         assert!(watchdog.inventory.nodes["worker-1"].policy.watchdog_fencing);
         assert!(!watchdog.agent.remediation.requests);
+        let (companions, _) =
+            load(&files, &demo, &SimConfig::default(), Profile::Companions).unwrap();
+        assert!(
+            !companions.agent.policy.watchdog_fencing,
+            "no watchdog level"
+        );
+        assert!(Profile::Companions.listens() && !Profile::Stock.listens());
         let extra = files.add("extra.pem", "x").unwrap();
         assert_eq!(std::fs::read_to_string(&extra).unwrap(), "x");
         let dir = files.dir.clone();

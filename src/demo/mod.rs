@@ -18,7 +18,10 @@
 //! through its vSphere driver, or sends `PowerOffVM_Task`); and `rack-power`, at real
 //! time, where a machine loses power with its BMC: nothing is released by default,
 //! then, with a companion on every worker and `watchdog_fencing`, the machine is
-//! released on its hardware watchdog after the stated wait. Each scenario has
+//! released on its hardware watchdog after the stated wait. `power-loss --companions`
+//! plays at real time too, a companion beating from every worker (and with
+//! `--kill-leader-after`, a standby replica beside the leader, which is killed
+//! mid-incident): the benches time it. Each scenario has
 //! deadlines: the exit code is 1 when an expected outcome did not happen in time, so
 //! the demo doubles as a smoke test.
 //!
@@ -84,6 +87,12 @@ pub struct DemoOptions {
     /// How long after its Lease renewals each worker's kubelet computes its node
     /// status (zero: together; the recovery bench sweeps it).
     pub status_after_lease: Duration,
+    /// Power loss: a companion on every worker, nodefence's listener on (plays at
+    /// real time: the companions' timing is not scaled).
+    pub companions: bool,
+    /// Power loss with companions: a standby replica runs too, and the leader is
+    /// killed this long after the plug.
+    pub kill_leader_after: Option<Duration>,
 }
 
 /// Runs the demo and returns the exit code. Must be called inside a tokio runtime;
@@ -117,23 +126,34 @@ async fn demo(options: DemoOptions, log_path: PathBuf) -> u8 {
         (Box::new(std::io::stdout()), std::io::stdout().is_terminal())
     };
     let style = Style::detect(options.no_color, terminal);
-    // The watchdog level's timing is not scaled: its scenario plays at real time.
-    let real_time = options.scenarios.iter().any(|s| s.real_time());
+    // The watchdog level's timing is not scaled: its scenario plays at real time, and
+    // so does one with companions.
+    let real_time = options.companions || options.scenarios.iter().any(|s| s.real_time());
     let speed = if real_time { 1.0 } else { options.speed };
     let (story, printer) = Story::start(out, style, speed);
     story.line(style.bold(
         "nodefence demo: a simulated cluster, a mock BMC and the real nodefence daemon, in this process",
     ));
-    let profile = options
-        .scenarios
-        .first()
-        .map_or(config::Profile::Stock, |s| s.profile());
+    let profile = match options.scenarios.first() {
+        Some(Scenario::PowerLoss) if options.companions => config::Profile::Companions,
+        Some(s) => s.profile(),
+        None => config::Profile::Stock,
+    };
     // One world for every scenario: VMs when the first one plays on VMs.
     let workers = options
         .scenarios
         .first()
         .map_or(Workers::BmcSystems, |s| s.workers());
-    let code = match World::start(speed, options.status_after_lease, &story, profile, workers).await
+    let standby = options.kill_leader_after.is_some();
+    let code = match World::start(
+        speed,
+        options.status_after_lease,
+        &story,
+        profile,
+        workers,
+        standby,
+    )
+    .await
     {
         Err(e) => {
             story.line(style.red(&format!("error: the demo could not start: {e:#}")));
@@ -142,7 +162,7 @@ async fn demo(options: DemoOptions, log_path: PathBuf) -> u8 {
         Ok(mut world) => {
             header(&story, style, &world, &log_path, real_time);
             let ran = tokio::select! {
-                outcomes = scenarios(&world, &story, style, &options.scenarios, options.pull_after_renewal) => Some(outcomes),
+                outcomes = scenarios(&world, &story, style, &options) => Some(outcomes),
                 _ = tokio::signal::ctrl_c() => None,
             };
             if let Some(e) = world.daemon_error().await {
@@ -267,14 +287,16 @@ async fn scenarios(
     world: &World,
     story: &Story,
     style: Style,
-    which: &[Scenario],
-    pull_after_renewal: Option<Duration>,
+    options: &DemoOptions,
 ) -> anyhow::Result<Vec<Outcome>> {
+    let which = &options.scenarios;
     let ctx = Ctx {
         world,
         story,
         style,
-        pull_after_renewal,
+        pull_after_renewal: options.pull_after_renewal,
+        companions: options.companions,
+        kill_leader_after: options.kill_leader_after,
     };
     let started = Instant::now();
     ctx.wait(

@@ -126,6 +126,9 @@ struct JsonOutcome<'a> {
     /// What the watchdog level did (`rack-power`).
     #[serde(skip_serializing_if = "Option::is_none")]
     watchdog: Option<JsonWatchdog>,
+    /// What the companions and a standby showed (`power-loss --companions`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    companions: Option<JsonCompanions<'a>>,
     /// The scenario's story, in time order (what the benches chart).
     steps: Vec<JsonStep<'a>>,
 }
@@ -155,6 +158,23 @@ struct JsonWatchdog {
     stated_wait_s: f64,
     /// Act 2: from the mark stored to the out-of-service taint stored.
     mark_to_release_s: Option<f64>,
+}
+
+/// `power-loss --companions`, timed from the power loss.
+#[derive(Serialize)]
+struct JsonCompanions<'a> {
+    /// The node turned suspect.
+    suspect_after_s: Option<f64>,
+    /// For its companion's silence (not its Lease).
+    suspect_by_companion: bool,
+    /// `--kill-leader-after`: when the leader was killed.
+    leader_killed_after_s: Option<f64>,
+    /// When the standby acquired the leader Lease.
+    new_leader_after_s: Option<f64>,
+    /// Whether the release came after the kill.
+    released_by_standby: Option<bool>,
+    /// Machines a watchdog reset while they should have run on (none expected).
+    watchdog_resets: &'a [String],
 }
 
 #[derive(Serialize)]
@@ -219,6 +239,14 @@ pub fn json(outcomes: &[Outcome], speed: f64, demo: Duration) -> String {
                         .mark_to_release
                         .map(|d| (d.as_secs_f64() * 1000.0).round() / 1000.0),
                 }),
+                companions: o.companions.as_ref().map(|c| JsonCompanions {
+                    suspect_after_s: secs(c.suspect_after),
+                    suspect_by_companion: c.suspect_by_companion,
+                    leader_killed_after_s: secs(c.leader_killed_after),
+                    new_leader_after_s: secs(c.new_leader_after),
+                    released_by_standby: c.released_by_standby,
+                    watchdog_resets: &c.watchdog_resets,
+                }),
                 steps: o
                     .steps
                     .iter()
@@ -253,6 +281,7 @@ mod tests {
             request: None,
             taint_left: None,
             watchdog: None,
+            companions: None,
             steps: vec![crate::demo::scenarios::StepRecord {
                 after: Duration::from_millis(71_960),
                 node: "worker-2".into(),
@@ -294,6 +323,25 @@ mod tests {
             "no request field where there was none"
         );
         assert!(j["scenarios"][0].get("watchdog").is_none());
+        assert!(j["scenarios"][0].get("companions").is_none());
+        let mut beating = outcome(true);
+        beating.scenario = Scenario::PowerLoss;
+        beating.companions = Some(crate::demo::scenarios::CompanionOutcome {
+            suspect_after: Some(Duration::from_millis(2_040)),
+            suspect_by_companion: true,
+            leader_killed_after: Some(Duration::from_secs(3)),
+            released_by_standby: Some(true),
+            ..Default::default()
+        });
+        let j: serde_json::Value =
+            serde_json::from_str(&json(&[beating], 1.0, Duration::from_secs(60))).unwrap();
+        let c = &j["scenarios"][0]["companions"];
+        assert_eq!(c["suspect_after_s"], 2.0);
+        assert_eq!(c["suspect_by_companion"], true);
+        assert_eq!(c["leader_killed_after_s"], 3.0);
+        assert_eq!(c["new_leader_after_s"], serde_json::Value::Null);
+        assert_eq!(c["released_by_standby"], true);
+        assert_eq!(c["watchdog_resets"], serde_json::json!([]));
         let mut rack = outcome(true);
         rack.scenario = Scenario::RackPower;
         rack.watchdog = Some(crate::demo::scenarios::WatchdogOutcome {

@@ -86,6 +86,12 @@ pub struct NodeFacts {
     /// clock runs behind does not look late at every renewal (and one ahead does not
     /// look fresh for longer), as the node lifecycle controller measures it.
     pub lease_seen: Option<SystemTime>,
+    /// When nodefence saw the renewTime change to this one, by its own clock; `None`
+    /// when it only found it at first sight (its watch's list at start-up, or a new
+    /// leader's) or does not watch. Only a renewal seen to happen after a companion's
+    /// silence was declared outvotes the silence: a new leader's first sight of an old
+    /// renewal is no sign of life.
+    pub lease_change_seen: Option<SystemTime>,
     /// Its `leaseDurationSeconds` (the kubelet renews every quarter of it).
     pub lease_duration: Option<Duration>,
     /// Newest `lastHeartbeatTime` among its conditions (the kubelet's status posts).
@@ -120,6 +126,7 @@ impl NodeFacts {
             readiness: Readiness::Ready,
             lease_renewed: Some(now),
             lease_seen: None,
+            lease_change_seen: None,
             lease_duration: None,
             last_heartbeat: None,
             control_plane: false,
@@ -174,14 +181,17 @@ impl NodeFacts {
         let heartbeat = self.last_heartbeat.map(|h| h.min(now));
         // Every later sign of life counts: the kubelet's status posts and the
         // companion's last beat (a suspect node's readings must be newer than both).
-        // A Lease renewal seen after the silence was declared outvotes it.
+        // A Lease renewal seen after the silence was declared outvotes it: one seen to
+        // happen when the Lease is watched (not a new leader's first sight of an old
+        // one), else the renewTime itself.
+        let renewal = if self.lease_seen.is_some() {
+            self.lease_change_seen
+        } else {
+            self.lease_renewed
+        };
         let beat = self
             .companion_silent
-            .filter(|s| {
-                self.lease_seen
-                    .or(self.lease_renewed)
-                    .is_none_or(|seen| seen <= s.declared)
-            })
+            .filter(|s| renewal.is_none_or(|seen| seen <= s.declared))
             .map(|s| s.last_beat.min(now));
         let latest = |t: SystemTime| {
             let t = heartbeat.map_or(t, |h| h.max(t));

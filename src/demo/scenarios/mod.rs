@@ -19,7 +19,9 @@
 //!
 //! `rack-power` runs alone too, at real time ([`Scenario::real_time`]): the watchdog
 //! level's timing (the companions' heartbeat, `isolation_timeout`, the watchdog's own
-//! timeout) is not scaled by `--speed`, so neither is its world.
+//! timeout) is not scaled by `--speed`, so neither is its world. So does `power-loss`
+//! with `--companions` (a companion on every worker; [`Profile::Companions`]), and
+//! with `--kill-leader-after` (a standby replica too, the leader killed mid-incident).
 
 mod bmc_down;
 mod network_cut;
@@ -142,6 +144,8 @@ pub struct Outcome {
     pub taint_left: Option<bool>,
     /// What the watchdog level did (`rack-power`).
     pub watchdog: Option<WatchdogOutcome>,
+    /// What the companions (and a standby) showed (`power-loss --companions`).
+    pub companions: Option<CompanionOutcome>,
     /// The scenario's story, from its first action on (each act's from its own first
     /// action, one after the other).
     pub steps: Vec<StepRecord>,
@@ -163,6 +167,24 @@ pub struct WatchdogOutcome {
     pub stated_wait: Duration,
     /// Act 2: from the mark stored to the taint stored.
     pub mark_to_release: Option<Duration>,
+}
+
+/// What `power-loss --companions` showed. Durations are real time since the power
+/// loss.
+#[derive(Debug, Clone, Default)]
+pub struct CompanionOutcome {
+    /// When the node turned suspect (`NodeSuspect`).
+    pub suspect_after: Option<Duration>,
+    /// Whether that was for its companion's silence (not its Lease).
+    pub suspect_by_companion: bool,
+    /// When the leader was killed (`--kill-leader-after`).
+    pub leader_killed_after: Option<Duration>,
+    /// When the standby acquired the leader Lease (its `acquireTime`).
+    pub new_leader_after: Option<Duration>,
+    /// Whether the release came after the leader was killed (the standby's).
+    pub released_by_standby: Option<bool>,
+    /// The nodes whose simulated watchdog reset a powered machine (none expected).
+    pub watchdog_resets: Vec<String>,
 }
 
 /// One step of a scenario's story, as the JSON summary lists it.
@@ -225,9 +247,24 @@ pub struct Ctx<'a> {
     pub style: Style,
     /// Power loss: when to pull the plug after a Lease renewal (`None`: at once).
     pub pull_after_renewal: Option<Duration>,
+    /// Power loss: a companion on every worker, nodefence's listener on.
+    pub companions: bool,
+    /// Power loss with companions: kill the leader this long after the plug (a
+    /// standby runs).
+    pub kill_leader_after: Option<Duration>,
 }
 
 impl Ctx<'_> {
+    /// How nodefence runs for `scenario`: its own profile, or the companions' for
+    /// `power-loss --companions`.
+    pub fn profile_for(&self, scenario: Scenario) -> Profile {
+        if self.companions && scenario == Scenario::PowerLoss {
+            Profile::Companions
+        } else {
+            scenario.profile()
+        }
+    }
+
     /// Waits until `check` holds, for at most `cluster` (cluster time) plus some slack.
     pub async fn wait(
         &self,
@@ -315,6 +352,27 @@ impl Ctx<'_> {
         what: &str,
         machine: &str,
     ) -> Result<String, String> {
+        self.lose_power_then(out, carry, victim, what, machine, |_| async { Ok(()) })
+            .await
+            .map(|(now_on, ())| now_on)
+    }
+
+    /// [`Self::lose_power`], running `then` (given the moment of the loss) right
+    /// after the power is cut and before waiting for the release; returns what it
+    /// returned too.
+    pub async fn lose_power_then<T, F, Fut>(
+        &self,
+        out: &mut Outcome,
+        carry: &mut Carry,
+        victim: &str,
+        what: &str,
+        machine: &str,
+        then: F,
+    ) -> Result<(String, T), String>
+    where
+        F: FnOnce(SystemTime) -> Fut,
+        Fut: std::future::Future<Output = Result<T, String>>,
+    {
         let world = self.world;
         let mark = world.reset_mark();
         let t0 = crate::clock::now();
@@ -324,6 +382,7 @@ impl Ctx<'_> {
             .set_power(victim, MockPower::Off)
             .map_err(|e| e.to_string())?;
         carry.fenced = Some(victim.to_string());
+        let then = then(t0).await?;
         let (_released, now_on) = self
             .released_and_moved(
                 out,
@@ -340,7 +399,7 @@ impl Ctx<'_> {
                 out.power_commands
             ));
         }
-        Ok(now_on)
+        Ok((now_on, then))
     }
 
     /// When db-0 was reported Running on a node other than `not_on`, since `t0`.
@@ -420,6 +479,7 @@ pub async fn run(
         request: None,
         taint_left: None,
         watchdog: None,
+        companions: None,
         steps: Vec::new(),
     };
     let result = match switch_profile(ctx, scenario).await {
@@ -475,11 +535,12 @@ pub async fn close_scene(ctx: &Ctx<'_>, out: &mut Outcome) {
 /// Restarts nodefence with the configuration `scenario` needs, from a whole cluster,
 /// when it runs with another one.
 async fn switch_profile(ctx: &Ctx<'_>, scenario: Scenario) -> Result<(), String> {
-    if ctx.world.profile() == Some(scenario.profile()) {
+    let profile = ctx.profile_for(scenario);
+    if ctx.world.profile() == Some(profile) {
         return Ok(());
     }
     make_whole(ctx).await?;
-    ctx.use_profile(scenario.profile()).await
+    ctx.use_profile(profile).await
 }
 
 /// Restores the cluster when an earlier scenario left it broken, and waits until it

@@ -343,11 +343,20 @@ fn the_last_beat_is_a_sign_of_life_readings_must_follow() {
     // not outvote it (sent before the power went); one seen after does.
     f.readiness = Readiness::Ready;
     f.lease_seen = Some(t0() + secs(98));
+    f.lease_change_seen = Some(t0() + secs(98));
     assert!(matches!(
         f.health(now, None),
         Health::CompanionSilent { .. }
     ));
+    // A new leader's first sight of an old renewal, after the silence its standby
+    // table declared, is no sign of life: the silence stands.
     f.lease_seen = Some(t0() + secs(99) + Duration::from_millis(1));
+    f.lease_change_seen = None;
+    assert!(matches!(
+        f.health(now, None),
+        Health::CompanionSilent { .. }
+    ));
+    f.lease_change_seen = f.lease_seen;
     assert_eq!(f.health(now, None), Health::Healthy);
     // Beating (or stopped cleanly): healthy.
     f.companion_silent = None;
