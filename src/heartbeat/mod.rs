@@ -220,20 +220,13 @@ impl Heartbeat {
                 }),
                 WatchdogState::None | WatchdogState::Stopping => None,
             };
-            let cluster = table.cluster();
-            if usize::from(companion.cluster_known) < cluster {
-                return Verdict::Refuse(format!(
-                    "its companion was last shown a cluster of {} (the cluster is now {cluster}): \
-                     it could count a peer majority of the smaller one",
-                    companion.cluster_known
-                ));
-            }
             let evidence = Evidence {
                 armed,
                 last_ack: companion.last_ack,
                 leading_since,
                 mark_written,
-                cluster,
+                cluster: table.cluster(),
+                told: usize::from(companion.cluster_known),
             };
             let others = table
                 .companions()

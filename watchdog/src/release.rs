@@ -107,8 +107,12 @@ pub struct Evidence {
     pub leading_since: Duration,
     /// When the API server accepted the mark.
     pub mark_written: Option<Duration>,
-    /// The cluster's companions, the node included.
+    /// The cluster's companions, the node included: at least every companion that
+    /// could answer the node's peer questions.
     pub cluster: usize,
+    /// The smallest cluster the node's companion may count its peers' majority of:
+    /// what its beats prove it was told (`cluster` when it cannot be smaller).
+    pub told: usize,
 }
 
 /// Which moment the wait is counted from.
@@ -229,6 +233,21 @@ pub fn decide<'a>(
             ),
         };
     }
+    // The node's companion counts a majority of at least `told`. Of the others, those
+    // not heard throughout may have said "neither": with it, `cluster − heard`. Never
+    // a strict majority of `told` when twice that is at most `told` (always so when
+    // `told` is the cluster: the majority heard above implies it).
+    let could_say_neither = evidence.cluster.saturating_sub(heard);
+    if could_say_neither.saturating_mul(2) > evidence.told {
+        return Verdict::Wait {
+            until: now,
+            why: format!(
+                "its companion was last told a cluster of {} (it is {} now): {} of them, \
+                 itself included, were not heard throughout and could be a majority of {}",
+                evidence.told, evidence.cluster, could_say_neither, evidence.told
+            ),
+        };
+    }
     Verdict::Release(Proof {
         armed,
         anchor: which,
@@ -257,6 +276,7 @@ mod tests {
             leading_since: s(10),
             mark_written: Some(s(103)),
             cluster: 5,
+            told: 5,
         }
     }
 
@@ -319,6 +339,46 @@ mod tests {
         // Heard, but not since the start of the window.
         let late = [heard(110, 500), heard(0, 500), heard(0, 500)];
         assert!(matches!(decide(&t, &e, &late, due), Verdict::Wait { .. }));
+    }
+
+    #[test]
+    fn a_companion_told_a_smaller_cluster_needs_more_of_its_peers_heard() {
+        let t = Timing::default();
+        let due = s(103) + t.wait(s(10)).total();
+        let three_of_four = [
+            heard(0, 500),
+            heard(0, 500),
+            heard(0, 500),
+            Heard::default(),
+        ];
+        // Told 3 of a cluster now 5: the one not heard and itself are 2, a majority of
+        // 3. Not released.
+        let mut e = evidence();
+        e.told = 3;
+        match decide(&t, &e, &three_of_four, due) {
+            Verdict::Wait { until, why } => {
+                assert_eq!(until, due);
+                assert!(why.contains("last told a cluster of 3"), "{why}");
+            }
+            v => panic!("{v:?}"),
+        }
+        // Every other heard: only itself could say "neither", 1 of 3 is none.
+        assert!(matches!(
+            decide(&t, &e, &[heard(0, 500); 4], due),
+            Verdict::Release(_)
+        ));
+        // Told nothing (no acknowledgement echoed): never.
+        e.told = 0;
+        assert!(matches!(
+            decide(&t, &e, &[heard(0, 500); 4], due),
+            Verdict::Wait { .. }
+        ));
+        // Told the cluster or more: the majority heard is enough.
+        e.told = 7;
+        assert!(matches!(
+            decide(&t, &e, &three_of_four, due),
+            Verdict::Release(_)
+        ));
     }
 
     #[test]

@@ -638,6 +638,7 @@ impl WatchdogModel {
             leading_since: Duration::ZERO,
             mark_written: s.mark,
             cluster: self.nodes,
+            told: self.nodes,
         };
         let others: Vec<Heard> = match self.mutation {
             // Every other companion taken as heard throughout.
