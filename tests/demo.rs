@@ -565,7 +565,7 @@ fn vms_on_vcenter_lose_power_or_network_and_nodefence_fences_them_through_vspher
 
 /// `rack-power` plays at real time whatever `--speed` says (about 80 s): a machine
 /// loses power with its BMC. Act 1, nodefence as by default: it says it cannot read
-/// the machine and releases nothing. Act 2, with a companion on every worker and
+/// the machine and releases nothing. Act 2, with a companion on every node and
 /// `watchdog_fencing`: the node is marked, released on its watchdog no sooner than
 /// the stated wait after the mark (the API server's own write times, as the scenario
 /// reports them, and the times printed), and db-0 runs elsewhere.
@@ -632,7 +632,7 @@ fn rack_power_is_held_without_the_watchdog_level_and_released_on_its_watchdog_wi
             "no taint, no mark, no power command",
             "Nothing is released without proof: this is where the watchdog level comes in.",
             "(setup) nodefence restarted with the companions' listener (--companion-listen) and watchdog_fencing = true",
-            "(setup) a companion on every worker",
+            "(setup) a companion on every node",
             "Act 2. The same outage",
             "you            the rack's power fails again",
             "nodefence      its companion fell silent (no beat for 2s): suspect",
@@ -730,7 +730,7 @@ fn power_loss_with_companions_is_heard_through_the_companion_and_still_proven_of
         &run.stderr,
         &[
             "real time: --speed does not apply",
-            "(setup) a companion on every worker, beating every 500ms to nodefence",
+            "(setup) a companion on every node, beating every 500ms to nodefence",
             "its companion dies with it",
             "its companion fell silent (no beat for 2s): suspect",
             "machine confirmed Off (3 readings)",

@@ -1,6 +1,7 @@
 //! The companions of `rack-power` and of `power-loss --companions`: the real
-//! `nodefence companion` ([`crate::companion::run`]) on every worker, in this
-//! process, each with a simulated hardware watchdog that tells the truth. With a
+//! `nodefence companion` ([`crate::companion::run`]) on every node, the control plane's
+//! too (the DaemonSet tolerates every taint: the cluster's size, which a peer majority
+//! is counted of, is every Node), in this process, each with a simulated hardware watchdog that tells the truth. With a
 //! standby replica, each companion beats to both replicas' listeners.
 //!
 //! Each companion says hello to nodefence's listener with its node's projected token
@@ -29,7 +30,7 @@ use nodefence_mocks::redfish::MockPower;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use super::cluster::{MachineSwitch, WORKERS, World};
+use super::cluster::{CONTROL_PLANE, MachineSwitch, WORKERS, World};
 use super::narrate::span;
 use super::timeline::{Actor, Fact, Step, Story};
 use crate::companion::{self, Options, Status, WatchdogChoice};
@@ -45,17 +46,18 @@ const TIMER_TICK: Duration = Duration::from_millis(50);
 /// How long a watchdog reset keeps a machine off.
 const RESET_OFF: Duration = Duration::from_secs(1);
 
-/// One worker's companion, running.
+/// One node's companion, running.
 struct Member {
     status: Arc<Mutex<Status>>,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
     /// The simulated watchdog's timer (it ends once the watchdog is disarmed or ran
-    /// out).
-    timer: JoinHandle<()>,
+    /// out); none on the control plane's node, which has no machine switch here and
+    /// whose companion is never stopped before the end.
+    timer: Option<JoinHandle<()>>,
 }
 
-/// The companions of every worker.
+/// The companions of every node.
 pub struct Fleet {
     members: BTreeMap<String, Member>,
     /// The nodes whose watchdog reset a powered machine.
@@ -66,14 +68,14 @@ pub struct Fleet {
 }
 
 impl Fleet {
-    /// Starts a companion on every worker; nodefence must run with its listener.
+    /// Starts a companion on every node; nodefence must run with its listener.
     pub async fn start(world: &World, story: &Story) -> anyhow::Result<Fleet> {
         let url = world
             .companion_listener()
             .context("nodefence runs without its companion listener")?;
         let fired: Arc<Mutex<Vec<String>>> = Arc::default();
         let mut members = BTreeMap::new();
-        for node in WORKERS {
+        for node in std::iter::once(CONTROL_PLANE).chain(WORKERS) {
             let dog = RecordingWatchdog::new(WATCHDOG_IDENTITY, WATCHDOG_TIMEOUT, false);
             let options = Options {
                 nodefence: url.clone(),
@@ -104,14 +106,18 @@ impl Fleet {
                     tracing::warn!("demo: a companion ended with an error: {e:#}");
                 }
             });
-            let timer = tokio::spawn(watchdog_timer(
-                node.to_string(),
-                dog,
-                world.machine(node)?,
-                task.abort_handle(),
-                story.clone(),
-                fired.clone(),
-            ));
+            let timer = if node == CONTROL_PLANE {
+                None
+            } else {
+                Some(tokio::spawn(watchdog_timer(
+                    node.to_string(),
+                    dog,
+                    world.machine(node)?,
+                    task.abort_handle(),
+                    story.clone(),
+                    fired.clone(),
+                )))
+            };
             members.insert(
                 node.to_string(),
                 Member {
@@ -169,8 +175,10 @@ impl Fleet {
                 tracing::warn!("demo: {node}'s companion did not stop within 5s; aborted");
                 m.task.abort();
             }
-            m.timer.abort();
-            let _ = m.timer.await;
+            if let Some(timer) = m.timer {
+                timer.abort();
+                let _ = timer.await;
+            }
         }
     }
 }

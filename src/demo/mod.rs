@@ -17,9 +17,9 @@
 //! world whose workers are VMs on a mock vCenter (nodefence reads `poweredOff`
 //! through its vSphere driver, or sends `PowerOffVM_Task`); and `rack-power`, at real
 //! time, where a machine loses power with its BMC: nothing is released by default,
-//! then, with a companion on every worker and `watchdog_fencing`, the machine is
+//! then, with a companion on every node and `watchdog_fencing`, the machine is
 //! released on its hardware watchdog after the stated wait. `power-loss --companions`
-//! plays at real time too, a companion beating from every worker (and with
+//! plays at real time too, a companion beating from every node (and with
 //! `--kill-leader-after`, a standby replica beside the leader, which is killed
 //! mid-incident): the benches time it. Each scenario has
 //! deadlines: the exit code is 1 when an expected outcome did not happen in time, so
@@ -87,7 +87,7 @@ pub struct DemoOptions {
     /// How long after its Lease renewals each worker's kubelet computes its node
     /// status (zero: together; the recovery bench sweeps it).
     pub status_after_lease: Duration,
-    /// Power loss: a companion on every worker, nodefence's listener on (plays at
+    /// Power loss: a companion on every node, nodefence's listener on (plays at
     /// real time: the companions' timing is not scaled).
     pub companions: bool,
     /// Power loss with companions: a standby replica runs too, and the leader is

@@ -20,7 +20,7 @@
 //! `rack-power` runs alone too, at real time ([`Scenario::real_time`]): the watchdog
 //! level's timing (the companions' heartbeat, `isolation_timeout`, the watchdog's own
 //! timeout) is not scaled by `--speed`, so neither is its world. So does `power-loss`
-//! with `--companions` (a companion on every worker; [`Profile::Companions`]), and
+//! with `--companions` (a companion on every node; [`Profile::Companions`]), and
 //! with `--kill-leader-after` (a standby replica too, the leader killed mid-incident).
 
 mod bmc_down;
@@ -247,7 +247,7 @@ pub struct Ctx<'a> {
     pub style: Style,
     /// Power loss: when to pull the plug after a Lease renewal (`None`: at once).
     pub pull_after_renewal: Option<Duration>,
-    /// Power loss: a companion on every worker, nodefence's listener on.
+    /// Power loss: a companion on every node, nodefence's listener on.
     pub companions: bool,
     /// Power loss with companions: kill the leader this long after the plug (a
     /// standby runs).

@@ -4,7 +4,7 @@
 //! control plane then force-deletes db-0, detaches its volume, and the replacement
 //! starts on another node. No power command is needed: the machine is already off.
 //!
-//! With `--companions` (real time), a companion beats from every worker
+//! With `--companions` (real time), a companion beats from every node
 //! ([`crate::demo::companions`]) and the victim's dies with its machine: nodefence
 //! hears the silence within `heartbeat_timeout` (2 s), well before the Lease is
 //! stale, and still releases only on the BMC's Off readings (two independent
@@ -71,7 +71,7 @@ async fn companions(ctx: &Ctx<'_>) -> Result<Fleet, String> {
         .map_err(|e| format!("the companions could not start: {e:#}"))?;
     if let Err(e) = ctx
         .wait(
-            "companion on every worker with its watchdog armed",
+            "companion on every node with its watchdog armed",
             Duration::from_secs(60),
             || fleet.all_armed(),
         )
@@ -86,7 +86,7 @@ async fn companions(ctx: &Ctx<'_>) -> Result<Fleet, String> {
         tokio::time::sleep(Duration::from_secs(3)).await;
     }
     ctx.setup_note(&format!(
-        "a companion on every worker, beating every {} to {} (heartbeat_timeout {}), its \
+        "a companion on every node, beating every {} to {} (heartbeat_timeout {}), its \
          watchdog armed (took {:.1}s)",
         humantime::format_duration(crate::heartbeat::DEFAULT_HEARTBEAT_INTERVAL),
         if ctx.kill_leader_after.is_some() {

@@ -11,7 +11,7 @@
 //!
 //! Between the acts the cluster is restored (power back, the BMC answering again),
 //! nodefence restarted with its companion listener and `watchdog_fencing = true`, and a
-//! companion started on every worker (see `companions`), each arming a simulated
+//! companion started on every node (see `companions`), each arming a simulated
 //! hardware watchdog granting 10 s that really resets its machine when not fed.
 //!
 //! Act 2, the same outage on the node db-0 runs on, its companion dying with it:
@@ -193,13 +193,13 @@ fn nothing_moved(ctx: &Ctx<'_>, victim: &str, mark: usize) -> Result<(), String>
 async fn arm(ctx: &Ctx<'_>, fleet: &Fleet) -> Result<(), String> {
     let started = tokio::time::Instant::now();
     ctx.wait(
-        "companion on every worker with its watchdog armed",
+        "companion on every node with its watchdog armed",
         Duration::from_secs(60),
         || fleet.all_armed(),
     )
     .await?;
     ctx.setup_note(&format!(
-        "a companion on every worker: hello with its projected token over TLS, beats every {} \
+        "a companion on every node: hello with its projected token over TLS, beats every {} \
          over UDP, its watchdog armed ({} granted; simulated, it really resets its machine if \
          not fed) (took {:.1}s)",
         humantime::format_duration(crate::heartbeat::DEFAULT_HEARTBEAT_INTERVAL),
