@@ -161,12 +161,14 @@ fn random_whole_system_schedules_keep_every_invariant() {
                         let Some(seed) = queue.lock().unwrap().next() else {
                             break;
                         };
+                        let began = Instant::now();
                         let mut outcome = sim::play::run(seed);
+                        let took = began.elapsed();
                         outcome.log.clear(); // kept by the replay test; thousands add up
                         if !outcome.violations.is_empty() {
                             failed_so_far.fetch_add(1, Ordering::Relaxed);
                         }
-                        results.lock().unwrap().push((seed, outcome));
+                        results.lock().unwrap().push((seed, outcome, took));
                         played.fetch_add(1, Ordering::Relaxed);
                     }
                 })
@@ -185,10 +187,15 @@ fn random_whole_system_schedules_keep_every_invariant() {
     });
     progress();
     let mut results = results.into_inner().unwrap();
-    results.sort_by_key(|(s, _)| *s);
+    results.sort_by_key(|(s, _, _)| *s);
     let mut total = sim::machine::Counters::default();
     let mut failed = Vec::new();
-    for (seed, o) in &results {
+    // Time per seed, with companions and without (a thread each: about its CPU).
+    let mut cost = [(0u32, Duration::ZERO); 2];
+    for (seed, o, took) in &results {
+        let c = &mut cost[usize::from(o.companions)];
+        c.0 += 1;
+        c.1 += *took;
         total.readings += o.counters.readings;
         total.power_offs += o.counters.power_offs;
         total.power_ons += o.counters.power_ons;
@@ -199,6 +206,9 @@ fn random_whole_system_schedules_keep_every_invariant() {
         total.watches_ended += o.counters.watches_ended;
         total.requests += o.counters.requests;
         total.requests_served += o.counters.requests_served;
+        total.beats += o.counters.beats;
+        total.watchdog_resets += o.counters.watchdog_resets;
+        total.watchdog_releases += o.counters.watchdog_releases;
         if !o.violations.is_empty() {
             failed.push(format!(
                 "seed {seed}:\n  {}\n  schedule:\n    {}\n  replay: NODEFENCE_SIM_SEED={seed} cargo test --release --test simulation -- --nocapture",
@@ -208,7 +218,7 @@ fn random_whole_system_schedules_keep_every_invariant() {
         }
     }
     println!(
-        "simulation: {} schedules in {:.0}s: {} faults played, {} API errors injected, {} watches ended, {} power readings, {} power-offs and {} power-ons checked, {} releases and {} writes checked, {} remediation requests ({} served); {} failed",
+        "simulation: {} schedules in {:.0}s: {} faults played, {} API errors injected, {} watches ended, {} power readings, {} power-offs and {} power-ons checked, {} releases and {} writes checked, {} remediation requests ({} served); companions: {} beats, {} watchdog resets, {} releases on a watchdog; {} failed",
         results.len(),
         started.elapsed().as_secs_f64(),
         total.faults,
@@ -221,7 +231,24 @@ fn random_whole_system_schedules_keep_every_invariant() {
         total.writes_checked,
         total.requests,
         total.requests_served,
+        total.beats,
+        total.watchdog_resets,
+        total.watchdog_releases,
         failed.len()
+    );
+    let per_seed = |(n, t): (u32, Duration)| {
+        if n == 0 {
+            "-".to_string()
+        } else {
+            format!("{:.2}s", t.as_secs_f64() / f64::from(n))
+        }
+    };
+    println!(
+        "simulation: per seed {} without companions ({} seeds), {} with ({} seeds)",
+        per_seed(cost[0]),
+        cost[0].0,
+        per_seed(cost[1]),
+        cost[1].0
     );
     assert!(failed.is_empty(), "{}", failed.join("\n\n"));
     if seeds.len() > 1 {

@@ -310,7 +310,7 @@ impl World {
         let companions = if profile == Profile::Watchdog {
             let port = free_port()?;
             *lock(&self.companions.port) = Some(port);
-            Some(daemon::CompanionListener {
+            Some(daemon::CompanionSource::Listen(daemon::CompanionListener {
                 listen: std::net::SocketAddr::from(([127, 0, 0, 1], port)),
                 service_account: COMPANION_ACCOUNT.into(),
                 certificate: crate::telemetry::certificate::CertificateSource::Files {
@@ -321,7 +321,7 @@ impl World {
                 // plays at 1x).
                 heartbeat_interval: crate::heartbeat::DEFAULT_HEARTBEAT_INTERVAL,
                 heartbeat_timeout: crate::heartbeat::DEFAULT_HEARTBEAT_TIMEOUT,
-            })
+            }))
         } else {
             None
         };

@@ -6,6 +6,7 @@
 //! command, and at the end. See `tests/simulation.rs`.
 
 pub mod api;
+pub mod companion;
 pub mod machine;
 pub mod play;
 pub mod requests;
