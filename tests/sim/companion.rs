@@ -148,6 +148,9 @@ struct Member {
     link_cut_until: Option<Instant>,
     api_cut_until: Option<Instant>,
     peers_cut_until: Option<Instant>,
+    /// Its uplink is down (the machine's network is cut) but its rack's network
+    /// works: the peers still reach it.
+    uplink_until: Option<Instant>,
     companion: Option<Companion>,
     /// A companion killed or stopped starts again then (if the machine runs).
     restart_at: Option<Instant>,
@@ -177,13 +180,15 @@ impl Member {
 /// Every machine's companion, and how they reach nodefence.
 pub struct Fleet {
     /// The seed's setting.
+    #[allow(dead_code)] // kept for a debugger's eyes
     pub plan: Plan,
     timing: Timing,
     /// Each replica slot's running incarnation.
     pub replicas: [Option<ReplicaLink>; 2],
     members: Vec<Member>,
     cp_out_until: Option<Instant>,
-    /// Machines dead with their BMC until the faults are over.
+    /// Machines dead with their BMC until the faults are over, whose incident began
+    /// with it (they were serving).
     pub lasting_rack: BTreeSet<usize>,
     generations: u64,
 }
@@ -198,6 +203,7 @@ impl Fleet {
                 link_cut_until: None,
                 api_cut_until: None,
                 peers_cut_until: None,
+                uplink_until: None,
                 companion: None,
                 restart_at: None,
                 armed: false,
@@ -234,6 +240,10 @@ impl Fleet {
 
     pub fn cut_peers(&mut self, i: usize, span: Duration) {
         Self::until(&mut self.members[i].peers_cut_until, span);
+    }
+
+    pub fn uplink(&mut self, i: usize, span: Duration) {
+        Self::until(&mut self.members[i].uplink_until, span);
     }
 
     pub fn control_plane_out(&mut self, span: Duration) {
@@ -280,6 +290,7 @@ impl Fleet {
             m.link_cut_until = None;
             m.api_cut_until = None;
             m.peers_cut_until = None;
+            m.uplink_until = None;
             m.restart_at = None;
         }
     }
@@ -299,6 +310,12 @@ impl Fleet {
 
     fn peers(&self, i: usize) -> bool {
         !Self::active(self.members[i].peers_cut_until)
+    }
+
+    /// Machine `i` reaches the rack's network (its peers): its network, or its rack's
+    /// when only its uplink is down.
+    fn lan(&self, i: usize, network: bool) -> bool {
+        network || Self::active(self.members[i].uplink_until)
     }
 
     fn leader_up(&self) -> bool {
@@ -441,7 +458,7 @@ fn step(fleet: &Mutex<Fleet>, truth: &Truth, store: &Store) -> Vec<(usize, u64, 
         }
         let link = s.network && f.link(i);
         let api = s.network && f.api(i);
-        let peers_ok = s.network && f.peers(i);
+        let peers_ok = f.lan(i, s.network) && f.peers(i);
         // Beats.
         let ppm = f.members[i].clock_ppm;
         let due = f.members[i]
@@ -528,7 +545,7 @@ fn step(fleet: &Mutex<Fleet>, truth: &Truth, store: &Store) -> Vec<(usize, u64, 
         }
         if ask_peers && peers_ok {
             let neither = (0..WORKERS)
-                .filter(|&j| j != i && seen[j].network && f.peers(j) && !seen[j].hung)
+                .filter(|&j| j != i && f.lan(j, seen[j].network) && f.peers(j) && !seen[j].hung)
                 .filter(|&j| {
                     let p = &f.members[j];
                     p.companion.as_ref().is_some_and(|c| {
@@ -575,8 +592,8 @@ fn step(fleet: &Mutex<Fleet>, truth: &Truth, store: &Store) -> Vec<(usize, u64, 
                 seen[j].on
                     && !seen[j].hung
                     && f.members[j].companion.is_some()
-                    && seen[i].network
-                    && seen[j].network
+                    && f.lan(i, seen[i].network)
+                    && f.lan(j, seen[j].network)
                     && f.peers(i)
                     && f.peers(j)
                     && !reaches_cp[j].0

@@ -54,6 +54,10 @@ pub enum Fault {
     /// times out while it lasts; both come back at its end, or, with `None`, not
     /// before the faults are over (then the node must be released by its watchdog).
     RackPower(usize, Option<Duration>),
+    /// The machine's uplink fails (its top-of-rack switch loses the control plane):
+    /// its kubelet and its companion lose the control plane, its companion still
+    /// reaches its peers.
+    Uplink(usize, Duration),
     /// The whole control plane out for the companions: neither replica nor the API
     /// server answers them for a while (the peers still do).
     ControlPlaneOut(Duration),
@@ -251,6 +255,11 @@ pub fn companion_faults(seed: u64) -> Vec<(Duration, Fault)> {
                     };
                     let other = rng.below(WORKERS as u64) as usize;
                     out.push((at, Fault::Bmc(other, bmc, span + Duration::from_secs(60))));
+                    // Its node cut from the control plane by its uplink: NotReady,
+                    // its BMC unreadable, marked while it feeds on its peers.
+                    if rng.below(2) == 1 {
+                        out.push((at, Fault::Uplink(other, span + Duration::from_secs(90))));
+                    }
                 }
                 Fault::ControlPlaneOut(span + Duration::from_secs(rng.below(60)))
             }

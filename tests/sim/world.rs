@@ -395,9 +395,19 @@ impl World {
             Fault::CompanionApi(i, span) => self.with_fleet(|f| f.cut_api(i, span)),
             Fault::CompanionPeers(i, span) => self.with_fleet(|f| f.cut_peers(i, span)),
             Fault::ControlPlaneOut(span) => self.with_fleet(|f| f.control_plane_out(span)),
+            Fault::Uplink(i, span) => {
+                self.machine(i, |m| m.network = false);
+                self.with_fleet(|f| f.uplink(i, span));
+                later.push((Instant::now() + span, Fault::Restore(i)));
+            }
             Fault::CompanionCrash(i, down) => self.with_fleet(|f| f.crash(i, down)),
             Fault::CompanionRestart(i, down) => self.with_fleet(|f| f.restart(i, down)),
             Fault::RackPower(i, span) => {
+                // Its incident begins with the rack's power only if it was serving:
+                // a BMC that answered earlier in the incident keeps the watchdog
+                // level out of it (the level is tried only when no power method
+                // answered since the incident began).
+                let serving = self.machine(i, |m| m.failed_at.is_none());
                 self.machine(i, |m| {
                     if m.on {
                         m.on = false;
@@ -410,11 +420,12 @@ impl World {
                 });
                 match span {
                     Some(span) => later.push((Instant::now() + span, Fault::RackPower(i, None))),
-                    None => {
+                    None if serving => {
                         self.with_fleet(|f| {
                             f.lasting_rack.insert(i);
                         });
                     }
+                    None => {}
                 }
             }
         }
