@@ -4,8 +4,9 @@
 //! drop its watches (ended streams, `410 Gone` on a new one), and that checks every write
 //! nodefence makes before it reaches the store: a release (taint, Node, pod or
 //! VolumeAttachment deletion) only while the node's own machine is really off with an
-//! Off reading newer than its failure (invariant 1), and any write only from the
-//! replica holding the leader Lease (invariant 3).
+//! Off reading newer than its failure (invariant 1; a node the watchdog level
+//! marked: off or reset by its watchdog since its failure), and any write only from
+//! the replica holding the leader Lease (invariant 3).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -233,6 +233,10 @@ pub struct Counters {
     pub beats: u64,
     pub watchdog_resets: u64,
     pub watchdog_releases: u64,
+    /// Machines dead with their BMC through invariant 6's wait, released on their
+    /// watchdog, and the longest it took after the faults ended (ms).
+    pub watchdog_liveness: u64,
+    pub watchdog_liveness_max_ms: u64,
 }
 
 impl Truth {

@@ -421,17 +421,39 @@ async fn play(
     let off: Vec<usize> = (0..WORKERS)
         .filter(|i| world.machine(*i, |m| !m.on))
         .collect();
+    let gate = world.gate();
+    let held_at_heal: Vec<usize> = rack_dead
+        .iter()
+        .copied()
+        .filter(|i| gate(&node_name(*i)).is_some())
+        .collect();
     let healed = Instant::now();
     let mut waiting = off.clone();
     while !waiting.is_empty() && Instant::now() < healed + LIVENESS_BOUND {
         world.run_for(Duration::from_secs(1)).await;
-        waiting.retain(|i| !world.released(&node_name(*i)));
+        waiting.retain(|i| {
+            let released = world.released(&node_name(*i));
+            if released && rack_dead.contains(i) {
+                let ms = (Instant::now() - healed).as_millis() as u64;
+                truth.count(|c| {
+                    c.watchdog_liveness += 1;
+                    c.watchdog_liveness_max_ms = c.watchdog_liveness_max_ms.max(ms);
+                });
+            }
+            !released
+        });
     }
     for i in waiting {
         let dead_bmc = world.machine(i, |m| m.bmc != Bmc::Healthy);
-        if dead_bmc && truth.left_to_next_remediator(&node_name(i)) {
-            // Its request timed out: the mark is a power command in effect, and
-            // NodeHealthCheck has moved on to the next remediator (invariant 8).
+        if dead_bmc
+            && (truth.left_to_next_remediator(&node_name(i))
+                || held_at_heal.contains(&i)
+                || (world.gate())(&node_name(i)).is_some())
+        {
+            // The mark is a power command in effect: not while its request has timed
+            // out (NodeHealthCheck moved on to the next remediator, invariant 8), nor
+            // under storm protection (the machines off and the nodes still NotReady
+            // count), as a power-off would not be sent.
             continue;
         }
         truth.violation(format!(

@@ -30,7 +30,11 @@ pub const TRANSITION: Duration = Duration::from_secs(4);
 pub const CHAOS: Duration = Duration::from_secs(600);
 /// Invariant 6: a machine really off, with a working BMC, is released within this
 /// much of the faults ending (Lease staleness 25 s, a leader failover 15 s, a query
-/// backoff of at most 60 s left from the chaos, three readings 1 s apart).
+/// backoff of at most 60 s left from the chaos, three readings 1 s apart). The same
+/// bound holds for a machine dead with its BMC under the watchdog level (companion
+/// seeds): a leader failover 15 s, a query backoff of at most 60 s and a reading that
+/// times out (10 s) before the level is tried, the mark's write, the wait (12.74 s for
+/// W = 10 s) and the majority heard throughout it: about 100 s at worst.
 pub const LIVENESS_BOUND: Duration = Duration::from_secs(150);
 /// After the repair: every node Ready again ends untainted within this.
 pub const RECOVERY_BOUND: Duration = Duration::from_secs(240);
