@@ -105,7 +105,7 @@ impl RunArgs {
     pub fn companions(
         &self,
         metrics: &MetricsEndpoint,
-    ) -> Result<Option<daemon::CompanionListener>, String> {
+    ) -> Result<Option<daemon::CompanionSource>, String> {
         let Some(listen) = self.companion_listen else {
             return Ok(None);
         };
@@ -119,16 +119,18 @@ impl RunArgs {
                 humantime::format_duration(self.heartbeat_interval)
             ));
         }
-        Ok(Some(daemon::CompanionListener {
-            listen,
-            service_account: self.companion_service_account.clone(),
-            certificate: metrics
-                .secure
-                .clone()
-                .unwrap_or(CertificateSource::SelfSigned),
-            heartbeat_interval: self.heartbeat_interval,
-            heartbeat_timeout: self.heartbeat_timeout,
-        }))
+        Ok(Some(daemon::CompanionSource::Listen(
+            daemon::CompanionListener {
+                listen,
+                service_account: self.companion_service_account.clone(),
+                certificate: metrics
+                    .secure
+                    .clone()
+                    .unwrap_or(CertificateSource::SelfSigned),
+                heartbeat_interval: self.heartbeat_interval,
+                heartbeat_timeout: self.heartbeat_timeout,
+            },
+        )))
     }
 
     /// How /metrics is served, from `--metrics-*`.
@@ -306,11 +308,13 @@ mod tests {
     fn the_companions_listener_is_off_unless_asked_and_its_timing_checked() {
         let metrics = MetricsEndpoint::secure(METRICS.parse().unwrap());
         assert!(parse(&[]).unwrap().companions(&metrics).unwrap().is_none());
-        let on = parse(&["--companion-listen=0.0.0.0:9440"])
+        let Some(daemon::CompanionSource::Listen(on)) = parse(&["--companion-listen=0.0.0.0:9440"])
             .unwrap()
             .companions(&metrics)
             .unwrap()
-            .unwrap();
+        else {
+            panic!("a listener");
+        };
         assert_eq!(on.listen, "0.0.0.0:9440".parse().unwrap());
         assert_eq!(on.service_account, "nodefence-companion");
         assert_eq!(

@@ -56,8 +56,29 @@ pub struct DaemonOptions {
     /// Where each node's power driver comes from: the inventory (always, in
     /// `nodefence run`), or the whole-system simulation's fault layer.
     pub drivers: DriverSource,
-    /// The companions' heartbeat listener (`--companion-listen`); `None`: off.
-    pub companions: Option<CompanionListener>,
+    /// Where the companions' heartbeat is heard (`--companion-listen`); `None`: off.
+    pub companions: Option<CompanionSource>,
+}
+
+/// Where the companions' heartbeat comes from.
+#[derive(Debug, Clone)]
+pub enum CompanionSource {
+    /// A listener (`nodefence run --companion-listen`): HTTPS hellos, UDP beats.
+    Listen(CompanionListener),
+    /// No socket: companions in the same process say hello and beat through this
+    /// handle (the whole-system simulation's, in paused time). The table, the marks,
+    /// the release rule and the silences are the listener's own
+    /// ([`crate::heartbeat::InProcess`]).
+    InProcess {
+        handle: crate::heartbeat::InProcess,
+        heartbeat_timeout: std::time::Duration,
+    },
+}
+
+impl From<CompanionListener> for CompanionSource {
+    fn from(listener: CompanionListener) -> Self {
+        CompanionSource::Listen(listener)
+    }
 }
 
 /// Where and how the companions' heartbeat is heard ([`crate::heartbeat`]).
@@ -159,7 +180,7 @@ pub async fn run(
         .await
         .map_err(|e| e.context("refusing to start"))?;
     check_permissions(&config, &client, &options).await?;
-    if let Some(listener) = &options.companions {
+    if let Some(CompanionSource::Listen(listener)) = &options.companions {
         check_companion_access(&client, &options.lease_namespace, listener).await?;
     }
 
@@ -209,7 +230,21 @@ pub async fn run(
         }
     }
     let (heartbeat, _companions_certificate) = match &options.companions {
-        Some(listener) => {
+        Some(CompanionSource::InProcess {
+            handle,
+            heartbeat_timeout,
+        }) => {
+            let heartbeat = crate::heartbeat::start_in_process(
+                nodefence_watchdog::timing::Timing::default(),
+                *heartbeat_timeout,
+                Some(metrics.clone()),
+                leadership.clone(),
+                handle,
+                companions_stop.clone().cancelled_owned(),
+            );
+            (Some(heartbeat), None)
+        }
+        Some(CompanionSource::Listen(listener)) => {
             let (heartbeat, follower) = start_companions(
                 listener,
                 &options.lease_namespace,

@@ -352,17 +352,20 @@ impl World {
         events: JoinHandle<()>,
     ) -> anyhow::Result<Daemon> {
         let (stop, stopped) = oneshot::channel::<()>();
-        let companions = listen.map(|listen| daemon::CompanionListener {
-            listen,
-            service_account: COMPANION_ACCOUNT.into(),
-            certificate: crate::telemetry::certificate::CertificateSource::Files {
-                cert: self.companions.cert.clone(),
-                key: self.companions.key.clone(),
-            },
-            // Not scaled: the companions' timing is real time (their scenarios play
-            // at 1x).
-            heartbeat_interval: crate::heartbeat::DEFAULT_HEARTBEAT_INTERVAL,
-            heartbeat_timeout: crate::heartbeat::DEFAULT_HEARTBEAT_TIMEOUT,
+        let companions = listen.map(|listen| {
+            daemon::CompanionListener {
+                listen,
+                service_account: COMPANION_ACCOUNT.into(),
+                certificate: crate::telemetry::certificate::CertificateSource::Files {
+                    cert: self.companions.cert.clone(),
+                    key: self.companions.key.clone(),
+                },
+                // Not scaled: the companions' timing is real time (their scenarios play
+                // at 1x).
+                heartbeat_interval: crate::heartbeat::DEFAULT_HEARTBEAT_INTERVAL,
+                heartbeat_timeout: crate::heartbeat::DEFAULT_HEARTBEAT_TIMEOUT,
+            }
+            .into()
         });
         let options = DaemonOptions {
             drivers: Default::default(),

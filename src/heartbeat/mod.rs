@@ -89,6 +89,23 @@ impl Heartbeat {
         self.addr
     }
 
+    /// A new session for `node` (what a hello gives once its token is reviewed).
+    pub fn open_session(&self, node: &str) -> Result<(u64, Key), getrandom::Error> {
+        open_session(&self.table, node)
+    }
+
+    /// Answers one datagram as the beats' loop does (`leader`: whether this replica
+    /// leads now).
+    pub fn answer(
+        &self,
+        datagram: &[u8],
+        leader: bool,
+    ) -> Result<(String, Vec<u8>), table::Dropped> {
+        let marked = self.marked.read().unwrap_or_else(|e| e.into_inner());
+        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        answer(self, &mut table, &marked, leader, datagram)
+    }
+
     /// This replica's monotonic clock, as the table counts it.
     pub fn now(&self) -> Duration {
         self.origin.elapsed()
@@ -250,6 +267,27 @@ struct HelloState {
     peer_key: Key,
 }
 
+/// A heartbeat with an empty table, and the sender of its silences.
+fn new_heartbeat(
+    timing: Timing,
+    heartbeat_timeout: Duration,
+    addr: SocketAddr,
+) -> (Heartbeat, tokio::sync::watch::Sender<Silent>) {
+    let (silent_tx, silent) = tokio::sync::watch::channel(Silent::default());
+    let heartbeat = Heartbeat {
+        table: Arc::new(Mutex::new(Table::new(timing))),
+        marked: Arc::new(RwLock::new(BTreeMap::new())),
+        leading_since: Arc::new(Mutex::new(None)),
+        watchdog_nodes: Arc::new(RwLock::new(std::collections::BTreeSet::new())),
+        timing,
+        heartbeat_timeout,
+        origin: Instant::now(),
+        addr,
+        silent,
+    };
+    (heartbeat, silent_tx)
+}
+
 /// Starts the listener; it runs until `shutdown` resolves.
 pub async fn start(
     settings: Settings,
@@ -261,18 +299,7 @@ pub async fn start(
     let tcp = TcpListener::bind(settings.listen).await?;
     let addr = tcp.local_addr()?;
     let udp = UdpSocket::bind(addr).await?;
-    let (silent_tx, silent) = tokio::sync::watch::channel(Silent::default());
-    let heartbeat = Heartbeat {
-        table: Arc::new(Mutex::new(Table::new(settings.timing))),
-        marked: Arc::new(RwLock::new(BTreeMap::new())),
-        leading_since: Arc::new(Mutex::new(None)),
-        watchdog_nodes: Arc::new(RwLock::new(std::collections::BTreeSet::new())),
-        timing: settings.timing,
-        heartbeat_timeout: settings.heartbeat_timeout,
-        origin: Instant::now(),
-        addr,
-        silent,
-    };
+    let (heartbeat, silent_tx) = new_heartbeat(settings.timing, settings.heartbeat_timeout, addr);
     let timeout = settings.heartbeat_timeout;
     let metrics = settings.metrics.clone();
     let state = HelloState {
@@ -321,6 +348,108 @@ fn random_key() -> std::io::Result<[u8; 32]> {
     Ok(key)
 }
 
+/// The heartbeat without a socket, for companions in the same process: the
+/// whole-system simulation's, which runs on one thread in paused time where a UDP
+/// socket served by a thread of its own cannot be heard. The table, the marks, the
+/// release rule and the scan for silences are the listener's own; what the hello
+/// (TokenReview, TLS) and the socket do is left out, and a datagram is answered by
+/// the same function the socket's loop calls ([`Heartbeat::answer`]).
+///
+/// Cloned by whoever plays the companions; the daemon fills it when it starts
+/// ([`start_in_process`]): until then, and once the daemon's future is dropped,
+/// nothing is answered.
+#[derive(Clone, Default)]
+pub struct InProcess {
+    running: Arc<Mutex<Option<(Heartbeat, Leadership)>>>,
+}
+
+impl std::fmt::Debug for InProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InProcess")
+    }
+}
+
+impl InProcess {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn running(&self) -> Option<(Heartbeat, Leadership)> {
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// What a hello gives once its token is reviewed: a new session for `node` (its
+    /// id and key). `None` while the daemon has not started it, or after it stopped.
+    pub fn open_session(&self, node: &str) -> Option<(u64, Key)> {
+        let (heartbeat, _) = self.running()?;
+        let opened = heartbeat.open_session(node);
+        if let Err(e) = &opened {
+            tracing::warn!(node, error = %e, "no session for a companion");
+        }
+        opened.ok()
+    }
+
+    /// One datagram from a companion: the acknowledgement to send back, or nothing
+    /// (as the socket's loop answers it).
+    pub fn datagram(&self, datagram: &[u8]) -> Option<Vec<u8>> {
+        let (heartbeat, leadership) = self.running()?;
+        heartbeat
+            .answer(datagram, leadership.is_leader())
+            .ok()
+            .map(|(_, ack)| ack)
+    }
+
+    /// Whether the replica that answers leads now (what its acknowledgements say).
+    pub fn is_leader(&self) -> bool {
+        self.running().is_some_and(|(_, l)| l.is_leader())
+    }
+
+    /// The heartbeat, while the daemon runs it.
+    pub fn heartbeat(&self) -> Option<Heartbeat> {
+        self.running().map(|(h, _)| h)
+    }
+}
+
+/// Starts the heartbeat without a socket ([`InProcess`]): its scan for silences runs
+/// until `shutdown` resolves (or its future is dropped with the daemon's), and then
+/// `handle` answers nothing more.
+pub fn start_in_process(
+    timing: Timing,
+    heartbeat_timeout: Duration,
+    metrics: Option<Arc<crate::telemetry::Metrics>>,
+    leadership: Leadership,
+    handle: &InProcess,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Heartbeat {
+    let addr = SocketAddr::from(([0, 0, 0, 0], 0));
+    let (heartbeat, silent_tx) = new_heartbeat(timing, heartbeat_timeout, addr);
+    *handle.running.lock().unwrap_or_else(|e| e.into_inner()) =
+        Some((heartbeat.clone(), leadership));
+    let scan = follow_silence(heartbeat.clone(), heartbeat_timeout, silent_tx, metrics);
+    let running = handle.running.clone();
+    tokio::spawn(async move {
+        // Cleared also when this task is dropped with its runtime (a crashed replica).
+        let _clear = ClearOnDrop(running);
+        tokio::select! {
+            () = scan => {}
+            () = shutdown => {}
+        }
+    });
+    heartbeat
+}
+
+/// Empties an [`InProcess`] handle when dropped.
+struct ClearOnDrop(Arc<Mutex<Option<(Heartbeat, Leadership)>>>);
+
+impl Drop for ClearOnDrop {
+    fn drop(&mut self) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
+
 async fn session(State(state): State<HelloState>, headers: HeaderMap) -> Response {
     let refuse = |status: StatusCode, why: String| {
         (status, Json(serde_json::json!({ "error": why }))).into_response()
@@ -355,22 +484,15 @@ async fn session(State(state): State<HelloState>, headers: HeaderMap) -> Respons
             return refuse(StatusCode::UNAUTHORIZED, e.to_string());
         }
     };
-    let mut secret = [0u8; 40];
-    if let Err(e) = getrandom::fill(&mut secret) {
-        return refuse(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("no randomness for a session key: {e}"),
-        );
-    }
-    let id = u64::from_be_bytes(secret[..8].try_into().unwrap_or([0; 8]));
-    let mut key = [0u8; 32];
-    key.copy_from_slice(&secret[8..]);
-    state
-        .table
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .open(&node, id, Key(key));
-    tracing::info!(node, "a companion opened a heartbeat session");
+    let (id, Key(key)) = match open_session(&state.table, &node) {
+        Ok(opened) => opened,
+        Err(e) => {
+            return refuse(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("no randomness for a session key: {e}"),
+            );
+        }
+    };
     Json(hello::Session {
         node,
         session: id.to_string(),
@@ -438,14 +560,13 @@ fn serve_udp(
             let marked = heartbeat.marked.read().unwrap_or_else(|e| e.into_inner());
             let mut table = heartbeat.table.lock().unwrap_or_else(|e| e.into_inner());
             for (i, (len, from)) in got.iter().enumerate() {
-                // Read after the datagram is in hand: an acknowledgement is never
-                // recorded as sent before the beat it answers was (the release's
-                // wait counts from it), nor as the leader's after the leadership.
-                let now = heartbeat.now();
-                let leader = leadership.is_leader();
-                match table.beat(buffers.datagram(i, *len), now, leader, |n| {
-                    marked.contains_key(n)
-                }) {
+                match answer(
+                    &heartbeat,
+                    &mut table,
+                    &marked,
+                    leadership.is_leader(),
+                    buffers.datagram(i, *len),
+                ) {
                     Ok((_, ack)) => answers.push((ack, *from)),
                     Err(why) => tracing::trace!(%from, why = why.as_str(), "datagram dropped"),
                 }
@@ -458,6 +579,38 @@ fn serve_udp(
             std::thread::sleep(COALESCE);
         }
     }
+}
+
+/// One datagram in hand, answered: what the beats' loop does for each one it reads,
+/// and [`InProcess::datagram`] for a companion in the same process. `leader` and the
+/// time are read once the datagram is in hand: an acknowledgement is never recorded
+/// as sent before the beat it answers was (the release's wait counts from it), nor as
+/// the leader's after the leadership.
+fn answer(
+    heartbeat: &Heartbeat,
+    table: &mut Table,
+    marked: &BTreeMap<String, Option<Duration>>,
+    leader: bool,
+    datagram: &[u8],
+) -> Result<(String, Vec<u8>), table::Dropped> {
+    let now = heartbeat.now();
+    table.beat(datagram, now, leader, |n| marked.contains_key(n))
+}
+
+/// A new session for `node` in `table` (replacing its last one): its id and key,
+/// drawn from the system's randomness.
+fn open_session(table: &Mutex<Table>, node: &str) -> Result<(u64, Key), getrandom::Error> {
+    let mut secret = [0u8; 40];
+    getrandom::fill(&mut secret)?;
+    let id = u64::from_be_bytes(secret[..8].try_into().unwrap_or([0; 8]));
+    let mut key = [0u8; 32];
+    key.copy_from_slice(&secret[8..]);
+    table
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .open(node, id, Key(key));
+    tracing::info!(node, "a companion opened a heartbeat session");
+    Ok((id, Key(key)))
 }
 
 /// Sets its flag when dropped.

@@ -4,8 +4,9 @@
 //! drop its watches (ended streams, `410 Gone` on a new one), and that checks every write
 //! nodefence makes before it reaches the store: a release (taint, Node, pod or
 //! VolumeAttachment deletion) only while the node's own machine is really off with an
-//! Off reading newer than its failure (invariant 1), and any write only from the
-//! replica holding the leader Lease (invariant 3).
+//! Off reading newer than its failure (invariant 1; a node the watchdog level
+//! marked: off or reset by its watchdog since its failure), and any write only from
+//! the replica holding the leader Lease (invariant 3).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,7 +20,7 @@ use nodefence_mocks::kube::store::Store;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use super::machine::Truth;
+use super::machine::{Truth, lock};
 
 pub const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
 
@@ -269,6 +270,9 @@ fn check_write(
     };
     let (node, what) = released?;
     truth.count(|c| c.releases += 1);
+    if matches!(what, "out-of-service taint" | "Node deletion") && fencing_marked(store, &node) {
+        truth.count(|c| c.watchdog_releases += 1);
+    }
     if let Some(why) = release_refusal(truth, &node) {
         truth.violation(format!(
             "invariant 1 (the one rule): {what} for {node}: {why}"
@@ -307,8 +311,22 @@ pub fn tainted(node: &Value) -> bool {
         .is_some_and(|ts| ts.iter().any(|t| t["key"] == OUT_OF_SERVICE))
 }
 
-/// Why releasing `node` now would break the one rule, judged from the truth.
+/// The Node carries nodefence's fencing mark (the watchdog level fenced it).
+fn fencing_marked(store: &Store, node: &str) -> bool {
+    store.get(NODES, None, node).is_ok_and(|n| {
+        n.pointer("/metadata/annotations")
+            .and_then(Value::as_object)
+            .is_some_and(|a| a.contains_key(nodefence::watchdog::mark::FENCING_MARK_ANNOTATION))
+    })
+}
+
+/// Why releasing `node` now would break the one rule, judged from the truth. A node
+/// the watchdog level marked (companion seeds) may rest on its watchdog instead of
+/// an Off reading: then its machine must have been off, or reset by its watchdog,
+/// since its failure (the incarnation that failed is dead either way).
 pub fn release_refusal(truth: &Truth, node: &str) -> Option<String> {
+    let store = lock(&truth.store).clone();
+    let marked = store.is_some_and(|s| fencing_marked(&s, node));
     truth.with(|ms| {
         let Some(m) = ms.iter().find(|m| m.node == node) else {
             return Some("no such machine".into());
@@ -326,6 +344,11 @@ pub fn release_refusal(truth: &Truth, node: &str) -> Option<String> {
         let Some(failed) = m.failed_at else {
             return Some("its machine never failed".into());
         };
+        if marked {
+            // Off since the failure (above): lost power, switched off, or reset by
+            // its watchdog (`watchdog_reset_at`), and not running pods since.
+            return None;
+        }
         match m.last_off_reading {
             Some(r) if r > failed => None,
             other => Some(format!(

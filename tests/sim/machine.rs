@@ -84,6 +84,8 @@ pub struct Machine {
     pub fenced_by_us: bool,
     /// Incidents so far (one more each time it stops serving).
     pub incident: u64,
+    /// When its hardware watchdog last reset it (companion seeds).
+    pub watchdog_reset_at: Option<SystemTime>,
 }
 
 impl Machine {
@@ -109,6 +111,7 @@ impl Machine {
             offs_this_incident: 0,
             fenced_by_us: false,
             incident: 0,
+            watchdog_reset_at: None,
         }
     }
 
@@ -225,6 +228,15 @@ pub struct Counters {
     /// Remediation requests seen, and those a release served.
     pub requests: u64,
     pub requests_served: u64,
+    /// Companion seeds: beats that reached a replica, watchdogs that fired, and
+    /// releases of a node marked for fencing (resting on its watchdog).
+    pub beats: u64,
+    pub watchdog_resets: u64,
+    pub watchdog_releases: u64,
+    /// Machines dead with their BMC through invariant 6's wait, released on their
+    /// watchdog, and the longest it took after the faults ended (ms).
+    pub watchdog_liveness: u64,
+    pub watchdog_liveness_max_ms: u64,
 }
 
 impl Truth {

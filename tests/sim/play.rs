@@ -15,9 +15,12 @@ use nodefence_mocks::kube::store::Store;
 use tokio::time::Instant;
 
 use super::api::{self, ApiMode, ApiSide, LEADER};
+use super::companion;
 use super::machine::{Bmc, Counters, Machine, Rng, Truth, lock};
 use super::requests;
-use super::schedule::{Fault, clock_skews, remediation, report_lags, schedule, watch_drops};
+use super::schedule::{
+    Fault, clock_skews, companion_faults, remediation, report_lags, schedule, watch_drops,
+};
 use super::world::{
     CHAOS, LIVENESS_BOUND, PASSWORD, RECOVERY_BOUND, TRANSITION, WORKERS, World, node_name,
     uuid_of, write_config,
@@ -31,6 +34,8 @@ pub struct Outcome {
     pub events: Vec<String>,
     /// nodefence's log of the run, loopback ports masked (they are the kernel's pick).
     pub log: String,
+    /// The seed ran companions (`sim::companion::plan`).
+    pub companions: bool,
 }
 
 /// Plays seed `seed` and returns what broke (nothing, when nodefence is right).
@@ -45,7 +50,30 @@ pub fn run_scripted(seed: u64, faults: Vec<(Duration, Fault)>) -> Outcome {
     run_with(seed, Some(faults))
 }
 
+/// [`run_scripted`] with companions set as `companions` says (scripted scenarios of
+/// the watchdog level).
+pub fn run_scripted_with_companions(
+    seed: u64,
+    faults: Vec<(Duration, Fault)>,
+    companions: companion::Plan,
+) -> Outcome {
+    run_with_companions(seed, Some(faults), Some(companions))
+}
+
 fn run_with(seed: u64, script: Option<Vec<(Duration, Fault)>>) -> Outcome {
+    let companions = match script {
+        Some(_) => None,
+        None if crate::REGRESSIONS.contains(&seed) => None,
+        None => companion::plan(seed),
+    };
+    run_with_companions(seed, script, companions)
+}
+
+fn run_with_companions(
+    seed: u64,
+    script: Option<Vec<(Duration, Fault)>>,
+    companions: Option<companion::Plan>,
+) -> Outcome {
     // The watcher backoff's jitter (kube-runtime through backon) forks this thread's
     // fastrand generator; seeded here, a seed replays the same retries, whatever the
     // other threads do.
@@ -74,7 +102,7 @@ fn run_with(seed: u64, script: Option<Vec<(Duration, Fault)>>) -> Outcome {
         .with_ansi(false)
         .finish();
     let _log = tracing::subscriber::set_default(subscriber);
-    let mut outcome = runtime.block_on(play(seed, script, logs.clone()));
+    let mut outcome = runtime.block_on(play(seed, script, companions, logs.clone()));
     drop(runtime);
     let log = String::from_utf8_lossy(&lock(&logs)).into_owned();
     if std::env::var_os("NODEFENCE_SIM_LOG").is_some() {
@@ -124,6 +152,7 @@ impl std::io::Write for LogWriter {
 async fn play(
     seed: u64,
     script: Option<Vec<(Duration, Fault)>>,
+    companions: Option<companion::Plan>,
     logs: Arc<Mutex<Vec<u8>>>,
 ) -> Outcome {
     let _clock =
@@ -141,7 +170,13 @@ async fn play(
         None if crate::REGRESSIONS.contains(&seed) => None,
         None => remediation(seed),
     };
-    let config_path = write_config(dir.path(), power_on_after_fence, plan.is_some());
+    let watchdog_fencing = companions.as_ref().is_some_and(|c| c.watchdog_fencing);
+    let config_path = write_config(
+        dir.path(),
+        power_on_after_fence,
+        plan.is_some(),
+        watchdog_fencing,
+    );
     let policy = match nodefence::config::load(&config_path) {
         Ok(c) => c.agent.policy,
         Err(e) => panic!("the simulation's configuration is invalid: {e}"),
@@ -202,6 +237,9 @@ async fn play(
         replicas: vec![None, None],
         policy: policy.clone(),
         opted_out: Arc::new(Mutex::new(BTreeMap::new())),
+        fleet: companions
+            .clone()
+            .map(|c| Arc::new(Mutex::new(companion::Fleet::new(c)))),
     };
     *lock(&truth.gate) = Some(world.gate());
     *lock(&truth.store) = Some(store.clone());
@@ -210,6 +248,28 @@ async fn play(
     }
     world.start_replica(0);
     world.start_replica(1);
+    if let Some(fleet) = &world.fleet {
+        let side = Arc::new(ApiSide {
+            identity: "companions".into(),
+            alive: Arc::new(AtomicBool::new(true)),
+            mode: tokio::sync::watch::Sender::new(ApiMode::Normal),
+        });
+        // Reads only: the truth of their checks is not nodefence's.
+        let client = api::client(
+            kube.router(),
+            kube.token(),
+            store.clone(),
+            side,
+            Arc::new(Truth::default()),
+        );
+        // Ends with the runtime.
+        std::mem::forget(tokio::spawn(companion::drive(
+            fleet.clone(),
+            truth.clone(),
+            store.clone(),
+            client,
+        )));
+    }
     world.run_for(Duration::from_secs(20)).await;
 
     let start = Instant::now();
@@ -240,6 +300,19 @@ async fn play(
                 }),
         )
         .collect();
+    if let Some(c) = &companions {
+        events.push(format!(
+            "   0s companions on every worker (watchdog {}s{}); clocks {:?} ppm, watchdogs {:?} ppm",
+            companion::WATCHDOG.as_secs(),
+            if c.watchdog_fencing {
+                ", the watchdog level on"
+            } else {
+                ", the watchdog level off"
+            },
+            c.clock_ppm,
+            c.watchdog_ppm
+        ));
+    }
     if let Some(nhc) = plan.as_ref().and_then(|p| p.nhc) {
         events.push(format!(
             "   0s NodeHealthCheck: Ready not True for {}s{}",
@@ -256,6 +329,9 @@ async fn play(
             let mut drawn = schedule(&mut rng);
             drawn.extend(watch_drops(seed));
             drawn.extend(plan.iter().flat_map(|p| p.faults.clone()));
+            if companions.is_some() {
+                drawn.extend(companion_faults(seed));
+            }
             drawn
         }
     };
@@ -291,7 +367,11 @@ async fn play(
     // Heal everything but power: every fault's end, every replica back, switches off.
     pending.sort_by_key(|(t, _)| *t);
     for (_, f) in std::mem::take(&mut pending) {
-        world.end(f).await;
+        match f {
+            // Everything but power: the rack's BMC is back, its machine stays off.
+            Fault::RackPower(i, _) => world.machine(i, |m| m.bmc = Bmc::Healthy),
+            f => world.end(f).await,
+        }
     }
     for r in 0..2 {
         world.set_api(r, ApiMode::Normal);
@@ -304,10 +384,35 @@ async fn play(
     }
     world.pause(false).await;
     requests::delete_by_hand(&world.operator, &store).await;
+    // A machine dead with its BMC stays so while invariant 6 is judged, when the
+    // watchdog level can release it: then it must. It cannot under storm protection
+    // (the mark is a power command in effect): with more machines off than
+    // `max_unhealthy` allows, their BMCs come back as the others do.
+    let off_now = (0..WORKERS)
+        .filter(|i| world.machine(*i, |m| !m.on))
+        .count();
+    let storm = policy.max_unhealthy.exceeded(off_now, WORKERS + 1);
+    let rack_dead: Vec<usize> = match &world.fleet {
+        Some(fleet) => {
+            let mut f = lock(fleet);
+            f.heal();
+            if watchdog_fencing && !storm {
+                f.lasting_rack.iter().copied().collect()
+            } else {
+                Vec::new()
+            }
+        }
+        None => Vec::new(),
+    };
     for i in 0..WORKERS {
         world.opt_out(&node_name(i), false).await;
+        let dead = rack_dead.contains(&i);
         world.machine(i, |m| {
-            m.bmc = Bmc::Healthy;
+            m.bmc = if dead && !m.on {
+                Bmc::Timeout
+            } else {
+                Bmc::Healthy
+            };
             m.network = true;
             m.hung = false;
         });
@@ -316,18 +421,54 @@ async fn play(
     let off: Vec<usize> = (0..WORKERS)
         .filter(|i| world.machine(*i, |m| !m.on))
         .collect();
+    let gate = world.gate();
+    let held_at_heal: Vec<usize> = rack_dead
+        .iter()
+        .copied()
+        .filter(|i| gate(&node_name(*i)).is_some())
+        .collect();
     let healed = Instant::now();
     let mut waiting = off.clone();
     while !waiting.is_empty() && Instant::now() < healed + LIVENESS_BOUND {
         world.run_for(Duration::from_secs(1)).await;
-        waiting.retain(|i| !world.released(&node_name(*i)));
+        waiting.retain(|i| {
+            let released = world.released(&node_name(*i));
+            if released && rack_dead.contains(i) {
+                let ms = (Instant::now() - healed).as_millis() as u64;
+                truth.count(|c| {
+                    c.watchdog_liveness += 1;
+                    c.watchdog_liveness_max_ms = c.watchdog_liveness_max_ms.max(ms);
+                });
+            }
+            !released
+        });
     }
     for i in waiting {
+        let dead_bmc = world.machine(i, |m| m.bmc != Bmc::Healthy);
+        if dead_bmc
+            && (truth.left_to_next_remediator(&node_name(i))
+                || held_at_heal.contains(&i)
+                || (world.gate())(&node_name(i)).is_some())
+        {
+            // The mark is a power command in effect: not while its request has timed
+            // out (NodeHealthCheck moved on to the next remediator, invariant 8), nor
+            // under storm protection (the machines off and the nodes still NotReady
+            // count), as a power-off would not be sent.
+            continue;
+        }
         truth.violation(format!(
-            "invariant 6 (liveness): {} has been really off with a working BMC for {}s after the faults ended and is not released",
+            "invariant 6 (liveness): {} has been really off {} for {}s after the faults ended and is not released",
             node_name(i),
+            if dead_bmc {
+                "with its BMC (the watchdog level on: released on its watchdog)"
+            } else {
+                "with a working BMC"
+            },
             LIVENESS_BOUND.as_secs()
         ));
+    }
+    for i in rack_dead {
+        world.machine(i, |m| m.bmc = Bmc::Healthy);
     }
     // Invariant 5, reboot-style: with power_on_after_fence every machine nodefence
     // powered off is powered on again (once Kubernetes let go, or release_timeout).
@@ -438,5 +579,6 @@ async fn play(
         counters,
         events,
         log: String::new(),
+        companions: companions.is_some(),
     }
 }

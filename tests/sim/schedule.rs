@@ -43,6 +43,30 @@ pub enum Fault {
     RequestTimesOut(String),
     /// The request `name` is deleted (its node is healthy, or the asker gave up).
     RequestDeleted(String),
+    /// Companion seeds (`sim::companion`): this machine's beats and acknowledgements
+    /// are lost on the way to and from nodefence (both replicas) for a while.
+    CompanionLink(usize, Duration),
+    /// Its companion's reads of its Node get no answer for a while.
+    CompanionApi(usize, Duration),
+    /// Its companion neither reaches its peers nor is reached by them for a while.
+    CompanionPeers(usize, Duration),
+    /// The machine and its BMC lose power together (a rack feed): every BMC request
+    /// times out while it lasts; both come back at its end, or, with `None`, not
+    /// before the faults are over (then the node must be released by its watchdog).
+    RackPower(usize, Option<Duration>),
+    /// The machine's uplink fails (its top-of-rack switch loses the control plane):
+    /// its kubelet and its companion lose the control plane, its companion still
+    /// reaches its peers.
+    Uplink(usize, Duration),
+    /// The whole control plane out for the companions: neither replica nor the API
+    /// server answers them for a while (the peers still do).
+    ControlPlaneOut(Duration),
+    /// The companion is killed (no last word; its armed watchdog keeps counting) and
+    /// started again after this.
+    CompanionCrash(usize, Duration),
+    /// A rolling update of the companion: it beats "stopping", disarms its watchdog,
+    /// and its successor starts after this.
+    CompanionRestart(usize, Duration),
 }
 
 pub fn schedule(rng: &mut Rng) -> Vec<(Duration, Fault)> {
@@ -199,4 +223,57 @@ pub fn remediation(seed: u64) -> Option<RemediationPlan> {
         }
     }
     Some(RemediationPlan { nhc, faults })
+}
+
+/// The companions' faults (`sim::companion`), from a generator of their own like
+/// [`watch_drops`]: each path on its own (node↔nodefence, node↔API server,
+/// node↔peers), the machine dead with its BMC, the whole control plane out for the
+/// companions (now and then with a BMC failing on a running node at the same time:
+/// the watchdog level then marks a node that feeds on its peers), companion crashes
+/// and rolling restarts.
+pub fn companion_faults(seed: u64) -> Vec<(Duration, Fault)> {
+    let mut rng = Rng::new(seed ^ 0x434f_4d50_414e_494f);
+    let mut out = Vec::new();
+    for _ in 0..2 + rng.below(8) {
+        let at = Duration::from_secs(20 + rng.below(CHAOS.as_secs() - 60));
+        let node = rng.below(WORKERS as u64) as usize;
+        let span = Duration::from_millis(500 + rng.below(40_000));
+        let fault = match rng.below(10) {
+            0 => Fault::CompanionLink(node, span),
+            1 => Fault::CompanionApi(node, span),
+            2 => Fault::CompanionPeers(node, span),
+            3 | 4 => Fault::RackPower(
+                node,
+                (rng.below(3) != 0).then(|| Duration::from_secs(20 + rng.below(280))),
+            ),
+            5 => {
+                if rng.below(2) == 1 {
+                    let bmc = if rng.below(2) == 1 {
+                        Bmc::Timeout
+                    } else {
+                        Bmc::ServerError
+                    };
+                    let other = rng.below(WORKERS as u64) as usize;
+                    out.push((at, Fault::Bmc(other, bmc, span + Duration::from_secs(60))));
+                    // Its node cut from the control plane by its uplink: NotReady,
+                    // its BMC unreadable, marked while it feeds on its peers.
+                    if rng.below(2) == 1 {
+                        out.push((at, Fault::Uplink(other, span + Duration::from_secs(90))));
+                    }
+                }
+                Fault::ControlPlaneOut(span + Duration::from_secs(rng.below(60)))
+            }
+            6 => {
+                // Node↔nodefence and node↔API server together: the node alone is
+                // cut from the control plane, its peers reach it.
+                out.push((at, Fault::CompanionApi(node, span)));
+                Fault::CompanionLink(node, span)
+            }
+            7 => Fault::CompanionCrash(node, Duration::from_millis(500 + rng.below(15_000))),
+            _ => Fault::CompanionRestart(node, Duration::from_millis(500 + rng.below(20_000))),
+        };
+        out.push((at, fault));
+    }
+    out.sort_by_key(|(at, _)| *at);
+    out
 }

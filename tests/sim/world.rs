@@ -17,6 +17,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::api::{self, ApiMode, ApiSide, LEADER, tainted};
+use super::companion::{Fleet, ReplicaLink};
 use super::machine::{Bmc, Gate, Machine, SimDriver, Truth, lock};
 use super::requests;
 use super::schedule::Fault;
@@ -29,7 +30,11 @@ pub const TRANSITION: Duration = Duration::from_secs(4);
 pub const CHAOS: Duration = Duration::from_secs(600);
 /// Invariant 6: a machine really off, with a working BMC, is released within this
 /// much of the faults ending (Lease staleness 25 s, a leader failover 15 s, a query
-/// backoff of at most 60 s left from the chaos, three readings 1 s apart).
+/// backoff of at most 60 s left from the chaos, three readings 1 s apart). The same
+/// bound holds for a machine dead with its BMC under the watchdog level (companion
+/// seeds): a leader failover 15 s, a query backoff of at most 60 s and a reading that
+/// times out (10 s) before the level is tried, the mark's write, the wait (12.74 s for
+/// W = 10 s) and the majority heard throughout it: about 100 s at worst.
 pub const LIVENESS_BOUND: Duration = Duration::from_secs(150);
 /// After the repair: every node Ready again ends untainted within this.
 pub const RECOVERY_BOUND: Duration = Duration::from_secs(240);
@@ -53,6 +58,8 @@ pub struct World {
     pub policy: nodefence::engine::Policy,
     /// Opt-out switches: since when, per node (the pause is in the truth).
     pub opted_out: Arc<Mutex<BTreeMap<String, Instant>>>,
+    /// Companion seeds: every machine's companion and watchdog.
+    pub fleet: Option<Arc<Mutex<Fleet>>>,
 }
 
 pub fn node_name(i: usize) -> String {
@@ -68,6 +75,7 @@ pub fn write_config(
     dir: &std::path::Path,
     power_on_after_fence: bool,
     requests: bool,
+    watchdog_fencing: bool,
 ) -> std::path::PathBuf {
     let write = |name: &str, text: &str| {
         std::fs::write(dir.join(name), text).unwrap_or_else(|e| panic!("writing {name}: {e}"))
@@ -77,7 +85,12 @@ pub fn write_config(
         "nodefence.toml",
         &format!(
             "inventory = \"inventory.toml\"\n[power]\nmonitor_interval = \"60s\"\n\
-             [policy]\npower_on_after_fence = {power_on_after_fence}\n{}",
+             [policy]\npower_on_after_fence = {power_on_after_fence}\n{}{}",
+            if watchdog_fencing {
+                "watchdog_fencing = true\n"
+            } else {
+                ""
+            },
             if requests {
                 "[remediation]\nrequests = true\n"
             } else {
@@ -141,7 +154,17 @@ impl World {
             identity: side.identity.clone(),
             leader_timings: Default::default(),
             config_check: None,
-            companions: None,
+            companions: self.fleet.as_ref().map(|fleet| {
+                let handle = nodefence::heartbeat::InProcess::new();
+                lock(fleet).replicas[r] = Some(ReplicaLink {
+                    handle: handle.clone(),
+                    alive: side.alive.clone(),
+                });
+                daemon::CompanionSource::InProcess {
+                    handle,
+                    heartbeat_timeout: nodefence::heartbeat::DEFAULT_HEARTBEAT_TIMEOUT,
+                }
+            }),
         };
         let config = match nodefence::config::load(&self.config_path) {
             Ok(c) => c,
@@ -155,6 +178,9 @@ impl World {
         if let Some(rep) = self.replicas[r].take() {
             rep.side.alive.store(false, Ordering::SeqCst);
             rep.task.abort();
+        }
+        if let Some(fleet) = &self.fleet {
+            lock(fleet).replicas[r] = None;
         }
     }
 
@@ -369,6 +395,49 @@ impl World {
             }
             Fault::RequestTimesOut(name) => requests::time_out(&self.operator, &name).await,
             Fault::RequestDeleted(name) => requests::delete(&self.operator, &name).await,
+            Fault::CompanionLink(i, span) => self.with_fleet(|f| f.cut_link(i, span)),
+            Fault::CompanionApi(i, span) => self.with_fleet(|f| f.cut_api(i, span)),
+            Fault::CompanionPeers(i, span) => self.with_fleet(|f| f.cut_peers(i, span)),
+            Fault::ControlPlaneOut(span) => self.with_fleet(|f| f.control_plane_out(span)),
+            Fault::Uplink(i, span) => {
+                self.machine(i, |m| m.network = false);
+                self.with_fleet(|f| f.uplink(i, span));
+                later.push((Instant::now() + span, Fault::Restore(i)));
+            }
+            Fault::CompanionCrash(i, down) => self.with_fleet(|f| f.crash(i, down)),
+            Fault::CompanionRestart(i, down) => self.with_fleet(|f| f.restart(i, down)),
+            Fault::RackPower(i, span) => {
+                // Its incident begins with the rack's power only if it was serving:
+                // a BMC that answered earlier in the incident keeps the watchdog
+                // level out of it (the level is tried only when no power method
+                // answered since the incident began).
+                let serving = self.machine(i, |m| m.failed_at.is_none());
+                self.machine(i, |m| {
+                    if m.on {
+                        m.on = false;
+                        m.transition = None;
+                        m.off_since = Some(wall);
+                        m.fail(wall);
+                        m.off_after_failure = true;
+                    }
+                    m.bmc = Bmc::Timeout;
+                });
+                match span {
+                    Some(span) => later.push((Instant::now() + span, Fault::RackPower(i, None))),
+                    None if serving => {
+                        self.with_fleet(|f| {
+                            f.lasting_rack.insert(i);
+                        });
+                    }
+                    None => {}
+                }
+            }
+        }
+    }
+
+    fn with_fleet(&self, f: impl FnOnce(&mut Fleet)) {
+        if let Some(fleet) = &self.fleet {
+            f(&mut lock(fleet));
         }
     }
 
@@ -388,6 +457,13 @@ impl World {
             }),
             Fault::RequestTimesOut(name) => requests::time_out(&self.operator, &name).await,
             Fault::RequestDeleted(name) => requests::delete(&self.operator, &name).await,
+            // The rack's power is back: the machine and its BMC together.
+            Fault::RackPower(i, _) => self.machine(i, |m| {
+                m.bmc = Bmc::Healthy;
+                if !m.on && m.transition.is_none() {
+                    m.transition = Some((Instant::now() + TRANSITION, true));
+                }
+            }),
             _ => {}
         }
     }

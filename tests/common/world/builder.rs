@@ -542,7 +542,7 @@ impl WorldBuilder {
             identity: "test-replica".into(),
             leader_timings: self.leader_timings,
             config_check: self.config_check,
-            companions: self.companions.clone(),
+            companions: self.companions.clone().map(Into::into),
         };
         let mut world = World {
             kube,

@@ -1,0 +1,659 @@
+//! Companions and hardware watchdogs in the simulation (issue 36): on the seeds of
+//! [`plan`] (about half, never a regression seed: those keep the schedules they were
+//! recorded with) every machine runs a simulated companion, and the policy has the
+//! watchdog level (`watchdog_fencing = true`) on three quarters of them.
+//!
+//! Each companion uses the real [`CompanionEnd`] and [`Feeding`]: it beats every
+//! 500 ms to each live replica incarnation's in-process heartbeat
+//! ([`nodefence::heartbeat::InProcess`]: the same table and answer as the UDP
+//! listener's), says hello again after ten beats unanswered (a restarted replica lost
+//! the session), feeds on the leader's acknowledgements (rule a), reads its own Node's
+//! fencing mark through the simulated API server every I/2 while the leader is silent
+//! (rule b), and asks its peers (rule c: the other companions' [`Feeding::reach`],
+//! in process). Its clock runs at a rate drawn per seed within the drift bound
+//! [`Timing`] states (±1 %), and so does its machine's watchdog.
+//!
+//! The watchdog (W = [`WATCHDOG`] granted) is armed when feeding is first allowed
+//! (never, if marked before), and when not fed for W on its own clock it resets its
+//! machine (ground truth: the machine reboots, its kubelet comes back with a new boot
+//! ID, its pods are gone, its companion dies with the boot). A companion dies with
+//! its machine's power and starts again once the machine has booted; a crash leaves
+//! an armed watchdog counting; a rolling restart beats "stopping", then disarms.
+//!
+//! Faults on each path on its own ([`super::schedule::companion_faults`]): beats and
+//! acknowledgements lost, the companion's reads unanswered, the peers unreachable,
+//! the whole control plane out for the companions; a machine's network cut is all
+//! of them at once. Invariant 11, judged at every reset: no control-plane outage
+//! resets a machine that was doing its work. A reset of a machine whose companion
+//! ran and was not marked (by an acknowledgement, or on the Node for this boot) is a
+//! violation unless, at some moment since its last feed less I, the truth had the
+//! machine cut off from the leader, from the API server, and from a majority of the
+//! cluster (itself and the peers it reaches that reach neither either).
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use nodefence::heartbeat::InProcess;
+use nodefence::watchdog::feeding::{Feeding, Reach, peers_majority};
+use nodefence::watchdog::mark;
+use nodefence::watchdog::session::CompanionEnd;
+use nodefence::watchdog::timing::Timing;
+use nodefence::watchdog::wire::WatchdogState;
+use nodefence_mocks::kube::resources::NODES;
+use nodefence_mocks::kube::store::Store;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::machine::{Rng, Truth, lock};
+use super::world::{BOOT, WORKERS, node_name};
+
+/// The timeout each simulated watchdog grants (W): the wait is then 12.74 s.
+pub const WATCHDOG: Duration = Duration::from_secs(10);
+/// How often a companion beats (`heartbeat_interval`).
+pub const BEAT_EVERY: Duration = Duration::from_millis(500);
+/// How often companions and watchdogs are looked at (the real companion decides to
+/// feed every 100 ms).
+pub const TICK: Duration = Duration::from_millis(100);
+/// Beats unanswered after which a companion says hello again (as the real one).
+const UNANSWERED: u32 = 10;
+/// How often the boot IDs a machine's Node shows are sampled.
+const BOOT_SAMPLE: Duration = Duration::from_secs(1);
+
+/// A companion seed's setting, from a generator of its own.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The policy's `watchdog_fencing`.
+    pub watchdog_fencing: bool,
+    /// Each companion's clock rate, parts per million off (within ±`max_drift_ppm`).
+    pub clock_ppm: Vec<i64>,
+    /// Each watchdog timer's rate, likewise.
+    pub watchdog_ppm: Vec<i64>,
+}
+
+/// `None` for half the seeds (no companions: they play as before), and for every
+/// regression seed and scripted scenario (decided by the caller).
+pub fn plan(seed: u64) -> Option<Plan> {
+    let mut rng = Rng::new(seed ^ 0x5741_5443_4844_4f47);
+    if rng.below(2) == 0 {
+        return None;
+    }
+    let bound = Timing::default().max_drift_ppm as i64;
+    // The extremes half the time: the slowest clock and watchdog are what the wait
+    // must cover.
+    let rate = |rng: &mut Rng| match rng.below(4) {
+        0 => -bound,
+        1 => bound,
+        _ => rng.below(2 * bound as u64 + 1) as i64 - bound,
+    };
+    let watchdog_fencing = rng.below(4) != 0;
+    let clock_ppm = (0..WORKERS).map(|_| rate(&mut rng)).collect();
+    let watchdog_ppm = (0..WORKERS).map(|_| rate(&mut rng)).collect();
+    Some(Plan {
+        watchdog_fencing,
+        clock_ppm,
+        watchdog_ppm,
+    })
+}
+
+/// `d` on a clock running `ppm` fast, as it reads after `d` of real time.
+fn on_clock(d: Duration, ppm: i64) -> Duration {
+    let n = d.as_nanos() as i128 * (1_000_000 + ppm as i128) / 1_000_000;
+    Duration::from_nanos(n.max(0) as u64)
+}
+
+/// The real time a timer running `ppm` fast takes to count `d`.
+fn real_time(d: Duration, ppm: i64) -> Duration {
+    let n = d.as_nanos() as i128 * 1_000_000 / (1_000_000 + ppm as i128);
+    Duration::from_nanos(n.max(0) as u64)
+}
+
+/// One replica incarnation, as the companions reach it.
+pub struct ReplicaLink {
+    pub handle: InProcess,
+    pub alive: Arc<AtomicBool>,
+}
+
+/// A session with one replica slot.
+struct Link {
+    end: CompanionEnd,
+    unanswered: u32,
+}
+
+/// A running companion (dies with its machine's boot, or when killed).
+struct Companion {
+    /// Its monotonic clock's origin (real time).
+    origin: Instant,
+    /// Told apart from its successor (an API read answered after it died is dropped).
+    generation: u64,
+    feeding: Feeding,
+    links: [Option<Link>; 2],
+    next_beat: Instant,
+    /// When the latest beat the leader acknowledged without the mark was sent (its
+    /// clock), or when it started.
+    leader_heard: Duration,
+    api_sent: Option<Duration>,
+    peers_sent: Option<Duration>,
+    /// It armed the watchdog (its beats say so).
+    armed: bool,
+}
+
+/// One machine's companion side: its faults, its companion, its watchdog.
+struct Member {
+    node: String,
+    clock_ppm: i64,
+    watchdog_ppm: i64,
+    link_cut_until: Option<Instant>,
+    api_cut_until: Option<Instant>,
+    peers_cut_until: Option<Instant>,
+    /// Its uplink is down (the machine's network is cut) but its rack's network
+    /// works: the peers still reach it.
+    uplink_until: Option<Instant>,
+    companion: Option<Companion>,
+    /// A companion killed or stopped starts again then (if the machine runs).
+    restart_at: Option<Instant>,
+    /// The hardware watchdog: armed, and when last fed (real time).
+    armed: bool,
+    last_feed: Option<Instant>,
+    /// Last moment the truth had the machine cut off from the control plane and a
+    /// majority (invariant 11).
+    last_isolated: Option<Instant>,
+    /// The boot IDs its Node has shown since the machine last booted (the simulated
+    /// kubelet takes a new one at every restart, a network cut's end too).
+    boot_ids: BTreeSet<String>,
+    /// The IDs of its earlier boots (the Node shows the last one until its kubelet
+    /// is back): never taken for this boot's.
+    old_boots: BTreeSet<String>,
+    boot_sampled: Option<Instant>,
+}
+
+impl Member {
+    /// The machine boots anew: the IDs seen so far are an earlier boot's.
+    fn new_boot(&mut self) {
+        let seen = std::mem::take(&mut self.boot_ids);
+        self.old_boots.extend(seen);
+    }
+}
+
+/// Every machine's companion, and how they reach nodefence.
+pub struct Fleet {
+    /// The seed's setting.
+    #[allow(dead_code)] // kept for a debugger's eyes
+    pub plan: Plan,
+    timing: Timing,
+    /// Each replica slot's running incarnation.
+    pub replicas: [Option<ReplicaLink>; 2],
+    members: Vec<Member>,
+    cp_out_until: Option<Instant>,
+    /// Machines dead with their BMC until the faults are over, whose incident began
+    /// with it (they were serving).
+    pub lasting_rack: BTreeSet<usize>,
+    generations: u64,
+}
+
+impl Fleet {
+    pub fn new(plan: Plan) -> Self {
+        let members = (0..WORKERS)
+            .map(|i| Member {
+                node: node_name(i),
+                clock_ppm: plan.clock_ppm[i],
+                watchdog_ppm: plan.watchdog_ppm[i],
+                link_cut_until: None,
+                api_cut_until: None,
+                peers_cut_until: None,
+                uplink_until: None,
+                companion: None,
+                restart_at: None,
+                armed: false,
+                last_feed: None,
+                last_isolated: None,
+                boot_ids: BTreeSet::new(),
+                old_boots: BTreeSet::new(),
+                boot_sampled: None,
+            })
+            .collect();
+        Self {
+            plan,
+            timing: Timing::default(),
+            replicas: [None, None],
+            members,
+            cp_out_until: None,
+            lasting_rack: BTreeSet::new(),
+            generations: 0,
+        }
+    }
+
+    fn until(slot: &mut Option<Instant>, span: Duration) {
+        let end = Instant::now() + span;
+        *slot = Some(slot.map_or(end, |u| u.max(end)));
+    }
+
+    pub fn cut_link(&mut self, i: usize, span: Duration) {
+        Self::until(&mut self.members[i].link_cut_until, span);
+    }
+
+    pub fn cut_api(&mut self, i: usize, span: Duration) {
+        Self::until(&mut self.members[i].api_cut_until, span);
+    }
+
+    pub fn cut_peers(&mut self, i: usize, span: Duration) {
+        Self::until(&mut self.members[i].peers_cut_until, span);
+    }
+
+    pub fn uplink(&mut self, i: usize, span: Duration) {
+        Self::until(&mut self.members[i].uplink_until, span);
+    }
+
+    pub fn control_plane_out(&mut self, span: Duration) {
+        Self::until(&mut self.cp_out_until, span);
+    }
+
+    /// Kills machine `i`'s companion (no last word); its successor starts after `down`.
+    pub fn crash(&mut self, i: usize, down: Duration) {
+        let m = &mut self.members[i];
+        if m.companion.take().is_some() {
+            m.restart_at = Some(Instant::now() + down);
+        }
+    }
+
+    /// A rolling update: the companion beats "stopping" to every replica it reaches,
+    /// disarms its watchdog, and its successor starts after `down`.
+    pub fn restart(&mut self, i: usize, down: Duration) {
+        let reachable = self.link(i);
+        let m = &mut self.members[i];
+        let Some(mut c) = m.companion.take() else {
+            return;
+        };
+        let now = on_clock(Instant::now() - c.origin, m.clock_ppm);
+        let reaching = c.feeding.reaching(now);
+        for (r, link) in c.links.iter_mut().enumerate() {
+            let (Some(link), Some(rep)) = (link, &self.replicas[r]) else {
+                continue;
+            };
+            let last = link.end.beat(now, reaching, WatchdogState::Stopping);
+            if reachable && rep.alive.load(Ordering::SeqCst) {
+                let _ = rep.handle.datagram(&last);
+            }
+        }
+        m.armed = false;
+        m.last_feed = None;
+        m.restart_at = Some(Instant::now() + down);
+    }
+
+    /// The faults are over: every path back, every companion killed or stopped
+    /// started again at once.
+    pub fn heal(&mut self) {
+        self.cp_out_until = None;
+        for m in &mut self.members {
+            m.link_cut_until = None;
+            m.api_cut_until = None;
+            m.peers_cut_until = None;
+            m.uplink_until = None;
+            m.restart_at = None;
+        }
+    }
+
+    fn active(slot: Option<Instant>) -> bool {
+        slot.is_some_and(|u| Instant::now() < u)
+    }
+
+    /// Machine `i` reaches nodefence's replicas (the machine's network, the path).
+    fn link(&self, i: usize) -> bool {
+        !Self::active(self.members[i].link_cut_until) && !Self::active(self.cp_out_until)
+    }
+
+    fn api(&self, i: usize) -> bool {
+        !Self::active(self.members[i].api_cut_until) && !Self::active(self.cp_out_until)
+    }
+
+    fn peers(&self, i: usize) -> bool {
+        !Self::active(self.members[i].peers_cut_until)
+    }
+
+    /// Machine `i` reaches the rack's network (its peers): its network, or its rack's
+    /// when only its uplink is down.
+    fn lan(&self, i: usize, network: bool) -> bool {
+        network || Self::active(self.members[i].uplink_until)
+    }
+
+    fn leader_up(&self) -> bool {
+        self.replicas
+            .iter()
+            .flatten()
+            .any(|r| r.alive.load(Ordering::SeqCst) && r.handle.is_leader())
+    }
+}
+
+/// What a machine looked like at the start of a tick.
+#[derive(Clone, Copy)]
+struct Seen {
+    on: bool,
+    going_off: bool,
+    hung: bool,
+    booted: bool,
+    network: bool,
+}
+
+/// Runs the companions and watchdogs every [`TICK`] until the runtime ends.
+pub async fn drive(fleet: Arc<Mutex<Fleet>>, truth: Arc<Truth>, store: Store, api: kube::Client) {
+    let nodes: kube::Api<Node> = kube::Api::all(api);
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let reads = step(&fleet, &truth, &store);
+        for (i, generation, sent_at) in reads {
+            let node = node_name(i);
+            let half = Timing::default().isolation_timeout / 2;
+            let answer = tokio::time::timeout(half, nodes.get_metadata(&node)).await;
+            let marked = match answer {
+                Ok(Ok(meta)) => Some(mark::of_metadata(&meta.metadata)),
+                _ => None,
+            };
+            let mut f = lock(&fleet);
+            sample_boot(&mut f.members[i], &store, true);
+            let m = &mut f.members[i];
+            let (ppm, boots) = (m.clock_ppm, m.boot_ids.clone());
+            let Some(c) = m.companion.as_mut().filter(|c| c.generation == generation) else {
+                continue;
+            };
+            let Some(found) = marked else { continue };
+            let applies = found
+                .is_some_and(|mk| mk.boot_id.is_none() || boots.iter().any(|b| mk.applies_to(b)));
+            let received = on_clock(Instant::now() - c.origin, ppm);
+            c.feeding.api_answered(sent_at, applies, received);
+        }
+    }
+}
+
+/// The Node's boot ID now, if its kubelet registered one.
+fn boot_id(store: &Store, node: &str) -> Option<String> {
+    store
+        .get(NODES, None, node)
+        .ok()?
+        .pointer("/status/nodeInfo/bootID")
+        .and_then(Value::as_str)
+        .filter(|b| !b.is_empty())
+        .map(str::to_owned)
+}
+
+fn sample_boot(m: &mut Member, store: &Store, now_anyway: bool) {
+    let now = Instant::now();
+    if now_anyway || m.boot_sampled.is_none_or(|t| now >= t + BOOT_SAMPLE) {
+        m.boot_sampled = Some(now);
+        if let Some(b) = boot_id(store, &m.node).filter(|b| !m.old_boots.contains(b)) {
+            m.boot_ids.insert(b);
+        }
+    }
+}
+
+/// One tick: watchdogs, companions (beats, feeding, peers); returns the API reads
+/// to send (machine, companion generation, sent at on its clock).
+fn step(fleet: &Mutex<Fleet>, truth: &Truth, store: &Store) -> Vec<(usize, u64, Duration)> {
+    let now = Instant::now();
+    let seen: Vec<Seen> = truth.with(|ms| {
+        ms.iter()
+            .map(|m| Seen {
+                on: m.on,
+                going_off: m.transition.is_some_and(|(_, on)| !on),
+                hung: m.hung,
+                booted: m.booted_at.is_none_or(|b| now >= b),
+                network: m.network,
+            })
+            .collect()
+    });
+    let mut f = lock(fleet);
+    let f = &mut *f;
+    let isolation = f.timing.isolation_timeout;
+    let half = isolation / 2;
+    let mut reads = Vec::new();
+    for i in 0..WORKERS {
+        let s = seen[i];
+        if !s.on {
+            // Power gone: the companion and the watchdog with it.
+            let m = &mut f.members[i];
+            m.companion = None;
+            m.armed = false;
+            m.last_feed = None;
+            m.restart_at = None;
+            m.new_boot();
+            continue;
+        }
+        // The hardware watchdog, on its own clock.
+        let fires = {
+            let m = &f.members[i];
+            m.armed
+                && m.last_feed
+                    .is_some_and(|fed| now >= fed + real_time(WATCHDOG, m.watchdog_ppm))
+        };
+        if fires {
+            reset(f, i, truth, store, s);
+            continue;
+        }
+        if s.hung || !s.booted {
+            continue; // A hung kernel runs no companion; a booting machine none yet.
+        }
+        sample_boot(&mut f.members[i], store, false);
+        if f.members[i].companion.is_none() {
+            if f.members[i].restart_at.is_some_and(|t| now < t) {
+                continue;
+            }
+            f.generations += 1;
+            let generation = f.generations;
+            let m = &mut f.members[i];
+            m.restart_at = None;
+            m.companion = Some(Companion {
+                origin: now,
+                generation,
+                feeding: Feeding::new(&f.timing),
+                links: [None, None],
+                next_beat: now,
+                leader_heard: Duration::ZERO,
+                api_sent: None,
+                peers_sent: None,
+                armed: false,
+            });
+        }
+        let link = s.network && f.link(i);
+        let api = s.network && f.api(i);
+        let peers_ok = f.lan(i, s.network) && f.peers(i);
+        // Beats.
+        let ppm = f.members[i].clock_ppm;
+        let due = f.members[i]
+            .companion
+            .as_ref()
+            .is_some_and(|c| now >= c.next_beat);
+        if due {
+            let replicas = &f.replicas;
+            let timing = f.timing;
+            let node = f.members[i].node.clone();
+            let c = f.members[i].companion.as_mut().unwrap();
+            let cnow = on_clock(now - c.origin, ppm);
+            c.next_beat = now + BEAT_EVERY;
+            let reaching = c.feeding.reaching(cnow);
+            let state = if c.armed {
+                WatchdogState::Armed {
+                    granted: WATCHDOG,
+                    device: nodefence::watchdog::wire::DeviceName::new("sim_wdt"),
+                }
+            } else {
+                WatchdogState::None
+            };
+            for (r, rep) in replicas.iter().enumerate() {
+                let Some(rep) = rep.as_ref().filter(|r| r.alive.load(Ordering::SeqCst)) else {
+                    continue;
+                };
+                let hello = c.links[r]
+                    .as_ref()
+                    .is_none_or(|l| l.unanswered >= UNANSWERED);
+                if hello {
+                    if !link {
+                        continue;
+                    }
+                    match rep.handle.open_session(&node) {
+                        Some((id, key)) => {
+                            c.links[r] = Some(Link {
+                                end: CompanionEnd::new(key, id, timing.isolation_timeout),
+                                unanswered: 0,
+                            });
+                        }
+                        None => continue,
+                    }
+                }
+                let Some(l) = c.links[r].as_mut() else {
+                    continue;
+                };
+                let beat = l.end.beat(cnow, reaching, state);
+                l.unanswered += 1;
+                if !link {
+                    continue;
+                }
+                truth.count(|k| k.beats += 1);
+                let Some(ack) = rep.handle.datagram(&beat) else {
+                    continue;
+                };
+                if let Ok(a) = l.end.acknowledged(&ack, cnow) {
+                    l.unanswered = 0;
+                    if a.leader || a.marked {
+                        c.feeding.acknowledged(a.beat_sent, a.marked, cnow);
+                    }
+                    if a.leader && !a.marked {
+                        c.leader_heard = c.leader_heard.max(a.beat_sent);
+                    }
+                }
+            }
+        }
+        // Rule b (the API server) and rule c (the peers), while the leader is silent.
+        let (cnow, ask_api, ask_peers, generation) = {
+            let c = f.members[i].companion.as_mut().unwrap();
+            let cnow = on_clock(now - c.origin, ppm);
+            let stale_at = c.leader_heard + half;
+            let due_from =
+                |last: Option<Duration>| last.map_or(stale_at, |s| stale_at.max(s + half));
+            let marked = c.feeding.marked();
+            let ask_api = !marked && cnow >= due_from(c.api_sent);
+            if ask_api {
+                c.api_sent = Some(cnow);
+            }
+            let ask_peers = !marked && cnow >= due_from(c.peers_sent);
+            if ask_peers {
+                c.peers_sent = Some(cnow);
+            }
+            (cnow, ask_api, ask_peers, c.generation)
+        };
+        if ask_api && api {
+            reads.push((i, generation, cnow));
+        }
+        if ask_peers && peers_ok {
+            let neither = (0..WORKERS)
+                .filter(|&j| j != i && f.lan(j, seen[j].network) && f.peers(j) && !seen[j].hung)
+                .filter(|&j| {
+                    let p = &f.members[j];
+                    p.companion.as_ref().is_some_and(|c| {
+                        c.feeding.reach(on_clock(now - c.origin, p.clock_ppm)) == Reach::Neither
+                    })
+                })
+                .count();
+            let c = f.members[i].companion.as_mut().unwrap();
+            c.feeding.peers_answered(cnow, neither, WORKERS);
+        }
+        // Feeding.
+        let m = &mut f.members[i];
+        let c = m.companion.as_mut().unwrap();
+        if c.feeding.may_feed(cnow).is_some() {
+            if !c.armed {
+                c.armed = true;
+                m.armed = true;
+            }
+            if m.armed {
+                m.last_feed = Some(now);
+            }
+        }
+    }
+    // Invariant 11's truth: who is cut off from the control plane and a majority.
+    let leader_up = f.leader_up();
+    let reaches_cp: Vec<(bool, bool)> = (0..WORKERS)
+        .map(|i| {
+            let net = seen[i].network;
+            (net && leader_up && f.link(i), net && f.api(i))
+        })
+        .collect();
+    for i in 0..WORKERS {
+        let running = seen[i].on && !seen[i].hung && f.members[i].companion.is_some();
+        if !running {
+            continue;
+        }
+        let (leader, api) = reaches_cp[i];
+        if leader || api {
+            continue;
+        }
+        let neither = (0..WORKERS)
+            .filter(|&j| j != i)
+            .filter(|&j| {
+                seen[j].on
+                    && !seen[j].hung
+                    && f.members[j].companion.is_some()
+                    && f.lan(i, seen[i].network)
+                    && f.lan(j, seen[j].network)
+                    && f.peers(i)
+                    && f.peers(j)
+                    && !reaches_cp[j].0
+                    && !reaches_cp[j].1
+            })
+            .count();
+        if !peers_majority(neither + 1, WORKERS) {
+            f.members[i].last_isolated = Some(now);
+        }
+    }
+    reads
+}
+
+/// Machine `i`'s watchdog fires: a running machine is reset (judged first by
+/// invariant 11).
+fn reset(f: &mut Fleet, i: usize, truth: &Truth, store: &Store, s: Seen) {
+    let now = Instant::now();
+    let wall = nodefence::clock::now();
+    let isolation = f.timing.isolation_timeout;
+    let m = &mut f.members[i];
+    let last_feed = m.last_feed.unwrap_or(now);
+    m.armed = false;
+    m.last_feed = None;
+    let companion = m.companion.take();
+    m.restart_at = None;
+    truth.count(|c| c.watchdog_resets += 1);
+    if s.going_off {
+        return; // A power-off under way wins.
+    }
+    // Marked for this boot: by an acknowledgement, or on the Node.
+    let on_node = store
+        .get(NODES, None, &m.node)
+        .ok()
+        .and_then(|n| serde_json::from_value::<Node>(n).ok())
+        .and_then(|n| mark::of_node(&n))
+        .is_some_and(|mk| mk.boot_id.is_none() || m.boot_ids.iter().any(|b| mk.applies_to(b)));
+    let marked = on_node || companion.as_ref().is_some_and(|c| c.feeding.marked());
+    let ran = companion.is_some() && !s.hung;
+    let cut_off = m
+        .last_isolated
+        .is_some_and(|t| t + isolation + TICK * 5 >= last_feed);
+    if ran && !marked && !cut_off {
+        truth.violation(format!(
+            "invariant 11 (no control-plane outage resets a working machine): {}'s watchdog reset it {:.1}s after its last feed, though it was not marked for this boot and was not cut off from the leader, the API server and a majority since (last cut off: {})",
+            m.node,
+            (now - last_feed).as_secs_f64(),
+            m.last_isolated
+                .map_or("never".into(), |t| format!("{:.1}s before its last feed", (last_feed.saturating_duration_since(t)).as_secs_f64()))
+        ));
+    }
+    m.new_boot();
+    truth.with(|ms| {
+        let machine = &mut ms[i];
+        machine.booted_at = Some(now + BOOT);
+        machine.hung = false;
+        machine.fail(wall);
+        machine.off_after_failure = true;
+        machine.watchdog_reset_at = Some(wall);
+    });
+}
