@@ -167,6 +167,13 @@ fn random_whole_system_schedules_keep_every_invariant() {
                         let began = Instant::now();
                         let mut outcome = sim::play::run(seed);
                         let took = began.elapsed();
+                        // `NODEFENCE_SIM_LOG=DIR`: each seed's log (the daemon's and the
+                        // simulation's) to DIR/seed-N.log, to read why a seed failed.
+                        if let Ok(dir) = std::env::var("NODEFENCE_SIM_LOG") {
+                            let path = std::path::Path::new(&dir).join(format!("seed-{seed}.log"));
+                            std::fs::write(&path, &outcome.log)
+                                .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+                        }
                         outcome.log.clear(); // kept by the replay test; thousands add up
                         if !outcome.violations.is_empty() {
                             failed_so_far.fetch_add(1, Ordering::Relaxed);
