@@ -2,9 +2,10 @@
 //! server answers, a companion asks every other companion, peer to peer over UDP,
 //! whether it reaches either; when a strict majority of the cluster (itself included)
 //! reaches neither, the whole control plane is out, not this node alone, and it may
-//! go on feeding its watchdog ([`Feeding::peers_answered`]). A node cut off alone, or
-//! with a minority, hears "the leader" or "the API server" from the rest, or nothing,
-//! and stops feeding: its watchdog resets it.
+//! go on feeding its watchdog
+//! ([`nodefence_watchdog::feeding::Feeding::peers_answered`]). A node cut off alone,
+//! or with a minority, hears "the leader" or "the API server" from the rest, or
+//! nothing, and stops feeding: its watchdog resets it.
 //!
 //! - **Who the peers are**: the addresses a name gives (the headless Service
 //!   `nodefence-companion-peers`, every companion pod, ready or not), looked up again
@@ -12,8 +13,8 @@
 //!   what may be out) keeps the last list.
 //! - **How many make a majority**: the largest cluster size any replica's
 //!   acknowledgement carried (the cluster's Nodes: every companion runs on one). The
-//!   leader releases on a watchdog only after this companion's beats prove it was told
-//!   at least the cluster it counts with now ([`crate::heartbeat::table`]).
+//!   leader's release rule counts with what this companion's beats prove it was told
+//!   ([`crate::heartbeat::table`], `release::decide`'s `told`).
 //! - **Sealed**: a question and its answer are sealed under a peer key each replica of
 //!   nodefence gives at the hello (one per replica; every companion beats to every
 //!   replica, so they share them). A question is sealed under each key held; an answer
@@ -21,8 +22,8 @@
 //!   once per address, for the round it answers, and never from this companion
 //!   itself. A datagram that opens under no key gets nothing back.
 //! - **What it costs**: nothing while the leader or the API server answers. In an
-//!   outage of the whole control plane, one question per peer per [`ROUND`] from each
-//!   companion, and one answer to each.
+//!   outage of the whole control plane, one question per peer per [`round`] (half the
+//!   isolation timeout) from each companion, and one answer to each.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;

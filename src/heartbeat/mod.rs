@@ -7,7 +7,8 @@
 //! Every replica runs it (the standbys keep the table too); only the leader's
 //! acknowledgements carry `leader` and so let a node feed its watchdog. A datagram that
 //! does not open under a live session's key gets nothing back (a garbage sender costs
-//! one failed MAC), and nothing longer than [`wire::MAX_DATAGRAM`] is read.
+//! one failed MAC), and nothing longer than
+//! [`nodefence_watchdog::wire::MAX_DATAGRAM`] is read.
 
 mod batch;
 pub mod hello;
