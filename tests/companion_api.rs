@@ -27,16 +27,16 @@ use nodefence_mocks::kube::{BoundToken, FakeKube, FakeKubeHandle};
 use tokio::time::Instant;
 
 const NODE: &str = "worker-1";
-const COMPANION: &str = "system:serviceaccount:nodefence:nodefence-companion";
+pub(crate) const COMPANION: &str = "system:serviceaccount:nodefence:nodefence-companion";
 /// The companion's API token (the pod's mounted ServiceAccount token).
-const API_TOKEN: &str = "companion-api-token";
+pub(crate) const API_TOKEN: &str = "companion-api-token";
 /// This machine's boot.
-const BOOT: &str = "5e1f0c2a-this-boot";
+pub(crate) const BOOT: &str = "5e1f0c2a-this-boot";
 /// The listener's `isolation_timeout` (the default): an answer holds this long.
-const ISOLATION: Duration = Duration::from_secs(2);
+pub(crate) const ISOLATION: Duration = Duration::from_secs(2);
 
 /// The listener's certificate (for 127.0.0.1) and its fingerprint.
-fn certificate() -> &'static (Arc<rustls::ServerConfig>, CertFingerprint) {
+pub(crate) fn certificate() -> &'static (Arc<rustls::ServerConfig>, CertFingerprint) {
     static CERT: std::sync::OnceLock<(Arc<rustls::ServerConfig>, CertFingerprint)> =
         std::sync::OnceLock::new();
     CERT.get_or_init(|| {
@@ -47,7 +47,7 @@ fn certificate() -> &'static (Arc<rustls::ServerConfig>, CertFingerprint) {
     })
 }
 
-async fn client_from(kubeconfig: &str) -> kube::Client {
+pub(crate) async fn client_from(kubeconfig: &str) -> kube::Client {
     let kubeconfig = kube::config::Kubeconfig::from_yaml(kubeconfig).unwrap();
     nodefence::cluster::client(
         kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())

@@ -25,7 +25,6 @@ use nodefence::companion::api::ApiAccess;
 use nodefence::companion::peers::PeerSource;
 use nodefence::companion::{self, Options, Status, WatchdogChoice};
 use nodefence::heartbeat::{self, Heartbeat, Settings, hello};
-use nodefence::tls::CertFingerprint;
 use nodefence::watchdog::device::RecordingWatchdog;
 use nodefence::watchdog::feeding::Basis;
 use nodefence::watchdog::timing::Timing;
@@ -35,31 +34,8 @@ use nodefence_mocks::kube::{BoundToken, FakeKube, FakeKubeHandle};
 use tokio::time::Instant;
 
 const NODES: [&str; 3] = ["worker-1", "worker-2", "worker-3"];
-const COMPANION: &str = "system:serviceaccount:nodefence:nodefence-companion";
-const API_TOKEN: &str = "companion-api-token";
-const BOOT: &str = "5e1f0c2a-this-boot";
-const ISOLATION: Duration = Duration::from_secs(2);
-
-fn certificate() -> &'static (Arc<rustls::ServerConfig>, CertFingerprint) {
-    static CERT: std::sync::OnceLock<(Arc<rustls::ServerConfig>, CertFingerprint)> =
-        std::sync::OnceLock::new();
-    CERT.get_or_init(|| {
-        nodefence::tls::install_crypto_provider();
-        let (config, fingerprint) =
-            nodefence::telemetry::certificate::self_signed(vec!["127.0.0.1".into()]).unwrap();
-        (Arc::new(config), fingerprint)
-    })
-}
-
-async fn client_from(kubeconfig: &str) -> kube::Client {
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(kubeconfig).unwrap();
-    nodefence::cluster::client(
-        kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-            .await
-            .unwrap(),
-    )
-    .unwrap()
-}
+// The listener's certificate, the companions' identity and timing: as companion_api's.
+use crate::companion_api::{API_TOKEN, BOOT, COMPANION, ISOLATION, certificate, client_from};
 
 /// fake-kube with the companions' grant, their bound tokens and the three Nodes.
 async fn cluster() -> (FakeKubeHandle, kube::Client) {
