@@ -101,6 +101,9 @@ pub struct Executor {
     pub leadership: Leadership,
     /// The pause switch, read again before every power command and release.
     pub pause: PauseCheck,
+    /// The remediation requests, read again before every power command (`None`:
+    /// `[remediation] requests` is off, no request can stand).
+    pub timed_out_requests: Option<crate::remediation::gate::TimedOutRequests>,
     /// The engine's cluster-wide hold on power-offs (storm protection, a term not yet
     /// synced), as the controller last saw it: checked right before a power-off.
     pub power_off_hold: PowerOffHold,
@@ -403,6 +406,8 @@ impl Executor {
         }
         let what = format!("power-{action} not sent");
         self.pause_allows(driver.as_ref(), action, &what).await?;
+        self.requests_allow(node, driver.as_ref(), action, &what)
+            .await?;
         if action == "off" {
             // Write-ahead: the next leader must know this was sent (a few quick tries;
             // a command that cannot be recorded is not sent, and retried later).
@@ -504,9 +509,7 @@ impl Executor {
         let Some(heartbeat) = &self.heartbeat else {
             return Err("no companion listener (nodefence run --companion-listen)".into());
         };
-        if heartbeat.armed(node).is_none() {
-            return Err("its companion reports no armed hardware watchdog".into());
-        }
+        heartbeat.armed_or_why(node)?;
         if self.dry_run {
             tracing::warn!(
                 node,
@@ -518,6 +521,9 @@ impl Executor {
             return Err("not the leader: the mark is not written".into());
         }
         self.pause.allows("the mark is not written").await?;
+        if let Some(check) = &self.timed_out_requests {
+            check.allows(node, "the mark is not written").await?;
+        }
         heartbeat.mark(node);
         match self.releaser.mark_for_fencing(node, uid).await {
             Ok(()) => {
@@ -555,6 +561,26 @@ impl Executor {
     }
 
     /// Refuses a power command while fencing is paused or the switch cannot be read.
+    /// Refuses a power command while a remediation request for the node stands timed
+    /// out (its requester moved on to the next remediator), or the requests cannot be
+    /// read.
+    async fn requests_allow(
+        &self,
+        node: &str,
+        driver: &dyn PowerDriver,
+        action: &str,
+        what: &str,
+    ) -> Result<(), PowerError> {
+        let Some(check) = &self.timed_out_requests else {
+            return Ok(());
+        };
+        check.allows(node, what).await.map_err(|why| {
+            self.metrics
+                .power_command(driver.driver_name(), action, "refused");
+            PowerError::new(PowerErrorKind::Refused, why)
+        })
+    }
+
     async fn pause_allows(
         &self,
         driver: &dyn PowerDriver,

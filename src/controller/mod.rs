@@ -165,6 +165,10 @@ impl Controller {
             records: parts.records,
             leadership: parts.leadership.clone(),
             pause: parts.pause,
+            timed_out_requests: self
+                .requests
+                .as_ref()
+                .map(|w| crate::remediation::gate::TimedOutRequests::new(w.client())),
             power_off_hold: parts.power_off_hold.clone(),
             recorder: parts.recorder,
             cluster_ref: parts.cluster_ref,

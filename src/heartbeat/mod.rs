@@ -194,9 +194,21 @@ impl Heartbeat {
     /// The node's companion's armed watchdog (its granted timeout), if its last beat
     /// said it was armed.
     pub fn armed(&self, node: &str) -> Option<Duration> {
-        self.with_table(|t| match t.companion(node)?.watchdog {
-            WatchdogState::Armed { granted, .. } => Some(granted),
-            WatchdogState::None | WatchdogState::Stopping => None,
+        self.armed_or_why(node).ok()
+    }
+
+    /// [`Heartbeat::armed`], or why not, for the operator.
+    pub fn armed_or_why(&self, node: &str) -> Result<Duration, String> {
+        self.with_table(|t| match t.companion(node).map(|c| c.watchdog) {
+            Some(WatchdogState::Armed { granted, .. }) => Ok(granted),
+            Some(WatchdogState::None) => Err("its companion reports no hardware watchdog".into()),
+            Some(WatchdogState::Stopping) => {
+                Err("its companion stopped and disarmed its watchdog".into())
+            }
+            None => Err(
+                "this replica has heard no companion of this node since it started (one started after the machine was lost cannot know its watchdog was armed)"
+                    .into(),
+            ),
         })
     }
 

@@ -13,7 +13,10 @@
 //! - [`types`]: the CRDs' Rust types (the source of `deploy/components/remediation`).
 //! - [`request`]: a request object as the controller keeps it, and which node it names.
 //! - [`report`]: the `status.conditions` an engine state gives a request.
+//! - [`gate`]: a fresh read of the requests before every power command (a timed-out
+//!   one the watch has not shown yet still stops it).
 
+pub mod gate;
 pub mod report;
 pub mod request;
 pub mod types;

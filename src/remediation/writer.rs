@@ -36,6 +36,11 @@ impl RequestWriter {
         Self { client, leadership }
     }
 
+    /// The client it writes with (the requests' gate reads with it too).
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
     fn api(&self, namespace: &str) -> Api<NodeFenceRemediation> {
         Api::namespaced(self.client.clone(), namespace)
     }

@@ -126,3 +126,79 @@ async fn a_power_off_is_refused_for_a_node_opted_out_since_the_decision() {
     assert!(nodefence::cluster::facts::opted_out(&now));
     kube.shutdown().await;
 }
+
+/// The executor's last look at the remediation requests before a power command: a
+/// request NodeHealthCheck timed out that the controller's watch has not shown yet
+/// (seed 1219) is read from the API server and refuses the command, for its node
+/// only; a request being deleted no longer stands; no CRD means no request.
+#[tokio::test]
+async fn a_timed_out_request_the_watch_has_not_shown_refuses_the_power_command() {
+    use kube::CustomResourceExt;
+    use nodefence::remediation::gate::TimedOutRequests;
+    use nodefence::remediation::{NodeFenceRemediation, TIMED_OUT_ANNOTATION};
+    let (kube, client) = setup().await;
+    let gate = TimedOutRequests::new(client.clone());
+    gate.allows("worker-1", "power-on not sent")
+        .await
+        .expect("no CRD installed: no request can stand");
+    nodefence_mocks::remediation::install_crds(&client, [NodeFenceRemediation::crd()])
+        .await
+        .unwrap();
+    let requests: Api<NodeFenceRemediation> = Api::namespaced(client.clone(), "kube-system");
+    let request: NodeFenceRemediation = serde_json::from_value(json!({
+        "apiVersion": "remediation.nodefence.io/v1alpha1",
+        "kind": "NodeFenceRemediation",
+        "metadata": {"name": "worker-1", "namespace": "kube-system"},
+        "spec": {},
+    }))
+    .unwrap();
+    requests
+        .create(&PostParams::default(), &request)
+        .await
+        .unwrap();
+    gate.allows("worker-1", "power-on not sent")
+        .await
+        .expect("a request that has not timed out leaves power to nodefence");
+
+    // NodeHealthCheck gives up on nodefence and moves on to the next remediator.
+    let timed_out =
+        json!({"metadata": {"annotations": {TIMED_OUT_ANNOTATION: "2026-11-28T10:00:00Z"}}});
+    requests
+        .patch(
+            "worker-1",
+            &PatchParams::default(),
+            &Patch::Merge(&timed_out),
+        )
+        .await
+        .unwrap();
+    let why = gate
+        .allows("worker-1", "power-on not sent")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        why,
+        "NodeFenceRemediation kube-system/worker-1 timed out (remediation.medik8s.io/nhc-timed-out): its requester moved on to another remediator: power-on not sent"
+    );
+    gate.allows("worker-2", "power-off not sent")
+        .await
+        .expect("another node's request does not stop this node's power");
+
+    // NodeHealthCheck deletes it (the node is healthy again): it no longer stands.
+    let finalizer = json!({"metadata": {"finalizers": ["example.com/keep"]}});
+    requests
+        .patch(
+            "worker-1",
+            &PatchParams::default(),
+            &Patch::Merge(&finalizer),
+        )
+        .await
+        .unwrap();
+    requests
+        .delete("worker-1", &Default::default())
+        .await
+        .unwrap();
+    gate.allows("worker-1", "power-on not sent")
+        .await
+        .expect("a request being deleted no longer stands");
+    kube.shutdown().await;
+}

@@ -30,7 +30,7 @@
 //! machine cut off from the leader, from the API server, and from a majority of the
 //! cluster (itself and the peers it reaches that reach neither either).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -48,7 +48,20 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::machine::{Rng, Truth, lock};
-use super::world::{BOOT, WORKERS, node_name};
+use super::world::{BOOT, CONTROL_PLANE, WORKERS, node_name};
+
+/// Companions: one on every worker and one on the control-plane node (the DaemonSet
+/// tolerates every taint; the leader counts every Node in the cluster's size).
+const MEMBERS: usize = WORKERS + 1;
+
+/// Member `i`'s node: a worker's, or the control-plane node's last.
+fn member_name(i: usize) -> String {
+    if i < WORKERS {
+        node_name(i)
+    } else {
+        CONTROL_PLANE.to_string()
+    }
+}
 
 /// The timeout each simulated watchdog grants (W): the wait is then 12.74 s.
 pub const WATCHDOG: Duration = Duration::from_secs(10);
@@ -67,9 +80,10 @@ const BOOT_SAMPLE: Duration = Duration::from_secs(1);
 pub struct Plan {
     /// The policy's `watchdog_fencing`.
     pub watchdog_fencing: bool,
-    /// Each companion's clock rate, parts per million off (within ±`max_drift_ppm`).
+    /// Each companion's clock rate, parts per million off (within ±`max_drift_ppm`):
+    /// the workers', then the control-plane node's.
     pub clock_ppm: Vec<i64>,
-    /// Each watchdog timer's rate, likewise.
+    /// Each worker's watchdog timer's rate, likewise.
     pub watchdog_ppm: Vec<i64>,
 }
 
@@ -89,8 +103,11 @@ pub fn plan(seed: u64) -> Option<Plan> {
         _ => rng.below(2 * bound as u64 + 1) as i64 - bound,
     };
     let watchdog_fencing = rng.below(4) != 0;
-    let clock_ppm = (0..WORKERS).map(|_| rate(&mut rng)).collect();
+    let mut clock_ppm: Vec<i64> = (0..WORKERS).map(|_| rate(&mut rng)).collect();
     let watchdog_ppm = (0..WORKERS).map(|_| rate(&mut rng)).collect();
+    // The control-plane node's companion (drawn last: the workers' rates are the
+    // ones the seed had before it ran one).
+    clock_ppm.push(rate(&mut rng));
     Some(Plan {
         watchdog_fencing,
         clock_ppm,
@@ -114,6 +131,8 @@ fn real_time(d: Duration, ppm: i64) -> Duration {
 pub struct ReplicaLink {
     pub handle: InProcess,
     pub alive: Arc<AtomicBool>,
+    /// When it started: it heard no beat sent before.
+    pub started: Instant,
 }
 
 /// A session with one replica slot.
@@ -138,12 +157,17 @@ struct Companion {
     peers_sent: Option<Duration>,
     /// It armed the watchdog (its beats say so).
     armed: bool,
+    /// The largest cluster an acknowledgement told it (0: none yet).
+    cluster: u16,
 }
 
 /// One machine's companion side: its faults, its companion, its watchdog.
 struct Member {
     node: String,
     clock_ppm: i64,
+    /// Its machine has a hardware watchdog (the control-plane node's has none: its
+    /// companion beats and answers its peers, and reports "no watchdog").
+    watchdog: bool,
     watchdog_ppm: i64,
     link_cut_until: Option<Instant>,
     api_cut_until: Option<Instant>,
@@ -188,18 +212,19 @@ pub struct Fleet {
     members: Vec<Member>,
     cp_out_until: Option<Instant>,
     /// Machines dead with their BMC until the faults are over, whose incident began
-    /// with it (they were serving).
-    pub lasting_rack: BTreeSet<usize>,
+    /// with it (they were serving), and when they were lost.
+    pub lasting_rack: BTreeMap<usize, Instant>,
     generations: u64,
 }
 
 impl Fleet {
     pub fn new(plan: Plan) -> Self {
-        let members = (0..WORKERS)
+        let members = (0..MEMBERS)
             .map(|i| Member {
-                node: node_name(i),
-                clock_ppm: plan.clock_ppm[i],
-                watchdog_ppm: plan.watchdog_ppm[i],
+                node: member_name(i),
+                clock_ppm: plan.clock_ppm.get(i).copied().unwrap_or(0),
+                watchdog: i < WORKERS,
+                watchdog_ppm: plan.watchdog_ppm.get(i).copied().unwrap_or(0),
                 link_cut_until: None,
                 api_cut_until: None,
                 peers_cut_until: None,
@@ -220,7 +245,7 @@ impl Fleet {
             replicas: [None, None],
             members,
             cp_out_until: None,
-            lasting_rack: BTreeSet::new(),
+            lasting_rack: BTreeMap::new(),
             generations: 0,
         }
     }
@@ -318,6 +343,24 @@ impl Fleet {
         network || Self::active(self.members[i].uplink_until)
     }
 
+    /// The machines dead with their BMC whose armed watchdog a replica running now
+    /// may have heard: one started before the machine was lost. When both replicas
+    /// restarted after (seed 1112), none heard it armed, none can prove it reset
+    /// (the release rule needs the armed watchdog in its own recent beats), and the
+    /// watchdog level rightly refuses.
+    pub fn rack_dead_heard(&self) -> Vec<usize> {
+        self.lasting_rack
+            .iter()
+            .filter(|(_, lost)| {
+                self.replicas
+                    .iter()
+                    .flatten()
+                    .any(|r| r.alive.load(Ordering::SeqCst) && r.started < **lost)
+            })
+            .map(|(i, _)| *i)
+            .collect()
+    }
+
     fn leader_up(&self) -> bool {
         self.replicas
             .iter()
@@ -345,7 +388,7 @@ pub async fn drive(fleet: Arc<Mutex<Fleet>>, truth: Arc<Truth>, store: Store, ap
         tick.tick().await;
         let reads = step(&fleet, &truth, &store);
         for (i, generation, sent_at) in reads {
-            let node = node_name(i);
+            let node = lock(&fleet).members[i].node.clone();
             let half = Timing::default().isolation_timeout / 2;
             let answer = tokio::time::timeout(half, nodes.get_metadata(&node)).await;
             let marked = match answer {
@@ -393,7 +436,7 @@ fn sample_boot(m: &mut Member, store: &Store, now_anyway: bool) {
 /// to send (machine, companion generation, sent at on its clock).
 fn step(fleet: &Mutex<Fleet>, truth: &Truth, store: &Store) -> Vec<(usize, u64, Duration)> {
     let now = Instant::now();
-    let seen: Vec<Seen> = truth.with(|ms| {
+    let mut seen: Vec<Seen> = truth.with(|ms| {
         ms.iter()
             .map(|m| Seen {
                 on: m.on,
@@ -404,12 +447,21 @@ fn step(fleet: &Mutex<Fleet>, truth: &Truth, store: &Store) -> Vec<(usize, u64, 
             })
             .collect()
     });
+    // The control-plane node: no fault reaches its machine or its network (the
+    // control plane's outage is a path fault, `cp_out_until`).
+    seen.push(Seen {
+        on: true,
+        going_off: false,
+        hung: false,
+        booted: true,
+        network: true,
+    });
     let mut f = lock(fleet);
     let f = &mut *f;
     let isolation = f.timing.isolation_timeout;
     let half = isolation / 2;
     let mut reads = Vec::new();
-    for i in 0..WORKERS {
+    for i in 0..MEMBERS {
         let s = seen[i];
         if !s.on {
             // Power gone: the companion and the watchdog with it.
@@ -454,6 +506,7 @@ fn step(fleet: &Mutex<Fleet>, truth: &Truth, store: &Store) -> Vec<(usize, u64, 
                 api_sent: None,
                 peers_sent: None,
                 armed: false,
+                cluster: 0,
             });
         }
         let link = s.network && f.link(i);
@@ -516,6 +569,7 @@ fn step(fleet: &Mutex<Fleet>, truth: &Truth, store: &Store) -> Vec<(usize, u64, 
                 };
                 if let Ok(a) = l.end.acknowledged(&ack, cnow) {
                     l.unanswered = 0;
+                    c.cluster = c.cluster.max(a.cluster);
                     if a.leader || a.marked {
                         c.feeding.acknowledged(a.beat_sent, a.marked, cnow);
                     }
@@ -547,7 +601,7 @@ fn step(fleet: &Mutex<Fleet>, truth: &Truth, store: &Store) -> Vec<(usize, u64, 
             reads.push((i, generation, cnow));
         }
         if ask_peers && peers_ok {
-            let neither = (0..WORKERS)
+            let neither = (0..MEMBERS)
                 .filter(|&j| j != i && f.lan(j, seen[j].network) && f.peers(j) && !seen[j].hung)
                 .filter(|&j| {
                     let p = &f.members[j];
@@ -557,12 +611,17 @@ fn step(fleet: &Mutex<Fleet>, truth: &Truth, store: &Store) -> Vec<(usize, u64, 
                 })
                 .count();
             let c = f.members[i].companion.as_mut().unwrap();
-            c.feeding.peers_answered(cnow, neither, WORKERS);
+            // The majority of the largest cluster an acknowledgement told it (the
+            // real companion asks nobody before one did).
+            if c.cluster > 0 {
+                c.feeding
+                    .peers_answered(cnow, neither, usize::from(c.cluster));
+            }
         }
         // Feeding.
         let m = &mut f.members[i];
         let c = m.companion.as_mut().unwrap();
-        if c.feeding.may_feed(cnow).is_some() {
+        if m.watchdog && c.feeding.may_feed(cnow).is_some() {
             if !c.armed {
                 c.armed = true;
                 m.armed = true;
@@ -574,13 +633,13 @@ fn step(fleet: &Mutex<Fleet>, truth: &Truth, store: &Store) -> Vec<(usize, u64, 
     }
     // Invariant 11's truth: who is cut off from the control plane and a majority.
     let leader_up = f.leader_up();
-    let reaches_cp: Vec<(bool, bool)> = (0..WORKERS)
+    let reaches_cp: Vec<(bool, bool)> = (0..MEMBERS)
         .map(|i| {
             let net = seen[i].network;
             (net && leader_up && f.link(i), net && f.api(i))
         })
         .collect();
-    for i in 0..WORKERS {
+    for i in 0..MEMBERS {
         let running = seen[i].on && !seen[i].hung && f.members[i].companion.is_some();
         if !running {
             continue;
@@ -589,7 +648,7 @@ fn step(fleet: &Mutex<Fleet>, truth: &Truth, store: &Store) -> Vec<(usize, u64, 
         if leader || api {
             continue;
         }
-        let neither = (0..WORKERS)
+        let neither = (0..MEMBERS)
             .filter(|&j| j != i)
             .filter(|&j| {
                 seen[j].on
@@ -603,7 +662,7 @@ fn step(fleet: &Mutex<Fleet>, truth: &Truth, store: &Store) -> Vec<(usize, u64, 
                     && !reaches_cp[j].1
             })
             .count();
-        if !peers_majority(neither + 1, WORKERS) {
+        if !peers_majority(neither + 1, MEMBERS) {
             f.members[i].last_isolated = Some(now);
         }
     }

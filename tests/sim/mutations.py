@@ -129,11 +129,22 @@ MUTATIONS = [
        "if !(seen.pause_synced && seen.nodes_synced && seen.leases_synced && requests_synced) {",
        "if !(seen.pause_synced && seen.nodes_synced && requests_synced) {")],
      "invariant 2"),
-    # Remediation requests (seeds whose plan has them: about half).
+    # Remediation requests (seeds whose plan has them: about half). Two layers since
+    # seed 1219: the engine's gate and the executor's fresh read of the requests
+    # before each power command (`remediation::gate`).
     ("request-timeout-ignored",
      [("src/remediation/request.rs",
        "timed_out: self.timed_out.is_some(),",
-       "timed_out: false,")],
+       "timed_out: false,"),
+      ("src/remediation/gate.rs",
+       "    pub async fn allows(&self, node: &str, outcome: &str) -> Result<(), String> {\n",
+       "    pub async fn allows(&self, node: &str, outcome: &str) -> Result<(), String> {\n        if outcome.len() < usize::MAX {\n            return Ok(());\n        }\n")],
+     "invariant 8"),
+    # Seed 1219: a request timed out while the request watch was failing.
+    ("requests-not-read-before-commands",
+     [("src/remediation/gate.rs",
+       "    pub async fn allows(&self, node: &str, outcome: &str) -> Result<(), String> {\n",
+       "    pub async fn allows(&self, node: &str, outcome: &str) -> Result<(), String> {\n        if outcome.len() < usize::MAX {\n            return Ok(());\n        }\n")],
      "invariant 8"),
     # Two layers: the engine's memory of served requests and the Succeeded a request
     # reports (which a new leader reads).

@@ -22,8 +22,8 @@ use super::schedule::{
     Fault, clock_skews, companion_faults, remediation, report_lags, schedule, watch_drops,
 };
 use super::world::{
-    CHAOS, LIVENESS_BOUND, PASSWORD, RECOVERY_BOUND, TRANSITION, WORKERS, World, node_name,
-    uuid_of, write_config,
+    CHAOS, CONTROL_PLANE, LIVENESS_BOUND, PASSWORD, RECOVERY_BOUND, TRANSITION, WORKERS, World,
+    node_name, uuid_of, write_config,
 };
 
 /// What one seed did.
@@ -184,7 +184,7 @@ async fn play(
     let store = Store::default();
     let kube = FakeKube::builder().store(store.clone()).in_process();
     let sim = Arc::new(Simulation::start(store.clone(), SimConfig::default()));
-    sim.add_node(NodeSpec::new("cp-1").control_plane(true));
+    sim.add_node(NodeSpec::new(CONTROL_PLANE).control_plane(true));
     let truth = Arc::new(Truth {
         rng: Mutex::new(Rng::new(seed ^ 0xA5A5)),
         ..Truth::default()
@@ -387,7 +387,9 @@ async fn play(
     // A machine dead with its BMC stays so while invariant 6 is judged, when the
     // watchdog level can release it: then it must. It cannot under storm protection
     // (the mark is a power command in effect): with more machines off than
-    // `max_unhealthy` allows, their BMCs come back as the others do.
+    // `max_unhealthy` allows, their BMCs come back as the others do; nor when no
+    // replica running now heard its watchdog armed (both restarted after the machine
+    // was lost): its BMC comes back too.
     let off_now = (0..WORKERS)
         .filter(|i| world.machine(*i, |m| !m.on))
         .count();
@@ -397,7 +399,7 @@ async fn play(
             let mut f = lock(fleet);
             f.heal();
             if watchdog_fencing && !storm {
-                f.lasting_rack.iter().copied().collect()
+                f.rack_dead_heard()
             } else {
                 Vec::new()
             }

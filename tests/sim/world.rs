@@ -62,6 +62,9 @@ pub struct World {
     pub fleet: Option<Arc<Mutex<Fleet>>>,
 }
 
+/// The control-plane node (no machine of the simulation's: never faulted).
+pub const CONTROL_PLANE: &str = "cp-1";
+
 pub fn node_name(i: usize) -> String {
     format!("worker-{}", i + 1)
 }
@@ -159,6 +162,7 @@ impl World {
                 lock(fleet).replicas[r] = Some(ReplicaLink {
                     handle: handle.clone(),
                     alive: side.alive.clone(),
+                    started: Instant::now(),
                 });
                 daemon::CompanionSource::InProcess {
                     handle,
@@ -426,7 +430,7 @@ impl World {
                     Some(span) => later.push((Instant::now() + span, Fault::RackPower(i, None))),
                     None if serving => {
                         self.with_fleet(|f| {
-                            f.lasting_rack.insert(i);
+                            f.lasting_rack.insert(i, Instant::now());
                         });
                     }
                     None => {}
