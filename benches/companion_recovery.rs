@@ -32,7 +32,8 @@
 //!
 //! `cargo bench --bench companion_recovery`. `POWER_RUNS` (default 8, plus the worst
 //! corner; about 50 s each), `LEADER_RUNS` (default 3, about 60 s each), `RACK_RUNS`
-//! (default 2, about 90 s each); 0 skips a section. Exits 1 when a (floor-adjusted)
+//! (default 2, about 90 s each); 0 skips a section. `LEADER_LEASE_S` (e.g. 6): both
+//! replicas' leader Lease (`demo --leader-lease`; default 15 s, client-go's). Exits 1 when a (floor-adjusted)
 //! target is missed. Writes every run as JSON (`companion_recovery.json`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -58,9 +59,18 @@ const HEARTBEAT_TIMEOUT: f64 = 2.0;
 const DETACH_AND_ATTACH: f64 = 2.0;
 /// The replacement's container start once its volume is mounted.
 const CONTAINER_START: f64 = 1.0;
-/// Leader election (client-go's defaults, nodefence's).
-const LEASE_DURATION: f64 = 15.0;
-const RETRY_PERIOD: f64 = 2.0;
+/// Leader election: client-go's defaults (nodefence's), or `LEADER_LEASE_S` with the
+/// renew deadline and retry period in proportion (`demo --leader-lease`: 6 s → 4 s,
+/// 1 s): (lease_duration, retry_period).
+fn leader_election() -> (f64, f64) {
+    match std::env::var("LEADER_LEASE_S")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+    {
+        Some(lease) => (lease, lease / 6.0),
+        None => (15.0, 2.0),
+    }
+}
 /// When the leader is killed, after the plug (`KILL_AFTER_MS`): after the node is
 /// suspect (1.5–2.1 s: 2 s after its last beat) and before the third Off reading
 /// (at least 1 s after that), so always mid-incident. The 3 s is after the
@@ -115,23 +125,24 @@ fn power_floors() -> ((f64, f64), (f64, f64)) {
 }
 
 /// The leader killed `kill_after()` after the plug: its last renewal `renewed` before
-/// the kill (0–2 s), the standby's first poll `seen` after that renewal (0–2 s): the
-/// standby leads at the first of its polls `lease_duration` after it saw the record.
-fn takeover(renewed: f64, seen: f64) -> f64 {
+/// the kill (within a retry period), the standby's first poll `seen` after that
+/// renewal (likewise): the standby leads at the first of its polls `lease` after it
+/// saw the record.
+fn takeover(renewed: f64, seen: f64, lease: f64, retry: f64) -> f64 {
     let observed = kill_after() - renewed + seen;
-    observed + (LEASE_DURATION / RETRY_PERIOD).ceil() * RETRY_PERIOD
+    observed + (lease / retry).ceil() * retry
 }
 
 /// Leader killed, over random phases: (median, worst) of the ideal agent that releases
 /// the moment the standby leads, with the status tick; and the floor the target
 /// assumes (an instant takeover: released at the kill, mounted once attached).
-fn leader_floors(lease_duration: f64) -> (f64, f64) {
+fn leader_floors(lease: f64, retry: f64) -> (f64, f64) {
     let mut all = Vec::new();
     for r in 0..20 {
         for s in 0..20 {
-            let renewed = RETRY_PERIOD * r as f64 / 20.0;
-            let seen = RETRY_PERIOD * s as f64 / 20.0;
-            let lead = takeover(renewed, seen) - LEASE_DURATION + lease_duration;
+            let renewed = retry * r as f64 / 20.0;
+            let seen = retry * s as f64 / 20.0;
+            let lead = takeover(renewed, seen, lease, retry);
             for d in 0..50 {
                 all.push(after_release(lead, 0.0, STATUS_EVERY * d as f64 / 50.0));
             }
@@ -145,12 +156,13 @@ fn leader_tickless_floor() -> f64 {
     kill_after() + DETACH_AND_ATTACH + CONTAINER_START
 }
 
-/// The longest `lease_duration` (whole seconds) whose median floor meets the target.
+/// The longest `lease_duration` (whole seconds, the retry period 1/6 of it) whose
+/// median floor meets the target.
 fn lease_duration_needed() -> Option<f64> {
-    (1..=15)
+    (3..=15)
         .rev()
         .map(f64::from)
-        .find(|&l| leader_floors(l).0 <= LEADER_TARGET)
+        .find(|&l| leader_floors(l, l / 6.0).0 <= LEADER_TARGET)
 }
 
 /// The machine's 1-minute load average (other engineers' builds inflate times).
@@ -247,6 +259,9 @@ fn power_loss(plug: f64, status: f64, kill: bool, corner: bool) -> Value {
     ];
     if kill {
         args.extend(["--kill-leader-after".into(), millis(kill_after())]);
+        if std::env::var_os("LEADER_LEASE_S").is_some() {
+            args.extend(["--leader-lease".into(), millis(leader_election().0)]);
+        }
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let s = demo("power-loss", &args);
@@ -334,7 +349,8 @@ fn main() {
         POWER_MEDIAN_TARGET.max(POWER_MEDIAN_TARGET + floor_median - tickless_median);
     let power_worst_target =
         POWER_WORST_TARGET.max(POWER_WORST_TARGET + floor_worst - tickless_worst);
-    let (leader_floor_median, leader_floor_worst) = leader_floors(LEASE_DURATION);
+    let (lease, retry) = leader_election();
+    let (leader_floor_median, leader_floor_worst) = leader_floors(lease, retry);
     let leader_target =
         LEADER_TARGET.max(LEADER_TARGET + leader_floor_worst - leader_tickless_floor());
     let needed = lease_duration_needed();
@@ -462,6 +478,7 @@ fn main() {
             "rack_runs": rack_runs,
             "speed": 1,
             "kill_leader_after_s": kill_after(),
+            "leader_lease_s": leader_election().0,
         }),
         json!({
             "targets": {

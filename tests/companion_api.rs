@@ -167,6 +167,7 @@ impl World {
                 boot_id: BOOT.into(),
             }),
             peers: None,
+            state_dir: None,
         };
         let status = Arc::new(Mutex::new(Status::default()));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -74,8 +74,51 @@ async fn cluster() -> (FakeKubeHandle, kube::Client) {
 struct Companion {
     dog: RecordingWatchdog,
     status: Arc<Mutex<Status>>,
-    _run: tokio::task::JoinHandle<anyhow::Result<Option<nodefence::watchdog::device::Disarmed>>>,
+    run: tokio::task::JoinHandle<anyhow::Result<Option<nodefence::watchdog::device::Disarmed>>>,
     _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+/// What it takes to start a companion (again, after a crash).
+struct Recipe {
+    nodefence: String,
+    token: std::path::PathBuf,
+    dog: RecordingWatchdog,
+    /// The API server it reads its Node from (a client made from it never fails).
+    api_kubeconfig: String,
+    peers: Vec<SocketAddr>,
+    state_dir: Option<std::path::PathBuf>,
+}
+
+impl Recipe {
+    async fn spawn(&self, socket: tokio::net::UdpSocket) -> Companion {
+        let options = Options {
+            nodefence: self.nodefence.parse().unwrap(),
+            tls: nodefence::config::TlsSettings {
+                fingerprint: Some(certificate().1),
+                ..Default::default()
+            },
+            token_file: self.token.clone(),
+            watchdog: WatchdogChoice::Given(Box::new(self.dog.clone())),
+            replicas: None,
+            api: Some(ApiAccess {
+                client: client_from(&self.api_kubeconfig).await,
+                boot_id: BOOT.into(),
+            }),
+            peers: Some((socket, PeerSource::Fixed(self.peers.clone()))),
+            state_dir: self.state_dir.clone(),
+        };
+        let status = Arc::new(Mutex::new(Status::default()));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let run = tokio::spawn(companion::run(options, status.clone(), async move {
+            let _ = stopped.await;
+        }));
+        Companion {
+            dog: self.dog.clone(),
+            status,
+            run,
+            _stop: stop,
+        }
+    }
 }
 
 impl Companion {
@@ -96,6 +139,7 @@ struct World {
     switch: LeadershipSwitch,
     _hb: Heartbeat,
     companions: Vec<Companion>,
+    recipes: Vec<Recipe>,
     peer_addrs: Vec<SocketAddr>,
     _dir: tempfile::TempDir,
 }
@@ -107,6 +151,8 @@ struct Start {
     own_api_for_first: bool,
     /// Node 0 is told a peer address where no one listens (cut from its peers).
     first_cut_from_peers: bool,
+    /// Each companion keeps its state (`--state-dir`).
+    state_dirs: bool,
 }
 
 impl World {
@@ -152,48 +198,35 @@ impl World {
             s.local_addr().unwrap()
         };
         let mut companions = Vec::new();
+        let mut recipes = Vec::new();
         for (i, (node, socket)) in NODES.iter().zip(sockets).enumerate() {
             let token = dir.path().join(format!("token-{node}"));
             std::fs::write(&token, format!("token-{node}\n")).unwrap();
-            let dog = RecordingWatchdog::new("iTCO_wdt", Duration::from_secs(10), false);
             let api_kube = match (&own, i) {
                 (Some(own), 0) => own,
                 _ => &kube,
             };
+            let state_dir = start.state_dirs.then(|| {
+                let d = dir.path().join(format!("state-{node}"));
+                std::fs::create_dir(&d).unwrap();
+                d
+            });
             // Its own address is among its peers, as a headless Service lists it.
             let peers = if i == 0 && start.first_cut_from_peers {
                 vec![nowhere]
             } else {
                 peer_addrs.clone()
             };
-            let options = Options {
-                nodefence: format!("https://127.0.0.1:{}", hb.addr().port())
-                    .parse()
-                    .unwrap(),
-                tls: nodefence::config::TlsSettings {
-                    fingerprint: Some(certificate().1),
-                    ..Default::default()
-                },
-                token_file: token,
-                watchdog: WatchdogChoice::Given(Box::new(dog.clone())),
-                replicas: None,
-                api: Some(ApiAccess {
-                    client: client_from(&api_kube.kubeconfig_yaml_for(API_TOKEN)).await,
-                    boot_id: BOOT.into(),
-                }),
-                peers: Some((socket, PeerSource::Fixed(peers))),
+            let recipe = Recipe {
+                nodefence: format!("https://127.0.0.1:{}", hb.addr().port()),
+                token,
+                dog: RecordingWatchdog::new("iTCO_wdt", Duration::from_secs(10), false),
+                api_kubeconfig: api_kube.kubeconfig_yaml_for(API_TOKEN),
+                peers,
+                state_dir,
             };
-            let status = Arc::new(Mutex::new(Status::default()));
-            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-            let run = tokio::spawn(companion::run(options, status.clone(), async move {
-                let _ = stopped.await;
-            }));
-            companions.push(Companion {
-                dog,
-                status,
-                _run: run,
-                _stop: stop,
-            });
+            companions.push(recipe.spawn(socket).await);
+            recipes.push(recipe);
         }
         let w = Self {
             kube: Some(kube),
@@ -201,6 +234,7 @@ impl World {
             switch,
             _hb: hb,
             companions,
+            recipes,
             peer_addrs,
             _dir: dir,
         };
@@ -265,6 +299,22 @@ impl World {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         assert_eq!(c.feeds(), before, "{} not fed", NODES[i]);
+    }
+
+    /// Kills companion `i` (no clean stop: its watchdog stays armed, its state kept)
+    /// and starts its successor on the same peer address, with the kept state or
+    /// (`keep` false) without.
+    async fn crash_and_restart(&mut self, i: usize, keep: bool) {
+        self.companions[i].run.abort();
+        let _ = (&mut self.companions[i].run).await;
+        if !keep && let Some(dir) = &self.recipes[i].state_dir {
+            std::fs::remove_dir_all(dir).unwrap();
+            std::fs::create_dir(dir).unwrap();
+        }
+        let socket = tokio::net::UdpSocket::bind(self.peer_addrs[i])
+            .await
+            .unwrap();
+        self.companions[i] = self.recipes[i].spawn(socket).await;
     }
 
     /// The leader's answers stop (its replica no longer leads), and the API server
@@ -375,4 +425,51 @@ async fn a_question_under_another_key_gets_no_answer() {
     assert!(answer.is_err(), "something answered: {answer:?}");
     w.fed_throughout(&[0, 1, 2], Duration::from_millis(500), Basis::Leader)
         .await;
+}
+
+/// A companion that crashes while the whole control plane is out leaves its
+/// watchdog armed. Its successor, from the state its predecessor kept
+/// (`--state-dir`), feeds it on its peers' answers before any hello, well within the
+/// watchdog's timeout (seeds 176 and 243). With nothing kept it cannot: it waits for
+/// a hello no replica can give, and its machine would be reset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_companion_restarted_during_a_control_plane_outage_feeds_on_its_peers() {
+    let mut w = World::start(Start {
+        state_dirs: true,
+        ..Start::default()
+    })
+    .await;
+    w.control_plane_out().await;
+    eventually(
+        "every companion feeding on its peers",
+        ISOLATION * 2,
+        || {
+            w.companions
+                .iter()
+                .all(|c| c.status().basis == Some(Basis::Peers))
+        },
+    )
+    .await;
+    w.crash_and_restart(1, true).await;
+    w.crash_and_restart(2, false).await;
+    eventually(
+        "worker-2's successor feeding on its peers",
+        ISOLATION * 2,
+        || w.companions[1].status().basis == Some(Basis::Peers),
+    )
+    .await;
+    let s = w.companions[1].status();
+    assert_eq!(s.node.as_deref(), Some("worker-2"), "{s:?}");
+    w.fed_throughout(&[0, 1], ISOLATION * 2, Basis::Peers).await;
+    let gap = w.companions[1].dog.recorded().longest_gap;
+    assert!(
+        gap < Duration::from_secs(5),
+        "worker-2's watchdog (10 s) unfed for {gap:?} across the crash"
+    );
+    // Nothing kept: no node known, nothing fed since the crash.
+    let s = w.companions[2].status();
+    assert!(s.node.is_none() && !s.feeding, "{s:?}");
+    let fed_before = w.companions[2].feeds();
+    tokio::time::sleep(ISOLATION).await;
+    assert_eq!(w.companions[2].feeds(), fed_before, "worker-3 unfed");
 }

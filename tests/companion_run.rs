@@ -106,6 +106,7 @@ impl Companion {
             replicas: None,
             api: None,
             peers: None,
+            state_dir: None,
         };
         let status = Arc::new(Mutex::new(Status::default()));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -224,6 +224,30 @@ fn the_companion_component_renders_and_both_sides_agree() {
         companion,
         &args.ca_file.unwrap().display().to_string()
     ));
+    // The kept state: the pod's own memory-backed emptyDir (outlives a crash of the
+    // process, not the pod; never on the node's disk: it holds the peer keys).
+    let state_dir = args.state_dir.clone().expect("--state-dir");
+    let state_mount = companion
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| std::path::Path::new(&m.mount_path) == state_dir)
+        .expect("--state-dir is mounted");
+    assert_ne!(state_mount.read_only, Some(true));
+    let state_volume = spec
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == state_mount.name)
+        .unwrap();
+    assert_eq!(
+        state_volume
+            .empty_dir
+            .as_ref()
+            .and_then(|e| e.medium.as_deref()),
+        Some("Memory"),
+        "{state_volume:?}"
+    );
 
     let policy: NetworkPolicy = one(&docs, "NetworkPolicy", "nodefence");
     let rule = policy

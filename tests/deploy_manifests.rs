@@ -358,7 +358,23 @@ fn the_container_arguments_are_accepted_by_the_cli() {
     let mut argv = vec!["nodefence".to_string()];
     argv.extend(container.args.clone().unwrap());
     let cli = nodefence::cli::Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{e}"));
-    assert!(matches!(cli.command, nodefence::cli::Command::Run(_)));
+    let nodefence::cli::Command::Run(run) = &cli.command else {
+        panic!("the container runs `nodefence run`");
+    };
+    // The short Lease the failover bench measured, and valid together.
+    let leader = run.leader_timings().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (
+            leader.lease_duration,
+            leader.renew_deadline,
+            leader.retry_period
+        ),
+        (
+            std::time::Duration::from_secs(6),
+            std::time::Duration::from_secs(4),
+            std::time::Duration::from_secs(1)
+        )
+    );
     assert_eq!(
         cli.config,
         PathBuf::from("/etc/nodefence/config/nodefence.toml")

@@ -104,6 +104,7 @@ fn options(
         replicas: None,
         api: None,
         peers: None,
+        state_dir: None,
     }
 }
 

@@ -55,6 +55,12 @@ pub struct CompanionArgs {
     /// Where this companion hears its peers (UDP).
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:9441")]
     pub peer_listen: std::net::SocketAddr,
+    /// A directory that outlives the process but not the pod (an emptyDir, medium
+    /// Memory): the node, the cluster's size and the peer keys are kept there, so a
+    /// companion restarted after a crash feeds its still-armed watchdog on its peers'
+    /// answers even while the whole control plane is out.
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 pub async fn run(args: &CompanionArgs) -> u8 {
@@ -129,6 +135,7 @@ pub async fn run(args: &CompanionArgs) -> u8 {
         replicas: None,
         api: Some(crate::companion::api::ApiAccess { client, boot_id }),
         peers,
+        state_dir: args.state_dir.clone(),
     };
     let status = Arc::new(Mutex::new(Status::default()));
     match companion::run(options, status, super::run::shutdown_signal()).await {

@@ -55,6 +55,19 @@ pub struct DemoArgs {
     /// "3s") after the plug.
     #[arg(long, value_name = "DURATION", requires = "companions", value_parser = parse_kill)]
     pub kill_leader_after: Option<Duration>,
+    /// With --kill-leader-after: both replicas' leader Lease lasts this long (default
+    /// 15s, kube-controller-manager's), the renew deadline and retry period in
+    /// proportion (6s: 4s and 1s), as `nodefence run --leader-elect-*` sets them.
+    #[arg(long, value_name = "DURATION", requires = "kill_leader_after", value_parser = parse_lease)]
+    pub leader_lease: Option<Duration>,
+}
+
+fn parse_lease(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (write it like \"6s\")"))?;
+    if d < Duration::from_secs(3) || d > Duration::from_secs(60) {
+        return Err("between 3s and 60s".into());
+    }
+    Ok(d)
 }
 
 fn parse_kill(s: &str) -> Result<Duration, String> {
@@ -148,6 +161,7 @@ pub async fn run(args: &DemoArgs) -> u8 {
         status_after_lease: args.status_after_lease.unwrap_or_default(),
         companions: args.companions,
         kill_leader_after: args.kill_leader_after,
+        leader_lease: args.leader_lease,
     })
     .await
 }

@@ -56,6 +56,21 @@ pub struct RunArgs {
     /// This replica's identity in the Lease (default: $POD_NAME, else the host name, plus a random suffix).
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
+    /// How long a Lease not renewed keeps the standby away: after a leader crashes
+    /// (no Lease released, as on a SIGTERM), the standby leads this long after the
+    /// last renewal it saw. kube-controller-manager's flag and default. Shorter fails
+    /// over sooner (6s/4s/1s: about 7 s), at the cost of a leader stepping down on
+    /// shorter API-server trouble; either way no two replicas act at once.
+    #[arg(long, default_value = "15s", value_parser = super::duration_arg, value_name = "DURATION")]
+    pub leader_elect_lease_duration: std::time::Duration,
+    /// The leader stops acting (no power command, no release, no acknowledgement as
+    /// the leader) when no renewal succeeded for this long; less than
+    /// --leader-elect-lease-duration.
+    #[arg(long, default_value = "10s", value_parser = super::duration_arg, value_name = "DURATION")]
+    pub leader_elect_renew_deadline: std::time::Duration,
+    /// The pause between attempts to renew or to acquire the Lease.
+    #[arg(long, default_value = "2s", value_parser = super::duration_arg, value_name = "DURATION")]
+    pub leader_elect_retry_period: std::time::Duration,
     /// How often the configuration files are checked for changes and a changed,
     /// valid version applied without a restart (SIGHUP checks at once); "0s": never.
     #[arg(long, default_value = "10s", value_parser = super::duration_arg, value_name = "DURATION")]
@@ -99,6 +114,41 @@ impl RunArgs {
                 self.metrics_listen
             )
         })
+    }
+
+    /// The leader election's timings, from `--leader-elect-*`, checked as client-go
+    /// checks its own: the lease longer than the renew deadline, the renew deadline
+    /// longer than 1.2 retry periods (the retry's jitter), and room for the clocks.
+    pub fn leader_timings(&self) -> Result<LeaderTimings, String> {
+        let timings = LeaderTimings {
+            lease_duration: self.leader_elect_lease_duration,
+            renew_deadline: self.leader_elect_renew_deadline,
+            retry_period: self.leader_elect_retry_period,
+        };
+        let show = |d: std::time::Duration| humantime::format_duration(d).to_string();
+        if timings.retry_period < std::time::Duration::from_millis(100) {
+            return Err(format!(
+                "--leader-elect-retry-period ({}) must be at least 100ms",
+                show(timings.retry_period)
+            ));
+        }
+        if timings.renew_deadline <= timings.retry_period.mul_f64(1.2) {
+            return Err(format!(
+                "--leader-elect-renew-deadline ({}) must be more than 1.2 --leader-elect-retry-period ({}): a renewal must have time to be tried again",
+                show(timings.renew_deadline),
+                show(timings.retry_period)
+            ));
+        }
+        // The leader stops at its renew deadline on its own clock, the standby starts
+        // at the lease's end on its own: 2 % of the lease covers the clocks' rates.
+        if timings.lease_duration.mul_f64(0.98) <= timings.renew_deadline {
+            return Err(format!(
+                "--leader-elect-lease-duration ({}) must be more than --leader-elect-renew-deadline ({}) by at least 2 %: the leader must have stopped acting before a standby may lead",
+                show(timings.lease_duration),
+                show(timings.renew_deadline)
+            ));
+        }
+        Ok(timings)
     }
 
     /// The companions' listener, from `--companion-*` and `--heartbeat-*`.
@@ -168,6 +218,13 @@ pub async fn run(config_path: &Path, args: &RunArgs) -> u8 {
             return exit::USAGE;
         }
     };
+    let leader_timings = match args.leader_timings() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::USAGE;
+        }
+    };
     let companions = match args.companions(&metrics) {
         Ok(c) => c,
         Err(e) => {
@@ -195,7 +252,7 @@ pub async fn run(config_path: &Path, args: &RunArgs) -> u8 {
         lease_namespace: args.cluster.namespace.clone(),
         lease_name: args.lease_name.clone(),
         identity,
-        leader_timings: LeaderTimings::default(),
+        leader_timings,
         config_check: (!args.config_check_interval.is_zero()).then_some(args.config_check_interval),
         companions,
     };
@@ -302,6 +359,65 @@ mod tests {
             .render_help()
             .to_string();
         assert!(!help.contains("--listen "), "{help}");
+    }
+
+    #[test]
+    fn the_leader_election_timings_default_to_client_gos_and_are_checked() {
+        let stock = parse(&[]).unwrap().leader_timings().unwrap();
+        assert_eq!(
+            (
+                stock.lease_duration,
+                stock.renew_deadline,
+                stock.retry_period
+            ),
+            (
+                LeaderTimings::default().lease_duration,
+                LeaderTimings::default().renew_deadline,
+                LeaderTimings::default().retry_period
+            )
+        );
+        let short = parse(&[
+            "--leader-elect-lease-duration=6s",
+            "--leader-elect-renew-deadline=4s",
+            "--leader-elect-retry-period=1s",
+        ])
+        .unwrap()
+        .leader_timings()
+        .unwrap();
+        assert_eq!(
+            (
+                short.lease_duration,
+                short.renew_deadline,
+                short.retry_period
+            ),
+            (
+                std::time::Duration::from_secs(6),
+                std::time::Duration::from_secs(4),
+                std::time::Duration::from_secs(1)
+            )
+        );
+        // The leader must stop acting before a standby may lead.
+        for (args, says) in [
+            (
+                &["--leader-elect-lease-duration=10s"][..],
+                "must be more than --leader-elect-renew-deadline (10s)",
+            ),
+            (
+                &[
+                    "--leader-elect-lease-duration=10s",
+                    "--leader-elect-renew-deadline=9900ms",
+                ][..],
+                "by at least 2 %",
+            ),
+            (
+                &["--leader-elect-renew-deadline=2s"][..],
+                "more than 1.2 --leader-elect-retry-period (2s)",
+            ),
+            (&["--leader-elect-retry-period=50ms"][..], "at least 100ms"),
+        ] {
+            let e = parse(args).unwrap().leader_timings().unwrap_err();
+            assert!(e.contains(says), "{args:?}: {e}");
+        }
     }
 
     #[test]

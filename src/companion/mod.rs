@@ -26,6 +26,7 @@
 
 pub mod api;
 pub mod peers;
+pub mod state;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -82,6 +83,9 @@ pub struct Options {
     /// rule's third basis), on this socket (bound at start-up: [`peers::bind`]);
     /// `None`: the peers' answers never count.
     pub peers: Option<(tokio::net::UdpSocket, peers::PeerSource)>,
+    /// Where what a crash must not lose is kept ([`state`]); `None`: nothing kept, a
+    /// successor waits for a hello.
+    pub state_dir: Option<PathBuf>,
 }
 
 impl WatchdogChoice {
@@ -137,6 +141,10 @@ struct Shared {
     cluster: std::sync::atomic::AtomicU16,
     /// The peer key each replica gave at its last hello, by its address.
     peer_keys: std::sync::Mutex<std::collections::BTreeMap<std::net::SocketAddr, Key>>,
+    /// Its node and timing, and where they are kept with the size and the keys.
+    node: String,
+    isolation_timeout: Duration,
+    state_dir: Option<PathBuf>,
 }
 
 impl Shared {
@@ -166,8 +174,33 @@ impl Shared {
 
     /// An acknowledgement said the cluster has `size` companions' Nodes.
     fn told_cluster(&self, size: u16) {
-        self.cluster
+        let before = self
+            .cluster
             .fetch_max(size, std::sync::atomic::Ordering::Relaxed);
+        if size > before {
+            self.keep();
+        }
+    }
+
+    /// Writes what a successor needs ([`state`]), when a state directory is given.
+    fn keep(&self) {
+        let Some(dir) = &self.state_dir else {
+            return;
+        };
+        let kept = state::Kept {
+            node: self.node.clone(),
+            isolation_timeout: self.isolation_timeout,
+            heartbeat_interval: self.interval,
+            cluster: self.cluster(),
+            peer_keys: self
+                .peer_keys
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        };
+        if let Err(e) = state::save(dir, &kept) {
+            tracing::error!(error = %e, "cannot keep the companion's state: a crash during a control-plane outage would leave its successor unable to ask its peers");
+        }
     }
 
     /// The peer keys held, each once.
@@ -179,10 +212,14 @@ impl Shared {
     /// A hello to the replica at `replica` gave this peer key.
     fn keep_peer_key(&self, replica: std::net::SocketAddr, key: Option<Key>) {
         if let Some(key) = key {
-            self.peer_keys
+            let before = self
+                .peer_keys
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .insert(replica, key);
+                .insert(replica, key.clone());
+            if before.as_ref() != Some(&key) {
+                self.keep();
+            }
         }
     }
 
@@ -215,32 +252,52 @@ pub async fn run(
         .port_or_known_default()
         .context("no port in --nodefence")?;
     let origin = Instant::now();
-    // The first session, from whichever replica answers first: until one does,
-    // nothing is armed, and its timing is the one every replica gives.
-    let (first_addr, first) = loop {
-        let addresses = resolve(&options, &host, port).await;
-        let mut last = None;
-        for addr in &addresses {
-            match open_session(&options, &host, *addr).await {
-                Ok(s) => {
-                    last = Some(Ok((*addr, s)));
-                    break;
-                }
-                Err(e) => last = Some(Err(e)),
+    // A predecessor crashed (its watchdog may be counting): start where it stood.
+    let resumed = options
+        .state_dir
+        .as_deref()
+        .and_then(|dir| match state::load(dir) {
+            Ok(kept) => kept,
+            Err(e) => {
+                tracing::warn!(error = %e, "the kept state is unusable: starting afresh");
+                let _ = state::remove(dir);
+                None
             }
+        });
+    let (first, node, isolation_timeout, interval, cluster, peer_keys) = match resumed {
+        Some(kept) => {
+            tracing::warn!(
+                node = %kept.node,
+                cluster = kept.cluster,
+                peer_keys = kept.peer_keys.len(),
+                "resuming after a predecessor's crash: its node, timing, cluster size and peer keys, before any hello"
+            );
+            (
+                None,
+                kept.node,
+                kept.isolation_timeout,
+                kept.heartbeat_interval,
+                kept.cluster,
+                kept.peer_keys,
+            )
         }
-        match last {
-            Some(Ok(found)) => break found,
-            Some(Err(e)) => {
-                tracing::warn!(error = %format!("{e:#}"), "hello to nodefence failed; trying again in 2s");
-            }
-            None => tracing::warn!(%host, "no address for nodefence; trying again in 2s"),
+        None => {
+            let (addr, hello, session) = first_hello(&options, &host, port).await;
+            let keys = peer_key_of(&hello)
+                .map(|k| std::collections::BTreeMap::from([(addr, k)]))
+                .unwrap_or_default();
+            (
+                Some((addr, session)),
+                hello.node.clone(),
+                Duration::from_millis(hello.isolation_timeout_ms),
+                Duration::from_millis(hello.heartbeat_interval_ms),
+                0,
+                keys,
+            )
         }
-        tokio::time::sleep(Duration::from_secs(2)).await;
     };
-    let (hello, session) = first;
     let timing = Timing {
-        isolation_timeout: Duration::from_millis(hello.isolation_timeout_ms),
+        isolation_timeout,
         ..Timing::default()
     };
     // Armed only once feeding is first allowed (never, if marked before that).
@@ -251,19 +308,22 @@ pub async fn run(
         status: status.clone(),
         watchdog: std::sync::Mutex::new(WatchdogState::None),
         origin,
-        interval: Duration::from_millis(hello.heartbeat_interval_ms.max(50)),
+        interval: interval.max(Duration::from_millis(50)),
         leader_heard: std::sync::Mutex::new(origin.elapsed()),
-        cluster: std::sync::atomic::AtomicU16::new(0),
-        peer_keys: std::sync::Mutex::new(std::collections::BTreeMap::new()),
+        cluster: std::sync::atomic::AtomicU16::new(cluster),
+        peer_keys: std::sync::Mutex::new(peer_keys),
+        node: node.clone(),
+        isolation_timeout,
+        state_dir: options.state_dir.clone(),
     });
-    shared.keep_peer_key(first_addr, peer_key_of(&hello));
-    shared.status().node = Some(hello.node.clone());
-    tracing::info!(node = %hello.node, "companion beating");
+    shared.keep();
+    shared.status().node = Some(node.clone());
+    tracing::info!(node = %node, "companion beating");
     // Stopped when dropped: at a clean stop, or with this future.
     let api_task = options.api.take().map(|access| {
         AbortOnDropHandle::new(tokio::spawn(api::follow(
             access,
-            hello.node.clone(),
+            node.clone(),
             shared.clone(),
             timing.isolation_timeout / 2,
         )))
@@ -281,17 +341,19 @@ pub async fn run(
     let mut links: std::collections::BTreeMap<std::net::SocketAddr, AbortOnDropHandle<()>> =
         std::collections::BTreeMap::new();
     // The links end with this future, also when it is dropped (a killed companion).
-    links.insert(
-        first_addr,
-        AbortOnDropHandle::new(tokio::spawn(link(
-            options.clone(),
-            host.clone(),
+    if let Some((first_addr, session)) = first {
+        links.insert(
             first_addr,
-            Some(session),
-            shared.clone(),
-            stop.clone(),
-        ))),
-    );
+            AbortOnDropHandle::new(tokio::spawn(link(
+                options.clone(),
+                host.clone(),
+                first_addr,
+                Some(session),
+                shared.clone(),
+                stop.clone(),
+            ))),
+        );
+    }
     let mut feed = tokio::time::interval(FEED_EVERY);
     let mut lookup = tokio::time::interval(RESOLVE_EVERY);
     lookup.reset();
@@ -330,17 +392,58 @@ pub async fn run(
     for (_, task) in links {
         let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
     }
+    let forget = || {
+        if let Some(dir) = &shared.state_dir
+            && let Err(e) = state::remove(dir)
+        {
+            tracing::warn!(error = %e, "cannot remove the kept state");
+        }
+    };
     let Some(w) = watchdog else {
+        forget();
         return Ok(None); // Never armed: nothing to disarm.
     };
     let disarmed = w.disarm().context("cannot disarm the watchdog")?;
     if disarmed == Disarmed::StillRunning {
+        // Kept: the next companion must feed it, also during a control-plane outage.
         tracing::warn!(
             "the watchdog cannot be stopped (nowayout): the next companion must start feeding \
              it within its timeout, or the machine is reset"
         );
+    } else {
+        forget();
     }
     Ok(Some(disarmed))
+}
+
+/// The first session, from whichever replica answers first: until one does, nothing
+/// is armed, and its timing is the one every replica gives.
+async fn first_hello(
+    options: &Options,
+    host: &str,
+    port: u16,
+) -> (std::net::SocketAddr, hello::Session, Session) {
+    loop {
+        let addresses = resolve(options, host, port).await;
+        let mut last = None;
+        for addr in &addresses {
+            match open_session(options, host, *addr).await {
+                Ok(s) => {
+                    last = Some(Ok((*addr, s)));
+                    break;
+                }
+                Err(e) => last = Some(Err(e)),
+            }
+        }
+        match last {
+            Some(Ok((addr, (hello, session)))) => return (addr, hello, session),
+            Some(Err(e)) => {
+                tracing::warn!(error = %format!("{e:#}"), "hello to nodefence failed; trying again in 2s");
+            }
+            None => tracing::warn!(%host, "no address for nodefence; trying again in 2s"),
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
 }
 
 /// The replicas' addresses: the name looked up, or the ones given.

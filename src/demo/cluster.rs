@@ -155,6 +155,7 @@ impl World {
         profile: Profile,
         workers: Workers,
         standby: bool,
+        leader_lease: Option<Duration>,
     ) -> anyhow::Result<World> {
         let store = Store::default();
         let companion_api_token = uuid::Uuid::new_v4().simple().to_string();
@@ -240,7 +241,8 @@ impl World {
                 Some(Arc::new(vcenter))
             }
         };
-        let mut demo = DemoConfig::new(speed, &bmc.base_url(), &password, &machines);
+        let mut demo = DemoConfig::new(speed, &bmc.base_url(), &password, &machines)
+            .with_leader_lease(leader_lease);
         if let Some(vc) = &vcenter {
             demo = demo.on_vcenter(&vc.base_url(), &vc.ca_pem());
         }

@@ -93,6 +93,7 @@ impl Fleet {
                         .with_context(|| format!("{node} reports no boot ID"))?,
                 }),
                 peers: None,
+                state_dir: None,
             };
             let status = Arc::new(Mutex::new(Status::default()));
             let (stop, stopped) = oneshot::channel::<()>();

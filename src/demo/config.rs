@@ -93,6 +93,8 @@ pub struct DemoConfig {
     machines: Vec<Machine>,
     /// When the workers are VMs: the mock vCenter's URL and CA certificate (PEM).
     vcenter: Option<(String, String)>,
+    /// The leader Lease's duration, when the demo was given one.
+    leader_lease: Option<Duration>,
 }
 
 impl DemoConfig {
@@ -103,7 +105,15 @@ impl DemoConfig {
             password: password.to_string(),
             machines: machines.to_vec(),
             vcenter: None,
+            leader_lease: None,
         }
+    }
+
+    /// The leader Lease lasts `lease` (unscaled), the renew deadline and retry period
+    /// in proportion: 2/3 and 1/6 of it (6 s: 4 s and 1 s).
+    pub fn with_leader_lease(mut self, lease: Option<Duration>) -> Self {
+        self.leader_lease = lease;
+        self
     }
 
     /// The workers are VMs on the vCenter at `url` (whose CA is `ca_pem`), each found
@@ -120,6 +130,13 @@ impl DemoConfig {
 
     /// client-go's leader-election defaults, scaled.
     pub fn leader_timings(&self) -> LeaderTimings {
+        if let Some(lease) = self.leader_lease {
+            return LeaderTimings {
+                lease_duration: lease,
+                renew_deadline: lease * 2 / 3,
+                retry_period: lease / 6,
+            };
+        }
         let stock = LeaderTimings::default();
         LeaderTimings {
             lease_duration: self.scaled(stock.lease_duration, Duration::from_secs(3)),

@@ -93,6 +93,8 @@ pub struct DemoOptions {
     /// Power loss with companions: a standby replica runs too, and the leader is
     /// killed this long after the plug.
     pub kill_leader_after: Option<Duration>,
+    /// The leader Lease's duration (`None`: client-go's 15 s, scaled).
+    pub leader_lease: Option<Duration>,
 }
 
 /// Runs the demo and returns the exit code. Must be called inside a tokio runtime;
@@ -152,6 +154,7 @@ async fn demo(options: DemoOptions, log_path: PathBuf) -> u8 {
         profile,
         workers,
         standby,
+        options.leader_lease,
     )
     .await
     {

@@ -178,6 +178,10 @@ struct Member {
     companion: Option<Companion>,
     /// A companion killed or stopped starts again then (if the machine runs).
     restart_at: Option<Instant>,
+    /// The cluster size its companion kept (`--state-dir`, the pod's memory-backed
+    /// emptyDir): a successor after a crash starts with it; a clean stop, which
+    /// disarms, and a reboot leave nothing.
+    kept_cluster: u16,
     /// The hardware watchdog: armed, and when last fed (real time).
     armed: bool,
     last_feed: Option<Instant>,
@@ -231,6 +235,7 @@ impl Fleet {
                 uplink_until: None,
                 companion: None,
                 restart_at: None,
+                kept_cluster: 0,
                 armed: false,
                 last_feed: None,
                 last_isolated: None,
@@ -278,7 +283,8 @@ impl Fleet {
     /// Kills machine `i`'s companion (no last word); its successor starts after `down`.
     pub fn crash(&mut self, i: usize, down: Duration) {
         let m = &mut self.members[i];
-        if m.companion.take().is_some() {
+        if let Some(c) = m.companion.take() {
+            m.kept_cluster = c.cluster;
             m.restart_at = Some(Instant::now() + down);
         }
     }
@@ -304,6 +310,7 @@ impl Fleet {
         }
         m.armed = false;
         m.last_feed = None;
+        m.kept_cluster = 0;
         m.restart_at = Some(Instant::now() + down);
     }
 
@@ -470,6 +477,7 @@ fn step(fleet: &Mutex<Fleet>, truth: &Truth, store: &Store) -> Vec<(usize, u64, 
             m.armed = false;
             m.last_feed = None;
             m.restart_at = None;
+            m.kept_cluster = 0;
             m.new_boot();
             continue;
         }
@@ -506,7 +514,7 @@ fn step(fleet: &Mutex<Fleet>, truth: &Truth, store: &Store) -> Vec<(usize, u64, 
                 api_sent: None,
                 peers_sent: None,
                 armed: false,
-                cluster: 0,
+                cluster: m.kept_cluster,
             });
         }
         let link = s.network && f.link(i);
@@ -681,6 +689,7 @@ fn reset(f: &mut Fleet, i: usize, truth: &Truth, store: &Store, s: Seen) {
     m.last_feed = None;
     let companion = m.companion.take();
     m.restart_at = None;
+    m.kept_cluster = 0;
     truth.count(|c| c.watchdog_resets += 1);
     if s.going_off {
         return; // A power-off under way wins.
