@@ -311,9 +311,17 @@ impl World {
             std::fs::remove_dir_all(dir).unwrap();
             std::fs::create_dir(dir).unwrap();
         }
-        let socket = tokio::net::UdpSocket::bind(self.peer_addrs[i])
-            .await
-            .unwrap();
+        // The killed one's peer socket closes once its aborted tasks are dropped.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let socket = loop {
+            match tokio::net::UdpSocket::bind(self.peer_addrs[i]).await {
+                Ok(s) => break s,
+                Err(e) if Instant::now() >= deadline => {
+                    panic!("rebinding {}: {e}", self.peer_addrs[i])
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        };
         self.companions[i] = self.recipes[i].spawn(socket).await;
     }
 

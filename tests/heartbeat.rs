@@ -180,7 +180,11 @@ async fn a_companion_beats_is_acknowledged_feeds_and_stops_feeding_once_marked()
     // A clean stop: "stopping" beaten, then disarmed.
     stop.send(()).unwrap();
     let disarmed = run.await.unwrap().unwrap();
-    assert_eq!(disarmed, Some(Disarmed::Stopped));
+    assert_eq!(
+        disarmed,
+        Some(Disarmed::Stopped),
+        "the only replica acknowledged it"
+    );
     assert!(dog.recorded().disarmed);
     eventually("stopping seen", || {
         hb.with_table(|t| t.companion("worker-1").map(|c| c.watchdog))
@@ -397,4 +401,51 @@ async fn a_companion_beats_to_every_replica_and_the_standby_keeps_the_table_too(
         })
     })
     .await;
+}
+
+/// A clean stop that one replica does not acknowledge (it cannot be reached): that
+/// replica may still hold the watchdog armed and release the node on it, so the
+/// watchdog is left running (closed without the magic character) and the kept state
+/// stays for the successor (seed 1971: a companion restarted while its uplink was down
+/// disarmed, the leader never heard "stopping", and released the running machine on
+/// a watchdog that no longer counted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_not_every_replica_acknowledged_leaves_the_watchdog_running() {
+    let (kube, hb, pin) = world("worker-1", hello::AUDIENCE, Leadership::always()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "token-worker-1\n").unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    let dog = RecordingWatchdog::new("iTCO_wdt", Duration::from_secs(10), false);
+    // A second replica no one answers for (its hello fails: no session).
+    let nowhere = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut options = options(&hb, pin, &token, dog.clone());
+    options.replicas = Some(vec![hb.addr(), nowhere]);
+    options.state_dir = Some(state.clone());
+    let (status, stop, run) = spawn(options);
+    eventually("acknowledged and fed", || {
+        status.lock().unwrap().acknowledged >= 3 && dog.recorded().feeds >= 3
+    })
+    .await;
+    assert!(nodefence::companion::state::load(&state).unwrap().is_some());
+    stop.send(()).unwrap();
+    let disarmed = run.await.unwrap().unwrap();
+    assert_eq!(disarmed, Some(Disarmed::StillRunning));
+    assert!(!dog.recorded().disarmed, "no magic close");
+    let kept = nodefence::companion::state::load(&state).unwrap();
+    assert_eq!(
+        kept.map(|k| k.node).as_deref(),
+        Some("worker-1"),
+        "kept for the successor"
+    );
+    // The replica that answered was told.
+    assert_eq!(
+        hb.with_table(|t| t.companion("worker-1").map(|c| c.watchdog)),
+        Some(WatchdogState::Stopping)
+    );
+    kube.shutdown().await;
 }

@@ -338,7 +338,7 @@ pub async fn run(
     });
     let options = Arc::new(options);
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
-    let mut links: std::collections::BTreeMap<std::net::SocketAddr, AbortOnDropHandle<()>> =
+    let mut links: std::collections::BTreeMap<std::net::SocketAddr, AbortOnDropHandle<bool>> =
         std::collections::BTreeMap::new();
     // The links end with this future, also when it is dropped (a killed companion).
     if let Some((first_addr, session)) = first {
@@ -389,8 +389,12 @@ pub async fn run(
     drop(peers_task);
     // A clean stop: tell every replica this watchdog no longer counts, then disarm.
     let _ = stop_tx.send(true);
+    let mut told = Vec::with_capacity(links.len());
     for (_, task) in links {
-        let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
+        told.push(matches!(
+            tokio::time::timeout(Duration::from_secs(2), task).await,
+            Ok(Ok(true))
+        ));
     }
     let forget = || {
         if let Some(dir) = &shared.state_dir
@@ -403,6 +407,17 @@ pub async fn run(
         forget();
         return Ok(None); // Never armed: nothing to disarm.
     };
+    if !may_disarm(told) {
+        // Closed without the magic character: the timer runs on, and the state is kept
+        // for the successor, which must feed it within its timeout.
+        drop(w);
+        tracing::warn!(
+            "not every replica of nodefence acknowledged the stop: the watchdog is left \
+             running (one still holds it armed); the next companion must start feeding it \
+             within its timeout, or the machine is reset"
+        );
+        return Ok(Some(Disarmed::StillRunning));
+    }
     let disarmed = w.disarm().context("cannot disarm the watchdog")?;
     if disarmed == Disarmed::StillRunning {
         // Kept: the next companion must feed it, also during a control-plane outage.
@@ -414,6 +429,22 @@ pub async fn run(
         forget();
     }
     Ok(Some(disarmed))
+}
+
+/// At a clean stop, whether the watchdog may be disarmed, given each listed replica's
+/// answer to the "stopping" beat (true: acknowledged): only if every one did, and
+/// there was one. A replica that did not may still hold the watchdog armed and, the
+/// node marked, release it on that watchdog while the machine runs on unwatched (seed
+/// 1971); the watchdog is then left counting for the successor.
+pub fn may_disarm(acknowledged: impl IntoIterator<Item = bool>) -> bool {
+    let mut any = false;
+    for told in acknowledged {
+        if !told {
+            return false;
+        }
+        any = true;
+    }
+    any
 }
 
 /// The first session, from whichever replica answers first: until one does, nothing
@@ -470,7 +501,7 @@ async fn follow_replicas(
     options: &Arc<Options>,
     host: &str,
     port: u16,
-    links: &mut std::collections::BTreeMap<std::net::SocketAddr, AbortOnDropHandle<()>>,
+    links: &mut std::collections::BTreeMap<std::net::SocketAddr, AbortOnDropHandle<bool>>,
     shared: &Arc<Shared>,
     stop: &tokio::sync::watch::Receiver<bool>,
 ) {
@@ -552,7 +583,7 @@ async fn open_session(
     Ok((hello, session))
 }
 
-/// Beats to one replica until `stop`, saying hello again whenever it stops
+/// Beats to one replica until `stop` (true: it acknowledged the stop), saying hello again whenever it stops
 /// answering (a restarted replica has lost the session).
 async fn link(
     options: Arc<Options>,
@@ -561,7 +592,7 @@ async fn link(
     mut session: Option<Session>,
     shared: Arc<Shared>,
     mut stop: tokio::sync::watch::Receiver<bool>,
-) {
+) -> bool {
     // Unanswered beats after which the session is renewed.
     const UNANSWERED: u32 = 10;
     let mut buf = [0u8; wire::MAX_DATAGRAM + 1];
@@ -577,7 +608,8 @@ async fn link(
                     tracing::warn!(replica = %addr, error = %format!("{e:#}"), "hello failed; trying again in 2s");
                     tokio::select! {
                         () = tokio::time::sleep(Duration::from_secs(2)) => continue,
-                        _ = stop.changed() => return,
+                        // No session: this replica was told nothing of the stop.
+                        _ = stop.changed() => return false,
                     }
                 }
             },
@@ -591,7 +623,7 @@ async fn link(
                 .as_ref()
         {
             tracing::error!(replica = %addr, node = %s.node, "a replica gave a session for another node: ignored");
-            return;
+            return false;
         }
         let mut beat = tokio::time::interval(shared.interval);
         let mut unanswered: u32 = 0;
@@ -631,16 +663,37 @@ async fn link(
                         Err(why) => tracing::debug!(%why, "datagram dropped"),
                     }
                 }
-                _ = stop.changed() => {
-                    let now = shared.now();
-                    let reaching = shared.feeding().reaching(now);
-                    let last = s.end.beat(now, reaching, WatchdogState::Stopping);
-                    let _ = s.socket.send(&last).await;
-                    return;
-                }
+                _ = stop.changed() => return stop_acknowledged(&shared, &mut s, addr).await,
             }
         }
     }
+}
+
+/// At a clean stop: beats "stopping" to the replica until it acknowledges one (a few
+/// tries, 200 ms apart). Only a replica that acknowledged it knows this watchdog no
+/// longer counts; one that did not still holds it armed and could release the node on
+/// it, so the watchdog is then left running ([`run`]).
+async fn stop_acknowledged(shared: &Shared, s: &mut Session, addr: std::net::SocketAddr) -> bool {
+    const TRIES: u32 = 5;
+    const APART: Duration = Duration::from_millis(200);
+    let mut buf = [0u8; wire::MAX_DATAGRAM + 1];
+    let first = shared.now();
+    for _ in 0..TRIES {
+        let now = shared.now();
+        let reaching = shared.feeding().reaching(now);
+        let stopping = s.end.beat(now, reaching, WatchdogState::Stopping);
+        let _ = s.socket.send(&stopping).await;
+        let deadline = tokio::time::Instant::now() + APART;
+        while let Ok(Ok(len)) = tokio::time::timeout_at(deadline, s.socket.recv(&mut buf)).await {
+            if let Ok(ack) = s.end.acknowledged(&buf[..len], shared.now())
+                && ack.beat_sent >= first
+            {
+                return true;
+            }
+        }
+    }
+    tracing::warn!(replica = %addr, "the replica did not acknowledge the stop");
+    false
 }
 
 /// The peer key a hello gave, if it gave a well-formed one.
@@ -785,4 +838,18 @@ fn open_device(
 ) -> anyhow::Result<Option<Box<dyn Watchdog>>> {
     tracing::warn!(device = %path.display(), "no watchdog support on this system");
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::may_disarm;
+
+    #[test]
+    fn the_watchdog_is_disarmed_only_once_every_replica_acknowledged_the_stop() {
+        assert!(may_disarm([true]));
+        assert!(may_disarm([true, true]));
+        assert!(!may_disarm([true, false]), "one replica may still count it");
+        assert!(!may_disarm([false, true]));
+        assert!(!may_disarm([]), "no replica listed: nobody was told");
+    }
 }

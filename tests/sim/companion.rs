@@ -290,27 +290,38 @@ impl Fleet {
     }
 
     /// A rolling update: the companion beats "stopping" to every replica it reaches,
-    /// disarms its watchdog, and its successor starts after `down`.
-    pub fn restart(&mut self, i: usize, down: Duration) {
-        let reachable = self.link(i);
+    /// disarms its watchdog if every replica took it (as the real one, which waits for
+    /// their acknowledgements; a dead one gives none), else leaves it running
+    /// with its state kept; its successor starts after `down`. `network`: the
+    /// machine's own.
+    pub fn restart(&mut self, i: usize, down: Duration, network: bool) {
+        let reachable = network && self.link(i);
         let m = &mut self.members[i];
         let Some(mut c) = m.companion.take() else {
             return;
         };
         let now = on_clock(Instant::now() - c.origin, m.clock_ppm);
         let reaching = c.feeding.reaching(now);
+        // As the real one: every replica listed must acknowledge, a dead one cannot.
+        let mut told = Vec::new();
         for (r, link) in c.links.iter_mut().enumerate() {
-            let (Some(link), Some(rep)) = (link, &self.replicas[r]) else {
+            let Some(rep) = self.replicas[r].as_ref() else {
+                continue;
+            };
+            let Some(link) = link.as_mut().filter(|_| rep.alive.load(Ordering::SeqCst)) else {
+                told.push(false); // dead, or no session: nothing answers the stop
                 continue;
             };
             let last = link.end.beat(now, reaching, WatchdogState::Stopping);
-            if reachable && rep.alive.load(Ordering::SeqCst) {
-                let _ = rep.handle.datagram(&last);
-            }
+            told.push(reachable && rep.handle.datagram(&last).is_some());
         }
-        m.armed = false;
-        m.last_feed = None;
-        m.kept_cluster = 0;
+        if nodefence::companion::may_disarm(told) {
+            m.armed = false;
+            m.last_feed = None;
+            m.kept_cluster = 0;
+        } else {
+            m.kept_cluster = c.cluster;
+        }
         m.restart_at = Some(Instant::now() + down);
     }
 

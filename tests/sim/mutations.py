@@ -164,6 +164,13 @@ MUTATIONS = [
        "    if !peers_majority(heard, evidence.cluster) {",
        "    if false && !peers_majority(heard, evidence.cluster) {")],
      "invariant 1"),
+    # Seed 1971: a clean stop no replica heard disarmed the watchdog the leader still
+    # counted (the simulation's rolling restart asks the real rule).
+    ("stop-disarms-unacknowledged",
+     [("src/companion/mod.rs",
+       "        if !told {\n            return false;\n        }\n",
+       "")],
+     "invariant 1"),
     ("request-finalizer-kept",
      [("src/controller/requests.rs",
        "} else if !hold && request.finalizer && node.is_ok() {",

@@ -64,7 +64,8 @@ pub enum Fault {
     /// The companion is killed (no last word; its armed watchdog keeps counting) and
     /// started again after this.
     CompanionCrash(usize, Duration),
-    /// A rolling update of the companion: it beats "stopping", disarms its watchdog,
+    /// A rolling update of the companion: it beats "stopping", disarms its watchdog once
+    /// every replica acknowledged that (else leaves it running, its state kept),
     /// and its successor starts after this.
     CompanionRestart(usize, Duration),
 }

@@ -409,7 +409,10 @@ impl World {
                 later.push((Instant::now() + span, Fault::Restore(i)));
             }
             Fault::CompanionCrash(i, down) => self.with_fleet(|f| f.crash(i, down)),
-            Fault::CompanionRestart(i, down) => self.with_fleet(|f| f.restart(i, down)),
+            Fault::CompanionRestart(i, down) => {
+                let network = self.machine(i, |m| m.network);
+                self.with_fleet(|f| f.restart(i, down, network));
+            }
             Fault::RackPower(i, span) => {
                 // Its incident begins with the rack's power only if it was serving:
                 // a BMC that answered earlier in the incident keeps the watchdog
