@@ -97,11 +97,7 @@ impl Heartbeat {
 
     /// Answers one datagram as the beats' loop does (`leader`: whether this replica
     /// leads now).
-    pub fn answer(
-        &self,
-        datagram: &[u8],
-        leader: bool,
-    ) -> Result<(String, Vec<u8>), table::Dropped> {
+    pub fn answer(&self, datagram: &[u8], leader: bool) -> Result<Vec<u8>, table::Dropped> {
         let marked = self.marked.read().unwrap_or_else(|e| e.into_inner());
         let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
         answer(self, &mut table, &marked, leader, datagram)
@@ -409,10 +405,7 @@ impl InProcess {
     /// (as the socket's loop answers it).
     pub fn datagram(&self, datagram: &[u8]) -> Option<Vec<u8>> {
         let (heartbeat, leadership) = self.running()?;
-        heartbeat
-            .answer(datagram, leadership.is_leader())
-            .ok()
-            .map(|(_, ack)| ack)
+        heartbeat.answer(datagram, leadership.is_leader()).ok()
     }
 
     /// Whether the replica that answers leads now (what its acknowledgements say).
@@ -521,12 +514,13 @@ async fn session(State(state): State<HelloState>, headers: HeaderMap) -> Respons
 }
 
 /// How long the beats' loop lets datagrams queue after answering a batch: at 10,000
-/// beats a second, one wake-up (and one `recvmmsg`, one `sendmmsg`) for every hundred
-/// or so rather than one for each (a thread's wake-up costs more than the beat). It
-/// delays an acknowledgement by at most this, against a `heartbeat_interval` of 500 ms
-/// and an `isolation_timeout` of 2 s; the acknowledgement's times are read when it is
-/// answered, so the delay is never counted in the companion's favour.
-const COALESCE: Duration = Duration::from_millis(10);
+/// beats a second, one wake-up for every two hundred or so (two `recvmmsg`, two
+/// `sendmmsg`) rather than one for each (a thread's wake-up costs more than the
+/// beat). It delays an acknowledgement by at most this, against a
+/// `heartbeat_interval` of 500 ms and an `isolation_timeout` of 2 s; the
+/// acknowledgement's times are read when it is answered, so the delay is never
+/// counted in the companion's favour.
+const COALESCE: Duration = Duration::from_millis(20);
 /// How often an idle beats' loop looks at its stop flag.
 const STOP_CHECK: Duration = Duration::from_millis(200);
 
@@ -550,6 +544,12 @@ fn serve_udp(
     {
         tracing::error!(error = %e, "the heartbeat socket cannot be set up; no beat is heard");
         return;
+    }
+    match batch::enlarge_receive_buffer(&socket) {
+        Ok(granted) => tracing::debug!(bytes = granted, "heartbeat socket receive buffer"),
+        Err(e) => {
+            tracing::debug!(error = %e, "the heartbeat socket's receive buffer stays as it was")
+        }
     }
     while !stop.load(Ordering::Relaxed) {
         // Every datagram queued, up to a batch, in one call; more are left queued for
@@ -580,7 +580,7 @@ fn serve_udp(
                     leadership.is_leader(),
                     buffers.datagram(i, *len),
                 ) {
-                    Ok((_, ack)) => answers.push((ack, *from)),
+                    Ok(ack) => answers.push((ack, *from)),
                     Err(why) => tracing::trace!(%from, why = why.as_str(), "datagram dropped"),
                 }
             }
@@ -605,7 +605,7 @@ fn answer(
     marked: &BTreeMap<String, Option<Duration>>,
     leader: bool,
     datagram: &[u8],
-) -> Result<(String, Vec<u8>), table::Dropped> {
+) -> Result<Vec<u8>, table::Dropped> {
     let now = heartbeat.now();
     table.beat(datagram, now, leader, |n| marked.contains_key(n))
 }

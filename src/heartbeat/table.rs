@@ -178,7 +178,7 @@ impl Table {
         now: Duration,
         leader: bool,
         marked: impl Fn(&str) -> bool,
-    ) -> Result<(String, Vec<u8>), Dropped> {
+    ) -> Result<Vec<u8>, Dropped> {
         let result = self.take_beat(datagram, now, leader, marked);
         if let Err(why) = result {
             self.refused[why.index()] += 1;
@@ -192,7 +192,7 @@ impl Table {
         now: Duration,
         leader: bool,
         marked: impl Fn(&str) -> bool,
-    ) -> Result<(String, Vec<u8>), Dropped> {
+    ) -> Result<Vec<u8>, Dropped> {
         if datagram.len() > wire::MAX_DATAGRAM || wire::kind(datagram) != Some(wire::BEAT_KIND) {
             return Err(Dropped::NotABeat);
         }
@@ -225,7 +225,7 @@ impl Table {
                 c.last_ack = Some(now);
             }
         }
-        Ok((node.clone(), ack))
+        Ok(ack)
     }
 
     /// One node's companion.
@@ -340,7 +340,7 @@ mod tests {
         let mut t = Table::new(Timing::default());
         t.open("worker-1", 7, Key([1; 32]));
         let mut c = CompanionEnd::new(Key([1; 32]), 7, Duration::from_secs(2));
-        let (node, ack) = t
+        let ack = t
             .beat(
                 &c.beat(ms(100), Reaching::default(), ARMED),
                 ms(5_000),
@@ -348,7 +348,6 @@ mod tests {
                 |_| false,
             )
             .unwrap_or_else(|e| panic!("{e:?}"));
-        assert_eq!(node, "worker-1");
         let taken = c
             .acknowledged(&ack, ms(120))
             .unwrap_or_else(|e| panic!("{e}"));
@@ -367,14 +366,13 @@ mod tests {
             [("worker-1".to_string(), ms(5_000))]
         );
         // Its last beat says it is stopping: left to the Lease.
-        let (_, _) = t
-            .beat(
-                &c.beat(ms(200), Reaching::default(), WatchdogState::Stopping),
-                ms(7_100),
-                true,
-                |_| false,
-            )
-            .unwrap_or_else(|e| panic!("{e:?}"));
+        t.beat(
+            &c.beat(ms(200), Reaching::default(), WatchdogState::Stopping),
+            ms(7_100),
+            true,
+            |_| false,
+        )
+        .unwrap_or_else(|e| panic!("{e:?}"));
         assert!(t.silent(ms(60_000), Duration::from_secs(2)).is_empty());
     }
 
@@ -470,7 +468,7 @@ mod tests {
         let mut t = Table::new(Timing::default());
         t.open("worker-1", 7, Key([1; 32]));
         let mut c = CompanionEnd::new(Key([1; 32]), 7, Duration::from_secs(2));
-        let (_, ack) = t
+        let ack = t
             .beat(
                 &c.beat(ms(1), Reaching::default(), ARMED),
                 ms(1),
@@ -484,7 +482,7 @@ mod tests {
                 .marked
         );
         assert_eq!(t.companion("worker-1").and_then(|c| c.last_ack), None);
-        let (_, ack) = t
+        let ack = t
             .beat(
                 &c.beat(ms(3), Reaching::default(), ARMED),
                 ms(3),
@@ -519,7 +517,7 @@ mod tests {
         t.set_nodes_in_cluster(3);
         let mut c = CompanionEnd::new(Key([1; 32]), 1, Duration::from_secs(2));
         let beat = |c: &mut CompanionEnd, t: &mut Table, at: u64| {
-            let (_, ack) = t
+            let ack = t
                 .beat(
                     &c.beat(ms(at), Reaching::default(), ARMED),
                     ms(at),

@@ -18,14 +18,15 @@
 //! machine (ground truth: the machine reboots, its kubelet comes back with a new boot
 //! ID, its pods are gone, its companion dies with the boot). A companion dies with
 //! its machine's power and starts again once the machine has booted; a crash leaves
-//! an armed watchdog counting; a rolling restart beats "stopping", then disarms.
+//! an armed watchdog counting; a rolling restart beats "stopping", then disarms once
+//! every replica acknowledged it (else it too leaves the watchdog counting).
 //!
 //! Faults on each path on its own ([`super::schedule::companion_faults`]): beats and
 //! acknowledgements lost, the companion's reads unanswered, the peers unreachable,
 //! the whole control plane out for the companions; a machine's network cut is all
 //! of them at once. Invariant 11, judged at every reset: no control-plane outage
 //! resets a machine that was doing its work. A reset of a machine whose companion
-//! ran and was not marked (by an acknowledgement, or on the Node for this boot) is a
+//! ran (for an isolation timeout at least) and was not marked (by an acknowledgement, or on the Node for this boot) is a
 //! violation unless, at some moment since its last feed less I, the truth had the
 //! machine cut off from the leader, from the API server, and from a majority of the
 //! cluster (itself and the peers it reaches that reach neither either).
@@ -713,7 +714,15 @@ fn reset(f: &mut Fleet, i: usize, truth: &Truth, store: &Store, s: Seen) {
         .and_then(|n| mark::of_node(&n))
         .is_some_and(|mk| mk.boot_id.is_none() || m.boot_ids.iter().any(|b| mk.applies_to(b)));
     let marked = on_node || companion.as_ref().is_some_and(|c| c.feeding.marked());
-    let ran = companion.is_some() && !s.hung;
+    // A successor that has not run an isolation timeout yet had no fair chance to
+    // feed the watchdog its predecessor left counting (a crash, or a stop no replica
+    // acknowledged): whether one comes in time is the DaemonSet's part, not the
+    // feeding rule's (seed 680: a rolling restart during an outage of the whole
+    // control plane, its successor 9.5 s later, 0.5 s before W ran out).
+    let ran = companion
+        .as_ref()
+        .is_some_and(|c| now.saturating_duration_since(c.origin) >= isolation)
+        && !s.hung;
     let cut_off = m
         .last_isolated
         .is_some_and(|t| t + isolation + TICK * 5 >= last_feed);

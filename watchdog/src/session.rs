@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::feeding::Reaching;
-use crate::wire::{Ack, Beat, Key, Refused, WatchdogState};
+use crate::wire::{Ack, Beat, Key, PreparedKey, Refused, WatchdogState};
 
 /// Why an acknowledgement or a beat, well sealed, is not taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,7 +57,7 @@ pub struct Acknowledged {
 /// The companion's end of a session.
 #[derive(Debug)]
 pub struct CompanionEnd {
-    key: Key,
+    key: PreparedKey,
     session: u64,
     next_seq: u64,
     /// Beats sent within the isolation timeout, not yet acknowledged: (seq, sent).
@@ -72,7 +72,7 @@ impl CompanionEnd {
     /// `window` (the isolation timeout) are forgotten.
     pub fn new(key: Key, session: u64, window: Duration) -> Self {
         Self {
-            key,
+            key: PreparedKey::from(&key),
             session,
             next_seq: 1,
             outstanding: VecDeque::new(),
@@ -144,7 +144,7 @@ impl CompanionEnd {
 /// The replica's end of a session.
 #[derive(Debug)]
 pub struct ReplicaEnd {
-    key: Key,
+    key: PreparedKey,
     session: u64,
     last_seq: u64,
 }
@@ -152,7 +152,7 @@ pub struct ReplicaEnd {
 impl ReplicaEnd {
     pub fn new(key: Key, session: u64) -> Self {
         Self {
-            key,
+            key: PreparedKey::from(&key),
             session,
             last_seq: 0,
         }

@@ -39,6 +39,45 @@ impl std::fmt::Debug for Key {
     }
 }
 
+/// What seals and opens a datagram: a [`Key`] (its HMAC keyed for each datagram) or a
+/// [`PreparedKey`] (keyed once; each datagram starts from a copy).
+pub trait MacKey {
+    /// An HMAC-SHA256 keyed with this key, nothing fed yet.
+    fn hmac(&self) -> Hmac<Sha256>;
+}
+
+impl MacKey for Key {
+    fn hmac(&self) -> Hmac<Sha256> {
+        // HMAC takes keys of any length: a 32-byte key never fails.
+        <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0)
+            .unwrap_or_else(|_| <Hmac<Sha256> as KeyInit>::new(&Default::default()))
+    }
+}
+
+/// A key whose HMAC pads are hashed once, for a session's many datagrams (two of
+/// the five SHA-256 compressions a short datagram costs, at 10,000 datagrams a second
+/// on the leader).
+#[derive(Clone)]
+pub struct PreparedKey(Hmac<Sha256>);
+
+impl From<&Key> for PreparedKey {
+    fn from(key: &Key) -> Self {
+        Self(key.hmac())
+    }
+}
+
+impl MacKey for PreparedKey {
+    fn hmac(&self) -> Hmac<Sha256> {
+        self.0.clone()
+    }
+}
+
+impl std::fmt::Debug for PreparedKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PreparedKey(..)")
+    }
+}
+
 /// Why a datagram was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refused {
@@ -238,7 +277,7 @@ impl Writer {
         self.0.extend_from_slice(&x.to_be_bytes());
         self
     }
-    fn seal(mut self, key: &Key) -> Vec<u8> {
+    fn seal(mut self, key: &impl MacKey) -> Vec<u8> {
         let tag = mac(key, &self.0);
         self.0.extend_from_slice(&tag);
         self.0
@@ -269,10 +308,8 @@ impl Reader<'_> {
     }
 }
 
-fn mac(key: &Key, data: &[u8]) -> [u8; MAC_LEN] {
-    // HMAC takes keys of any length: a 32-byte key never fails.
-    let mut m = <Hmac<Sha256> as KeyInit>::new_from_slice(&key.0)
-        .unwrap_or_else(|_| <Hmac<Sha256> as KeyInit>::new(&Default::default()));
+fn mac(key: &impl MacKey, data: &[u8]) -> [u8; MAC_LEN] {
+    let mut m = key.hmac();
     m.update(data);
     m.finalize().into_bytes().into()
 }
@@ -295,7 +332,12 @@ pub fn session_of(datagram: &[u8]) -> Option<u64> {
 }
 
 /// Checks the header, the exact length and the MAC; the body on success.
-fn open<'a>(datagram: &'a [u8], want: u8, body: usize, key: &Key) -> Result<Reader<'a>, Refused> {
+fn open<'a>(
+    datagram: &'a [u8],
+    want: u8,
+    body: usize,
+    key: &impl MacKey,
+) -> Result<Reader<'a>, Refused> {
     if datagram.len() != HEADER + body + MAC_LEN {
         return Err(Refused::Length);
     }
@@ -309,15 +351,14 @@ fn open<'a>(datagram: &'a [u8], want: u8, body: usize, key: &Key) -> Result<Read
         return Err(Refused::Kind);
     }
     let (signed, tag) = datagram.split_at(HEADER + body);
-    let mut m = <Hmac<Sha256> as KeyInit>::new_from_slice(&key.0)
-        .unwrap_or_else(|_| <Hmac<Sha256> as KeyInit>::new(&Default::default()));
+    let mut m = key.hmac();
     m.update(signed);
     m.verify_slice(tag).map_err(|_| Refused::Mac)?;
     Ok(Reader(&signed[HEADER..]))
 }
 
 impl Beat {
-    pub fn seal(&self, key: &Key) -> Vec<u8> {
+    pub fn seal(&self, key: &impl MacKey) -> Vec<u8> {
         let mut w = Writer::new(BEAT, BEAT_BODY);
         let (has_echo, echo_seq, echo_sent) = match self.echo {
             Some((seq, sent)) => (1, seq, nanos(sent)),
@@ -342,7 +383,7 @@ impl Beat {
         w.seal(key)
     }
 
-    pub fn open(datagram: &[u8], key: &Key) -> Result<Self, Refused> {
+    pub fn open(datagram: &[u8], key: &impl MacKey) -> Result<Self, Refused> {
         let mut r = open(datagram, BEAT, BEAT_BODY, key)?;
         let session = r.u64();
         let seq = r.u64();
@@ -377,7 +418,7 @@ impl Beat {
 }
 
 impl Ack {
-    pub fn seal(&self, key: &Key) -> Vec<u8> {
+    pub fn seal(&self, key: &impl MacKey) -> Vec<u8> {
         let mut w = Writer::new(ACK, ACK_BODY);
         w.u64(self.session)
             .u64(self.beat_seq)
@@ -390,7 +431,7 @@ impl Ack {
         w.seal(key)
     }
 
-    pub fn open(datagram: &[u8], key: &Key) -> Result<Self, Refused> {
+    pub fn open(datagram: &[u8], key: &impl MacKey) -> Result<Self, Refused> {
         let mut r = open(datagram, ACK, ACK_BODY, key)?;
         let session = r.u64();
         let beat_seq = r.u64();
@@ -416,13 +457,13 @@ impl Ack {
 }
 
 impl Question {
-    pub fn seal(&self, key: &Key) -> Vec<u8> {
+    pub fn seal(&self, key: &impl MacKey) -> Vec<u8> {
         let mut w = Writer::new(QUESTION, QUESTION_BODY);
         w.u16(self.from).u64(self.nonce);
         w.seal(key)
     }
 
-    pub fn open(datagram: &[u8], key: &Key) -> Result<Self, Refused> {
+    pub fn open(datagram: &[u8], key: &impl MacKey) -> Result<Self, Refused> {
         let mut r = open(datagram, QUESTION, QUESTION_BODY, key)?;
         Ok(Self {
             from: r.u16(),
@@ -432,13 +473,13 @@ impl Question {
 }
 
 impl Answer {
-    pub fn seal(&self, key: &Key) -> Vec<u8> {
+    pub fn seal(&self, key: &impl MacKey) -> Vec<u8> {
         let mut w = Writer::new(ANSWER, ANSWER_BODY);
         w.u16(self.from).u64(self.nonce).u8(self.reach);
         w.seal(key)
     }
 
-    pub fn open(datagram: &[u8], key: &Key) -> Result<Self, Refused> {
+    pub fn open(datagram: &[u8], key: &impl MacKey) -> Result<Self, Refused> {
         let mut r = open(datagram, ANSWER, ANSWER_BODY, key)?;
         let a = Self {
             from: r.u16(),
@@ -538,6 +579,22 @@ mod tests {
             reach: 0,
         };
         assert_eq!(Answer::open(&ans.seal(&K), &K), Ok(ans));
+    }
+
+    #[test]
+    fn a_prepared_key_seals_and_opens_as_its_key_does_every_time() {
+        let prepared = PreparedKey::from(&K);
+        let a = ack();
+        // Each use starts from the keyed state, not from what the last one fed.
+        for _ in 0..3 {
+            assert_eq!(a.seal(&prepared), a.seal(&K));
+            assert_eq!(Ack::open(&a.seal(&K), &prepared), Ok(a.clone()));
+        }
+        assert_eq!(
+            Ack::open(&a.seal(&PreparedKey::from(&OTHER)), &prepared),
+            Err(Refused::Mac)
+        );
+        assert_eq!(format!("{prepared:?}"), "PreparedKey(..)");
     }
 
     #[test]
