@@ -252,6 +252,20 @@ impl World {
         w
     }
 
+    /// Waits until every companion feeds on `basis`.
+    async fn all_feeding_on(&self, basis: Basis, within: Duration) {
+        eventually(
+            &format!("every companion feeding on {basis:?}"),
+            within,
+            || {
+                self.companions
+                    .iter()
+                    .all(|c| c.status().basis == Some(basis))
+            },
+        )
+        .await;
+    }
+
     /// Companions `which` are fed without a gap for `window` on `basis`.
     async fn fed_throughout(&self, which: &[usize], window: Duration, basis: Basis) {
         let deadline = Instant::now() + window;
@@ -352,16 +366,7 @@ async fn an_outage_of_the_whole_control_plane_resets_no_machine() {
         assert_eq!((s.peer_rounds, s.peers_known), (0, 3), "{s:?}");
     }
     w.control_plane_out().await;
-    eventually(
-        "every companion feeding on its peers",
-        ISOLATION * 2,
-        || {
-            w.companions
-                .iter()
-                .all(|c| c.status().basis == Some(Basis::Peers))
-        },
-    )
-    .await;
+    w.all_feeding_on(Basis::Peers, ISOLATION * 2).await;
     w.fed_throughout(&[0, 1, 2], ISOLATION * 3, Basis::Peers)
         .await;
     for c in &w.companions {
@@ -448,16 +453,7 @@ async fn a_companion_restarted_during_a_control_plane_outage_feeds_on_its_peers(
     })
     .await;
     w.control_plane_out().await;
-    eventually(
-        "every companion feeding on its peers",
-        ISOLATION * 2,
-        || {
-            w.companions
-                .iter()
-                .all(|c| c.status().basis == Some(Basis::Peers))
-        },
-    )
-    .await;
+    w.all_feeding_on(Basis::Peers, ISOLATION * 2).await;
     w.crash_and_restart(1, true).await;
     w.crash_and_restart(2, false).await;
     eventually(

@@ -364,18 +364,7 @@ mod tests {
     #[test]
     fn the_leader_election_timings_default_to_client_gos_and_are_checked() {
         let stock = parse(&[]).unwrap().leader_timings().unwrap();
-        assert_eq!(
-            (
-                stock.lease_duration,
-                stock.renew_deadline,
-                stock.retry_period
-            ),
-            (
-                LeaderTimings::default().lease_duration,
-                LeaderTimings::default().renew_deadline,
-                LeaderTimings::default().retry_period
-            )
-        );
+        assert_eq!(stock, LeaderTimings::default());
         let short = parse(&[
             "--leader-elect-lease-duration=6s",
             "--leader-elect-renew-deadline=4s",
@@ -384,18 +373,7 @@ mod tests {
         .unwrap()
         .leader_timings()
         .unwrap();
-        assert_eq!(
-            (
-                short.lease_duration,
-                short.renew_deadline,
-                short.retry_period
-            ),
-            (
-                std::time::Duration::from_secs(6),
-                std::time::Duration::from_secs(4),
-                std::time::Duration::from_secs(1)
-            )
-        );
+        assert_eq!(short, LeaderTimings::SHIPPED);
         // The leader must stop acting before a standby may lead.
         for (args, says) in [
             (

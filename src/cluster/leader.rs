@@ -36,6 +36,16 @@ pub struct LeaderTimings {
     pub retry_period: Duration,
 }
 
+impl LeaderTimings {
+    /// The short Lease the shipped Deployment passes (6s/4s/1s): a standby takes over
+    /// about 7 s after the leader dies (docs/benchmarks.md, leader killed).
+    pub const SHIPPED: Self = Self {
+        lease_duration: Duration::from_secs(6),
+        renew_deadline: Duration::from_secs(4),
+        retry_period: Duration::from_secs(1),
+    };
+}
+
 impl Default for LeaderTimings {
     fn default() -> Self {
         Self {

@@ -4,6 +4,7 @@
 //!   permission check are derived.
 //! - [`events`]: Kubernetes Events for nodefence's notices, repeated ones as series.
 //! - [`facts`]: Node and Lease objects → the engine's [`crate::engine::NodeFacts`].
+//! - [`fresh`]: a bounded read right before a command, which holds it when it fails.
 //! - [`leader`]: fail-stop leader election on a Lease.
 //! - [`pause`]: the cluster-wide pause switch (a ConfigMap).
 //! - [`release`]: the out-of-service taint, Node, Pod and VolumeAttachment deletion, with re-checks.
@@ -12,6 +13,7 @@
 pub mod access;
 pub mod events;
 pub mod facts;
+pub mod fresh;
 pub mod leader;
 pub mod pause;
 pub mod records;

@@ -11,7 +11,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams};
@@ -124,10 +123,6 @@ pub async fn get(client: Client, namespace: &str) -> Result<PauseState, kube::Er
     ))
 }
 
-/// The longest a read of the switch before a command may take; a slower read refuses
-/// the command (it is retried later).
-pub const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// The pause switch as the executor checks it immediately before a power command or
 /// a release. The controller's watch alone is not enough: a decision taken just
 /// before the watch delivered the pause can reach the executor after it (simulation
@@ -167,21 +162,15 @@ impl PauseCheck {
         if self.seen_paused() {
             return Err(format!("fencing is paused cluster-wide: {outcome}"));
         }
-        let read = tokio::time::timeout(CHECK_TIMEOUT, self.api.get_opt(PAUSE_CONFIGMAP)).await;
-        let state = match read {
-            Ok(Ok(cm)) => cm.as_ref().map(PauseState::from_config_map),
-            Ok(Err(e)) => {
-                return Err(format!(
-                    "the pause switch (ConfigMap {PAUSE_CONFIGMAP}) could not be read just before ({e}): {outcome}"
-                ));
-            }
-            Err(_) => {
-                return Err(format!(
-                    "the pause switch (ConfigMap {PAUSE_CONFIGMAP}) could not be read within {}s just before: {outcome}",
-                    CHECK_TIMEOUT.as_secs()
-                ));
-            }
-        };
+        let state = super::fresh::just_before(
+            &format!("the pause switch (ConfigMap {PAUSE_CONFIGMAP})"),
+            outcome,
+            self.api.get_opt(PAUSE_CONFIGMAP),
+            |_| None,
+        )
+        .await?
+        .as_ref()
+        .map(PauseState::from_config_map);
         match state {
             Some(s) if s.paused => {
                 self.saw(true);

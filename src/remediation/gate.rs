@@ -10,16 +10,11 @@
 //! its release, under the next remediator's feet). As with the pause switch, the
 //! command waits for what the API server says now, and a read that fails refuses it.
 
-use std::time::Duration;
-
 use kube::api::ListParams;
 use kube::{Api, Client};
 
 use super::request::{KeptRequest, RequestTarget};
 use super::types::NodeFenceRemediation;
-
-/// The read's bound (a command refused by it is retried with the usual backoff).
-const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Reads the requests of the whole cluster (as the controller's watch does).
 #[derive(Clone)]
@@ -37,24 +32,15 @@ impl TimedOutRequests {
     /// `Ok` unless a request for `node` stands timed out now, or the requests cannot
     /// be read; then why not, ending with `outcome` ("power-on not sent").
     pub async fn allows(&self, node: &str, outcome: &str) -> Result<(), String> {
-        let read = tokio::time::timeout(READ_TIMEOUT, self.api.list(&ListParams::default())).await;
-        let list = match read {
-            Ok(Ok(list)) => list,
+        let items = crate::cluster::fresh::just_before(
+            "the remediation requests",
+            outcome,
+            async { Ok(self.api.list(&ListParams::default()).await?.items) },
             // No CRD: no request can stand.
-            Ok(Err(kube::Error::Api(e))) if e.code == 404 => return Ok(()),
-            Ok(Err(e)) => {
-                return Err(format!(
-                    "the remediation requests could not be read just before ({e}): {outcome}"
-                ));
-            }
-            Err(_) => {
-                return Err(format!(
-                    "the remediation requests could not be read within {}s just before: {outcome}",
-                    READ_TIMEOUT.as_secs()
-                ));
-            }
-        };
-        let requests: Vec<KeptRequest> = list.items.iter().filter_map(KeptRequest::new).collect();
+            |e| matches!(e, kube::Error::Api(s) if s.code == 404).then(Vec::new),
+        )
+        .await?;
+        let requests: Vec<KeptRequest> = items.iter().filter_map(KeptRequest::new).collect();
         match timed_out_for(&requests, node) {
             Some(r) => Err(format!(
                 "{} timed out ({}): its requester moved on to another remediator: {outcome}",
