@@ -129,7 +129,12 @@ const REGRESSIONS: &[u64] = &[
 ///   watchdog was left counting, and the successor, started 9.5 s later, had 0.5 s
 ///   to feed it. Invariant 11 now judges a reset only once the companion has run an
 ///   isolation timeout (a successor's timely start is the DaemonSet's part).
-const COMPANION_REGRESSIONS: &[u64] = &[131, 176, 460, 680, 1112, 1219, 1971];
+/// - 3006 (the chunked 10,000-seed run after 1971's fix; the seed never ended, and
+///   its thread spun): a release on the watchdog's proof refused by a pause only the
+///   executor had read yet; the proof held again at once, and so did the refusal, in
+///   a loop at one instant (fixed: each refused attempt waits a growing backoff,
+///   `Incident::watchdog_refusals`).
+const COMPANION_REGRESSIONS: &[u64] = &[131, 176, 460, 680, 1112, 1219, 1971, 3006];
 
 /// How many seeds from 1 up a run plays besides the regression seeds when
 /// `NODEFENCE_SIM_SEEDS` does not say: 150 in an optimized build (`cargo test
@@ -146,7 +151,7 @@ const RANDOM_SEEDS: u64 = if cfg!(debug_assertions) { 0 } else { 150 };
 /// it twice), 2702, 3691, 6386, 10400, 11586, 11834 (each scripted below), 5439, 6483
 /// (5121's bug).
 const DEBUG_REGRESSIONS: &[u64] = &[
-    206, 353, 446, 1172, 1503, 3815, 4623, 5121, 7791, 131, 176, 1219, 1971,
+    206, 353, 446, 1172, 1503, 3815, 4623, 5121, 7791, 131, 176, 1219, 1971, 3006,
 ];
 
 /// How often the random schedules' test reports its progress.

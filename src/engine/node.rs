@@ -105,6 +105,10 @@ pub struct Incident {
     pub stopped_by: Option<String>,
     /// The watchdog level (`watchdog_fencing`): not tried, marking, marked, proven.
     pub watchdog: super::watchdog::WatchdogStep,
+    /// Releases on the watchdog's proof refused in a row: the rule is applied again
+    /// only after a backoff that grows with them (its proof, unlike an Off reading's,
+    /// holds again at once: seed 3006 looped on a pause only the executor had seen).
+    pub watchdog_refusals: u32,
 }
 
 /// How long one kind of block has held an incident back.
@@ -384,6 +388,7 @@ impl NodeState {
                     requested_by: None,
                     stopped_by: None,
                     watchdog: Default::default(),
+                    watchdog_refusals: 0,
                 }));
                 self.queries = Queries {
                     in_flight: self.queries.in_flight,

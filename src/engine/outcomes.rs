@@ -273,20 +273,31 @@ impl Engine {
                 Err(reason) => {
                     inc.releasing = false;
                     inc.off_readings.clear();
+                    let mut again = String::new();
                     if let watchdog::WatchdogStep::Proven { at, .. } = inc.watchdog {
                         // Proven once, checked again: the executor's refusal may be a
-                        // removed mark or a sign of life.
+                        // removed mark or a sign of life. Not at once: that proof holds
+                        // again at once, and so would the refusal (a pause only the
+                        // executor has read yet), in a loop.
+                        inc.watchdog_refusals = inc.watchdog_refusals.saturating_add(1);
+                        let wait = decide::backoff(policy, inc.watchdog_refusals);
                         inc.watchdog = watchdog::WatchdogStep::Marked {
                             at,
-                            check: Default::default(),
+                            check: crate::engine::node::Queries {
+                                in_flight: false,
+                                next_at: Some(now + wait),
+                                failures: 0,
+                            },
                             waiting: None,
                         };
+                        again =
+                            format!(" (the watchdog's, in {})", humantime::format_duration(wait));
                     }
                     state.queries.next_at = Some(now + policy.confirm_interval);
                     out.push(Notice::warning(
                         name,
                         Reason::ReleaseFailed,
-                        format!("release not done: {reason}; the proof starts over"),
+                        format!("release not done: {reason}; the proof starts over{again}"),
                     ));
                 }
             }

@@ -138,10 +138,15 @@ impl tracing_subscriber::fmt::time::FormatTime for VirtualTime {
     }
 }
 
+/// Kept for the outcome; with `NODEFENCE_SIM_LIVE=1` also written to stderr as it
+/// comes (a seed that never ends shows what it loops on).
 struct LogWriter(Arc<Mutex<Vec<u8>>>);
 impl std::io::Write for LogWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         lock(&self.0).extend_from_slice(buf);
+        if std::env::var_os("NODEFENCE_SIM_LIVE").is_some() {
+            let _ = std::io::stderr().write_all(buf);
+        }
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {

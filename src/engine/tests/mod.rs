@@ -77,6 +77,8 @@ struct Harness {
     marks: BTreeMap<String, SystemTime>,
     /// The executor refuses the next releases, with this reason.
     refuse_releases: Vec<String>,
+    /// When each refused release was asked.
+    refused_at: Vec<SystemTime>,
 }
 
 /// A watchdog proof as the release rule gives it.
@@ -135,6 +137,7 @@ impl Harness {
             watchdog_wait: Duration::from_millis(12_743),
             marks: BTreeMap::new(),
             refuse_releases: Vec::new(),
+            refused_at: Vec::new(),
         }
     }
 
@@ -310,6 +313,7 @@ impl Harness {
                 }
                 Action::Release { node, .. } if !self.refuse_releases.is_empty() => {
                     let why = self.refuse_releases.remove(0);
+                    self.refused_at.push(now);
                     self.engine.release_done(node, Err(why), now)
                 }
                 Action::Release {

@@ -254,6 +254,40 @@ fn a_refused_watchdog_release_checks_again() {
     assert!(h.released("w1"), "and the second release is done");
 }
 
+/// Refused again and again (a pause only the executor has read, seed 3006): the rule
+/// holds again at once each time, so each new attempt waits a backoff that grows,
+/// up to `max_query_backoff`, instead of a loop at one instant.
+#[test]
+fn refused_watchdog_releases_are_retried_with_a_growing_backoff() {
+    let mut h = Harness::new(watchdog_policy());
+    h.add("w1", Bmc::State(PowerState::On));
+    h.add("w2", Bmc::State(PowerState::On));
+    h.armed.insert("w1".into());
+    dies_with_its_bmc(&mut h, "w1");
+    for _ in 0..6 {
+        h.refuse_releases
+            .push("fencing is paused cluster-wide: nothing released".into());
+    }
+    h.advance(secs(90));
+    assert_eq!(h.refused_at.len(), 6, "every refusal was met");
+    let gaps: Vec<Duration> = h
+        .refused_at
+        .windows(2)
+        .map(|w| w[1].duration_since(w[0]).unwrap_or_default())
+        .collect();
+    let policy = watchdog_policy();
+    for (i, gap) in gaps.iter().enumerate() {
+        let least = (policy.confirm_interval * (2u32 << i)).min(policy.max_query_backoff);
+        assert!(
+            *gap >= least,
+            "attempt {}: {gap:?} after the last, not {least:?}: {gaps:?}",
+            i + 2
+        );
+    }
+    assert!(gaps.windows(2).all(|g| g[1] >= g[0]), "{gaps:?}");
+    assert!(h.released("w1"), "released once the executor allows it");
+}
+
 /// A node that recovers after its mark loses it (the acknowledgements and the
 /// annotation), and a later incident counts from its own mark: an old one, perhaps
 /// removed since, proves nothing (found by the random schedules: a release at the
