@@ -367,10 +367,12 @@ async fn the_api_servers_answer_feeds_only_while_the_leader_is_silent() {
 }
 
 /// (b) A mark for this boot, read from the API server while the leader is silent:
-/// feeding stops at once and for good (the leader's answer later changes nothing), and
-/// the Node is read no more.
+/// feeding stops at once, and the Node is read no more while it stands. Only the
+/// leader lifts it (a new leader that has not marked the node, or one whose removal
+/// of the annotation failed): fed again on its answer; silent again, the API server's
+/// mark stops feeding again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_mark_for_this_boot_read_from_the_api_server_stops_feeding_for_good() {
+async fn a_mark_for_this_boot_read_from_the_api_server_stops_feeding_until_the_leader_lifts_it() {
     let w = World::start(Start::default()).await;
     eventually(
         "fed on the leader's answer",
@@ -391,13 +393,25 @@ async fn a_mark_for_this_boot_read_from_the_api_server_stops_feeding_for_good() 
         !w.status().feeding
     })
     .await;
-    w.not_fed_for(Duration::from_secs(1)).await;
     let reads = w.node_reads();
-    // The leader answers again, unmarked: the poison pill was for good.
-    w.switch.set(true);
     w.not_fed_for(ISOLATION).await;
-    assert_eq!(w.node_reads(), reads, "nothing more to read");
-    assert_eq!(w.status().basis, None);
+    assert_eq!(w.node_reads(), reads, "nothing to read while marked");
+    // The leader answers again, without the mark: lifted, fed on its answer.
+    let fed = w.feeds();
+    w.switch.set(true);
+    eventually("lifted by the leader", ISOLATION * 2, || {
+        let s = w.status();
+        !s.marked && s.basis == Some(Basis::Leader) && w.feeds() > fed
+    })
+    .await;
+    // Silent again: the Node's mark for this boot stops it again.
+    w.switch.set(false);
+    eventually("marked again by the API server", ISOLATION * 2, || {
+        let s = w.status();
+        s.marked && !s.feeding
+    })
+    .await;
+    assert!(w.node_reads() > reads);
     assert_eq!(w.stop().await, Some(Disarmed::Stopped));
 }
 

@@ -166,16 +166,19 @@ async fn a_companion_beats_is_acknowledged_feeds_and_stops_feeding_once_marked()
             .is_empty()
     );
 
-    // Marked: the next acknowledgement says so, and feeding stops for good.
+    // Marked: the next acknowledgement says so, and feeding stops while it stands.
     hb.set_marked("worker-1", true);
     eventually("told", || status.lock().unwrap().marked).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let after = dog.recorded().feeds;
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(dog.recorded().feeds, after, "no feed once marked");
+    // Lifted (the node recovered): the leader's next acknowledgement feeds it again.
     hb.set_marked("worker-1", false);
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    assert_eq!(dog.recorded().feeds, after, "the poison pill is for good");
+    eventually("lifted and fed again", || {
+        !status.lock().unwrap().marked && dog.recorded().feeds > after
+    })
+    .await;
 
     // A clean stop: "stopping" beaten, then disarmed.
     stop.send(()).unwrap();
@@ -226,10 +229,12 @@ async fn a_standbys_acknowledgements_never_feed_the_watchdog() {
 }
 
 /// A node still marked when its companion starts (its machine was reset for that mark,
-/// and the leader still says so): feeding is never allowed, so the watchdog is never
-/// armed, and the machine is not reset again.
+/// and the leader still says so): feeding is not allowed, so the watchdog is not
+/// armed, and the machine is not reset again. Once the leader lifts the mark (the
+/// node recovered), it arms and feeds: seed 4610, where it never did, and the node's
+/// next loss with its BMC could not be fenced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_companion_marked_before_it_may_feed_never_arms_its_watchdog() {
+async fn a_companion_marked_before_it_may_feed_arms_its_watchdog_once_the_mark_is_lifted() {
     let (kube, hb, pin) = world("worker-5", hello::AUDIENCE, Leadership::always()).await;
     hb.set_marked("worker-5", true);
     let dir = tempfile::tempdir().unwrap();
@@ -249,13 +254,26 @@ async fn a_companion_marked_before_it_may_feed_never_arms_its_watchdog() {
         hb.with_table(|t| t.companion("worker-5").map(|c| c.watchdog)),
         Some(WatchdogState::None)
     );
-    // Unmarked later: the poison pill was for good, still nothing armed.
+    // Lifted: armed at the first acknowledgement without the mark, and fed.
     hb.set_marked("worker-5", false);
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    assert_eq!(dog.recorded().feeds, 0);
+    eventually("armed and fed", || {
+        let s = status.lock().unwrap();
+        !s.marked && s.armed.is_some() && dog.recorded().feeds >= 1
+    })
+    .await;
+    eventually("the beats say armed", || {
+        matches!(
+            hb.with_table(|t| t.companion("worker-5").map(|c| c.watchdog)),
+            Some(WatchdogState::Armed { .. })
+        )
+    })
+    .await;
     stop.send(()).unwrap();
-    assert_eq!(run.await.unwrap().unwrap(), None);
-    assert!(!dog.recorded().disarmed, "never armed, never disarmed");
+    assert_eq!(
+        run.await.unwrap().unwrap(),
+        Some(Disarmed::StillRunning),
+        "armed now, and this device is nowayout"
+    );
     kube.shutdown().await;
 }
 

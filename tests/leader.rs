@@ -125,3 +125,34 @@ async fn a_crashed_leader_is_replaced_after_the_lease_duration_not_before() {
     task_b.await.unwrap();
     kube.shutdown().await;
 }
+
+/// The same replica winning the Lease back after another held it is a new term: what
+/// the first term dispatched no longer leads (seed 4252), what the second takes does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_won_back_is_a_new_term_and_the_last_terms_actions_stop() {
+    let kube = server().await;
+    let api = leases(&kube).await;
+    let (a, stop_a, task_a) = start(api.clone(), "replica-a");
+    eventually("a leads", Duration::from_secs(5), || a.is_leader()).await;
+    let (_first_scope, first) = a.this_term();
+    assert!(first.is_leader());
+    // Another replica takes the Lease over (as after a partition): a sees it held.
+    let mut lease = api.get("nodefence").await.unwrap();
+    let spec = lease.spec.as_mut().unwrap();
+    spec.holder_identity = Some("replica-b".into());
+    api.replace("nodefence", &Default::default(), &lease)
+        .await
+        .unwrap();
+    eventually("a stops leading", Duration::from_secs(5), || !a.is_leader()).await;
+    // Nobody renews it for replica-b: a takes it back once it expired.
+    eventually("a leads again", Duration::from_secs(6), || a.is_leader()).await;
+    assert!(
+        !first.is_leader(),
+        "the first term's view must not lead in the second"
+    );
+    let (_second_scope, second) = a.this_term();
+    assert!(second.is_leader());
+    stop_a.store(true, Ordering::SeqCst);
+    task_a.await.unwrap();
+    kube.shutdown().await;
+}

@@ -56,18 +56,69 @@ impl Default for LeaderTimings {
     }
 }
 
+/// One stretch of holding the Lease without a gap: its number (counted by this
+/// process's elector) and how long the last renewal keeps it valid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Held {
+    term: u64,
+    until: Instant,
+}
+
 /// Shared view of whether this replica leads. Cheap to clone.
+///
+/// A view taken with [`Leadership::this_term`] leads only in the term it was taken
+/// in, and only until its [`TermScope`] is dropped: an action dispatched in one term
+/// must not go on in the next one, even when this same process won the Lease again
+/// (seed 4252: a ForceOff decided in one term, sent 10 s later in the next, after
+/// the next term's own ForceOff had already gone out).
 #[derive(Debug, Clone)]
 pub struct Leadership {
-    valid_until: watch::Receiver<Option<Instant>>,
+    valid_until: watch::Receiver<Option<Held>>,
+    scope: Option<Scope>,
+}
+
+#[derive(Debug, Clone)]
+struct Scope {
+    term: Option<u64>,
+    open: Arc<AtomicBool>,
+}
+
+/// Ends the term of the views [`Leadership::this_term`] made, when dropped.
+#[derive(Debug)]
+pub struct TermScope(Arc<AtomicBool>);
+
+impl Drop for TermScope {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
 }
 
 impl Leadership {
-    /// True only while the last renewal is recent enough.
+    /// True only while the last renewal is recent enough (and, for a view of one
+    /// term, while that term lasts).
     pub fn is_leader(&self) -> bool {
-        self.valid_until
-            .borrow()
-            .is_some_and(|until| Instant::now() < until)
+        self.valid_until.borrow().is_some_and(|held| {
+            Instant::now() < held.until
+                && self.scope.as_ref().is_none_or(|scope| {
+                    scope.term == Some(held.term) && scope.open.load(Ordering::SeqCst)
+                })
+        })
+    }
+
+    /// A view that leads only in the current term (none when this replica does not
+    /// lead now) and only until the returned scope is dropped.
+    pub fn this_term(&self) -> (TermScope, Leadership) {
+        let term = (*self.valid_until.borrow())
+            .filter(|held| Instant::now() < held.until)
+            .map(|held| held.term);
+        let open = Arc::new(AtomicBool::new(true));
+        (
+            TermScope(open.clone()),
+            Leadership {
+                valid_until: self.valid_until.clone(),
+                scope: Some(Scope { term, open }),
+            },
+        )
     }
 
     /// Waits until this replica leads.
@@ -83,35 +134,63 @@ impl Leadership {
         }
     }
 
+    fn from(valid_until: watch::Receiver<Option<Held>>) -> Self {
+        Self {
+            valid_until,
+            scope: None,
+        }
+    }
+
     /// A leadership never held (a standby, in tests).
     pub fn never() -> Self {
         let (_tx, rx) = watch::channel(None);
-        Self { valid_until: rx }
+        Self::from(rx)
     }
 
     /// A leadership that is always held (for `--dry-run` and single-replica tests).
     pub fn always() -> Self {
-        let (_tx, rx) = watch::channel(Some(far_future()));
-        Self { valid_until: rx }
+        let (_tx, rx) = watch::channel(Some(Held {
+            term: 1,
+            until: far_future(),
+        }));
+        Self::from(rx)
     }
 
     /// A leadership held or not as its switch says (tests: a leader that fails over
-    /// and comes back).
+    /// and comes back). Each time it is switched on is a new term.
     pub fn switched(held: bool) -> (LeadershipSwitch, Self) {
-        let (tx, rx) = watch::channel(held.then(far_future));
-        (LeadershipSwitch(tx), Self { valid_until: rx })
+        let (tx, rx) = watch::channel(held.then(|| Held {
+            term: 1,
+            until: far_future(),
+        }));
+        (LeadershipSwitch(tx), Self::from(rx))
     }
 }
 
 /// Turns a [`Leadership::switched`] on and off.
 #[derive(Debug)]
-pub struct LeadershipSwitch(watch::Sender<Option<Instant>>);
+pub struct LeadershipSwitch(watch::Sender<Option<Held>>);
 
 impl LeadershipSwitch {
     pub fn set(&self, held: bool) {
-        self.0.send_replace(held.then(far_future));
+        self.0.send_if_modified(|now| {
+            let next = match (*now, held) {
+                (Some(h), true) => Some(h),
+                (None, true) => Some(Held {
+                    term: NEXT_TERM.fetch_add(1, Ordering::SeqCst),
+                    until: far_future(),
+                }),
+                (_, false) => None,
+            };
+            let changed = *now != next;
+            *now = next;
+            changed
+        });
     }
 }
+
+/// Term numbers for switched leaderships (tests): never one seen before.
+static NEXT_TERM: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(2);
 
 /// A renewal valid for a century.
 fn far_future() -> Instant {
@@ -124,7 +203,7 @@ pub struct LeaderElector {
     name: String,
     identity: String,
     timings: LeaderTimings,
-    tx: watch::Sender<Option<Instant>>,
+    tx: watch::Sender<Option<Held>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -155,7 +234,7 @@ impl LeaderElector {
                 tx,
                 stop: Arc::new(AtomicBool::new(false)),
             },
-            Leadership { valid_until: rx },
+            Leadership::from(rx),
         )
     }
 
@@ -167,6 +246,7 @@ impl LeaderElector {
     /// Acquires and renews until stopped; on stop, releases the Lease if held.
     pub async fn run(self) {
         let mut observed: Option<Observed> = None;
+        let mut term = 0;
         loop {
             if self.stop.load(Ordering::SeqCst) {
                 self.release().await;
@@ -176,10 +256,17 @@ impl LeaderElector {
             match self.try_acquire_or_renew(&mut observed).await {
                 Ok(true) => {
                     let until = attempt_started + self.timings.renew_deadline;
-                    let was = self.tx.send_replace(Some(until));
-                    if was.is_none_or(|w| Instant::now() >= w) {
-                        tracing::info!(lease = %self.name, identity = %self.identity, "became leader");
+                    // A renewal after the last one lapsed starts a new term: another
+                    // replica may have led in between.
+                    let lapsed = self
+                        .tx
+                        .borrow()
+                        .is_none_or(|held| Instant::now() >= held.until);
+                    if lapsed {
+                        term += 1;
+                        tracing::info!(lease = %self.name, identity = %self.identity, term, "became leader");
                     }
+                    self.tx.send_replace(Some(Held { term, until }));
                 }
                 Ok(false) => {
                     if self.tx.send_replace(None).is_some() {
@@ -312,5 +399,52 @@ impl LeaderElector {
                 tracing::warn!(lease = %self.name, error = %e, "could not release the Lease; it expires by itself")
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_term_view_leads_only_in_the_term_it_was_taken_in() {
+        let (switch, leadership) = Leadership::switched(true);
+        let (_scope, term) = leadership.this_term();
+        assert!(term.is_leader());
+        switch.set(true);
+        assert!(
+            term.is_leader(),
+            "a renewal in the same term changes nothing"
+        );
+        switch.set(false);
+        assert!(!term.is_leader());
+        switch.set(true);
+        assert!(leadership.is_leader(), "the replica leads again");
+        assert!(
+            !term.is_leader(),
+            "an action of the last term must not go on in the next one"
+        );
+        let (_scope, next) = leadership.this_term();
+        assert!(next.is_leader());
+    }
+
+    #[test]
+    fn a_term_view_stops_leading_when_its_scope_ends() {
+        let leadership = Leadership::always();
+        let (scope, term) = leadership.this_term();
+        let copy = term.clone();
+        assert!(copy.is_leader());
+        drop(scope);
+        assert!(!term.is_leader() && !copy.is_leader());
+        assert!(leadership.is_leader());
+    }
+
+    #[test]
+    fn a_view_taken_while_not_leading_never_leads() {
+        let (switch, leadership) = Leadership::switched(false);
+        let (_scope, term) = leadership.this_term();
+        switch.set(true);
+        assert!(leadership.is_leader() && !term.is_leader());
+        assert!(!Leadership::never().this_term().1.is_leader());
     }
 }

@@ -158,6 +158,14 @@ impl RecordStore {
         }
     }
 
+    /// The same store, writing only as `leadership` says (one term's view).
+    pub fn in_term(&self, leadership: &Leadership) -> Self {
+        Self {
+            api: self.api.clone(),
+            leadership: leadership.clone(),
+        }
+    }
+
     /// Every readable record. An unreadable entry is skipped with a warning: it can
     /// only ask for a power-on, and skipping it leaves the machine off (the safe side).
     pub async fn load(&self) -> Result<BTreeMap<String, ReleaseRecord>, RecordError> {

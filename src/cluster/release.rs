@@ -103,6 +103,14 @@ impl Releaser {
         }
     }
 
+    /// The same writer, leading only as `leadership` says (one term's view).
+    pub fn in_term(&self, leadership: &Leadership) -> Self {
+        Self {
+            leadership: leadership.clone(),
+            ..self.clone()
+        }
+    }
+
     /// Re-reads and re-checks `node` against `proof`; returns the fresh Node.
     async fn verify(
         &self,

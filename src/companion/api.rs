@@ -9,7 +9,7 @@
 //! the GET was *sent* ([`Feeding::api_answered`](nodefence_watchdog::feeding::Feeding::api_answered)):
 //! with one read every I/2, each answered within I/2 (its timeout), the hold has no
 //! gap. A mark for this machine's boot (`/proc/sys/kernel/random/boot_id`) stops
-//! feeding for good; a mark for another boot is void (the machine was already reset,
+//! feeding until the leader lifts it (nothing read here does); a mark for another boot is void (the machine was already reset,
 //! [`crate::watchdog::mark`]). An error, a timeout, a 403, a 429 or a 404 is no answer:
 //! nothing is extended, and the watchdog runs out unless the leader or the API server
 //! answers again.
@@ -78,8 +78,8 @@ async fn read(nodes: &kube::Api<Node>, node: &str, boot_id: &str, timeout: Durat
     }
 }
 
-/// Reads `node` whenever the leader is stale (see the module documentation), until
-/// the companion is marked; dropped with the companion.
+/// Reads `node` whenever the leader is stale (see the module documentation), except
+/// while the companion is marked; dropped with the companion.
 pub(super) async fn follow(access: ApiAccess, node: String, shared: Arc<Shared>, half: Duration) {
     let nodes: kube::Api<Node> = kube::Api::all(access.client);
     let mut last_sent: Option<Duration> = None;
@@ -87,7 +87,9 @@ pub(super) async fn follow(access: ApiAccess, node: String, shared: Arc<Shared>,
     let mut void_told = false;
     loop {
         if shared.feeding().marked() {
-            return;
+            // Nothing it reads can lift the mark: only the leader does.
+            tokio::time::sleep(half).await;
+            continue;
         }
         let now = shared.now();
         let stale_at = shared.leader_heard().saturating_add(half);
@@ -135,7 +137,6 @@ pub(super) async fn follow(access: ApiAccess, node: String, shared: Arc<Shared>,
                     marked_boot = m.boot_id.as_deref().unwrap_or("(any)"),
                     "the API server says this node is marked for fencing: the watchdog is no longer fed"
                 );
-                return;
             }
         }
     }

@@ -8,11 +8,13 @@
 //! less than `isolation_timeout` ago holds and carries no mark, or, once the leader has
 //! been silent for half of it, the API server's answer on the Node's fencing mark
 //! ([`api`]). A mark, in an acknowledgement or on the Node for this boot, stops feeding
-//! at once and for good (the poison pill).
+//! at once (the poison pill), until the leader lifts it
+//! ([`Feeding::acknowledged`](nodefence_watchdog::feeding::Feeding::acknowledged)).
 //!
 //! The watchdog is armed only when feeding is first allowed: a node still marked when
-//! its next companion starts (after the reset the mark caused) is not armed again, so
-//! never reset in a loop. A clean stop first beats "stopping" (this node's watchdog no
+//! its next companion starts (after the reset the mark caused) is not armed again
+//! while the mark stands, so never reset in a loop; once the leader lifts it (the node
+//! recovered, or was released), it arms. A clean stop first beats "stopping" (this node's watchdog no
 //! longer counts), then disarms an armed watchdog with the magic close; under
 //! `nowayout` it says that the next pod must take over within the watchdog's timeout.
 //!
@@ -647,17 +649,25 @@ async fn link(
                         Ok(ack) => {
                             unanswered = 0;
                             shared.told_cluster(ack.cluster);
-                            if ack.leader || ack.marked {
-                                shared.feeding().acknowledged(ack.beat_sent, ack.marked, received);
-                            }
+                            let (was, marked) = if ack.leader || ack.marked {
+                                let mut feeding = shared.feeding();
+                                let was = feeding.marked();
+                                feeding.acknowledged(ack.beat_sent, ack.marked, received);
+                                (was, feeding.marked())
+                            } else {
+                                let marked = shared.feeding().marked();
+                                (marked, marked)
+                            };
                             if ack.leader && !ack.marked {
                                 shared.heard_leader(ack.beat_sent);
                             }
                             let mut st = shared.status();
                             st.acknowledged += 1;
-                            st.marked |= ack.marked;
-                            if ack.marked {
+                            st.marked = marked;
+                            if marked && !was {
                                 tracing::warn!("nodefence marked this node for fencing: the watchdog is no longer fed");
+                            } else if was && !marked {
+                                tracing::warn!("nodefence lifted this node's fencing mark (it recovered, or this is its next boot): feeding the watchdog again");
                             }
                         }
                         Err(why) => tracing::debug!(%why, "datagram dropped"),

@@ -159,11 +159,16 @@ impl Controller {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let tasks = tokio_util::task::TaskTracker::new();
         let parts = self.executor_template.clone();
+        // Everything this term dispatches acts in this term only: once it ends (the
+        // Lease lost, even if won back at once, or a reload), what is still under way
+        // is refused at its next leadership check, and the next term starts from the
+        // cluster (seed 4252).
+        let (_term, leadership) = parts.leadership.this_term();
         let executor = Executor {
             drivers: parts.drivers,
-            releaser: parts.releaser,
-            records: parts.records,
-            leadership: parts.leadership.clone(),
+            releaser: parts.releaser.in_term(&leadership),
+            records: parts.records.in_term(&leadership),
+            leadership: leadership.clone(),
             pause: parts.pause,
             timed_out_requests: self
                 .requests
@@ -293,6 +298,7 @@ impl Controller {
             None => futures::stream::pending().boxed(),
         };
         let (requests_tx, mut requests_rx) = mpsc::unbounded_channel();
+        let requests_writer = self.requests.as_ref().map(|w| w.in_term(&leadership));
         // Standbys kept the table: a silence that began before this term counts now.
         let mut companions = self.companions.as_ref().map(|h| h.silent());
         if let Some(rx) = &mut companions {
@@ -373,7 +379,7 @@ impl Controller {
                 let uid = node.and_then(|n| n.uid());
                 executor.dispatch(action, node_ref, uid.map(|u| u.to_string()));
             }
-            if let Some(writer) = &self.requests
+            if let Some(writer) = &requests_writer
                 && !seen.requests.is_empty()
             {
                 let spawn = |task| {

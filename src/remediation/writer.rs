@@ -36,6 +36,11 @@ impl RequestWriter {
         Self { client, leadership }
     }
 
+    /// The same writer, writing only as `leadership` says (one term's view).
+    pub fn in_term(&self, leadership: &Leadership) -> Self {
+        Self::new(self.client.clone(), leadership.clone())
+    }
+
     /// The client it writes with (the requests' gate reads with it too).
     pub fn client(&self) -> Client {
         self.client.clone()

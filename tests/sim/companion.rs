@@ -158,6 +158,9 @@ struct Companion {
     peers_sent: Option<Duration>,
     /// It armed the watchdog (its beats say so).
     armed: bool,
+    /// When it was last seen marked (real time): a mark the leader lifted after the
+    /// watchdog's last feed still stopped it (seed 4610's fix lifts marks).
+    last_marked: Option<Instant>,
     /// The largest cluster an acknowledgement told it (0: none yet).
     cluster: u16,
 }
@@ -526,6 +529,7 @@ fn step(fleet: &Mutex<Fleet>, truth: &Truth, store: &Store) -> Vec<(usize, u64, 
                 api_sent: None,
                 peers_sent: None,
                 armed: false,
+                last_marked: None,
                 cluster: m.kept_cluster,
             });
         }
@@ -641,6 +645,9 @@ fn step(fleet: &Mutex<Fleet>, truth: &Truth, store: &Store) -> Vec<(usize, u64, 
         // Feeding.
         let m = &mut f.members[i];
         let c = m.companion.as_mut().unwrap();
+        if c.feeding.marked() {
+            c.last_marked = Some(now);
+        }
         if m.watchdog && c.feeding.may_feed(cnow).is_some() {
             if !c.armed {
                 c.armed = true;
@@ -713,7 +720,10 @@ fn reset(f: &mut Fleet, i: usize, truth: &Truth, store: &Store, s: Seen) {
         .and_then(|n| serde_json::from_value::<Node>(n).ok())
         .and_then(|n| mark::of_node(&n))
         .is_some_and(|mk| mk.boot_id.is_none() || m.boot_ids.iter().any(|b| mk.applies_to(b)));
-    let marked = on_node || companion.as_ref().is_some_and(|c| c.feeding.marked());
+    let marked = on_node
+        || companion
+            .as_ref()
+            .is_some_and(|c| c.feeding.marked() || c.last_marked.is_some_and(|t| t >= last_feed));
     // A successor that has not run an isolation timeout yet had no fair chance to
     // feed the watchdog its predecessor left counting (a crash, or a stop no replica
     // acknowledged): whether one comes in time is the DaemonSet's part, not the

@@ -40,8 +40,8 @@ MUTATIONS = [
      "invariant 2"),
     ("every-replica-leads",
      [("src/cluster/leader.rs",
-       ".is_some_and(|until| Instant::now() < until)",
-       ".is_some_and(|_| true) || true")],
+       "        self.valid_until.borrow().is_some_and(|held| {",
+       "        true || self.valid_until.borrow().is_some_and(|held| {")],
      "invariant 3"),
     # The pause has two layers since seeds 10400/11586/11834: the engine's gate and the
     # executor's fresh read of the switch before each command and release.
@@ -171,6 +171,21 @@ MUTATIONS = [
        "        if !told {\n            return false;\n        }\n",
        "")],
      "invariant 1"),
+    # Seed 4252: a ForceOff decided in one term went out in the next (the same replica
+    # won the Lease back), after that term's own ForceOff: the term's actions lead
+    # only in their term.
+    ("actions-outlive-their-term",
+     [("src/controller/mod.rs",
+       "let (_term, leadership) = parts.leadership.this_term();",
+       "let (_term, leadership) = ((), parts.leadership.clone());")],
+     "invariant 4"),
+    # Seed 4610: a mark that stops feeding for good leaves the next boot's companion,
+    # told the old boot's mark before the leader cleared it, unarmed for good.
+    ("mark-never-lifted",
+     [("watchdog/src/feeding.rs",
+       "            Some(_) => self.marked = None,\n",
+       "            Some(_) => return,\n")],
+     "invariant 6"),
     ("request-finalizer-kept",
      [("src/controller/requests.rs",
        "} else if !hold && request.finalizer && node.is_ok() {",

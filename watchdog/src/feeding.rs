@@ -13,8 +13,15 @@
 //!   control plane never reboots the fleet; a node cut off alone, or with a minority,
 //!   gets no such majority).
 //!
-//! A mark, from the leader or the API server, stops feeding at once and for good (the
-//! poison pill): only a new companion, after the machine was reset, starts afresh.
+//! A mark, from the leader or the API server, stops feeding at once (the poison
+//! pill), and for as long as it stands: only the leader lifts it, by acknowledging
+//! without the mark a beat sent *after* the companion learned of it (the node
+//! recovered, or its machine was proven reset and this companion is its next boot's;
+//! seed 4610: a companion started on the new boot before the leader had cleared the
+//! old boot's mark never fed, never armed, and left its node without the watchdog
+//! level for good). An answer to an earlier beat, the API server's and the peers'
+//! never lift it; the leader's release rule counts from its last acknowledgement
+//! without the mark, so a lifted mark only delays a release.
 //!
 //! The companion also tells: peers, whether it reaches the leader or the API server
 //! itself ([`Feeding::reach`]); the leader, in each beat, how long it has held one of
@@ -66,7 +73,8 @@ pub struct Feeding {
     leader: Option<Duration>,
     api: Option<Duration>,
     peers: Option<Duration>,
-    marked: bool,
+    /// When it last learned of a mark (its clock), while the mark stands.
+    marked: Option<Duration>,
     /// The leader or API answers held without a gap: since when, until when.
     reaching: Option<(Duration, Duration)>,
 }
@@ -87,16 +95,23 @@ impl Feeding {
             leader: None,
             api: None,
             peers: None,
-            marked: false,
+            marked: None,
             reaching: None,
         }
     }
 
     /// The leader answered the beat sent at `beat_sent_at`, received `now`.
+    /// `marked`: the acknowledgement carries the mark. The leader's answer without it
+    /// to a beat sent after the companion learned of the mark lifts the mark.
     pub fn acknowledged(&mut self, beat_sent_at: Duration, marked: bool, now: Duration) {
         if marked {
-            self.marked = true;
+            self.marked = Some(self.marked.map_or(now, |at| at.max(now)));
             return;
+        }
+        match self.marked {
+            Some(at) if beat_sent_at <= at => return,
+            Some(_) => self.marked = None,
+            None => {}
         }
         let until = beat_sent_at.saturating_add(self.isolation);
         extend(&mut self.leader, until);
@@ -106,7 +121,10 @@ impl Feeding {
     /// The API server answered the read of the mark sent at `sent_at`, received `now`.
     pub fn api_answered(&mut self, sent_at: Duration, marked: bool, now: Duration) {
         if marked {
-            self.marked = true;
+            self.marked = Some(self.marked.map_or(now, |at| at.max(now)));
+            return;
+        }
+        if self.marked.is_some() {
             return;
         }
         let until = sent_at.saturating_add(self.isolation);
@@ -125,7 +143,7 @@ impl Feeding {
 
     /// Whether the companion may feed its watchdog `now`, and on what.
     pub fn may_feed(&self, now: Duration) -> Option<Basis> {
-        if self.marked {
+        if self.marked.is_some() {
             return None;
         }
         [
@@ -140,7 +158,7 @@ impl Feeding {
     /// Until when (its clock) it may feed on what it has been told so far, if at all:
     /// the latest answer's end, or `None` once marked.
     pub fn feeding_until(&self) -> Option<Duration> {
-        if self.marked {
+        if self.marked.is_some() {
             return None;
         }
         [self.leader, self.api, self.peers]
@@ -149,15 +167,15 @@ impl Feeding {
             .max()
     }
 
-    /// The node has been marked for fencing.
+    /// The node is marked for fencing (and the leader has not lifted the mark).
     pub fn marked(&self) -> bool {
-        self.marked
+        self.marked.is_some()
     }
 
     /// What it answers a peer `now`. A marked companion says "neither": it no longer
     /// counts on the control plane.
     pub fn reach(&self, now: Duration) -> Reach {
-        if self.marked {
+        if self.marked.is_some() {
             Reach::Neither
         } else if self.leader.is_some_and(|u| now < u) {
             Reach::Leader
@@ -171,7 +189,7 @@ impl Feeding {
     /// Its hold on the leader or the API server `now`, for a beat.
     pub fn reaching(&self, now: Duration) -> Reaching {
         match self.reaching {
-            Some((since, until)) if now < until && !self.marked => Reaching {
+            Some((since, until)) if now < until && self.marked.is_none() => Reaching {
                 held_for: now.saturating_sub(since),
                 valid_for: until - now,
             },
@@ -202,7 +220,7 @@ impl Feeding {
             leader: shift(self.leader),
             api: shift(self.api),
             peers: shift(self.peers),
-            marked: self.marked,
+            marked: shift(self.marked),
             reaching: self
                 .reaching
                 .map(|(since, until)| (since.saturating_sub(by), until.saturating_sub(by))),
@@ -257,24 +275,51 @@ mod tests {
     }
 
     #[test]
-    fn a_mark_from_either_side_stops_feeding_for_good() {
+    fn a_mark_from_either_side_stops_feeding_until_the_leader_lifts_it() {
         for from_leader in [true, false] {
             let mut f = feeding();
             f.acknowledged(s(10), false, s(10));
             f.api_answered(s(10), false, s(10));
             f.peers_answered(s(10), 2, 3);
             if from_leader {
-                f.acknowledged(s(10), true, s(10));
+                f.acknowledged(s(10), true, s(11));
             } else {
-                f.api_answered(s(10), true, s(10));
+                f.api_answered(s(10), true, s(11));
             }
-            assert_eq!(f.may_feed(s(10)), None);
+            assert_eq!(f.may_feed(s(11)), None);
             assert!(f.marked());
-            f.acknowledged(s(11), false, s(11));
-            assert_eq!(f.may_feed(s(11)), None, "a later answer does not undo it");
-            assert_eq!(f.reach(s(11)), Reach::Neither);
-            assert_eq!(f.reaching(s(11)), Reaching::default());
+            // Answers that say nothing of the mark as it stands now do not undo it:
+            // the leader's to a beat sent before the companion learned of it (late,
+            // or overtaken), the API server's, the peers'.
+            f.acknowledged(s(11), false, s(12));
+            f.api_answered(s(12), false, s(12));
+            f.peers_answered(s(12), 2, 3);
+            assert_eq!(f.may_feed(s(12)), None, "from the leader: {from_leader}");
+            assert_eq!(f.reach(s(12)), Reach::Neither);
+            assert_eq!(f.reaching(s(12)), Reaching::default());
+            assert_eq!(f.feeding_until(), None);
+            // A standing mark told again keeps it; the leader's answer without it to a
+            // later beat lifts it.
+            f.acknowledged(s(12), true, s(13));
+            f.acknowledged(s(13), false, s(13));
+            assert!(f.marked(), "the beat was sent when the mark was told again");
+            f.acknowledged(s(14), false, s(14));
+            assert!(!f.marked());
+            assert_eq!(f.may_feed(s(14)), Some(Basis::Leader));
         }
+    }
+
+    #[test]
+    fn a_mark_learned_before_the_clock_was_shifted_is_lifted_only_by_a_later_beat() {
+        let mut f = feeding();
+        f.acknowledged(s(10), true, s(10));
+        let f = f.shifted_back(s(20));
+        let mut g = f.clone();
+        g.acknowledged(s(0), false, s(1));
+        assert!(g.marked(), "a beat at the origin may predate the mark");
+        let mut g = f;
+        g.acknowledged(s(1), false, s(1));
+        assert!(!g.marked());
     }
 
     #[test]
