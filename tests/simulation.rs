@@ -170,6 +170,11 @@ const DEBUG_REGRESSIONS: &[u64] = &[
 /// How often the random schedules' test reports its progress.
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
+/// A seed playing longer than this (real time) fails the run: the slowest take about
+/// 30 s in a debug build on a loaded machine; one that never ends would otherwise hold
+/// a run (and CI) until it is killed.
+const SEED_STALLED: Duration = Duration::from_secs(600);
+
 fn seeds() -> Vec<u64> {
     if let Ok(one) = std::env::var("NODEFENCE_SIM_SEED") {
         return vec![one.trim().parse().expect("NODEFENCE_SIM_SEED is a number")];
@@ -209,6 +214,9 @@ fn random_whole_system_schedules_keep_every_invariant() {
     let results = std::sync::Mutex::new(Vec::new());
     let played = AtomicUsize::new(0);
     let failed_so_far = AtomicUsize::new(0);
+    // What each player is playing, and since when (real time): a seed that never ends
+    // (seed 3006's spin at one instant of virtual time) fails the run, named.
+    let playing = std::sync::Mutex::new(std::collections::BTreeMap::<u64, Instant>::new());
     let progress = || {
         progress_line(
             played.load(Ordering::Relaxed),
@@ -226,8 +234,10 @@ fn random_whole_system_schedules_keep_every_invariant() {
                             break;
                         };
                         let began = Instant::now();
+                        playing.lock().unwrap().insert(seed, began);
                         let mut outcome = sim::play::run(seed);
                         let took = began.elapsed();
+                        playing.lock().unwrap().remove(&seed);
                         // `NODEFENCE_SIM_LOG=DIR`: each seed's log (the daemon's and the
                         // simulation's) to DIR/seed-N.log, to read why a seed failed.
                         if let Ok(dir) = std::env::var("NODEFENCE_SIM_LOG") {
@@ -265,6 +275,22 @@ fn random_whole_system_schedules_keep_every_invariant() {
             if Instant::now() >= next {
                 progress();
                 next += PROGRESS_EVERY;
+                let stuck = playing
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .find(|(_, began)| began.elapsed() >= SEED_STALLED)
+                    .map(|(seed, _)| *seed);
+                if let Some(seed) = stuck {
+                    // Its thread cannot be stopped from here; the process can.
+                    eprintln!(
+                        "simulation: seed {seed} has not ended after {} of real time (a loop \
+                         at one instant of virtual time?); replay it with \
+                         NODEFENCE_SIM_SEED={seed} NODEFENCE_SIM_LIVE=1",
+                        humantime::format_duration(SEED_STALLED)
+                    );
+                    std::process::exit(101);
+                }
             }
         }
     });
