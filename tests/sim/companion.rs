@@ -383,6 +383,11 @@ impl Fleet {
             .collect()
     }
 
+    /// Machine `i`'s hardware watchdog is armed now (ground truth).
+    pub fn watchdog_armed(&self, i: usize) -> bool {
+        self.members.get(i).is_some_and(|m| m.armed)
+    }
+
     fn leader_up(&self) -> bool {
         self.replicas
             .iter()

@@ -432,8 +432,14 @@ impl World {
                 match span {
                     Some(span) => later.push((Instant::now() + span, Fault::RackPower(i, None))),
                     None if serving => {
+                        // Only a machine whose watchdog was armed can be proven reset
+                        // by it (seed 7953: its companion stopped cleanly, disarmed,
+                        // and its successor could not arm during a control-plane
+                        // outage; the leader rightly refused to mark it).
                         self.with_fleet(|f| {
-                            f.lasting_rack.insert(i, Instant::now());
+                            if f.watchdog_armed(i) {
+                                f.lasting_rack.insert(i, Instant::now());
+                            }
                         });
                     }
                     None => {}
