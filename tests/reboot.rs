@@ -518,6 +518,19 @@ async fn a_new_leader_powers_on_a_node_its_crashed_predecessor_released() {
     )
     .await;
     assert!(!w.has_out_of_service_taint(&victim));
+    // The release that ended stays on the Node: a request made during it that no
+    // replica saw then was served by it (simulation seed 7104).
+    let last_release =
+        w.node(&victim).unwrap()["metadata"]["annotations"]["nodefence.io/last-release"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_default();
+    assert!(
+        tainted_at
+            .as_str()
+            .is_some_and(|added| last_release.starts_with(&format!("{added}/"))),
+        "{last_release:?} does not start at {tainted_at}"
+    );
     let released: Vec<Value> = w
         .events_with_reason("Released")
         .into_iter()

@@ -24,7 +24,9 @@ use kube::api::ListParams;
 use super::cluster_args::ClusterArgs;
 use super::exit;
 use crate::cluster::access::{Need, unreadable};
-use crate::cluster::facts::{TAINTED_ANNOTATION, node_facts};
+use crate::cluster::facts::{
+    LAST_RELEASE_ANNOTATION, TAINTED_ANNOTATION, node_facts, parse_last_release,
+};
 use crate::cluster::pause;
 use crate::engine::{Exclusion, Health, OnPoweredOn, Policy};
 use crate::power::PowerState;
@@ -101,7 +103,7 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
         None
     };
     if let Some(Ok(requests)) = &requests {
-        facts.request = crate::remediation::request::merged(requests);
+        facts.request = crate::remediation::request::merged(requests).map(Box::new);
     }
     let policy = target.map_or(&config.agent.policy, |t| &t.policy);
     let now = crate::clock::now();
@@ -230,6 +232,24 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
         lines.push((
             "Released".to_string(),
             format!("out-of-service taint added by nodefence at {added}"),
+        ));
+    } else if let Some((added, removed)) = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(LAST_RELEASE_ANNOTATION))
+        .and_then(|v| parse_last_release(v))
+    {
+        let added = added.map_or_else(
+            || "?".to_string(),
+            |a| humantime::format_rfc3339_seconds(a).to_string(),
+        );
+        lines.push((
+            "Last release".to_string(),
+            format!(
+                "{added} to {} (out-of-service taint added and removed by nodefence; a remediation request made before its end was served by it)",
+                humantime::format_rfc3339_seconds(removed)
+            ),
         ));
     }
     let mark = crate::watchdog::mark::of_node(&node);

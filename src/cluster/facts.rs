@@ -26,6 +26,12 @@ pub const TAINTED_ANNOTATION: &str = "nodefence.io/out-of-service-added";
 /// that a new leader, a restarted replica or a reloaded configuration does not send
 /// a second one for the same failure within `power_off_retry_after`.
 pub const POWER_OFF_ANNOTATION: &str = "nodefence.io/power-off-sent";
+/// Written by nodefence when it removes its out-of-service taint: the release that
+/// just ended, as an ISO 8601 interval `"<taint added>/<taint removed>"` (RFC 3339,
+/// nodefence's clock). A remediation request created before that end, which no
+/// replica saw while the node was released (its watches were down, or no replica
+/// led), was served by that release: it does not fence the node again.
+pub const LAST_RELEASE_ANNOTATION: &str = "nodefence.io/last-release";
 /// Control-plane role labels (current and legacy).
 pub const CONTROL_PLANE_LABELS: &[&str] = &[
     "node-role.kubernetes.io/control-plane",
@@ -84,6 +90,10 @@ pub fn node_facts(node: &Node, lease: Option<&Lease>, in_inventory: bool) -> Nod
         power_off_recorded: annotations
             .and_then(|a| a.get(POWER_OFF_ANNOTATION))
             .and_then(|v| parse_power_off(v)),
+        last_release_ended: annotations
+            .and_then(|a| a.get(LAST_RELEASE_ANNOTATION))
+            .and_then(|v| parse_last_release(v))
+            .map(|(_, ended)| ended),
         request: None,
         companion_silent: None,
     }
@@ -203,6 +213,27 @@ pub fn parse_power_off(value: &str) -> Option<(SystemTime, u32)> {
 /// The value of [`POWER_OFF_ANNOTATION`] for a power-off sent at `at`.
 pub fn power_off_annotation(at: SystemTime, attempt: u32) -> String {
     format!("{} attempt {attempt}", humantime::format_rfc3339_micros(at))
+}
+
+/// The release [`LAST_RELEASE_ANNOTATION`] records: when the taint was added (if that
+/// part reads) and when it was removed. `None`: the end does not read.
+pub fn parse_last_release(value: &str) -> Option<(Option<SystemTime>, SystemTime)> {
+    let (added, removed) = value.trim().split_once('/')?;
+    Some((
+        humantime::parse_rfc3339_weak(added.trim()).ok(),
+        humantime::parse_rfc3339_weak(removed.trim()).ok()?,
+    ))
+}
+
+/// The value of [`LAST_RELEASE_ANNOTATION`] for a release whose taint was added as
+/// `added` says (the taint's own annotation, as written) and removed at `removed`.
+pub fn last_release_annotation(added: Option<&str>, removed: SystemTime) -> String {
+    let removed = humantime::format_rfc3339_seconds(removed).to_string();
+    let added = added
+        .map(str::trim)
+        .filter(|a| humantime::parse_rfc3339_weak(a).is_ok())
+        .unwrap_or(&removed);
+    format!("{added}/{removed}")
 }
 
 /// The Ready condition: True → Ready; False or Unknown → NotReady since its last
@@ -360,6 +391,34 @@ mod tests {
             humantime::parse_rfc3339("2026-11-22T10:00:00Z").ok()
         );
         assert_eq!(f.lease_renewed, None);
+    }
+
+    #[test]
+    fn the_last_release_reads_back_as_written_and_a_broken_one_reads_as_none() {
+        let added = "2027-01-15T08:06:09Z";
+        let removed =
+            humantime::parse_rfc3339("2027-01-15T08:07:27Z").unwrap_or_else(|e| panic!("{e}"));
+        let value = last_release_annotation(Some(added), removed);
+        assert_eq!(value, "2027-01-15T08:06:09Z/2027-01-15T08:07:27Z");
+        let parsed = parse_last_release(&value);
+        assert_eq!(parsed.map(|(_, r)| r), Some(removed));
+        assert!(parsed.is_some_and(|(a, _)| a.is_some_and(|a| a < removed)));
+        // A taint annotation that does not read: the interval starts at its end.
+        assert_eq!(
+            last_release_annotation(Some("yesterday"), removed),
+            "2027-01-15T08:07:27Z/2027-01-15T08:07:27Z"
+        );
+        for broken in [
+            "",
+            "2027-01-15T08:07:27Z",
+            "x/y",
+            "2027-01-15T08:06:09Z/soon",
+        ] {
+            assert_eq!(parse_last_release(broken).map(|(_, r)| r), None, "{broken}");
+        }
+        let n = node(json!({"metadata": {"name": "w", "annotations": {
+            LAST_RELEASE_ANNOTATION: value}}}));
+        assert_eq!(node_facts(&n, None, true).last_release_ended, Some(removed));
     }
 
     #[test]

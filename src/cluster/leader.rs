@@ -15,7 +15,7 @@
 //! 409 Conflict and one success.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -134,7 +134,8 @@ impl Leadership {
         }
     }
 
-    fn from(valid_until: watch::Receiver<Option<Held>>) -> Self {
+    /// The leadership `valid_until` says (the elector's or a switch's channel).
+    fn watching(valid_until: watch::Receiver<Option<Held>>) -> Self {
         Self {
             valid_until,
             scope: None,
@@ -144,7 +145,7 @@ impl Leadership {
     /// A leadership never held (a standby, in tests).
     pub fn never() -> Self {
         let (_tx, rx) = watch::channel(None);
-        Self::from(rx)
+        Self::watching(rx)
     }
 
     /// A leadership that is always held (for `--dry-run` and single-replica tests).
@@ -153,7 +154,7 @@ impl Leadership {
             term: 1,
             until: far_future(),
         }));
-        Self::from(rx)
+        Self::watching(rx)
     }
 
     /// A leadership held or not as its switch says (tests: a leader that fails over
@@ -163,21 +164,29 @@ impl Leadership {
             term: 1,
             until: far_future(),
         }));
-        (LeadershipSwitch(tx), Self::from(rx))
+        let switch = LeadershipSwitch {
+            tx,
+            last_term: AtomicU64::new(1),
+        };
+        (switch, Self::watching(rx))
     }
 }
 
 /// Turns a [`Leadership::switched`] on and off.
 #[derive(Debug)]
-pub struct LeadershipSwitch(watch::Sender<Option<Held>>);
+pub struct LeadershipSwitch {
+    tx: watch::Sender<Option<Held>>,
+    /// The last term it started: each switch-on starts the next.
+    last_term: AtomicU64,
+}
 
 impl LeadershipSwitch {
     pub fn set(&self, held: bool) {
-        self.0.send_if_modified(|now| {
+        self.tx.send_if_modified(|now| {
             let next = match (*now, held) {
                 (Some(h), true) => Some(h),
                 (None, true) => Some(Held {
-                    term: NEXT_TERM.fetch_add(1, Ordering::SeqCst),
+                    term: self.last_term.fetch_add(1, Ordering::SeqCst) + 1,
                     until: far_future(),
                 }),
                 (_, false) => None,
@@ -188,9 +197,6 @@ impl LeadershipSwitch {
         });
     }
 }
-
-/// Term numbers for switched leaderships (tests): never one seen before.
-static NEXT_TERM: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(2);
 
 /// A renewal valid for a century.
 fn far_future() -> Instant {
@@ -234,7 +240,7 @@ impl LeaderElector {
                 tx,
                 stop: Arc::new(AtomicBool::new(false)),
             },
-            Leadership::from(rx),
+            Leadership::watching(rx),
         )
     }
 

@@ -161,8 +161,8 @@ impl RecordStore {
     /// The same store, writing only as `leadership` says (one term's view).
     pub fn in_term(&self, leadership: &Leadership) -> Self {
         Self {
-            api: self.api.clone(),
             leadership: leadership.clone(),
+            ..self.clone()
         }
     }
 

@@ -34,7 +34,10 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Client};
 use serde_json::json;
 
-use super::facts::{OUT_OF_SERVICE_TAINT, OUT_OF_SERVICE_VALUE, TAINTED_ANNOTATION, readiness};
+use super::facts::{
+    LAST_RELEASE_ANNOTATION, OUT_OF_SERVICE_TAINT, OUT_OF_SERVICE_VALUE, TAINTED_ANNOTATION,
+    last_release_annotation, readiness,
+};
 use super::leader::Leadership;
 use crate::engine::{OffProof, Readiness, ReleaseMode, ReleasePlan, ReleaseProof};
 use crate::identity::{IdentityCheck, NodeIdentity};
@@ -495,14 +498,14 @@ impl Releaser {
         let Some(fresh) = self.nodes.get_opt(node).await? else {
             return Ok(false);
         };
-        let ours = fresh
+        let Some(added) = fresh
             .metadata
             .annotations
             .as_ref()
-            .is_some_and(|a| a.contains_key(TAINTED_ANNOTATION));
-        if !ours {
+            .and_then(|a| a.get(TAINTED_ANNOTATION))
+        else {
             return Ok(false);
-        }
+        };
         if readiness(&fresh) != Readiness::Ready {
             return Err(ReleaseError::Refused(format!(
                 "Node {node} is not Ready; the taint stays"
@@ -515,6 +518,7 @@ impl Releaser {
                 "annotations": {
                     TAINTED_ANNOTATION: null,
                     crate::watchdog::mark::FENCING_MARK_ANNOTATION: null,
+                    LAST_RELEASE_ANNOTATION: last_release_annotation(Some(added), crate::clock::now()),
                 },
             },
             "spec": { "taints": taints },

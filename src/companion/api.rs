@@ -6,13 +6,15 @@
 //! Node, at most once per I/2 and one read at a time: a GET without a resourceVersion,
 //! so a read from etcd that returns any mark written before it was sent, of the
 //! metadata only (the annotations are all it needs). An answer holds for I from when
-//! the GET was *sent* ([`Feeding::api_answered`](nodefence_watchdog::feeding::Feeding::api_answered)):
-//! with one read every I/2, each answered within I/2 (its timeout), the hold has no
-//! gap. A mark for this machine's boot (`/proc/sys/kernel/random/boot_id`) stops
-//! feeding until the leader lifts it (nothing read here does); a mark for another boot is void (the machine was already reset,
-//! [`crate::watchdog::mark`]). An error, a timeout, a 403, a 429 or a 404 is no answer:
+//! the GET was *sent* ([`Feeding::api_answered`]): with one read every I/2, each
+//! answered within I/2 (its timeout), the hold has no gap. A mark for this machine's
+//! boot (`/proc/sys/kernel/random/boot_id`) stops feeding until the leader lifts it
+//! (nothing read here does); a mark for another boot is void (the machine was already
+//! reset, [`crate::watchdog::mark`]). An error, a timeout, a 403, a 429 or a 404 is no answer:
 //! nothing is extended, and the watchdog runs out unless the leader or the API server
 //! answers again.
+//!
+//! [`Feeding::api_answered`]: nodefence_watchdog::feeding::Feeding::api_answered
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -474,7 +474,7 @@ impl Controller {
     fn facts(&self, seen: &Observed, name: &str) -> Option<crate::engine::NodeFacts> {
         let node = seen.nodes.get(name)?;
         let mut facts = node.facts(seen.leases.get(name), self.inventory.contains(name));
-        facts.request = seen.requests.request_for(name);
+        facts.request = seen.requests.request_for(name).map(Box::new);
         facts.companion_silent = seen.silent.get(name).copied();
         Some(facts)
     }

@@ -111,8 +111,13 @@ pub struct NodeFacts {
     /// attempt), recorded on the Node before it was sent: a new leader does not send
     /// it again within `power_off_retry_after`.
     pub power_off_recorded: Option<(SystemTime, u32)>,
+    /// When nodefence last removed its out-of-service taint from the node (the end
+    /// of its last release, recorded on the Node): a request created before it was
+    /// served by that release, even if no replica saw the request then.
+    pub last_release_ended: Option<SystemTime>,
     /// A remediation request for the node, if one stands (the earliest live one).
-    pub request: Option<Request>,
+    /// Boxed: a Node rarely has one, and the facts of 5,000 Nodes are kept.
+    pub request: Option<Box<Request>>,
     /// Its companion was beating and has fallen silent for `heartbeat_timeout`
     /// ([`crate::heartbeat`]). `None`: beating, never beat, or stopped cleanly.
     pub companion_silent: Option<CompanionSilence>,
@@ -137,6 +142,7 @@ impl NodeFacts {
             our_taint_added: None,
             identity: NodeIdentity::default(),
             power_off_recorded: None,
+            last_release_ended: None,
             request: None,
             companion_silent: None,
         }
@@ -144,12 +150,12 @@ impl NodeFacts {
 
     /// The request that makes this node suspect: one that stands and has not timed out.
     pub fn live_request(&self) -> Option<&Request> {
-        self.request.as_ref().filter(|r| !r.timed_out)
+        self.request.as_deref().filter(|r| !r.timed_out)
     }
 
     /// Power commands are stopped by a request that timed out.
     pub fn request_timed_out(&self) -> Option<&Request> {
-        self.request.as_ref().filter(|r| r.timed_out)
+        self.request.as_deref().filter(|r| r.timed_out)
     }
 
     /// Whether the node is unhealthy at `now`, and since when it was last known alive.

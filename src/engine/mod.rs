@@ -123,11 +123,16 @@ impl Engine {
         let Some(request) = state.facts.request.take_if(|r| !r.timed_out) else {
             return;
         };
-        if !self.served_requests.contains(&request.uid) {
+        self.remember_served(request.uid);
+    }
+
+    /// Remembers a served request (the newest [`SERVED_REQUESTS_KEPT`]).
+    fn remember_served(&mut self, uid: String) {
+        if !self.served_requests.contains(&uid) {
             if self.served_requests.len() >= SERVED_REQUESTS_KEPT {
                 self.served_requests.pop_front();
             }
-            self.served_requests.push_back(request.uid);
+            self.served_requests.push_back(uid);
         }
     }
 
@@ -208,6 +213,30 @@ impl Engine {
         {
             facts.request = None;
         }
+        // A request created before the node's last release ended, seen only now (no
+        // replica saw it while the node was released: its watches were down, or none
+        // led): that release served it. Fencing for it now would power off a node
+        // that came back since (simulation seed 7104).
+        let mut served_late = None;
+        if let Some(request) = facts.live_request()
+            && let Some(ended) = facts.last_release_ended
+            && request.since <= ended
+        {
+            served_late = Some(Notice::normal(
+                &name,
+                Reason::RemediationRequested,
+                format!(
+                    "{} was made at {}, before this node's last release ended (out-of-service taint removed at {}): served by that release; not fencing again",
+                    request.by,
+                    humantime::format_rfc3339_seconds(request.since),
+                    humantime::format_rfc3339_seconds(ended),
+                ),
+            ));
+            let uid = request.uid.clone();
+            self.remember_served(uid);
+            facts.request = None;
+        }
+        let mut out: Vec<Action> = served_late.into_iter().collect();
         match self.nodes.get_mut(&name) {
             Some(state) => {
                 // The taint this term removed, seen again on an older copy of the Node
@@ -237,7 +266,7 @@ impl Engine {
                 state.gone = false;
                 if stays_healthy {
                     self.lower_deadline(&name);
-                    return Vec::new();
+                    return out;
                 }
             }
             None => {
@@ -257,7 +286,7 @@ impl Engine {
         // Released already (on nodefence's own, or by an earlier term) when a request
         // comes: served at once.
         self.serve_if_released(&name);
-        let mut out = self.reevaluate(Some(&name), now);
+        out.extend(self.reevaluate(Some(&name), now));
         if self.serve_if_released(&name) {
             out.extend(self.reevaluate(Some(&name), now));
         }

@@ -338,12 +338,12 @@ mod tests {
     fn a_request_held_by_another_that_timed_out_says_which_and_why() {
         let now = crate::clock::now();
         let mut facts = NodeFacts::ready("worker-1", now);
-        facts.request = Some(Request {
+        facts.request = Some(Box::new(Request {
             uid: "uid-nhc".into(),
             by: "NodeFenceRemediation nodefence/worker-1".into(),
             since: now,
             timed_out: true,
-        });
+        }));
         let state = NodeState::new(facts, now);
         let policy = Policy::default();
         let mine = kept("by-hand-1", "uid-mine");

@@ -104,12 +104,19 @@ async fn untaint_removes_only_a_taint_nodefence_added() {
         taint_keys(&after),
         vec!["example.com/maintenance=x:NoSchedule".to_string()]
     );
-    assert!(
-        !after
-            .metadata
-            .annotations
-            .unwrap_or_default()
-            .contains_key("nodefence.io/out-of-service-added")
+    let annotations = after.metadata.annotations.clone().unwrap_or_default();
+    assert!(!annotations.contains_key("nodefence.io/out-of-service-added"));
+    // The release that ended is recorded: a request made during it that no replica
+    // saw then is served by it (simulation seed 7104).
+    let (added, ended) = annotations
+        .get("nodefence.io/last-release")
+        .and_then(|v| nodefence::cluster::facts::parse_last_release(v))
+        .expect("the last release recorded");
+    assert!(added.is_some_and(|a| a <= ended));
+    assert!(ended <= SystemTime::now() && ended + Duration::from_secs(60) > SystemTime::now());
+    assert_eq!(
+        nodefence::cluster::facts::node_facts(&after, None, true).last_release_ended,
+        Some(ended)
     );
 
     // An administrator's out-of-service taint (no annotation) is never removed.

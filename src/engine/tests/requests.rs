@@ -9,12 +9,12 @@ impl Harness {
     fn request(&mut self, node: &str, uid: &str, timed_out: bool) {
         let since = self.now;
         self.set_facts(node, |f| {
-            f.request = Some(Request {
+            f.request = Some(Box::new(Request {
                 uid: uid.into(),
                 by: format!("NodeFenceRemediation nodefence/{node}"),
                 since,
                 timed_out,
-            });
+            }));
         });
     }
 
@@ -268,4 +268,42 @@ fn a_delete_node_release_serves_its_request_though_the_node_is_forgotten() {
     h.request("w1", "r1", false);
     h.advance(secs(60));
     assert_eq!(h.power_offs("w1"), 1);
+}
+
+/// Simulation seed 7104: a request made while its node was released, during an
+/// outage of the control plane, was seen by no replica until after the taint was
+/// removed; a new leader then powered off the machine that had come back. The end of
+/// the last release is recorded on the Node: a request older than it was served by it.
+#[test]
+fn a_request_made_during_a_release_no_replica_saw_is_served_by_that_release() {
+    let mut h = Harness::three_workers();
+    h.advance(secs(120));
+    let ended = h.now - secs(40);
+    let made = ended - secs(45);
+    h.set_facts("w1", |f| {
+        f.last_release_ended = Some(ended);
+        f.request = Some(Box::new(Request {
+            uid: "r1".into(),
+            by: "NodeFenceRemediation nodefence/by-hand-1".into(),
+            since: made,
+            timed_out: false,
+        }));
+    });
+    h.advance(secs(60));
+    assert_eq!(h.power_offs("w1"), 0, "fenced again for a request served");
+    assert!(h.engine.request_served("r1"), "reported Succeeded");
+    assert!(h.reasons("w1").contains(&Reason::RemediationRequested));
+    assert!(!h.released("w1"));
+    // One made after the release ended is a new one: served as any request.
+    h.set_facts("w1", |f| {
+        f.request = Some(Box::new(Request {
+            uid: "r2".into(),
+            by: "NodeFenceRemediation nodefence/by-hand-2".into(),
+            since: ended + secs(1),
+            timed_out: false,
+        }));
+    });
+    h.advance(secs(30));
+    assert_eq!(h.power_offs("w1"), 1);
+    assert!(h.engine.request_served("r2"));
 }
