@@ -19,8 +19,13 @@
 //! - a peer's companion crashing (its watchdog stays armed);
 //!
 //! and the leader may take the two halves of fencing N, in either order or together:
-//! it stops acknowledging N without the mark, and it writes the mark. Which of these
-//! a search explores, and how many faults a run may have, is its [`Profile`].
+//! it stops acknowledging N without the mark, and it writes the mark. With
+//! [`WatchdogModel::with_lifts`] it may also give fencing up once (N came back before
+//! the release): it acknowledges N without the mark again at once and removes the
+//! mark from the API server, and may fence N again later; only its acknowledgement
+//! without the mark to a beat sent after N learned of the mark lifts the mark in N's
+//! rule ([`Feeding::acknowledged`]). Which of these a search explores, and how many
+//! faults a run may have, is its [`Profile`].
 //!
 //! The protocol then runs: acknowledgements due are delivered; every running companion
 //! beats the leader (which acknowledges it, and learns from its echo and report how
@@ -69,6 +74,9 @@ pub enum Mutation {
     NoDriftMargin,
     /// The leader does not ask that a majority of the other companions was heard.
     NoMajorityHeard,
+    /// The leader gives fencing up (removing the mark from the API server) but keeps
+    /// counting the mark it wrote, and releases on it when it fences again.
+    GivenUpMarkKept,
 }
 
 /// Which part of the protocol a search explores in full. One search over everything
@@ -170,6 +178,8 @@ pub struct Step {
     crash: Option<usize>,
     stop: bool,
     mark: bool,
+    /// The leader gives fencing N up (unmarks it).
+    lift: bool,
 }
 
 impl fmt::Display for Step {
@@ -183,6 +193,9 @@ impl fmt::Display for Step {
         }
         if self.mark {
             write!(f, ", leader writes the mark")?;
+        }
+        if self.lift {
+            write!(f, ", leader gives fencing N up")?;
         }
         Ok(())
     }
@@ -227,7 +240,13 @@ pub struct State {
     /// The last acknowledgement without the mark sent to N (leader clock).
     last_ack: Option<Duration>,
     fencing: bool,
+    /// When the leader wrote the mark of this attempt (its clock; `None` once it gave
+    /// fencing up).
     mark: Option<Duration>,
+    /// The API server holds the mark (it stays if the leader could not remove it).
+    api_mark: bool,
+    /// The leader gave fencing up once.
+    lifted: bool,
     released: bool,
     crashed: bool,
     control_plane_only: bool,
@@ -244,6 +263,8 @@ pub struct WatchdogModel {
     faults: u8,
     mutation: Mutation,
     timing: Timing,
+    /// The leader may give fencing up once.
+    lifts: bool,
 }
 
 /// The reading of a clock at `rate` `ms` of real time after its origin.
@@ -271,6 +292,31 @@ impl WatchdogModel {
                 max_drift_ppm: 100_000,
                 scheduling_allowance: Duration::ZERO,
             },
+            lifts: false,
+        }
+    }
+
+    pub fn nodes(&self) -> usize {
+        self.nodes
+    }
+
+    pub fn profile(&self) -> Profile {
+        self.profile
+    }
+
+    pub fn mutation(&self) -> Mutation {
+        self.mutation
+    }
+
+    pub fn lifts(&self) -> bool {
+        self.lifts
+    }
+
+    /// The same model where the leader may give fencing up once, and fence again.
+    pub fn with_lifts(self) -> Self {
+        Self {
+            lifts: true,
+            ..self
         }
     }
 
@@ -385,6 +431,8 @@ impl Model for WatchdogModel {
                         last_ack: Some(now(leader_rate)),
                         fencing: false,
                         mark: None,
+                        api_mark: false,
+                        lifted: false,
                         released: false,
                         crashed: false,
                         // N's cut from the control plane is a partition.
@@ -425,16 +473,23 @@ impl Model for WatchdogModel {
             Profile::ControlPlane => &[Delivery::Now, Delivery::Later, Delivery::Lost],
             _ => &[Delivery::Now, Delivery::Lost],
         };
+        let lift = self.lifts && !s.lifted && (s.fencing || s.mark.is_some());
+        let fences: Vec<(bool, bool, bool)> = fences
+            .iter()
+            .map(|&(stop, mark)| (stop, mark, false))
+            .chain(lift.then_some((false, false, true)))
+            .collect();
         for links in self.links() {
             for &delivery in deliveries {
                 for &crash in &crashes {
-                    for &(stop, mark) in fences {
+                    for &(stop, mark, lift) in &fences {
                         let step = Step {
                             links,
                             delivery,
                             crash,
                             stop,
                             mark,
+                            lift,
                         };
                         if self.profile == Profile::Outage || self.cost(s, &step) <= s.faults_left {
                             out.push(step);
@@ -466,8 +521,10 @@ impl Model for WatchdogModel {
         )
     }
 
+    /// A release (with lifts: one after fencing was given up and taken up again, so
+    /// that the search is known to reach that case).
     fn example(&self, s: &State) -> bool {
-        s.released
+        s.released && (s.lifted || !self.lifts)
     }
 }
 
@@ -562,7 +619,7 @@ impl WatchdogModel {
                 }
             }
             if self.up(links, End::Companion(i), End::Api) {
-                let marked = i == 0 && s.mark.is_some();
+                let marked = i == 0 && s.api_mark;
                 s.companions[i].feeding.api_answered(now, marked, now);
             }
             let neither = (0..self.nodes)
@@ -605,6 +662,19 @@ impl WatchdogModel {
         }
         if leader_acts && step.mark && self.up(links, End::Leader, End::Api) {
             s.mark = Some(leader_now);
+            s.api_mark = true;
+        }
+        // Or gives it up: N is acknowledged without the mark from its next beat on; the
+        // mark's removal is a write that may not reach the API server.
+        if leader_acts && step.lift {
+            s.fencing = false;
+            if self.mutation != Mutation::GivenUpMarkKept {
+                s.mark = None;
+            }
+            s.lifted = true;
+            if self.up(links, End::Leader, End::Api) {
+                s.api_mark = false;
+            }
         }
         // And releases N as soon as its rule allows.
         if leader_acts && s.mark.is_some() {
@@ -615,6 +685,7 @@ impl WatchdogModel {
             && !s.crashed
             && !s.fencing
             && s.mark.is_none()
+            && !s.lifted
             && let Some(i) = s.companions.iter().position(|c| c.reset)
         {
             s.broken = Some(format!(
