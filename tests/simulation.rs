@@ -1,13 +1,15 @@
 //! Whole-system randomized proof of the one rule (issue 15): see `tests/sim/`. About
 //! half the random seeds run companions and hardware watchdogs (issue 36,
 //! `tests/sim/companion.rs`), three quarters of those with the watchdog level; the
-//! regression seeds and the scripted scenarios run none, so they play as recorded.
+//! seeds of [`REGRESSIONS`] and the scripted scenarios run none, so they play as
+//! recorded ([`COMPANION_REGRESSIONS`] play every generator, as a random seed does).
 //!
 //! `cargo test --release --test simulation` plays a bounded sample of seeds (a debug
 //! build plays fewer, see [`DEBUG_REGRESSIONS`]);
 //! `NODEFENCE_SIM_SEEDS=10000 cargo test --release --test simulation -- --nocapture`
-//! plays more; `NODEFENCE_SIM_SEED=N` replays one. A failure prints its seed, what
-//! broke, the schedule, and the one-line command that replays it.
+//! plays more; `NODEFENCE_SIM_SEED=N` replays one (`N,M,...`: those, and nothing
+//! else). A failure prints its seed, what broke, the schedule, and the one-line
+//! command that replays it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod sim;
@@ -189,8 +191,17 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 const SEED_STALLED: Duration = Duration::from_secs(600);
 
 fn seeds() -> Vec<u64> {
-    if let Ok(one) = std::env::var("NODEFENCE_SIM_SEED") {
-        return vec![one.trim().parse().expect("NODEFENCE_SIM_SEED is a number")];
+    // One seed, or a few (`1,2,3`: to replay failures, or to profile a run without
+    // the regression seeds).
+    if let Ok(listed) = std::env::var("NODEFENCE_SIM_SEED") {
+        return listed
+            .split(',')
+            .map(|one| {
+                one.trim()
+                    .parse()
+                    .expect("NODEFENCE_SIM_SEED is a number or a list of them (1,2,3)")
+            })
+            .collect();
     }
     let asked: Option<u64> = std::env::var("NODEFENCE_SIM_SEEDS")
         .ok()
