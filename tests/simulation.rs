@@ -270,9 +270,7 @@ fn random_whole_system_schedules_keep_every_invariant() {
                                 .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
                         }
                         // Freed, not just emptied (`clear` keeps the capacity); the
-                        // replay test keeps its logs. A run still grows by about 7 MB
-                        // a seed (not found yet): play long runs in chunks of 1,000
-                        // (`NODEFENCE_SIM_FIRST`), as docs/proof.md says.
+                        // replay test keeps its logs.
                         outcome.log = String::new();
                         if !outcome.violations.is_empty() {
                             failed_so_far.fetch_add(1, Ordering::Relaxed);

@@ -273,13 +273,16 @@ impl World {
     /// Why a power-off sent now breaks invariant 2, if it does.
     pub fn gate(&self) -> Arc<Gate> {
         let store = self.store.clone();
-        let truth = self.truth.clone();
+        // Weak: the truth keeps the gate, and a strong reference back made a cycle
+        // that kept every seed's truth and API server store (about 9 MB) for the rest
+        // of a run.
+        let truth = Arc::downgrade(&self.truth);
         let opted = self.opted_out.clone();
         let policy = self.policy.clone();
         Arc::new(move |node: &str| {
             let settled =
                 |since: Instant| Instant::now().duration_since(since) >= Duration::from_secs(1);
-            if let Some(why) = truth.pause_refusal() {
+            if let Some(why) = truth.upgrade().and_then(|t| t.pause_refusal()) {
                 return Some(why);
             }
             if lock(&opted).get(node).copied().is_some_and(settled) {
