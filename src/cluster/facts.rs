@@ -22,9 +22,11 @@ pub const EXCLUDE_ANNOTATION: &str = "nodefence.io/exclude";
 /// Set by nodefence when it adds the out-of-service taint (RFC 3339 time); only a
 /// taint recorded here is ever removed by nodefence.
 pub const TAINTED_ANNOTATION: &str = "nodefence.io/out-of-service-added";
-/// Written by nodefence just before it sends a power-off (`"<time> attempt <n>"`), so
-/// that a new leader, a restarted replica or a reloaded configuration does not send
-/// a second one for the same failure within `power_off_retry_after`.
+/// Written by nodefence just before it sends a power-off (`"<time> attempt <n> boot
+/// <bootID>"`, the boot the Node reported then; older records lack it), so that a new
+/// leader, a restarted replica or a reloaded configuration does not send a second one
+/// for the same failure within `power_off_retry_after`: a sign of life after the
+/// command from the same boot is the machine still going down, not a new life.
 pub const POWER_OFF_ANNOTATION: &str = "nodefence.io/power-off-sent";
 /// Written by nodefence when it removes its out-of-service taint: the release that
 /// just ended, as an ISO 8601 interval `"<taint added>/<taint removed>"` (RFC 3339,
@@ -90,6 +92,10 @@ pub fn node_facts(node: &Node, lease: Option<&Lease>, in_inventory: bool) -> Nod
         power_off_recorded: annotations
             .and_then(|a| a.get(POWER_OFF_ANNOTATION))
             .and_then(|v| parse_power_off(v)),
+        power_off_this_boot: annotations
+            .and_then(|a| a.get(POWER_OFF_ANNOTATION))
+            .and_then(|v| power_off_boot(v))
+            .is_some_and(|boot| crate::watchdog::mark::boot_id_of(node) == Some(boot)),
         last_release_ended: annotations
             .and_then(|a| a.get(LAST_RELEASE_ANNOTATION))
             .and_then(|v| parse_last_release(v))
@@ -203,16 +209,35 @@ impl KeptLease {
 
 /// `"<RFC 3339 time> attempt <n>"`, as [`power_off_annotation`] writes it.
 pub fn parse_power_off(value: &str) -> Option<(SystemTime, u32)> {
-    let (at, attempt) = value.trim().split_once(" attempt ")?;
+    let (at, rest) = value.trim().split_once(" attempt ")?;
+    let attempt = rest
+        .split_once(" boot ")
+        .map_or(rest, |(attempt, _)| attempt);
     Some((
         humantime::parse_rfc3339(at.trim()).ok()?,
         attempt.trim().parse().ok()?,
     ))
 }
 
-/// The value of [`POWER_OFF_ANNOTATION`] for a power-off sent at `at`.
-pub fn power_off_annotation(at: SystemTime, attempt: u32) -> String {
-    format!("{} attempt {attempt}", humantime::format_rfc3339_micros(at))
+/// The boot a [`POWER_OFF_ANNOTATION`] value names (`None`: an older record, or
+/// none known when it was written).
+pub fn power_off_boot(value: &str) -> Option<&str> {
+    parse_power_off(value)?;
+    value
+        .trim()
+        .split_once(" boot ")
+        .map(|(_, boot)| boot.trim())
+        .filter(|b| !b.is_empty())
+}
+
+/// The value of [`POWER_OFF_ANNOTATION`] for a power-off sent at `at` to the machine
+/// whose Node reports boot `boot`.
+pub fn power_off_annotation(at: SystemTime, attempt: u32, boot: Option<&str>) -> String {
+    let at = humantime::format_rfc3339_micros(at);
+    match boot {
+        Some(boot) => format!("{at} attempt {attempt} boot {boot}"),
+        None => format!("{at} attempt {attempt}"),
+    }
 }
 
 /// The release [`LAST_RELEASE_ANNOTATION`] records: when the taint was added (if that
@@ -486,8 +511,26 @@ mod tests {
     #[test]
     fn a_recorded_power_off_reads_back_and_garbage_is_no_record() {
         let at = std::time::UNIX_EPOCH + std::time::Duration::from_micros(1_800_000_000_123_456);
-        let value = power_off_annotation(at, 2);
+        let value = power_off_annotation(at, 2, None);
         assert_eq!(parse_power_off(&value), Some((at, 2)));
+        assert_eq!(power_off_boot(&value), None);
+        let value = power_off_annotation(at, 3, Some("b0a7-1"));
+        assert_eq!(parse_power_off(&value), Some((at, 3)));
+        assert_eq!(power_off_boot(&value), Some("b0a7-1"));
+        assert_eq!(power_off_boot("yesterday attempt 1 boot b0a7-1"), None);
+        // The Node's boot now against the record's: the same boot, or not.
+        let node = |boot: &str| {
+            serde_json::from_value::<Node>(json!({"metadata": {"name": "w",
+                "annotations": {POWER_OFF_ANNOTATION: value}},
+                "status": {"nodeInfo": {"bootID": boot, "machineID": "", "systemUUID": "",
+                    "kernelVersion": "", "osImage": "", "containerRuntimeVersion": "",
+                    "kubeletVersion": "", "kubeProxyVersion": "", "operatingSystem": "linux",
+                    "architecture": "amd64"}}}))
+            .expect("node")
+        };
+        let same = node_facts(&node("b0a7-1"), None, true);
+        assert!(same.power_off_this_boot && same.power_off_recorded == Some((at, 3)));
+        assert!(!node_facts(&node("c1d2-2"), None, true).power_off_this_boot);
         for bad in [
             "",
             "yesterday attempt 1",

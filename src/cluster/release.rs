@@ -412,7 +412,12 @@ impl Releaser {
     /// delays a later power-off, never allows one.
     pub async fn record_power_off(&self, node: &str, attempt: u32) -> Result<(), ReleaseError> {
         self.require_leader()?;
-        let value = crate::cluster::facts::power_off_annotation(crate::clock::now(), attempt);
+        // The boot it goes to: a sign of life from that boot after the command is the
+        // machine still going down, not a new failure (a new leader must not send
+        // another within `power_off_retry_after`).
+        let fresh = self.nodes.get_opt(node).await?;
+        let boot = fresh.as_ref().and_then(crate::watchdog::mark::boot_id_of);
+        let value = crate::cluster::facts::power_off_annotation(crate::clock::now(), attempt, boot);
         let patch = json!({
             "metadata": { "annotations": { crate::cluster::facts::POWER_OFF_ANNOTATION: value } },
         });

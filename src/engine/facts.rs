@@ -111,6 +111,9 @@ pub struct NodeFacts {
     /// attempt), recorded on the Node before it was sent: a new leader does not send
     /// it again within `power_off_retry_after`.
     pub power_off_recorded: Option<(SystemTime, u32)>,
+    /// That power-off was sent to the boot the Node reports now: the machine has not
+    /// started again since (its signs of life after the command are the same life).
+    pub power_off_this_boot: bool,
     /// When nodefence last removed its out-of-service taint from the node (the end
     /// of its last release, recorded on the Node): a request created before it was
     /// served by that release, even if no replica saw the request then.
@@ -142,6 +145,7 @@ impl NodeFacts {
             our_taint_added: None,
             identity: NodeIdentity::default(),
             power_off_recorded: None,
+            power_off_this_boot: false,
             last_release_ended: None,
             request: None,
             companion_silent: None,

@@ -48,10 +48,27 @@ pub enum PowerOffStatus {
     Failed { at: SystemTime, attempt: u32 },
 }
 
-/// A power-off recorded on the Node that belongs to the failure since `since`.
-fn recorded_power_off(recorded: &Option<(SystemTime, u32)>, since: SystemTime) -> PowerOffStatus {
-    match *recorded {
-        Some((at, attempt)) if at > since => PowerOffStatus::Sent { at, attempt },
+/// A power-off recorded on the Node that belongs to the failure since `since`: sent
+/// after that last sign of life, or sent to this boot of the machine within
+/// `power_off_retry_after` (a sign of life after the command, from the same boot, is
+/// the machine still going down: simulation seed 5340, where a new term sent a
+/// second ForceOff 3 s after the first because the kubelet renewed its Lease 0.9 s
+/// after it).
+fn recorded_power_off(
+    facts: &NodeFacts,
+    since: SystemTime,
+    now: SystemTime,
+    policy: &Policy,
+) -> PowerOffStatus {
+    match facts.power_off_recorded {
+        Some((at, attempt))
+            if at > since
+                || facts.power_off_this_boot
+                    && now.duration_since(at).unwrap_or_default()
+                        < policy.power_off_retry_after =>
+        {
+            PowerOffStatus::Sent { at, attempt }
+        }
         _ => PowerOffStatus::NotSent,
     }
 }
@@ -311,7 +328,6 @@ impl NodeState {
         let health = self.facts.health(now, policy.lease_stale_after);
         let exclusion = self.exclusion(policy);
         let name = self.facts.name.clone();
-        let facts_power_off = self.facts.power_off_recorded;
         let target = Target {
             node: self.facts.identity.clone(),
             require_identity: policy.require_identity,
@@ -380,7 +396,7 @@ impl NodeState {
                     last_state: None,
                     last_error: None,
                     first_reading: None,
-                    power_off: recorded_power_off(&facts_power_off, since),
+                    power_off: recorded_power_off(&self.facts, since, now, policy),
                     releasing: false,
                     steps: None,
                     block: None,
@@ -429,7 +445,7 @@ impl NodeState {
                 if inc.power_off == PowerOffStatus::NotSent {
                     // Another term (a replica that crashed, lost the Lease, or ran an
                     // older configuration) already sent one for this failure.
-                    inc.power_off = recorded_power_off(&facts_power_off, inc.since);
+                    inc.power_off = recorded_power_off(&self.facts, inc.since, now, policy);
                 }
                 if let Some(excl) = exclusion
                     && !inc.releasing

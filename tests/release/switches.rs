@@ -96,9 +96,14 @@ async fn the_pause_switch_is_read_again_before_each_command_and_an_unreadable_on
 async fn a_power_off_is_refused_for_a_node_opted_out_since_the_decision() {
     let (kube, client) = setup().await;
     dead_node(&client, "w1", died()).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let boot = json!({"status": {"nodeInfo": {"bootID": "3f1c-boot-1"}}});
+    nodes
+        .patch_status("w1", &PatchParams::default(), &Patch::Merge(&boot))
+        .await
+        .unwrap();
     let releaser = Releaser::new(client.clone(), Leadership::always());
     releaser.record_power_off("w1", 1).await.unwrap();
-    let nodes: Api<Node> = Api::all(client.clone());
     let recorded = |n: &Node| {
         n.metadata
             .annotations
@@ -107,7 +112,11 @@ async fn a_power_off_is_refused_for_a_node_opted_out_since_the_decision() {
             .cloned()
     };
     let first = recorded(&nodes.get("w1").await.unwrap()).expect("the first record is written");
-    assert!(first.ends_with("attempt 1"), "{first}");
+    // It names the boot it went to: a sign of life from that boot after it is the
+    // machine still going down (seed 5340).
+    assert!(first.ends_with("attempt 1 boot 3f1c-boot-1"), "{first}");
+    let facts = nodefence::cluster::facts::node_facts(&nodes.get("w1").await.unwrap(), None, true);
+    assert!(facts.power_off_this_boot && facts.power_off_recorded.is_some_and(|(_, a)| a == 1));
 
     let optout = json!({"metadata": {"annotations": {"nodefence.io/exclude": " True "}}});
     nodes

@@ -307,3 +307,35 @@ fn a_request_made_during_a_release_no_replica_saw_is_served_by_that_release() {
     assert_eq!(h.power_offs("w1"), 1);
     assert!(h.engine.request_served("r2"));
 }
+
+/// Simulation seed 5340: a replica sent a ForceOff for a request (recorded on the Node
+/// first), lost the Lease and won it back 2 s later; the kubelet had renewed its Lease
+/// 0.9 s after the command, while the machine was still going down, so the new term
+/// took the record for an earlier failure's and sent a second ForceOff. A record for
+/// the boot the Node still reports holds for `power_off_retry_after`, whatever signs
+/// of life follow it; one for an earlier boot (the machine started again since) does
+/// not.
+#[test]
+fn a_power_off_recorded_for_this_boot_is_not_sent_again_by_a_new_term() {
+    for this_boot in [true, false] {
+        let mut h = Harness::new(Policy::default());
+        h.add("w1", Bmc::Liar);
+        h.add("w2", Bmc::State(PowerState::On));
+        h.add("w3", Bmc::State(PowerState::On));
+        h.advance(secs(5));
+        let sent = h.now - secs(3);
+        h.set_facts("w1", |f| {
+            f.power_off_recorded = Some((sent, 1));
+            f.power_off_this_boot = this_boot;
+        });
+        // The kubelet renews after the command (the harness's live kubelets do).
+        h.request("w1", "r1", false);
+        h.advance(secs(30));
+        let expected = usize::from(!this_boot);
+        assert_eq!(h.power_offs("w1"), expected, "this boot: {this_boot}");
+        // The retry counts from the record.
+        h.advance(secs(35));
+        assert_eq!(h.power_offs("w1"), expected + 1, "this boot: {this_boot}");
+        assert!(!h.released("w1"), "a liar's machine is never released");
+    }
+}
