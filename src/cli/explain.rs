@@ -240,16 +240,9 @@ pub async fn run(config_path: &Path, args: &ExplainArgs) -> u8 {
         .and_then(|a| a.get(LAST_RELEASE_ANNOTATION))
         .and_then(|v| parse_last_release(v))
     {
-        let added = added.map_or_else(
-            || "?".to_string(),
-            |a| humantime::format_rfc3339_seconds(a).to_string(),
-        );
         lines.push((
             "Last release".to_string(),
-            format!(
-                "{added} to {} (out-of-service taint added and removed by nodefence; a remediation request made before its end was served by it)",
-                humantime::format_rfc3339_seconds(removed)
-            ),
+            last_release_line(added, removed, crate::clock::now()),
         ));
     }
     let mark = crate::watchdog::mark::of_node(&node);
@@ -642,6 +635,26 @@ async fn print_events(client: kube::Client, node: &str, now: SystemTime) {
     }
 }
 
+/// `explain`'s account of the release recorded as ended at `removed`: whether a
+/// request made before that end is taken as served by it (not when the end lies in
+/// the future beyond the replicas' clock tolerance).
+fn last_release_line(added: Option<SystemTime>, removed: SystemTime, now: SystemTime) -> String {
+    let added = added.map_or_else(
+        || "?".to_string(),
+        |a| humantime::format_rfc3339_seconds(a).to_string(),
+    );
+    let believed = removed <= now + crate::engine::LAST_RELEASE_CLOCK_TOLERANCE;
+    format!(
+        "{added} to {} (out-of-service taint added and removed by nodefence; {})",
+        humantime::format_rfc3339_seconds(removed),
+        if believed {
+            "a remediation request made before its end was served by it"
+        } else {
+            "its end is in the future, beyond the replicas' clock tolerance: not believed, it serves no request"
+        }
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -713,6 +726,26 @@ mod tests {
         assert_eq!(
             lines[0].1,
             "redfish https://db-1-bmc (system 1) (no usable driver: config: no password yet)"
+        );
+    }
+
+    #[test]
+    fn a_last_release_ending_far_in_the_future_is_said_not_to_be_believed() {
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let added = now - Duration::from_secs(300);
+        let ended = now - Duration::from_secs(60);
+        let line = last_release_line(Some(added), ended, now);
+        assert!(
+            line.starts_with("2027-01-15T07:55:00Z to 2027-01-15T07:59:00Z"),
+            "{line}"
+        );
+        assert!(line.contains("was served by it"), "{line}");
+        assert!(last_release_line(None, ended, now).starts_with("? to "));
+        let far = now + crate::engine::LAST_RELEASE_CLOCK_TOLERANCE + Duration::from_secs(1);
+        let line = last_release_line(Some(added), far, now);
+        assert!(
+            line.contains("not believed") && !line.contains("was served"),
+            "{line}"
         );
     }
 }

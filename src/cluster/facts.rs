@@ -58,6 +58,9 @@ pub fn node_facts(node: &Node, lease: Option<&Lease>, in_inventory: bool) -> Nod
     let spec = node.spec.as_ref();
     let taints = spec.and_then(|s| s.taints.as_deref()).unwrap_or_default();
     let has_taint = taints.iter().any(|t| t.key == OUT_OF_SERVICE_TAINT);
+    let power_off = annotations
+        .and_then(|a| a.get(POWER_OFF_ANNOTATION))
+        .and_then(|v| parse_power_off(v));
     let lease = lease.map(KeptLease::new).unwrap_or_default();
     NodeFacts {
         name: meta.name.clone().unwrap_or_default(),
@@ -89,17 +92,18 @@ pub fn node_facts(node: &Node, lease: Option<&Lease>, in_inventory: bool) -> Nod
             .and_then(|a| a.get(TAINTED_ANNOTATION))
             .and_then(|v| humantime::parse_rfc3339_weak(v.trim()).ok()),
         identity: crate::identity::NodeIdentity::from_node(node),
-        power_off_recorded: annotations
-            .and_then(|a| a.get(POWER_OFF_ANNOTATION))
-            .and_then(|v| parse_power_off(v)),
-        power_off_this_boot: annotations
-            .and_then(|a| a.get(POWER_OFF_ANNOTATION))
-            .and_then(|v| power_off_boot(v))
+        power_off_recorded: power_off.map(|r| (r.at, r.attempt)),
+        power_off_this_boot: power_off
+            .and_then(|r| r.boot)
             .is_some_and(|boot| crate::watchdog::mark::boot_id_of(node) == Some(boot)),
         last_release_ended: annotations
             .and_then(|a| a.get(LAST_RELEASE_ANNOTATION))
             .and_then(|v| parse_last_release(v))
             .map(|(_, ended)| ended),
+        registered: meta
+            .creation_timestamp
+            .as_ref()
+            .map(|t| SystemTime::from(t.0)),
         request: None,
         companion_silent: None,
     }
@@ -207,27 +211,28 @@ impl KeptLease {
     }
 }
 
-/// `"<RFC 3339 time> attempt <n>"`, as [`power_off_annotation`] writes it.
-pub fn parse_power_off(value: &str) -> Option<(SystemTime, u32)> {
-    let (at, rest) = value.trim().split_once(" attempt ")?;
-    let attempt = rest
-        .split_once(" boot ")
-        .map_or(rest, |(attempt, _)| attempt);
-    Some((
-        humantime::parse_rfc3339(at.trim()).ok()?,
-        attempt.trim().parse().ok()?,
-    ))
+/// A [`POWER_OFF_ANNOTATION`] value: when the power-off was sent, which attempt it
+/// was, and the boot the Node reported then (`None`: an older record, or none known).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PowerOffRecord<'a> {
+    pub at: SystemTime,
+    pub attempt: u32,
+    pub boot: Option<&'a str>,
 }
 
-/// The boot a [`POWER_OFF_ANNOTATION`] value names (`None`: an older record, or
-/// none known when it was written).
-pub fn power_off_boot(value: &str) -> Option<&str> {
-    parse_power_off(value)?;
-    value
-        .trim()
-        .split_once(" boot ")
-        .map(|(_, boot)| boot.trim())
-        .filter(|b| !b.is_empty())
+/// `"<RFC 3339 time> attempt <n>[ boot <bootID>]"`, as [`power_off_annotation`]
+/// writes it. `None`: the time or the attempt does not read.
+pub fn parse_power_off(value: &str) -> Option<PowerOffRecord<'_>> {
+    let (at, rest) = value.trim().split_once(" attempt ")?;
+    let (attempt, boot) = match rest.split_once(" boot ") {
+        Some((attempt, boot)) => (attempt, Some(boot.trim()).filter(|b| !b.is_empty())),
+        None => (rest, None),
+    };
+    Some(PowerOffRecord {
+        at: humantime::parse_rfc3339(at.trim()).ok()?,
+        attempt: attempt.trim().parse().ok()?,
+        boot,
+    })
 }
 
 /// The value of [`POWER_OFF_ANNOTATION`] for a power-off sent at `at` to the machine
@@ -252,10 +257,9 @@ pub fn parse_last_release(value: &str) -> Option<(Option<SystemTime>, SystemTime
 
 /// The value of [`LAST_RELEASE_ANNOTATION`] for a release whose taint was added as
 /// `added` says (the taint's own annotation, as written) and removed at `removed`.
-pub fn last_release_annotation(added: Option<&str>, removed: SystemTime) -> String {
+pub fn last_release_annotation(added: &str, removed: SystemTime) -> String {
     let removed = humantime::format_rfc3339_seconds(removed).to_string();
-    let added = added
-        .map(str::trim)
+    let added = Some(added.trim())
         .filter(|a| humantime::parse_rfc3339_weak(a).is_ok())
         .unwrap_or(&removed);
     format!("{added}/{removed}")
@@ -423,14 +427,14 @@ mod tests {
         let added = "2027-01-15T08:06:09Z";
         let removed =
             humantime::parse_rfc3339("2027-01-15T08:07:27Z").unwrap_or_else(|e| panic!("{e}"));
-        let value = last_release_annotation(Some(added), removed);
+        let value = last_release_annotation(added, removed);
         assert_eq!(value, "2027-01-15T08:06:09Z/2027-01-15T08:07:27Z");
         let parsed = parse_last_release(&value);
         assert_eq!(parsed.map(|(_, r)| r), Some(removed));
         assert!(parsed.is_some_and(|(a, _)| a.is_some_and(|a| a < removed)));
         // A taint annotation that does not read: the interval starts at its end.
         assert_eq!(
-            last_release_annotation(Some("yesterday"), removed),
+            last_release_annotation("yesterday", removed),
             "2027-01-15T08:07:27Z/2027-01-15T08:07:27Z"
         );
         for broken in [
@@ -442,8 +446,13 @@ mod tests {
             assert_eq!(parse_last_release(broken).map(|(_, r)| r), None, "{broken}");
         }
         let n = node(json!({"metadata": {"name": "w", "annotations": {
-            LAST_RELEASE_ANNOTATION: value}}}));
-        assert_eq!(node_facts(&n, None, true).last_release_ended, Some(removed));
+            LAST_RELEASE_ANNOTATION: value}, "creationTimestamp": "2027-01-15T08:09:00Z"}}));
+        let facts = node_facts(&n, None, true);
+        assert_eq!(facts.last_release_ended, Some(removed));
+        assert_eq!(
+            facts.registered,
+            humantime::parse_rfc3339("2027-01-15T08:09:00Z").ok()
+        );
     }
 
     #[test]
@@ -512,12 +521,12 @@ mod tests {
     fn a_recorded_power_off_reads_back_and_garbage_is_no_record() {
         let at = std::time::UNIX_EPOCH + std::time::Duration::from_micros(1_800_000_000_123_456);
         let value = power_off_annotation(at, 2, None);
-        assert_eq!(parse_power_off(&value), Some((at, 2)));
-        assert_eq!(power_off_boot(&value), None);
+        let record = |attempt, boot| PowerOffRecord { at, attempt, boot };
+        assert_eq!(parse_power_off(&value), Some(record(2, None)));
         let value = power_off_annotation(at, 3, Some("b0a7-1"));
-        assert_eq!(parse_power_off(&value), Some((at, 3)));
-        assert_eq!(power_off_boot(&value), Some("b0a7-1"));
-        assert_eq!(power_off_boot("yesterday attempt 1 boot b0a7-1"), None);
+        assert_eq!(parse_power_off(&value), Some(record(3, Some("b0a7-1"))));
+        // A time that does not read is no record at all, whatever boot it names.
+        assert_eq!(parse_power_off("yesterday attempt 1 boot b0a7-1"), None);
         // The Node's boot now against the record's: the same boot, or not.
         let node = |boot: &str| {
             serde_json::from_value::<Node>(json!({"metadata": {"name": "w",

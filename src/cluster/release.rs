@@ -523,7 +523,7 @@ impl Releaser {
                 "annotations": {
                     TAINTED_ANNOTATION: null,
                     crate::watchdog::mark::FENCING_MARK_ANNOTATION: null,
-                    LAST_RELEASE_ANNOTATION: last_release_annotation(Some(added), crate::clock::now()),
+                    LAST_RELEASE_ANNOTATION: last_release_annotation(added, crate::clock::now()),
                 },
             },
             "spec": { "taints": taints },

@@ -118,6 +118,9 @@ pub struct NodeFacts {
     /// of its last release, recorded on the Node): a request created before it was
     /// served by that release, even if no replica saw the request then.
     pub last_release_ended: Option<SystemTime>,
+    /// When this Node object was created (its creationTimestamp): a request made
+    /// before it was made for an earlier registration of the name, deleted since.
+    pub registered: Option<SystemTime>,
     /// A remediation request for the node, if one stands (the earliest live one).
     /// Boxed: a Node rarely has one, and the facts of 5,000 Nodes are kept.
     pub request: Option<Box<Request>>,
@@ -147,6 +150,7 @@ impl NodeFacts {
             power_off_recorded: None,
             power_off_this_boot: false,
             last_release_ended: None,
+            registered: None,
             request: None,
             companion_silent: None,
         }

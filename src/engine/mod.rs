@@ -85,6 +85,11 @@ pub struct Engine {
 /// How many served requests the engine remembers.
 const SERVED_REQUESTS_KEPT: usize = 1024;
 
+/// How far in the future a recorded end of a release may lie and still be believed
+/// (`nodefence.io/last-release`, written with the leader's clock; a request's time is
+/// the API server's). Beyond it the record serves no request.
+pub const LAST_RELEASE_CLOCK_TOLERANCE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The earlier of two optional deadlines (none: never).
 fn earliest(a: Option<SystemTime>, b: Option<SystemTime>) -> Option<SystemTime> {
     match (a, b) {
@@ -216,25 +221,42 @@ impl Engine {
         // A request created before the node's last release ended, seen only now (no
         // replica saw it while the node was released: its watches were down, or none
         // led): that release served it. Fencing for it now would power off a node
-        // that came back since (simulation seed 7104).
+        // that came back since (simulation seed 7104). An end later than now by more
+        // than replicas' clocks can differ is not believed (a broken clock or a
+        // hand-written value would otherwise silence every request until then).
+        //
+        // Under `release = "delete-node"` no record survives the release: the Node
+        // itself is deleted, and the one the kubelet registers when the machine comes
+        // back is a new object. A request made before that object was created was
+        // made for an earlier registration of the name (both times are the API
+        // server's): fencing the new one for it would power off the machine that came
+        // back.
         let mut served_late = None;
-        if let Some(request) = facts.live_request()
-            && let Some(ended) = facts.last_release_ended
-            && request.since <= ended
-        {
-            served_late = Some(Notice::normal(
-                &name,
-                Reason::RemediationRequested,
-                format!(
-                    "{} was made at {}, before this node's last release ended (out-of-service taint removed at {}): served by that release; not fencing again",
+        if let Some(request) = facts.live_request() {
+            let made = humantime::format_rfc3339_seconds(request.since);
+            let why = match (facts.last_release_ended, facts.registered) {
+                (Some(ended), _)
+                    if request.since <= ended && ended <= now + LAST_RELEASE_CLOCK_TOLERANCE =>
+                {
+                    Some(format!(
+                        "{} was made at {made}, before this node's last release ended (out-of-service taint removed at {}): served by that release; not fencing again",
+                        request.by,
+                        humantime::format_rfc3339_seconds(ended),
+                    ))
+                }
+                (_, Some(registered)) if request.since < registered => Some(format!(
+                    "{} was made at {made}, before this Node was registered (created at {}): it was made for the Node of that name deleted since (by a release, or by hand); not fencing the one registered now",
                     request.by,
-                    humantime::format_rfc3339_seconds(request.since),
-                    humantime::format_rfc3339_seconds(ended),
-                ),
-            ));
-            let uid = request.uid.clone();
-            self.remember_served(uid);
-            facts.request = None;
+                    humantime::format_rfc3339_seconds(registered),
+                )),
+                _ => None,
+            };
+            if let Some(why) = why {
+                served_late = Some(Notice::normal(&name, Reason::RemediationRequested, why));
+                let uid = request.uid.clone();
+                self.remember_served(uid);
+                facts.request = None;
+            }
         }
         let mut out: Vec<Action> = served_late.into_iter().collect();
         match self.nodes.get_mut(&name) {

@@ -308,6 +308,77 @@ fn a_request_made_during_a_release_no_replica_saw_is_served_by_that_release() {
     assert!(h.engine.request_served("r2"));
 }
 
+/// The analog of seed 7104 under `release = "delete-node"`: the Node was deleted (the
+/// release) and registered again by the kubelet when the machine came back, and a
+/// request made before that registration is seen only now. It was made for the Node
+/// deleted since: not fenced for again. One made after the registration is.
+#[test]
+fn a_request_made_before_the_node_registered_again_is_not_fenced_for() {
+    let mut h = Harness::three_workers();
+    h.advance(secs(120));
+    let registered = h.now - secs(20);
+    h.set_facts("w1", |f| {
+        f.registered = Some(registered);
+        f.request = Some(Box::new(Request {
+            uid: "r1".into(),
+            by: "NodeFenceRemediation nodefence/by-hand-1".into(),
+            since: registered - secs(1),
+            timed_out: false,
+        }));
+    });
+    h.advance(secs(60));
+    assert_eq!(h.power_offs("w1"), 0, "fenced the new registration");
+    assert!(h.engine.request_served("r1"));
+    assert!(h.reasons("w1").contains(&Reason::RemediationRequested));
+    h.set_facts("w1", |f| {
+        f.request = Some(Box::new(Request {
+            uid: "r2".into(),
+            by: "NodeFenceRemediation nodefence/by-hand-2".into(),
+            since: registered,
+            timed_out: false,
+        }));
+    });
+    h.advance(secs(30));
+    assert_eq!(
+        h.power_offs("w1"),
+        1,
+        "a request for this registration is served"
+    );
+    assert!(h.engine.request_served("r2"));
+}
+
+/// A recorded end of a release far in the future (a replica's broken clock, a value
+/// written by hand) would silence every request made before it: beyond the clocks'
+/// tolerance it serves none, and a request is fenced for as any other.
+#[test]
+fn a_release_recorded_as_ending_far_in_the_future_serves_no_request() {
+    for (ahead, served_by_it) in [
+        (LAST_RELEASE_CLOCK_TOLERANCE - secs(1), true),
+        (LAST_RELEASE_CLOCK_TOLERANCE + secs(60), false),
+    ] {
+        let mut h = Harness::three_workers();
+        h.advance(secs(120));
+        let made = h.now - secs(5);
+        let ended = h.now + ahead;
+        h.set_facts("w1", |f| {
+            f.last_release_ended = Some(ended);
+            f.request = Some(Box::new(Request {
+                uid: "r1".into(),
+                by: "NodeFenceRemediation nodefence/by-hand-1".into(),
+                since: made,
+                timed_out: false,
+            }));
+        });
+        h.advance(secs(30));
+        assert_eq!(
+            h.power_offs("w1"),
+            usize::from(!served_by_it),
+            "end {ahead:?} ahead"
+        );
+        assert!(h.engine.request_served("r1"), "end {ahead:?} ahead");
+    }
+}
+
 /// Simulation seed 5340: a replica sent a ForceOff for a request (recorded on the Node
 /// first), lost the Lease and won it back 2 s later; the kubelet had renewed its Lease
 /// 0.9 s after the command, while the machine was still going down, so the new term
