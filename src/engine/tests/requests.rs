@@ -31,6 +31,16 @@ impl Harness {
     }
 }
 
+/// A live request made by hand at `since` (`NodeFenceRemediation nodefence/by-hand-<uid>`).
+fn by_hand(uid: &str, since: SystemTime) -> Option<Box<Request>> {
+    Some(Box::new(Request {
+        uid: uid.into(),
+        by: format!("NodeFenceRemediation nodefence/by-hand-{uid}"),
+        since,
+        timed_out: false,
+    }))
+}
+
 #[test]
 fn a_request_powers_a_ready_node_off_at_once_and_releases_it_only_on_an_off_proof() {
     let mut h = Harness::three_workers();
@@ -282,12 +292,7 @@ fn a_request_made_during_a_release_no_replica_saw_is_served_by_that_release() {
     let made = ended - secs(45);
     h.set_facts("w1", |f| {
         f.last_release_ended = Some(ended);
-        f.request = Some(Box::new(Request {
-            uid: "r1".into(),
-            by: "NodeFenceRemediation nodefence/by-hand-1".into(),
-            since: made,
-            timed_out: false,
-        }));
+        f.request = by_hand("r1", made);
     });
     h.advance(secs(60));
     assert_eq!(h.power_offs("w1"), 0, "fenced again for a request served");
@@ -296,12 +301,7 @@ fn a_request_made_during_a_release_no_replica_saw_is_served_by_that_release() {
     assert!(!h.released("w1"));
     // One made after the release ended is a new one: served as any request.
     h.set_facts("w1", |f| {
-        f.request = Some(Box::new(Request {
-            uid: "r2".into(),
-            by: "NodeFenceRemediation nodefence/by-hand-2".into(),
-            since: ended + secs(1),
-            timed_out: false,
-        }));
+        f.request = by_hand("r2", ended + secs(1));
     });
     h.advance(secs(30));
     assert_eq!(h.power_offs("w1"), 1);
@@ -319,24 +319,14 @@ fn a_request_made_before_the_node_registered_again_is_not_fenced_for() {
     let registered = h.now - secs(20);
     h.set_facts("w1", |f| {
         f.registered = Some(registered);
-        f.request = Some(Box::new(Request {
-            uid: "r1".into(),
-            by: "NodeFenceRemediation nodefence/by-hand-1".into(),
-            since: registered - secs(1),
-            timed_out: false,
-        }));
+        f.request = by_hand("r1", registered - secs(1));
     });
     h.advance(secs(60));
     assert_eq!(h.power_offs("w1"), 0, "fenced the new registration");
     assert!(h.engine.request_served("r1"));
     assert!(h.reasons("w1").contains(&Reason::RemediationRequested));
     h.set_facts("w1", |f| {
-        f.request = Some(Box::new(Request {
-            uid: "r2".into(),
-            by: "NodeFenceRemediation nodefence/by-hand-2".into(),
-            since: registered,
-            timed_out: false,
-        }));
+        f.request = by_hand("r2", registered);
     });
     h.advance(secs(30));
     assert_eq!(
@@ -362,12 +352,7 @@ fn a_release_recorded_as_ending_far_in_the_future_serves_no_request() {
         let ended = h.now + ahead;
         h.set_facts("w1", |f| {
             f.last_release_ended = Some(ended);
-            f.request = Some(Box::new(Request {
-                uid: "r1".into(),
-                by: "NodeFenceRemediation nodefence/by-hand-1".into(),
-                since: made,
-                timed_out: false,
-            }));
+            f.request = by_hand("r1", made);
         });
         h.advance(secs(30));
         assert_eq!(
