@@ -167,8 +167,15 @@ const REGRESSIONS: &[u64] = &[
 ///   machine was still going down, so the new term took the recorded power-off for
 ///   an earlier failure's and sent a second one (fixed: the record names the boot it
 ///   went to, and holds for `power_off_retry_after` while the Node reports that boot).
+/// - 7850 (invariant 11, no control-plane outage resets a working machine; the
+///   10,000-seed run of 2026-11-29): a machine reset by its watchdog rebooted with its
+///   link to nodefence still cut; its new companion fed on the API server's answer and
+///   armed, though no replica had told it the cluster's size, and an outage of the
+///   whole control plane 10 s later left it no basis (it could not ask its peers): the
+///   watchdog reset a machine doing its work (fixed: the watchdog is armed only once a
+///   replica told the cluster's size and gave a peer key, so every basis can be held).
 const COMPANION_REGRESSIONS: &[u64] = &[
-    131, 176, 460, 680, 1112, 1219, 1971, 3006, 4610, 5340, 7104, 7953,
+    131, 176, 460, 680, 1112, 1219, 1971, 3006, 4610, 5340, 7104, 7850, 7953,
 ];
 
 /// How many seeds from 1 up a run plays besides the regression seeds when
@@ -187,7 +194,7 @@ const RANDOM_SEEDS: u64 = if cfg!(debug_assertions) { 0 } else { 150 };
 /// (5121's bug).
 const DEBUG_REGRESSIONS: &[u64] = &[
     206, 353, 446, 1172, 1503, 3815, 4252, 4623, 5121, 7791, 131, 176, 1219, 1971, 3006, 4610,
-    5340, 7104,
+    5340, 7104, 7850,
 ];
 
 /// How often the random schedules' test reports its progress.

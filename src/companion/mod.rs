@@ -103,7 +103,7 @@ pub struct Status {
     pub acknowledged: u64,
     pub marked: bool,
     /// The device's identity and granted timeout, once armed (when feeding was first
-    /// allowed).
+    /// allowed and a replica had told the cluster's size and a peer key).
     pub armed: Option<(String, Duration)>,
     pub feeding: bool,
     /// What the feeding rests on now.
@@ -172,6 +172,17 @@ impl Shared {
 
     fn cluster(&self) -> u16 {
         self.cluster.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A replica told the cluster's size and gave a peer key: the peers can be asked
+    /// (the feeding rule's third basis), so the watchdog may be armed.
+    fn can_hold_every_basis(&self) -> bool {
+        self.cluster() > 0
+            && !self
+                .peer_keys
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_empty()
     }
 
     /// An acknowledgement said the cluster has `size` companions' Nodes.
@@ -302,7 +313,17 @@ pub async fn run(
         isolation_timeout,
         ..Timing::default()
     };
-    // Armed only once feeding is first allowed (never, if marked before that).
+    // Armed only once feeding is first allowed (never, if marked before that), and
+    // only once every basis of the feeding rule can be held: a replica told the
+    // cluster's size and gave a peer key. Armed on the API server's answer alone, a
+    // companion that had not heard a replica yet (its node just rebooted, its link to
+    // nodefence down) could not feed on its peers, and an outage of the whole control
+    // plane a moment later reset a machine doing its work (simulation seed 7850).
+    // A successor resumed from a predecessor that armed it has both in the kept state
+    // (the predecessor armed only with them), and arms at once. Without a state
+    // directory nothing says whether a predecessor's watchdog is counting: armed on the
+    // first basis, as it must be fed within W.
+    let arm_on_any_basis = options.state_dir.is_none();
     let mut unarmed = Some(options.watchdog.take());
     let mut watchdog: Option<Box<dyn Watchdog>> = None;
     let shared = Arc::new(Shared {
@@ -361,14 +382,24 @@ pub async fn run(
     lookup.reset();
     let mut shutdown = std::pin::pin!(shutdown);
     let mut last_basis: Option<Basis> = None;
+    let mut told_why_unarmed = false;
     follow_replicas(&options, &host, port, &mut links, &shared, &stop).await;
     loop {
         tokio::select! {
             _ = feed.tick() => {
                 let now = shared.now();
                 let basis = shared.feeding().may_feed(now);
-                if basis.is_some() && let Some(choice) = unarmed.take() {
+                let arming = may_arm(basis, arm_on_any_basis, shared.can_hold_every_basis());
+                if arming && let Some(choice) = unarmed.take() {
                     watchdog = arm_now(choice, &shared);
+                } else if basis.is_some() && !arming && !told_why_unarmed {
+                    told_why_unarmed = true;
+                    tracing::warn!(
+                        "feeding allowed, but the watchdog stays unarmed until a replica of \
+                         nodefence acknowledges a beat (the cluster's size and a peer key: \
+                         without them an outage of the whole control plane would reset this \
+                         machine)"
+                    );
                 }
                 if basis.is_some() && let Some(w) = watchdog.as_mut() && let Err(e) = w.feed() {
                     tracing::error!(error = %e, "cannot feed the watchdog");
@@ -754,6 +785,14 @@ async fn say_hello(
         .context("nodefence's answer is not a session")
 }
 
+/// Whether the watchdog may be armed now: feeding is allowed on `basis`, and every
+/// basis of the rule can be held (`every_basis`: a replica told the cluster's size and
+/// gave a peer key), unless `on_any_basis` (no state directory: a predecessor's
+/// watchdog may be counting, and must be fed within W).
+fn may_arm(basis: Option<Basis>, on_any_basis: bool, every_basis: bool) -> bool {
+    basis.is_some() && (on_any_basis || every_basis)
+}
+
 /// Arms the watchdog asked for, now that feeding is first allowed; tells the beats and
 /// the status. `None`: no watchdog (none asked, or none usable).
 fn arm_now(choice: WatchdogChoice, shared: &Shared) -> Option<Box<dyn Watchdog>> {
@@ -852,7 +891,53 @@ fn open_device(
 
 #[cfg(test)]
 mod tests {
-    use super::may_disarm;
+    use super::*;
+
+    fn shared(cluster: u16, keys: usize) -> Shared {
+        let timing = Timing::default();
+        Shared {
+            feeding: std::sync::Mutex::new(Feeding::new(&timing)),
+            status: Arc::default(),
+            watchdog: std::sync::Mutex::new(WatchdogState::None),
+            origin: Instant::now(),
+            interval: Duration::from_millis(500),
+            leader_heard: std::sync::Mutex::new(Duration::ZERO),
+            cluster: std::sync::atomic::AtomicU16::new(cluster),
+            peer_keys: std::sync::Mutex::new(
+                (0..keys)
+                    .map(|i| {
+                        let addr = std::net::SocketAddr::from(([10, 0, 0, i as u8], 9443));
+                        (addr, Key([i as u8; 32]))
+                    })
+                    .collect(),
+            ),
+            node: "w1".into(),
+            isolation_timeout: timing.isolation_timeout,
+            state_dir: None,
+        }
+    }
+
+    /// Simulation seed 7850: a companion that fed on the API server's answer before
+    /// any replica had told it the cluster's size armed its watchdog, and an outage of
+    /// the whole control plane 10 s later reset the machine (it could not feed on its
+    /// peers). Armed only once every basis can be held; without a state directory (a
+    /// predecessor's watchdog may be counting) on the first basis, as before.
+    #[test]
+    fn the_watchdog_is_armed_only_once_the_peers_could_be_asked() {
+        assert!(!shared(0, 1).can_hold_every_basis(), "no size told");
+        assert!(!shared(5, 0).can_hold_every_basis(), "no peer key");
+        assert!(shared(5, 1).can_hold_every_basis());
+        for basis in [Basis::Leader, Basis::ApiServer, Basis::Peers] {
+            assert!(!may_arm(Some(basis), false, false), "{basis:?}");
+            assert!(may_arm(Some(basis), false, true), "{basis:?}");
+            assert!(may_arm(Some(basis), true, false), "{basis:?}");
+        }
+        assert!(!may_arm(None, true, true), "never without a basis");
+        // Told the size by an acknowledgement: the peers can be asked from then on.
+        let s = shared(0, 1);
+        s.told_cluster(5);
+        assert!(s.can_hold_every_basis());
+    }
 
     #[test]
     fn the_watchdog_is_disarmed_only_once_every_replica_acknowledged_the_stop() {

@@ -654,7 +654,10 @@ fn step(fleet: &Mutex<Fleet>, truth: &Truth, store: &Store) -> Vec<(usize, u64, 
             c.last_marked = Some(now);
         }
         if m.watchdog && c.feeding.may_feed(cnow).is_some() {
-            if !c.armed {
+            // Armed only once a replica told the cluster's size (and gave the peer
+            // keys, with the hello): every basis can be held (seed 7850). A successor
+            // after a crash has it from its predecessor's kept state.
+            if !c.armed && c.cluster > 0 {
                 c.armed = true;
                 m.armed = true;
             }
