@@ -436,8 +436,9 @@ impl Executor {
                 }
             }
         }
-        // Only the pause switch is read between this check and the command (bounded
-        // by its timeout): the machine read here is the machine the command reaches.
+        // Only the pause switch and the requests are read between this check and the
+        // command (bounded by their timeouts): the machine read here is the machine
+        // the command reaches.
         let state = match self.pre_check(node, driver.as_ref(), target).await {
             Ok(state) => state,
             Err(e) => {
@@ -446,8 +447,16 @@ impl Executor {
                 return Err(e);
             }
         };
-        // Again: the pause may have been switched on while the machine was read.
-        self.pause_allows(driver.as_ref(), action, &what).await?;
+        // Again, both at once: the pause may have been switched on, or a request have
+        // timed out, while the power-off was recorded and the machine read (seed 3686:
+        // under a slow API server a ForceOff went out 1 s after its request timed out,
+        // 4 s after the first look).
+        let (paused, requests) = tokio::join!(
+            self.pause_allows(driver.as_ref(), action, &what),
+            self.requests_allow(node, driver.as_ref(), action, &what),
+        );
+        paused?;
+        requests?;
         // And leadership, right before the command: the checks above can take
         // seconds against a slow API server or BMC (seed 2702: a deposed leader's
         // ForceOff went out 7 s after its decision, 7 s after it lost the Lease).
