@@ -643,7 +643,7 @@ fn last_release_line(added: Option<SystemTime>, removed: SystemTime, now: System
         || "?".to_string(),
         |a| humantime::format_rfc3339_seconds(a).to_string(),
     );
-    let believed = removed <= now + crate::engine::LAST_RELEASE_CLOCK_TOLERANCE;
+    let believed = crate::engine::release_end_believed(removed, now);
     format!(
         "{added} to {} (out-of-service taint added and removed by nodefence; {})",
         humantime::format_rfc3339_seconds(removed),

@@ -150,6 +150,32 @@ struct Shared {
 }
 
 impl Shared {
+    /// A companion for `node` that has heard the leader just now (its clock starts
+    /// here), nothing armed.
+    fn new(
+        node: String,
+        timing: &Timing,
+        interval: Duration,
+        cluster: u16,
+        peer_keys: std::collections::BTreeMap<std::net::SocketAddr, Key>,
+        status: Arc<std::sync::Mutex<Status>>,
+        state_dir: Option<PathBuf>,
+    ) -> Self {
+        Shared {
+            feeding: std::sync::Mutex::new(Feeding::new(timing)),
+            status,
+            watchdog: std::sync::Mutex::new(WatchdogState::None),
+            origin: Instant::now(),
+            interval: interval.max(Duration::from_millis(50)),
+            leader_heard: std::sync::Mutex::new(Duration::ZERO),
+            cluster: std::sync::atomic::AtomicU16::new(cluster),
+            peer_keys: std::sync::Mutex::new(peer_keys),
+            node,
+            isolation_timeout: timing.isolation_timeout,
+            state_dir,
+        }
+    }
+
     fn now(&self) -> Duration {
         self.origin.elapsed()
     }
@@ -264,7 +290,6 @@ pub async fn run(
         .nodefence
         .port_or_known_default()
         .context("no port in --nodefence")?;
-    let origin = Instant::now();
     // A predecessor crashed (its watchdog may be counting): start where it stood.
     let resumed = options
         .state_dir
@@ -326,19 +351,15 @@ pub async fn run(
     let arm_on_any_basis = options.state_dir.is_none();
     let mut unarmed = Some(options.watchdog.take());
     let mut watchdog: Option<Box<dyn Watchdog>> = None;
-    let shared = Arc::new(Shared {
-        feeding: std::sync::Mutex::new(Feeding::new(&timing)),
-        status: status.clone(),
-        watchdog: std::sync::Mutex::new(WatchdogState::None),
-        origin,
-        interval: interval.max(Duration::from_millis(50)),
-        leader_heard: std::sync::Mutex::new(origin.elapsed()),
-        cluster: std::sync::atomic::AtomicU16::new(cluster),
-        peer_keys: std::sync::Mutex::new(peer_keys),
-        node: node.clone(),
-        isolation_timeout,
-        state_dir: options.state_dir.clone(),
-    });
+    let shared = Arc::new(Shared::new(
+        node.clone(),
+        &timing,
+        interval,
+        cluster,
+        peer_keys,
+        status.clone(),
+        options.state_dir.clone(),
+    ));
     shared.keep();
     shared.status().node = Some(node.clone());
     tracing::info!(node = %node, "companion beating");
@@ -894,27 +915,21 @@ mod tests {
     use super::*;
 
     fn shared(cluster: u16, keys: usize) -> Shared {
-        let timing = Timing::default();
-        Shared {
-            feeding: std::sync::Mutex::new(Feeding::new(&timing)),
-            status: Arc::default(),
-            watchdog: std::sync::Mutex::new(WatchdogState::None),
-            origin: Instant::now(),
-            interval: Duration::from_millis(500),
-            leader_heard: std::sync::Mutex::new(Duration::ZERO),
-            cluster: std::sync::atomic::AtomicU16::new(cluster),
-            peer_keys: std::sync::Mutex::new(
-                (0..keys)
-                    .map(|i| {
-                        let addr = std::net::SocketAddr::from(([10, 0, 0, i as u8], 9443));
-                        (addr, Key([i as u8; 32]))
-                    })
-                    .collect(),
-            ),
-            node: "w1".into(),
-            isolation_timeout: timing.isolation_timeout,
-            state_dir: None,
-        }
+        let peer_keys = (0..keys)
+            .map(|i| {
+                let addr = std::net::SocketAddr::from(([10, 0, 0, i as u8], 9443));
+                (addr, Key([i as u8; 32]))
+            })
+            .collect();
+        Shared::new(
+            "w1".into(),
+            &Timing::default(),
+            Duration::from_millis(500),
+            cluster,
+            peer_keys,
+            Arc::default(),
+            None,
+        )
     }
 
     /// Simulation seed 7850: a companion that fed on the API server's answer before

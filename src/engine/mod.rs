@@ -90,6 +90,13 @@ const SERVED_REQUESTS_KEPT: usize = 1024;
 /// the API server's). Beyond it the record serves no request.
 pub const LAST_RELEASE_CLOCK_TOLERANCE: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// Whether a recorded end of the node's last release is believed at `now`: no later
+/// than `now` + [`LAST_RELEASE_CLOCK_TOLERANCE`]. One rule for the engine, which
+/// serves a request made before it, and for `explain`, which says so.
+pub fn release_end_believed(ended: SystemTime, now: SystemTime) -> bool {
+    ended <= now + LAST_RELEASE_CLOCK_TOLERANCE
+}
+
 /// The earlier of two optional deadlines (none: never).
 fn earliest(a: Option<SystemTime>, b: Option<SystemTime>) -> Option<SystemTime> {
     match (a, b) {
@@ -235,9 +242,7 @@ impl Engine {
         if let Some(request) = facts.live_request() {
             let made = humantime::format_rfc3339_seconds(request.since);
             let why = match (facts.last_release_ended, facts.registered) {
-                (Some(ended), _)
-                    if request.since <= ended && ended <= now + LAST_RELEASE_CLOCK_TOLERANCE =>
-                {
+                (Some(ended), _) if request.since <= ended && release_end_believed(ended, now) => {
                     Some(format!(
                         "{} was made at {made}, before this node's last release ended (out-of-service taint removed at {}): served by that release; not fencing again",
                         request.by,

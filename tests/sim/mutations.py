@@ -168,8 +168,8 @@ MUTATIONS = [
     # serves it.
     ("last-release-forgotten",
      [("src/engine/mod.rs",
-       "                    if request.since <= ended && ended <= now + LAST_RELEASE_CLOCK_TOLERANCE =>\n",
-       "                    if request.since <= ended && ended < ended =>\n")],
+       "(Some(ended), _) if request.since <= ended && release_end_believed(ended, now) => {\n",
+       "(Some(ended), _) if request.since <= ended && ended < ended => {\n")],
      "invariant 9"),
     # Companion seeds (about half) and the scripted scenario of a node marked while
     # it feeds on its peers: without the majority check a release goes out while the
