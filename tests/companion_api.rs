@@ -35,14 +35,18 @@ pub(crate) const BOOT: &str = "5e1f0c2a-this-boot";
 /// The listener's `isolation_timeout` (the default): an answer holds this long.
 pub(crate) const ISOLATION: Duration = Duration::from_secs(2);
 
-/// The listener's certificate (for 127.0.0.1) and its fingerprint.
+/// The listener's certificate (for 127.0.0.1 and the relay's 127.0.0.2) and its
+/// fingerprint.
 pub(crate) fn certificate() -> &'static (Arc<rustls::ServerConfig>, CertFingerprint) {
     static CERT: std::sync::OnceLock<(Arc<rustls::ServerConfig>, CertFingerprint)> =
         std::sync::OnceLock::new();
     CERT.get_or_init(|| {
         nodefence::tls::install_crypto_provider();
-        let (config, fingerprint) =
-            nodefence::telemetry::certificate::self_signed(vec!["127.0.0.1".into()]).unwrap();
+        let (config, fingerprint) = nodefence::telemetry::certificate::self_signed(vec![
+            "127.0.0.1".into(),
+            "127.0.0.2".into(),
+        ])
+        .unwrap();
         (Arc::new(config), fingerprint)
     })
 }
@@ -67,6 +71,13 @@ struct Start {
     node: bool,
     /// The Node's fencing mark at the start.
     mark: Option<String>,
+    /// The companion keeps its state in a directory (as the DaemonSet ships it).
+    state_dir: bool,
+    /// The cluster's size the listener's acknowledgements carry (0: none known).
+    cluster: usize,
+    /// The companion reaches the listener through a relay ([`Relay`]) whose UDP
+    /// path the test can cut.
+    relayed: bool,
 }
 
 impl Default for Start {
@@ -76,6 +87,9 @@ impl Default for Start {
             leading: true,
             node: true,
             mark: None,
+            state_dir: false,
+            cluster: 0,
+            relayed: false,
         }
     }
 }
@@ -86,6 +100,7 @@ struct World {
     admin: kube::Client,
     switch: LeadershipSwitch,
     _hb: Heartbeat,
+    relay: Option<Relay>,
     dog: RecordingWatchdog,
     status: Arc<Mutex<Status>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -147,14 +162,26 @@ impl World {
         .await
         .unwrap();
         assert_eq!(Timing::default().isolation_timeout, ISOLATION);
+        if start.cluster > 0 {
+            hb.set_nodes_in_cluster(start.cluster);
+        }
+        let relay = if start.relayed {
+            Some(Relay::start(hb.addr()).await)
+        } else {
+            None
+        };
+        let host = if relay.is_some() {
+            "127.0.0.2"
+        } else {
+            "127.0.0.1"
+        };
+        let port = hb.addr().port();
         let dir = tempfile::tempdir().unwrap();
         let token = dir.path().join("token");
         std::fs::write(&token, format!("token-{NODE}\n")).unwrap();
         let dog = RecordingWatchdog::new("iTCO_wdt", Duration::from_secs(10), false);
         let options = Options {
-            nodefence: format!("https://127.0.0.1:{}", hb.addr().port())
-                .parse()
-                .unwrap(),
+            nodefence: format!("https://{host}:{port}").parse().unwrap(),
             tls: nodefence::config::TlsSettings {
                 fingerprint: Some(certificate().1),
                 ..Default::default()
@@ -167,7 +194,7 @@ impl World {
                 boot_id: BOOT.into(),
             }),
             peers: None,
-            state_dir: None,
+            state_dir: start.state_dir.then(|| dir.path().join("state")),
         };
         let status = Arc::new(Mutex::new(Status::default()));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -179,6 +206,7 @@ impl World {
             admin,
             switch,
             _hb: hb,
+            relay,
             dog,
             status,
             stop: Some(stop),
@@ -269,6 +297,75 @@ impl World {
             kube.shutdown().await;
         }
         disarmed
+    }
+}
+
+/// Between the companion and the listener: TCP (the hello) and UDP (the beats and
+/// their acknowledgements) from 127.0.0.2 to the listener's port on 127.0.0.1, the
+/// UDP path cut until [`Relay::mend`] (a link that carried the hello and then broke).
+struct Relay {
+    udp_open: Arc<std::sync::atomic::AtomicBool>,
+    _tasks: Vec<tokio_util::task::AbortOnDropHandle<()>>,
+}
+
+impl Relay {
+    async fn start(to: std::net::SocketAddr) -> Self {
+        let near = std::net::SocketAddr::from(([127, 0, 0, 2], to.port()));
+        let tcp = tokio::net::TcpListener::bind(near).await.unwrap();
+        let tcp_task = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = tcp.accept().await {
+                tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(to).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+        });
+        let udp_open = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let companion_side = Arc::new(tokio::net::UdpSocket::bind(near).await.unwrap());
+        let listener_side = Arc::new(tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap());
+        listener_side.connect(to).await.unwrap();
+        let companion_at = Arc::new(Mutex::new(None));
+        let (open, from, to_listener, at) = (
+            udp_open.clone(),
+            companion_side.clone(),
+            listener_side.clone(),
+            companion_at.clone(),
+        );
+        let beats = tokio::spawn(async move {
+            let mut buf = vec![0u8; 65_536];
+            while let Ok((n, source)) = from.recv_from(&mut buf).await {
+                *at.lock().unwrap() = Some(source);
+                if open.load(std::sync::atomic::Ordering::SeqCst) {
+                    let _ = to_listener.send(&buf[..n]).await;
+                }
+            }
+        });
+        let open = udp_open.clone();
+        let acknowledgements = tokio::spawn(async move {
+            let mut buf = vec![0u8; 65_536];
+            while let Ok(n) = listener_side.recv(&mut buf).await {
+                let source = *companion_at.lock().unwrap();
+                if let (Some(source), true) =
+                    (source, open.load(std::sync::atomic::Ordering::SeqCst))
+                {
+                    let _ = companion_side.send_to(&buf[..n], source).await;
+                }
+            }
+        });
+        Self {
+            udp_open,
+            _tasks: [tcp_task, beats, acknowledgements]
+                .into_iter()
+                .map(tokio_util::task::AbortOnDropHandle::new)
+                .collect(),
+        }
+    }
+
+    /// The UDP path carries beats and acknowledgements from now on.
+    fn mend(&self) {
+        self.udp_open
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -504,6 +601,57 @@ async fn the_watchdog_is_armed_on_the_first_basis_and_never_when_marked_first() 
     );
     assert_eq!(w.node_reads(), 1, "one read told it all");
     assert_eq!(w.stop().await, None, "never armed: nothing to disarm");
+}
+
+/// Simulation seed 7850, end to end: a companion that keeps its state (so a crashed
+/// predecessor's watchdog would be known) and whose beats are lost from the hello on
+/// (its link to nodefence broke) feeds on the API server's answer but does not arm:
+/// no replica has told it the cluster's size, so it could not feed on its peers, and
+/// an outage of the whole control plane would reset a machine doing its work. Once
+/// the beats go through, the first acknowledgement tells the size and it arms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_companion_with_kept_state_arms_only_once_a_replica_told_the_clusters_size() {
+    let w = World::start(Start {
+        state_dir: true,
+        cluster: 3,
+        relayed: true,
+        ..Start::default()
+    })
+    .await;
+    eventually(
+        "feeding allowed on the API server's answer",
+        Duration::from_secs(15),
+        || {
+            let s = w.status();
+            s.feeding && s.basis == Some(Basis::ApiServer)
+        },
+    )
+    .await;
+    // Two isolation timeouts of reads answered, the rule allowing all along: still
+    // nothing armed, nothing fed.
+    tokio::time::sleep(2 * ISOLATION).await;
+    let s = w.status();
+    assert!(s.feeding && s.basis == Some(Basis::ApiServer), "{s:?}");
+    assert_eq!(
+        (s.acknowledged, s.armed.clone(), w.feeds()),
+        (0, None, 0),
+        "no acknowledgement, so no watchdog armed: {s:?}"
+    );
+
+    w.relay.as_ref().unwrap().mend();
+    eventually(
+        "armed once an acknowledgement told the size",
+        Duration::from_secs(10),
+        || w.status().armed.is_some() && w.feeds() >= 3,
+    )
+    .await;
+    let s = w.status();
+    assert_eq!(s.basis, Some(Basis::Leader), "{s:?}");
+    assert_eq!(
+        s.armed,
+        Some(("iTCO_wdt".to_string(), Duration::from_secs(10)))
+    );
+    assert_eq!(w.stop().await, Some(Disarmed::Stopped));
 }
 
 /// The real binary refuses to start without what the second basis needs: this
