@@ -258,12 +258,8 @@ pub(super) async fn link(
 /// At a clean stop: beats "stopping" to the replica until it acknowledges one (a few
 /// tries, 200 ms apart). Only a replica that acknowledged it knows this watchdog no
 /// longer counts; one that did not still holds it armed and could release the node on
-/// it, so the watchdog is then left running ([`run`]).
-async fn stop_acknowledged(
-    shared: &Shared,
-    s: &mut Session,
-    addr: std::net::SocketAddr,
-) -> bool {
+/// it, so the watchdog is then left running ([`run`](super::run)).
+async fn stop_acknowledged(shared: &Shared, s: &mut Session, addr: std::net::SocketAddr) -> bool {
     const TRIES: u32 = 5;
     const APART: Duration = Duration::from_millis(200);
     let mut buf = [0u8; wire::MAX_DATAGRAM + 1];
