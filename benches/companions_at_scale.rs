@@ -17,13 +17,16 @@
 //! `cargo bench --bench companions_at_scale`; exits 1 when a target is missed. Results
 //! as JSON (`companions_at_scale.json`). Linux only (`/proc`).
 //!
-//! `REMOTE=1` (root, `ip`, 2 cores or more): the companions' sockets are made in a
-//! network namespace of their own, joined to the daemon's by a veth pair, and the
-//! daemon is pinned to core 0 (`taskset`) while that namespace's receive processing
-//! is steered to core 1 (RPS). On the loopback the kernel delivers each
-//! acknowledgement into this process's socket in the daemon's own system time (softirq
-//! run as it sends); on a cluster the companions' machines do that work. Both numbers
-//! are worth having: the loopback's is everything, this one is the daemon's share.
+//! `REMOTE=1` (root, `ip`, `ethtool`, `taskset`, Linux ≥ 5.12, 2 cores or more): the
+//! companions' sockets are made in a network namespace of their own, joined to the
+//! daemon's by a veth pair, the daemon pinned to core 0 and this process to core 1.
+//! On the loopback the kernel delivers each acknowledgement into this process's
+//! socket inside the daemon's `sendmmsg` (softirq run as it sends): the companions'
+//! machines' work, billed to the daemon. Here the namespace's end of the pair queues
+//! what the daemon sends (veth's NAPI mode) and a kernel thread of its own, on core 1,
+//! delivers it, as another machine's NIC and kernel would; the daemon's bill is its
+//! own system calls down to the queue. Both numbers are worth having: the loopback's
+//! is everything on one machine, this one is the daemon's share on a cluster.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
@@ -102,11 +105,9 @@ const REMOTE_DAEMON: &str = "10.213.0.1";
 const REMOTE_COMPANIONS: &str = "10.213.0.2";
 
 fn ip(args: &[&str]) {
-    let status = std::process::Command::new("ip")
-        .args(args)
-        .status()
-        .expect("ip (iproute2)");
-    assert!(status.success(), "ip {}: {status}", args.join(" "));
+    let mut all = vec!["ip"];
+    all.extend_from_slice(args);
+    tool(&all);
 }
 
 impl Remote {
@@ -135,15 +136,32 @@ impl Remote {
             &there,
         ]);
         inside(&["link", "set", &there, "up"]);
-        // What arrives in the namespace is processed on core 1 (the daemon has core 0).
-        let rps = std::process::Command::new("ip")
-            .args(["netns", "exec", ns, "sh", "-c"])
-            .arg(format!(
-                "echo 2 > /sys/class/net/{there}/queues/rx-0/rps_cpus"
-            ))
-            .status()
-            .expect("ip netns exec");
-        assert!(rps.success(), "RPS for {there}: {rps}");
+        // The acknowledgements reach the namespace as they reach another machine:
+        // queued on its end of the pair and taken from that queue by a kernel thread of
+        // its own on core 1, not delivered inside the daemon's system call. veth queues
+        // (its NAPI mode) when the receiving end has GRO on and the sending end no TSO
+        // (a UDP datagram is then eligible); `threaded` gives that queue its thread.
+        tool(&["ethtool", "-K", &here, "tso", "off"]);
+        tool(&[
+            "ip", "netns", "exec", ns, "ethtool", "-K", &there, "gro", "on",
+        ]);
+        tool(&[
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            "sh",
+            "-c",
+            &format!("echo 1 > /sys/class/net/{there}/threaded"),
+        ]);
+        let napi = napi_threads(&there);
+        assert!(
+            !napi.is_empty(),
+            "no NAPI thread for {there}: veth's threaded NAPI needs Linux 5.12 or later"
+        );
+        for pid in napi {
+            tool(&["taskset", "-p", "-c", "1", &pid.to_string()]);
+        }
         remote
     }
 
@@ -160,6 +178,36 @@ impl Remote {
         .join()
         .expect("the namespace's thread")
     }
+}
+
+/// Runs a tool of the host (`ip`, `ethtool`, `taskset`); panics with what failed.
+fn tool(args: &[&str]) {
+    let status = std::process::Command::new(args[0])
+        .args(&args[1..])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (REMOTE=1 needs iproute2, ethtool, util-linux)",
+                args[0]
+            )
+        });
+    assert!(status.success(), "{}: {status}", args.join(" "));
+}
+
+/// The kernel threads polling `device`'s queues (`napi/DEVICE-ID`, cut to 15 bytes).
+fn napi_threads(device: &str) -> Vec<u32> {
+    let prefix: String = format!("napi/{device}").chars().take(15).collect();
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim_end().starts_with(&prefix))
+        })
+        .collect()
 }
 
 impl Drop for Remote {
@@ -249,6 +297,17 @@ async fn main() {
     kube.write_kubeconfig(&kubeconfig).unwrap();
     let port = free_port();
     let remote = (env_or("REMOTE", 0) == 1).then(Remote::set_up);
+    if remote.is_some() {
+        // The companions (this process) on core 1, the daemon on core 0.
+        tool(&[
+            "taskset",
+            "-a",
+            "-p",
+            "-c",
+            "1",
+            &std::process::id().to_string(),
+        ]);
+    }
     // Hellos over the loopback; beats from the companions' namespace when remote.
     let (listen, beats_to): (SocketAddr, SocketAddr) = match remote {
         Some(_) => (
@@ -316,7 +375,7 @@ async fn main() {
         interval.as_millis(),
         (count as u128 * 1000) / interval.as_millis().max(1),
         if remote.is_some() {
-            " (REMOTE: the companions in a namespace of their own, the daemon on core 0)"
+            " (REMOTE: the companions in a namespace of their own on core 1, the daemon on core 0)"
         } else {
             ""
         }

@@ -467,3 +467,41 @@ async fn a_stop_not_every_replica_acknowledged_leaves_the_watchdog_running() {
     );
     kube.shutdown().await;
 }
+
+/// The beats' loop reads its clock once a batch: after the batch is in hand, never
+/// while it waits for one. A beat that comes after the loop has waited is recorded,
+/// and acknowledged, no earlier than it was sent: the watchdog level's wait counts
+/// from the last acknowledgement, and one recorded early would release early.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acknowledgement_is_recorded_no_earlier_than_the_beat_it_answers_arrived() {
+    use nodefence::watchdog::feeding::Reaching;
+    use nodefence::watchdog::session::CompanionEnd;
+    let (_kube, hb, _pin) = world("worker-1", hello::AUDIENCE, Leadership::always()).await;
+    let (id, key) = hb.open_session("worker-1").unwrap();
+    let mut end = CompanionEnd::new(key, id, Duration::from_secs(2));
+    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    socket.connect(hb.addr()).await.unwrap();
+    for round in 0..3 {
+        // The loop idles: waiting for a datagram (its read wakes every 200 ms).
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        let before = hb.now();
+        let beat = end.beat(before, Reaching::default(), WatchdogState::None);
+        socket.send(&beat).await.unwrap();
+        let mut buf = [0u8; 512];
+        let n = tokio::time::timeout(Duration::from_secs(5), socket.recv(&mut buf))
+            .await
+            .expect("an acknowledgement")
+            .unwrap();
+        let after = hb.now();
+        let acknowledged = end.acknowledged(&buf[..n], after).unwrap();
+        assert!(acknowledged.leader, "round {round}");
+        let seen = hb.with_table(|t| t.companion("worker-1").cloned()).unwrap();
+        let (last_beat, last_ack) = (seen.last_beat.unwrap(), seen.last_ack.unwrap());
+        assert!(
+            before <= last_ack && last_ack <= after,
+            "round {round}: the acknowledgement recorded at {last_ack:?}, the beat sent at \
+             {before:?}, its acknowledgement received at {after:?}"
+        );
+        assert_eq!(last_beat, last_ack, "round {round}");
+    }
+}
