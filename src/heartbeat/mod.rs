@@ -613,13 +613,13 @@ fn answer(
 fn open_session(table: &Mutex<Table>, node: &str) -> Result<(u64, Key), getrandom::Error> {
     let mut secret = [0u8; 40];
     getrandom::fill(&mut secret)?;
-    let id = u64::from_be_bytes(secret[..8].try_into().unwrap_or([0; 8]));
+    let drawn = u64::from_be_bytes(secret[..8].try_into().unwrap_or([0; 8]));
     let mut key = [0u8; 32];
     key.copy_from_slice(&secret[8..]);
-    table
+    let id = table
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .open(node, id, Key(key));
+        .open(node, drawn, Key(key));
     tracing::info!(node, "a companion opened a heartbeat session");
     Ok((id, Key(key)))
 }

@@ -120,8 +120,7 @@ mod tests {
         .into_iter()
         .enumerate()
         {
-            let session = i as u64 + 1;
-            t.open(node, session, Key([3; 32]));
+            let session = t.open(node, i as u64 + 1, Key([3; 32]));
             let mut c = CompanionEnd::new(Key([3; 32]), session, Duration::from_secs(2));
             t.beat(
                 &c.beat(Duration::from_millis(1), Reaching::default(), state),
