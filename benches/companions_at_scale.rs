@@ -14,6 +14,12 @@
 //!
 //! Targets: the leader's CPU ≤ 5 % of one core over the window and in its worst 10 s,
 //! its RSS ≤ 20 MiB above the baseline, and ≥ 99.9 % of the beats acknowledged.
+//!
+//! Then the floor (`FLOOR=0`: skipped): the daemon stopped, this bench run again as a
+//! bare answerer on the daemon's port ([`floor`]: the daemon's own loop and system
+//! calls, answering every beat with as many bytes as an acknowledgement, nothing
+//! else), measured over the same window as the beats go on. What the floor costs any
+//! program on this machine; what the daemon costs above it is the daemon's own.
 //! `cargo bench --bench companions_at_scale`; exits 1 when a target is missed. Results
 //! as JSON (`companions_at_scale.json`). Linux only (`/proc`).
 //!
@@ -32,7 +38,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -49,6 +55,7 @@ use tokio::net::UdpSocket;
 
 mod common;
 use common::env_or;
+use common::remote::{REMOTE_DAEMON, Remote, tool};
 
 const NAMESPACE: &str = "kube-system";
 /// UDP sockets the companions share (the listener answers each beat where it came from).
@@ -94,138 +101,82 @@ fn round3(v: f64) -> f64 {
     (v * 1000.0).round() / 1000.0
 }
 
-/// `REMOTE=1`: the companions' end of the network in a namespace of its own (removed
-/// when dropped).
-struct Remote {
-    ns: String,
-}
-
-/// The daemon's end of the veth pair, and the companions'.
-const REMOTE_DAEMON: &str = "10.213.0.1";
-const REMOTE_COMPANIONS: &str = "10.213.0.2";
-
-fn ip(args: &[&str]) {
-    let mut all = vec!["ip"];
-    all.extend_from_slice(args);
-    tool(&all);
-}
-
-impl Remote {
-    fn set_up() -> Self {
-        let id = std::process::id() % 100_000;
-        let ns = format!("nfbench{id}");
-        let (here, there) = (format!("nfb{id}a"), format!("nfb{id}b"));
-        ip(&["netns", "add", &ns]);
-        let remote = Self { ns };
-        let ns = remote.ns.as_str();
-        ip(&[
-            "link", "add", &here, "type", "veth", "peer", "name", &there, "netns", ns,
-        ]);
-        ip(&["addr", "add", &format!("{REMOTE_DAEMON}/30"), "dev", &here]);
-        ip(&["link", "set", &here, "up"]);
-        let inside = |args: &[&str]| {
-            let mut all = vec!["netns", "exec", ns, "ip"];
-            all.extend_from_slice(args);
-            ip(&all);
-        };
-        inside(&[
-            "addr",
-            "add",
-            &format!("{REMOTE_COMPANIONS}/30"),
-            "dev",
-            &there,
-        ]);
-        inside(&["link", "set", &there, "up"]);
-        // The acknowledgements reach the namespace as they reach another machine:
-        // queued on its end of the pair and taken from that queue by a kernel thread of
-        // its own on core 1, not delivered inside the daemon's system call. veth queues
-        // (its NAPI mode) when the receiving end has GRO on and the sending end no TSO
-        // (a UDP datagram is then eligible); `threaded` gives that queue its thread.
-        tool(&["ethtool", "-K", &here, "tso", "off"]);
-        tool(&[
-            "ip", "netns", "exec", ns, "ethtool", "-K", &there, "gro", "on",
-        ]);
-        tool(&[
-            "ip",
-            "netns",
-            "exec",
-            ns,
-            "sh",
-            "-c",
-            &format!("echo 1 > /sys/class/net/{there}/threaded"),
-        ]);
-        let napi = napi_threads(&there);
-        assert!(
-            !napi.is_empty(),
-            "no NAPI thread for {there}: veth's threaded NAPI needs Linux 5.12 or later"
-        );
-        for pid in napi {
-            tool(&["taskset", "-p", "-c", "1", &pid.to_string()]);
-        }
-        remote
-    }
-
-    /// A UDP socket of the companions' namespace (made on a thread that joins it).
-    fn socket(&self) -> std::net::UdpSocket {
-        let path = format!("/var/run/netns/{}", self.ns);
-        std::thread::spawn(move || {
-            let ns = std::fs::File::open(&path).expect("the namespace");
-            nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-            let s = std::net::UdpSocket::bind((REMOTE_COMPANIONS, 0)).expect("bind");
-            s.set_nonblocking(true).expect("non-blocking");
-            s
-        })
-        .join()
-        .expect("the namespace's thread")
-    }
-}
-
-/// Runs a tool of the host (`ip`, `ethtool`, `taskset`); panics with what failed.
-fn tool(args: &[&str]) {
-    let status = std::process::Command::new(args[0])
-        .args(&args[1..])
-        .stdout(Stdio::null())
-        .status()
-        .unwrap_or_else(|e| {
-            panic!(
-                "{}: {e} (REMOTE=1 needs iproute2, ethtool, util-linux)",
-                args[0]
-            )
-        });
-    assert!(status.success(), "{}: {status}", args.join(" "));
-}
-
-/// The kernel threads polling `device`'s queues (`napi/DEVICE-ID`, cut to 15 bytes).
-fn napi_threads(device: &str) -> Vec<u32> {
-    let prefix: String = format!("napi/{device}").chars().take(15).collect();
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|c| c.trim_end().starts_with(&prefix))
-        })
-        .collect()
-}
-
-impl Drop for Remote {
-    fn drop(&mut self) {
-        // The veth pair goes with the namespace.
-        let _ = std::process::Command::new("ip")
-            .args(["netns", "del", &self.ns])
-            .status();
-    }
-}
-
 /// One companion's session: its end of the seal.
 struct Companion {
     end: CompanionEnd,
 }
 
-#[tokio::main]
-async fn main() {
+/// Set in the floor's process (this bench run again): the address it answers on.
+const FLOOR_LISTEN: &str = "COMPANIONS_AT_SCALE_FLOOR_LISTEN";
+/// Set in the floor's process: how long its answers are (the daemon's
+/// acknowledgements' length).
+const FLOOR_ANSWER_LEN: &str = "COMPANIONS_AT_SCALE_FLOOR_ANSWER_LEN";
+
+fn main() {
+    if let Ok(listen) = std::env::var(FLOOR_LISTEN) {
+        floor(&listen);
+        return;
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(bench());
+}
+
+/// The floor: the daemon's beats' loop (`heartbeat::batch::serve`, the same system
+/// calls, batches and coalescing) answering every datagram with as many bytes as an
+/// acknowledgement, and nothing else: no table, no seal, no session. What it costs is
+/// what any answerer of these datagrams costs on this machine; the daemon's cost
+/// above it is its own.
+fn floor(listen: &str) {
+    let answer = vec![0u8; env_or(FLOOR_ANSWER_LEN, 64)];
+    let socket = std::net::UdpSocket::bind(listen).expect("the floor's socket");
+    let never = std::sync::atomic::AtomicBool::new(false);
+    nodefence::heartbeat::batch::serve(
+        &socket,
+        nodefence::heartbeat::COALESCE,
+        &never,
+        |received, answers| {
+            for (_, from) in received.iter() {
+                answers.push((answer.clone(), from));
+            }
+        },
+    )
+    .expect("the floor's loop");
+}
+
+/// CPU and RSS of `pid` every 5 s over `measure`: `(seconds from the start, CPU
+/// seconds, RSS MiB)`.
+async fn samples_over(pid: u32, measure: Duration) -> Vec<(f64, f64, f64)> {
+    let mut samples = Vec::new();
+    let t0 = Instant::now();
+    let end = t0 + measure;
+    let every = Duration::from_secs(5);
+    let mut next = t0;
+    while next <= end {
+        tokio::time::sleep_until(next.into()).await;
+        let (cpu, rss) = sample(pid);
+        samples.push((t0.elapsed().as_secs_f64(), cpu, rss));
+        next += every;
+    }
+    samples
+}
+
+/// The CPU over the samples, in % of a core, and its worst 10 s (% and when it
+/// began).
+fn cpu_of(samples: &[(f64, f64, f64)]) -> (f64, (f64, f64)) {
+    let first = samples.first().copied().unwrap();
+    let last = samples.last().copied().unwrap();
+    let cpu_pct = (last.1 - first.1) / (last.0 - first.0) * 100.0;
+    let worst_10s = samples
+        .windows(3)
+        .map(|w| ((w[2].1 - w[0].1) / (w[2].0 - w[0].0) * 100.0, w[0].0))
+        .fold((0.0f64, 0.0f64), |a, b| if b.0 > a.0 { b } else { a });
+    (cpu_pct, worst_10s)
+}
+
+async fn bench() {
     let count: usize = env_or("COMPANIONS", 5000);
     let interval = Duration::from_millis(env_or("INTERVAL_MS", 500));
     let baseline = Duration::from_secs(env_or("BASELINE_S", 20));
@@ -469,6 +420,10 @@ async fn main() {
     let origin = Instant::now();
     let sent = Arc::new(AtomicU64::new(0));
     let acknowledged = Arc::new(AtomicU64::new(0));
+    // Every datagram back, opened or not (the floor's answers are not), and the last
+    // acknowledgement's length (the floor answers with as many bytes).
+    let answered = Arc::new(AtomicU64::new(0));
+    let ack_len = Arc::new(AtomicUsize::new(0));
     let mut sockets = Vec::new();
     for _ in 0..SOCKETS {
         let s = match &remote {
@@ -482,12 +437,15 @@ async fn main() {
         let s = s.clone();
         let sessions = sessions.clone();
         let acknowledged = acknowledged.clone();
+        let answered = answered.clone();
+        let ack_len = ack_len.clone();
         tokio::spawn(async move {
             let mut buf = [0u8; wire::MAX_DATAGRAM + 1];
             loop {
                 let Ok(len) = s.recv(&mut buf).await else {
                     continue;
                 };
+                answered.fetch_add(1, Ordering::Relaxed);
                 let Some(id) = wire::session_of(&buf[..len]) else {
                     continue;
                 };
@@ -497,6 +455,7 @@ async fn main() {
                     && c.end.acknowledged(&buf[..len], now).is_ok_and(|a| a.leader)
                 {
                     acknowledged.fetch_add(1, Ordering::Relaxed);
+                    ack_len.store(len, Ordering::Relaxed);
                 }
             }
         });
@@ -545,28 +504,13 @@ async fn main() {
     }
     tokio::time::sleep(warmup).await;
 
-    let mut samples = Vec::new();
-    let t0 = Instant::now();
     let sent0 = sent.load(Ordering::Relaxed);
     let acked0 = acknowledged.load(Ordering::Relaxed);
-    let end = t0 + measure;
-    let every = Duration::from_secs(5);
-    let mut next = t0;
-    while next <= end {
-        tokio::time::sleep_until(next.into()).await;
-        let (cpu, rss) = sample(pid);
-        samples.push((t0.elapsed().as_secs_f64(), cpu, rss));
-        next += every;
-    }
+    let samples = samples_over(pid, measure).await;
     let sent_n = sent.load(Ordering::Relaxed) - sent0;
     let acked_n = acknowledged.load(Ordering::Relaxed) - acked0;
-    let first = samples.first().copied().unwrap();
+    let (cpu_pct, worst_10s) = cpu_of(&samples);
     let last = samples.last().copied().unwrap();
-    let cpu_pct = (last.1 - first.1) / (last.0 - first.0) * 100.0;
-    let worst_10s = samples
-        .windows(3)
-        .map(|w| ((w[2].1 - w[0].1) / (w[2].0 - w[0].0) * 100.0, w[0].0))
-        .fold((0.0f64, 0.0f64), |a, b| if b.0 > a.0 { b } else { a });
     let rss_mib = last.2;
     let rss_more = rss_mib - rss_baseline;
     let acked_ratio = if sent_n == 0 {
@@ -584,6 +528,59 @@ async fn main() {
          {baseline_cpu:.2} %), RSS {rss_mib:.1} MiB ({rss_more:+.1} MiB over the baseline)",
         worst_10s.0, worst_10s.1
     );
+    // The floor (`FLOOR=0`: not measured): the daemon stopped, the same loop with
+    // nothing behind it answers on its port, pinned as it was, the companions beating
+    // on.
+    let _ = daemon.kill().await;
+    let _ = daemon.wait().await;
+    let floor = if env_or("FLOOR", 1) == 1 {
+        let answer_len = ack_len.load(Ordering::Relaxed);
+        let me = std::env::current_exe().expect("this bench's path");
+        let mut command = match remote {
+            Some(_) => {
+                let mut c = tokio::process::Command::new("taskset");
+                c.args(["-c", "0"]).arg(me);
+                c
+            }
+            None => tokio::process::Command::new(me),
+        };
+        let mut responder = command
+            .env(FLOOR_LISTEN, listen.to_string())
+            .env(FLOOR_ANSWER_LEN, answer_len.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the floor's process");
+        let floor_pid = responder.id().expect("pid");
+        tokio::time::sleep(warmup).await;
+        let (sent0, answered0) = (
+            sent.load(Ordering::Relaxed),
+            answered.load(Ordering::Relaxed),
+        );
+        let samples = samples_over(floor_pid, measure).await;
+        let sent_n = sent.load(Ordering::Relaxed) - sent0;
+        let answered_n = answered.load(Ordering::Relaxed) - answered0;
+        let _ = responder.kill().await;
+        let (floor_pct, floor_worst) = cpu_of(&samples);
+        println!(
+            "floor (the same loop answering {answer_len} bytes a datagram, nothing behind \
+             it): CPU {floor_pct:.2} % of a core (worst 10 s {:.2} %), {answered_n} of \
+             {sent_n} answered; the daemon's own share above it {:.2} points",
+            floor_worst.0,
+            cpu_pct - floor_pct
+        );
+        json!({
+            "answer_bytes": answer_len,
+            "cpu_pct": round3(floor_pct),
+            "worst_10s": {"start_s": round3(floor_worst.1), "cpu_pct": round3(floor_worst.0)},
+            "beats_sent": sent_n,
+            "beats_answered": answered_n,
+            "daemon_above_floor_points": round3(cpu_pct - floor_pct),
+        })
+    } else {
+        serde_json::Value::Null
+    };
     let met = cpu_pct <= 5.0 && worst_10s.0 <= 5.0 && rss_more <= 20.0 && acked_ratio >= 0.999;
     common::results::write(
         "companions_at_scale",
@@ -608,10 +605,10 @@ async fn main() {
                 .iter()
                 .map(|(t, c, r)| json!({"t_s": round3(*t), "cpu_s": round3(*c), "rss_mib": round3(*r)}))
                 .collect::<Vec<_>>(),
+            "floor": floor,
             "met": met,
         }),
     );
-    let _ = daemon.kill().await;
     drop(remote);
     if !met {
         println!(

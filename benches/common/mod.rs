@@ -1,7 +1,10 @@
 //! Helpers the benches share (`mod common;` in each): settings from the environment,
-//! percentiles, milliseconds, files and peers, and the results as JSON ([`results`]).
+//! percentiles, milliseconds, files and peers, the results as JSON ([`results`]), and
+//! companions on a network of their own ([`remote`]).
 #![allow(dead_code, clippy::unwrap_used)]
 
+#[cfg(target_os = "linux")]
+pub mod remote;
 pub mod results;
 
 use std::path::{Path, PathBuf};

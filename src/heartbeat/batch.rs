@@ -2,10 +2,14 @@
 //! calls cost more than the beats: on Linux one `recvmmsg` (waiting for the first,
 //! then taking every one queued, up to [`BATCH`]) and one `sendmmsg` for their
 //! acknowledgements replace two calls a datagram (`nix`'s safe wrappers). Elsewhere,
-//! one `recv_from` and one `send_to` each.
+//! one `recv_from` and one `send_to` each. [`serve`] is the loop around them; it is
+//! public so that `companions_at_scale` can measure the same loop with nothing behind
+//! it (the floor: what any answerer of these datagrams costs on that machine).
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 /// Datagrams taken (and answered) per system call at most.
 pub const BATCH: usize = 128;
@@ -14,6 +18,81 @@ pub const BATCH: usize = 128;
 /// loop lets them (the default, about 200 KiB, holds a few hundred; 5,000 companions
 /// send 200 in 20 ms). The kernel grants at most `net.core.rmem_max` (doubled).
 pub const RECEIVE_BUFFER: usize = 4 << 20;
+
+/// How often an idle [`serve`] looks at its stop flag.
+const STOP_CHECK: Duration = Duration::from_millis(200);
+
+/// The datagrams of one batch, as [`serve`] hands them to its answerer.
+pub struct Received<'a> {
+    buffers: &'a Buffers,
+    got: &'a [(usize, SocketAddr)],
+}
+
+impl Received<'_> {
+    /// Each datagram's bytes and its sender, in the order they were queued.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], SocketAddr)> + '_ {
+        self.got
+            .iter()
+            .enumerate()
+            .map(|(i, (len, from))| (self.buffers.datagram(i, *len), *from))
+    }
+}
+
+/// Answers datagrams on `socket` (made blocking here) by the batch until `stop` is
+/// set: waits for one (looking at `stop` every [`STOP_CHECK`]), takes every one
+/// queued up to [`BATCH`], has `answer` push an answer and its destination for each
+/// it answers, sends them, and unless the batch was full (more are queued: taken at
+/// once) sleeps `coalesce` to let the next ones queue. An error only when the socket
+/// cannot be set up; a datagram that cannot be read or answered is skipped (at debug
+/// level).
+pub fn serve(
+    socket: &UdpSocket,
+    coalesce: Duration,
+    stop: &AtomicBool,
+    mut answer: impl FnMut(Received<'_>, &mut Vec<(Vec<u8>, SocketAddr)>),
+) -> io::Result<()> {
+    socket.set_nonblocking(false)?;
+    socket.set_read_timeout(Some(STOP_CHECK))?;
+    match enlarge_receive_buffer(socket) {
+        Ok(granted) => tracing::debug!(bytes = granted, "datagram socket receive buffer"),
+        Err(e) => tracing::debug!(error = %e, "the socket's receive buffer stays as it was"),
+    }
+    let mut buffers = Buffers::new();
+    let mut got: Vec<(usize, SocketAddr)> = Vec::with_capacity(BATCH);
+    let mut answers: Vec<(Vec<u8>, SocketAddr)> = Vec::with_capacity(BATCH);
+    while !stop.load(Ordering::Relaxed) {
+        // Every datagram queued, up to a batch, in one call; more are left queued for
+        // the next turn, which comes at once.
+        match receive(socket, &mut buffers, &mut got) {
+            Ok(()) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "datagram socket");
+                continue;
+            }
+        }
+        answer(
+            Received {
+                buffers: &buffers,
+                got: &got,
+            },
+            &mut answers,
+        );
+        send(socket, &mut buffers, &answers);
+        answers.clear();
+        if got.len() < BATCH {
+            std::thread::sleep(coalesce);
+        }
+    }
+    Ok(())
+}
 
 /// Asks for [`RECEIVE_BUFFER`]; what the kernel granted.
 #[cfg(target_os = "linux")]
@@ -177,6 +256,56 @@ pub fn send(socket: &UdpSocket, _buffers: &mut Buffers, answers: &[(Vec<u8>, Soc
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn the_loop_hands_each_datagram_to_its_answerer_sends_what_it_answers_and_stops_when_told() {
+        use std::sync::Arc;
+        let server = UdpSocket::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+        let to = server.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        let stop = Arc::new(AtomicBool::new(false));
+        let looping = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                serve(
+                    &server,
+                    Duration::from_millis(5),
+                    &stop,
+                    |received, answers| {
+                        // Answers the even-numbered ones, each with its byte doubled.
+                        for (datagram, from) in received.iter() {
+                            if datagram.first().is_some_and(|b| b % 2 == 0) {
+                                answers.push((datagram.iter().map(|b| b * 2).collect(), from));
+                            }
+                        }
+                    },
+                )
+            })
+        };
+        let clients: Vec<UdpSocket> = (0..4)
+            .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}")))
+            .collect();
+        for (i, c) in clients.iter().enumerate() {
+            c.set_read_timeout(Some(Duration::from_millis(500)))
+                .unwrap_or_else(|e| panic!("{e}"));
+            c.send_to(&[i as u8; 3], to)
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        for (i, c) in clients.iter().enumerate() {
+            let mut b = [0u8; 8];
+            match c.recv_from(&mut b) {
+                Ok((n, from)) => {
+                    assert_eq!(i % 2, 0, "datagram {i} was not to be answered");
+                    assert_eq!((&b[..n], from), (&[2 * i as u8; 3][..], to));
+                }
+                Err(e) => assert_eq!(i % 2, 1, "datagram {i} unanswered: {e}"),
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        let served = looping
+            .join()
+            .unwrap_or_else(|_| panic!("the loop panicked"));
+        assert!(served.is_ok(), "{served:?}");
+    }
 
     #[cfg(target_os = "linux")]
     #[test]

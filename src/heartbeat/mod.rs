@@ -10,7 +10,7 @@
 //! one failed MAC), and nothing longer than
 //! [`nodefence_watchdog::wire::MAX_DATAGRAM`] is read.
 
-mod batch;
+pub mod batch;
 pub mod hello;
 pub mod report;
 pub mod table;
@@ -520,76 +520,35 @@ async fn session(State(state): State<HelloState>, headers: HeaderMap) -> Respons
 /// `heartbeat_interval` of 500 ms and an `isolation_timeout` of 2 s; the
 /// acknowledgement's times are read when it is answered, so the delay is never
 /// counted in the companion's favour.
-const COALESCE: Duration = Duration::from_millis(20);
-/// How often an idle beats' loop looks at its stop flag.
-const STOP_CHECK: Duration = Duration::from_millis(200);
+pub const COALESCE: Duration = Duration::from_millis(20);
 
 /// The beats' loop, on a thread of its own (a blocking socket: the runtime's
-/// scheduler is not woken for each datagram): wait for one, then take every one
-/// queued under one lock of the table, answer them, and let the next ones queue for
-/// [`COALESCE`].
+/// scheduler is not woken for each datagram; [`batch::serve`]): every datagram
+/// queued, answered under one lock of the table, then [`COALESCE`] for the next ones
+/// to queue.
 fn serve_udp(
     socket: std::net::UdpSocket,
     heartbeat: Heartbeat,
     leadership: Leadership,
     stop: Arc<std::sync::atomic::AtomicBool>,
 ) {
-    use std::sync::atomic::Ordering;
-    let mut buffers = batch::Buffers::new();
-    let mut got: Vec<(usize, SocketAddr)> = Vec::with_capacity(batch::BATCH);
-    let mut answers: Vec<(Vec<u8>, SocketAddr)> = Vec::with_capacity(batch::BATCH);
-    if let Err(e) = socket
-        .set_nonblocking(false)
-        .and_then(|()| socket.set_read_timeout(Some(STOP_CHECK)))
-    {
+    let served = batch::serve(&socket, COALESCE, &stop, |received, answers| {
+        let marked = heartbeat.marked.read().unwrap_or_else(|e| e.into_inner());
+        let mut table = heartbeat.table.lock().unwrap_or_else(|e| e.into_inner());
+        // Read once the whole batch is in hand (see [`answer`]): no acknowledgement is
+        // recorded before the beat it answers arrived, and every one is sent after
+        // both were read. Once a batch, not once a datagram (two clock reads each: a
+        // few percent of the loop at 10,000 a second).
+        let (leader, now) = (leadership.is_leader(), heartbeat.now());
+        for (datagram, from) in received.iter() {
+            match answer(&mut table, &marked, leader, now, datagram) {
+                Ok(ack) => answers.push((ack, from)),
+                Err(why) => tracing::trace!(%from, why = why.as_str(), "datagram dropped"),
+            }
+        }
+    });
+    if let Err(e) = served {
         tracing::error!(error = %e, "the heartbeat socket cannot be set up; no beat is heard");
-        return;
-    }
-    match batch::enlarge_receive_buffer(&socket) {
-        Ok(granted) => tracing::debug!(bytes = granted, "heartbeat socket receive buffer"),
-        Err(e) => {
-            tracing::debug!(error = %e, "the heartbeat socket's receive buffer stays as it was")
-        }
-    }
-    while !stop.load(Ordering::Relaxed) {
-        // Every datagram queued, up to a batch, in one call; more are left queued for
-        // the next turn, which comes at once.
-        match batch::receive(&socket, &mut buffers, &mut got) {
-            Ok(()) => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                continue;
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "heartbeat socket");
-                continue;
-            }
-        }
-        {
-            let marked = heartbeat.marked.read().unwrap_or_else(|e| e.into_inner());
-            let mut table = heartbeat.table.lock().unwrap_or_else(|e| e.into_inner());
-            // Read once the whole batch is in hand (see [`answer`]): no acknowledgement
-            // is recorded before the beat it answers arrived, and every one is sent
-            // after both were read. Once a batch, not once a datagram (two clock reads
-            // each: a few percent of the loop at 10,000 a second).
-            let (leader, now) = (leadership.is_leader(), heartbeat.now());
-            for (i, (len, from)) in got.iter().enumerate() {
-                match answer(&mut table, &marked, leader, now, buffers.datagram(i, *len)) {
-                    Ok(ack) => answers.push((ack, *from)),
-                    Err(why) => tracing::trace!(%from, why = why.as_str(), "datagram dropped"),
-                }
-            }
-        }
-        batch::send(&socket, &mut buffers, &answers);
-        answers.clear();
-        // A full batch: more are queued, take them at once.
-        if got.len() < batch::BATCH {
-            std::thread::sleep(COALESCE);
-        }
     }
 }
 

@@ -460,26 +460,15 @@ mod tests {
             Err(Dropped::NotABeat)
         );
         // Another session id: one that names this node's place, and one that names none.
-        let mut stranger = CompanionEnd::new(Key([1; 32]), 8 << 32, Duration::from_secs(2));
-        assert_eq!(
-            t.beat(
-                &stranger.beat(ms(1), Reaching::default(), ARMED),
-                ms(2),
-                true,
-                |_| false
-            ),
-            Err(Dropped::NoSession)
-        );
-        let mut stranger = CompanionEnd::new(Key([1; 32]), session + 1, Duration::from_secs(2));
-        assert_eq!(
-            t.beat(
-                &stranger.beat(ms(1), Reaching::default(), ARMED),
-                ms(2),
-                true,
-                |_| false
-            ),
-            Err(Dropped::NoSession)
-        );
+        for foreign in [8 << 32, session + 1] {
+            let mut stranger = CompanionEnd::new(Key([1; 32]), foreign, Duration::from_secs(2));
+            let beat = stranger.beat(ms(1), Reaching::default(), ARMED);
+            assert_eq!(
+                t.beat(&beat, ms(2), true, |_| false),
+                Err(Dropped::NoSession),
+                "session {foreign:#x}"
+            );
+        }
         // Another key, the right session, a sequence not seen yet.
         let mut forger = CompanionEnd::new(Key([9; 32]), session, Duration::from_secs(2));
         let _ = forger.beat(ms(1), Reaching::default(), ARMED);
