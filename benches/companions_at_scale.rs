@@ -146,6 +146,18 @@ fn floor(listen: &str) {
     .expect("the floor's loop");
 }
 
+/// A command running `program`, pinned to core 0 (`taskset`) when `pinned` (`REMOTE=1`:
+/// the daemon's core, and the floor's in its place).
+fn on_core_0(program: impl AsRef<std::ffi::OsStr>, pinned: bool) -> tokio::process::Command {
+    if pinned {
+        let mut c = tokio::process::Command::new("taskset");
+        c.args(["-c", "0"]).arg(program);
+        c
+    } else {
+        tokio::process::Command::new(program)
+    }
+}
+
 /// CPU and RSS of `pid` every 5 s over `measure`: `(seconds from the start, CPU
 /// seconds, RSS MiB)`.
 async fn samples_over(pid: u32, measure: Duration) -> Vec<(f64, f64, f64)> {
@@ -272,15 +284,7 @@ async fn bench() {
     };
     let exe =
         std::env::var_os("NODEFENCE_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_nodefence").into());
-    let mut daemon = match remote {
-        Some(_) => {
-            let mut c = tokio::process::Command::new("taskset");
-            c.args(["-c", "0"]).arg(exe);
-            c
-        }
-        None => tokio::process::Command::new(exe),
-    };
-    let mut daemon = daemon
+    let mut daemon = on_core_0(exe, remote.is_some())
         .arg("--config")
         .arg(dir.path().join("nodefence.toml"))
         .args(["run", "--kubeconfig"])
@@ -536,15 +540,7 @@ async fn bench() {
     let floor = if env_or("FLOOR", 1) == 1 {
         let answer_len = ack_len.load(Ordering::Relaxed);
         let me = std::env::current_exe().expect("this bench's path");
-        let mut command = match remote {
-            Some(_) => {
-                let mut c = tokio::process::Command::new("taskset");
-                c.args(["-c", "0"]).arg(me);
-                c
-            }
-            None => tokio::process::Command::new(me),
-        };
-        let mut responder = command
+        let mut responder = on_core_0(me, remote.is_some())
             .env(FLOOR_LISTEN, listen.to_string())
             .env(FLOOR_ANSWER_LEN, answer_len.to_string())
             .stdin(Stdio::null())

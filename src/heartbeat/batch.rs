@@ -20,7 +20,7 @@ pub const BATCH: usize = 128;
 pub const RECEIVE_BUFFER: usize = 4 << 20;
 
 /// How often an idle [`serve`] looks at its stop flag.
-const STOP_CHECK: Duration = Duration::from_millis(200);
+pub const STOP_CHECK: Duration = Duration::from_millis(200);
 
 /// The datagrams of one batch, as [`serve`] hands them to its answerer.
 pub struct Received<'a> {
