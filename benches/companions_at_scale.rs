@@ -63,28 +63,8 @@ const SOCKETS: usize = 16;
 
 /// `(utime + stime)` of `pid` in seconds, and its RSS in MiB.
 fn sample(pid: u32) -> (f64, f64) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
-    let after = &stat[stat.rfind(')').expect("comm") + 2..];
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-    let rss = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or(0.0);
-    (ticks / clock_ticks(), rss / 1024.0)
-}
-
-fn clock_ticks() -> f64 {
-    std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(100.0)
+    let (cpu, rss, _) = common::process_usage(pid);
+    (cpu, rss)
 }
 
 fn free_port() -> u16 {

@@ -47,7 +47,7 @@ use nodefence_mocks::tls::TlsMaterial;
 use serde_json::{Value, json};
 
 mod common;
-use common::env_or;
+use common::{env_or, process_usage};
 
 /// The daemon's CPU time and RSS every `every` from when it leads.
 struct Sampler {
@@ -94,7 +94,7 @@ impl Sampler {
                 return;
             }
             tokio::time::sleep_until(due.into()).await;
-            let (cpu, rss, _) = sample(self.pid);
+            let (cpu, rss, _) = process_usage(self.pid);
             // Rounded as written: the worst window is computed from what the JSON holds.
             self.samples.push(Sample {
                 t_s: round3(self.leading.elapsed().as_secs_f64()),
@@ -209,39 +209,6 @@ async fn kubelets(store: Store, nodes: u64, dead: Arc<AtomicU64>) {
         }
         k += 1;
     }
-}
-
-/// `(utime + stime)` of `pid` in seconds, and its RSS and peak RSS in MiB.
-fn sample(pid: u32) -> (f64, f64, f64) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
-    // Fields after the `(comm)`, which may hold spaces: state is field 3, utime 14.
-    let after = &stat[stat.rfind(')').expect("comm") + 2..];
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-    let kib = |key: &str| -> f64 {
-        status
-            .lines()
-            .find(|l| l.starts_with(key))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0)
-    };
-    (
-        ticks / clock_ticks(),
-        kib("VmRSS:") / 1024.0,
-        kib("VmHWM:") / 1024.0,
-    )
-}
-
-fn clock_ticks() -> f64 {
-    std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(100.0)
 }
 
 #[tokio::main]
@@ -415,11 +382,11 @@ async fn main() {
         samples: Vec::new(),
     };
     sampler.run_until(leading + warmup).await;
-    let (cpu0, _, _) = sample(pid);
+    let (cpu0, _, _) = process_usage(pid);
     let requests0 = kube.requests().len();
     let t0 = Instant::now();
     sampler.run_until(t0 + measure).await;
-    let (cpu1, rss, peak) = sample(pid);
+    let (cpu1, rss, peak) = process_usage(pid);
     let elapsed = t0.elapsed().as_secs_f64();
     let window: Vec<_> = kube.requests().into_iter().skip(requests0).collect();
     let requests = window.len();
@@ -537,7 +504,7 @@ async fn rack_loses_power(
     pull_plug: impl Fn(u64),
 ) -> (bool, Value) {
     let name = |i: u64| format!("worker-{i}");
-    let (cpu0, _, _) = sample(pid);
+    let (cpu0, _, _) = process_usage(pid);
     dead.store(rack, Ordering::SeqCst);
     let pulled = Instant::now();
     let pulled_wall = SystemTime::now();
@@ -566,11 +533,11 @@ async fn rack_loses_power(
                 *slot = Some(pulled.elapsed());
             }
         }
-        peak_rss = peak_rss.max(sample(pid).1);
+        peak_rss = peak_rss.max(process_usage(pid).1);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let took = pulled.elapsed().as_secs_f64();
-    let (cpu1, rss, _) = sample(pid);
+    let (cpu1, rss, _) = process_usage(pid);
     let missing = released.iter().filter(|r| r.is_none()).count();
     let mut after_plug: Vec<f64> = released
         .iter()
