@@ -119,7 +119,7 @@ fn floor(listen: &str) {
         &never,
         |received, answers| {
             for (_, from) in received.iter() {
-                answers.push((answer.clone(), from));
+                answers.push(&answer, from);
             }
         },
     )

@@ -38,6 +38,66 @@ impl Received<'_> {
     }
 }
 
+/// The answers to one batch: their bytes end to end in one buffer, kept from batch to
+/// batch (no allocation an answer), and where each ends and goes.
+#[derive(Debug, Default)]
+pub struct Answers {
+    bytes: Vec<u8>,
+    ends: Vec<(usize, SocketAddr)>,
+}
+
+impl Answers {
+    /// One answer to `to`: `answer` copied in.
+    pub fn push(&mut self, answer: &[u8], to: SocketAddr) {
+        self.bytes.extend_from_slice(answer);
+        self.ends.push((self.bytes.len(), to));
+    }
+
+    /// One answer to `to`, written by `write` at the end of the buffer; none when it
+    /// fails (whatever it wrote is taken back) or writes nothing.
+    pub fn push_with<E>(
+        &mut self,
+        to: SocketAddr,
+        write: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let start = self.bytes.len();
+        match write(&mut self.bytes) {
+            Ok(()) => {
+                if self.bytes.len() > start {
+                    self.ends.push((self.bytes.len(), to));
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.bytes.truncate(start);
+                Err(e)
+            }
+        }
+    }
+
+    /// Each answer and where it goes, in the order they were pushed.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], SocketAddr)> + '_ {
+        let starts = std::iter::once(0).chain(self.ends.iter().map(|(end, _)| *end));
+        starts
+            .zip(&self.ends)
+            .map(|(start, (end, to))| (self.bytes.get(start..*end).unwrap_or_default(), *to))
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Empty, its room kept.
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+    }
+}
+
 /// Answers datagrams on `socket` (made blocking here) by the batch until `stop` is
 /// set: waits for one (looking at `stop` every [`STOP_CHECK`]), takes every one
 /// queued up to [`BATCH`], has `answer` push an answer and its destination for each
@@ -49,7 +109,7 @@ pub fn serve(
     socket: &UdpSocket,
     coalesce: Duration,
     stop: &AtomicBool,
-    mut answer: impl FnMut(Received<'_>, &mut Vec<(Vec<u8>, SocketAddr)>),
+    mut answer: impl FnMut(Received<'_>, &mut Answers),
 ) -> io::Result<()> {
     socket.set_nonblocking(false)?;
     socket.set_read_timeout(Some(STOP_CHECK))?;
@@ -62,7 +122,7 @@ pub fn serve(
     }
     let mut buffers = Buffers::new();
     let mut got: Vec<(usize, SocketAddr)> = Vec::with_capacity(BATCH);
-    let mut answers: Vec<(Vec<u8>, SocketAddr)> = Vec::with_capacity(BATCH);
+    let mut answers = Answers::default();
     while !stop.load(Ordering::Relaxed) {
         // Every datagram queued, up to a batch, in one call; more are left queued for
         // the next turn, which comes at once.
@@ -139,6 +199,9 @@ pub struct Buffers {
     recv: nix::sys::socket::MultiHeaders<nix::sys::socket::SockaddrStorage>,
     #[cfg(target_os = "linux")]
     send: nix::sys::socket::MultiHeaders<nix::sys::socket::SockaddrStorage>,
+    /// The addresses of a `sendmmsg`, kept from call to call.
+    #[cfg(target_os = "linux")]
+    to: Vec<Option<nix::sys::socket::SockaddrStorage>>,
 }
 
 impl Default for Buffers {
@@ -155,6 +218,8 @@ impl Buffers {
             recv: nix::sys::socket::MultiHeaders::preallocate(BATCH, None),
             #[cfg(target_os = "linux")]
             send: nix::sys::socket::MultiHeaders::preallocate(BATCH, None),
+            #[cfg(target_os = "linux")]
+            to: Vec::with_capacity(BATCH),
         }
     }
 
@@ -209,24 +274,28 @@ pub fn receive(
 /// Sends every answer, as few system calls as it takes; an answer that cannot be sent
 /// is skipped (said at debug level: the companion beats again).
 #[cfg(target_os = "linux")]
-pub fn send(socket: &UdpSocket, buffers: &mut Buffers, answers: &[(Vec<u8>, SocketAddr)]) {
+pub fn send(socket: &UdpSocket, buffers: &mut Buffers, answers: &Answers) {
     use nix::sys::socket::{ControlMessage, MsgFlags, SockaddrStorage, sendmmsg};
     use std::io::IoSlice;
     use std::os::fd::AsRawFd;
+    let Buffers { send, to, .. } = buffers;
+    let all: Vec<(&[u8], SocketAddr)> = answers.iter().collect();
     let mut start = 0;
-    while start < answers.len() {
-        let chunk = &answers[start..answers.len().min(start + BATCH)];
+    while start < all.len() {
+        let chunk = &all[start..all.len().min(start + BATCH)];
         let slices: Vec<[IoSlice<'_>; 1]> = chunk.iter().map(|(a, _)| [IoSlice::new(a)]).collect();
-        let addrs: Vec<Option<SockaddrStorage>> = chunk
-            .iter()
-            .map(|(_, to)| Some(SockaddrStorage::from(*to)))
-            .collect();
+        to.clear();
+        to.extend(
+            chunk
+                .iter()
+                .map(|(_, addr)| Some(SockaddrStorage::from(*addr))),
+        );
         let none: [ControlMessage<'_>; 0] = [];
         match sendmmsg(
             socket.as_raw_fd(),
-            &mut buffers.send,
+            send,
             slices.iter(),
-            addrs,
+            &to[..],
             none,
             MsgFlags::empty(),
         ) {
@@ -267,8 +336,8 @@ pub fn receive(
 
 /// Sends every answer, one call each (elsewhere than Linux).
 #[cfg(not(target_os = "linux"))]
-pub fn send(socket: &UdpSocket, _buffers: &mut Buffers, answers: &[(Vec<u8>, SocketAddr)]) {
-    for (answer, to) in answers {
+pub fn send(socket: &UdpSocket, _buffers: &mut Buffers, answers: &Answers) {
+    for (answer, to) in answers.iter() {
         if let Err(e) = socket.send_to(answer, to) {
             tracing::debug!(error = %e, "heartbeat socket");
         }
@@ -297,7 +366,8 @@ mod tests {
                         // Answers the even-numbered ones, each with its byte doubled.
                         for (datagram, from) in received.iter() {
                             if datagram.first().is_some_and(|b| b % 2 == 0) {
-                                answers.push((datagram.iter().map(|b| b * 2).collect(), from));
+                                let doubled: Vec<u8> = datagram.iter().map(|b| b * 2).collect();
+                                answers.push(&doubled, from);
                             }
                         }
                     },
@@ -328,6 +398,44 @@ mod tests {
             .join()
             .unwrap_or_else(|_| panic!("the loop panicked"));
         assert!(served.is_ok(), "{served:?}");
+    }
+
+    #[test]
+    fn answers_keep_their_order_and_bytes_and_a_failed_or_empty_one_leaves_nothing() {
+        let (a, b): (SocketAddr, SocketAddr) = (
+            "10.0.0.1:1".parse().unwrap_or_else(|e| panic!("{e}")),
+            "10.0.0.2:2".parse().unwrap_or_else(|e| panic!("{e}")),
+        );
+        let mut answers = Answers::default();
+        answers.push(b"one", a);
+        let failed = answers.push_with(b, |out| {
+            out.extend_from_slice(b"half written");
+            Err("refused")
+        });
+        assert_eq!(failed, Err("refused"));
+        assert_eq!(answers.push_with(b, |_| Ok::<(), ()>(())), Ok(()));
+        assert_eq!(
+            answers.push_with(b, |out| {
+                out.extend_from_slice(b"two");
+                Ok::<(), ()>(())
+            }),
+            Ok(())
+        );
+        answers.push(b"", a);
+        answers.push(b"three", a);
+        let all: Vec<(&[u8], SocketAddr)> = answers.iter().collect();
+        assert_eq!(
+            all,
+            [
+                (&b"one"[..], a),
+                (&b"two"[..], b),
+                (&b""[..], a),
+                (&b"three"[..], a)
+            ]
+        );
+        assert_eq!(answers.len(), 4);
+        answers.clear();
+        assert!(answers.is_empty() && answers.iter().next().is_none());
     }
 
     #[cfg(target_os = "linux")]
@@ -411,23 +519,18 @@ mod tests {
             io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
         ));
         // Each answer to its sender.
-        let answers: Vec<(Vec<u8>, SocketAddr)> = clients
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                (
-                    vec![100 + i as u8; 5],
-                    c.local_addr().unwrap_or_else(|e| panic!("{e}")),
-                )
-            })
-            .collect();
+        let mut answers = Answers::default();
+        for (i, c) in clients.iter().enumerate() {
+            let to = c.local_addr().unwrap_or_else(|e| panic!("{e}"));
+            answers.push(&vec![100 + i as u8; 5 + i], to);
+        }
         send(&server, &mut buffers, &answers);
         for (i, c) in clients.iter().enumerate() {
             c.set_read_timeout(Some(Duration::from_secs(2)))
                 .unwrap_or_else(|e| panic!("{e}"));
             let mut b = [0u8; 16];
             let (n, from) = c.recv_from(&mut b).unwrap_or_else(|e| panic!("{e}"));
-            assert_eq!((&b[..n], from), (&[100 + i as u8; 5][..], to));
+            assert_eq!((&b[..n], from), (&vec![100 + i as u8; 5 + i][..], to));
         }
     }
 }

@@ -100,7 +100,9 @@ impl Heartbeat {
     pub fn answer(&self, datagram: &[u8], leader: bool) -> Result<Vec<u8>, table::Dropped> {
         let marked = self.marked.read().unwrap_or_else(|e| e.into_inner());
         let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        answer(&mut table, &marked, leader, self.now(), datagram)
+        let mut ack = Vec::new();
+        answer_into(&mut table, &marked, leader, self.now(), datagram, &mut ack)?;
+        Ok(ack)
     }
 
     /// This replica's monotonic clock, as the table counts it.
@@ -361,8 +363,9 @@ fn random_key() -> std::io::Result<[u8; 32]> {
 /// whole-system simulation's, which runs on one thread in paused time where a UDP
 /// socket served by a thread of its own cannot be heard. The table, the marks, the
 /// release rule and the scan for silences are the listener's own; what the hello
-/// (TokenReview, TLS) and the socket do is left out, and a datagram is answered by
-/// the same function the socket's loop calls ([`Heartbeat::answer`]).
+/// (TokenReview, TLS) and the socket do is left out, and a datagram is answered
+/// ([`Heartbeat::answer`]) by the same function, under the same locks, as the
+/// socket's loop answers each of a batch.
 ///
 /// Cloned by whoever plays the companions; the daemon fills it when it starts
 /// ([`start_in_process`]): until then, and once the daemon's future is dropped,
@@ -535,15 +538,18 @@ fn serve_udp(
     let served = batch::serve(&socket, COALESCE, &stop, |received, answers| {
         let marked = heartbeat.marked.read().unwrap_or_else(|e| e.into_inner());
         let mut table = heartbeat.table.lock().unwrap_or_else(|e| e.into_inner());
-        // Read once the whole batch is in hand (see [`answer`]): no acknowledgement is
+        // Read once the whole batch is in hand (see [`answer_into`]): no acknowledgement is
         // recorded before the beat it answers arrived, and every one is sent after
         // both were read. Once a batch, not once a datagram (two clock reads each: a
         // few percent of the loop at 10,000 a second).
         let (leader, now) = (leadership.is_leader(), heartbeat.now());
+        table.warm(received.iter().map(|(d, _)| d));
         for (datagram, from) in received.iter() {
-            match answer(&mut table, &marked, leader, now, datagram) {
-                Ok(ack) => answers.push((ack, from)),
-                Err(why) => tracing::trace!(%from, why = why.as_str(), "datagram dropped"),
+            let answered = answers.push_with(from, |out| {
+                answer_into(&mut table, &marked, leader, now, datagram, out)
+            });
+            if let Err(why) = answered {
+                tracing::trace!(%from, why = why.as_str(), "datagram dropped");
             }
         }
     });
@@ -557,14 +563,15 @@ fn serve_udp(
 /// must be read once the datagram is in hand: an acknowledgement is never recorded
 /// as sent before the beat it answers was (the release's wait counts from it), nor as
 /// the leader's after the leadership.
-fn answer(
+fn answer_into(
     table: &mut Table,
     marked: &BTreeMap<String, Option<Duration>>,
     leader: bool,
     now: Duration,
     datagram: &[u8],
-) -> Result<Vec<u8>, table::Dropped> {
-    table.beat(datagram, now, leader, |n| marked.contains_key(n))
+    out: &mut Vec<u8>,
+) -> Result<(), table::Dropped> {
+    table.beat_into(datagram, now, leader, |n| marked.contains_key(n), out)
 }
 
 /// A new session for `node` in `table` (replacing its last one): its id and key,
@@ -592,9 +599,12 @@ impl Drop for StopOnDrop {
     }
 }
 
-/// Scans the table every [`SILENCE_SCAN`] and publishes the silent companions when
-/// the set changes (a beat back, or a new silence): the control loop is woken by a
-/// change, never by a beat.
+/// Looks at the table every [`SILENCE_SCAN`] and publishes the silent companions
+/// when the set changes (a beat back, or a new silence): the control loop is woken by
+/// a change, never by a beat. A look walks over every companion only when the set may
+/// have changed ([`Table::silent_if_changed`]): while every companion beats, once in
+/// `heartbeat_timeout` less a `heartbeat_interval` (1.5 s by default), not ten times
+/// a second.
 async fn follow_silence(
     heartbeat: Heartbeat,
     timeout: Duration,
@@ -604,6 +614,7 @@ async fn follow_silence(
     let mut scan = tokio::time::interval(SILENCE_SCAN);
     scan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut scans: u32 = 0;
+    let mut watch = table::SilenceWatch::default();
     loop {
         scan.tick().await;
         let now = heartbeat.now();
@@ -623,7 +634,11 @@ async fn follow_silence(
             }));
         }
         let wall = crate::clock::now();
-        let silent = heartbeat.with_table(|t| t.silent(now, timeout));
+        let Some(silent) = heartbeat.with_table(|t| t.silent_if_changed(&mut watch, now, timeout))
+        else {
+            // The same companions silent as at the last look: nothing to publish.
+            continue;
+        };
         publish.send_if_modified(|known| {
             if known.len() == silent.len() && silent.iter().all(|(n, _)| known.contains_key(n)) {
                 return false;

@@ -142,7 +142,7 @@ impl CompanionEnd {
 }
 
 /// The replica's end of a session.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ReplicaEnd {
     key: PreparedKey,
     session: u64,
@@ -181,6 +181,24 @@ impl ReplicaEnd {
         cluster: u16,
         membership: u64,
     ) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.acknowledge_into(beat, leader, marked, now, cluster, membership, &mut out);
+        out
+    }
+
+    /// [`Self::acknowledge`], sealed at the end of `out` (a buffer the caller keeps
+    /// for a batch of them).
+    #[allow(clippy::too_many_arguments)]
+    pub fn acknowledge_into(
+        &self,
+        beat: &Beat,
+        leader: bool,
+        marked: bool,
+        now: Duration,
+        cluster: u16,
+        membership: u64,
+        out: &mut Vec<u8>,
+    ) {
         Ack {
             session: self.session,
             beat_seq: beat.seq,
@@ -191,7 +209,7 @@ impl ReplicaEnd {
             cluster,
             membership,
         }
-        .seal(&self.key)
+        .seal_into(&self.key, out);
     }
 }
 

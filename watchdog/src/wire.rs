@@ -251,37 +251,49 @@ fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-struct Writer(Vec<u8>);
+/// Writes one datagram at the end of `out` (after whatever it holds already).
+struct Writer<'a> {
+    out: &'a mut Vec<u8>,
+    start: usize,
+}
 
-impl Writer {
-    fn new(kind: u8, body: usize) -> Self {
-        let mut v = Vec::with_capacity(HEADER + body + MAC_LEN);
-        v.extend_from_slice(&MAGIC);
-        v.push(VERSION);
-        v.push(kind);
-        Self(v)
+impl<'a> Writer<'a> {
+    fn new(out: &'a mut Vec<u8>, kind: u8, body: usize) -> Self {
+        out.reserve(HEADER + body + MAC_LEN);
+        let start = out.len();
+        out.extend_from_slice(&MAGIC);
+        out.push(VERSION);
+        out.push(kind);
+        Self { out, start }
     }
     fn u8(&mut self, x: u8) -> &mut Self {
-        self.0.push(x);
+        self.out.push(x);
         self
     }
     fn u16(&mut self, x: u16) -> &mut Self {
-        self.0.extend_from_slice(&x.to_be_bytes());
+        self.out.extend_from_slice(&x.to_be_bytes());
         self
     }
     fn bytes(&mut self, x: &[u8]) -> &mut Self {
-        self.0.extend_from_slice(x);
+        self.out.extend_from_slice(x);
         self
     }
     fn u64(&mut self, x: u64) -> &mut Self {
-        self.0.extend_from_slice(&x.to_be_bytes());
+        self.out.extend_from_slice(&x.to_be_bytes());
         self
     }
-    fn seal(mut self, key: &impl MacKey) -> Vec<u8> {
-        let tag = mac(key, &self.0);
-        self.0.extend_from_slice(&tag);
-        self.0
+    /// The MAC of everything this datagram holds so far, after it.
+    fn seal(self, key: &impl MacKey) {
+        let tag = mac(key, &self.out[self.start..]);
+        self.out.extend_from_slice(&tag);
     }
+}
+
+/// What `seal_into` wrote, in a `Vec` of its own.
+fn sealed(seal_into: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let mut out = Vec::new();
+    seal_into(&mut out);
+    out
 }
 
 struct Reader<'a>(&'a [u8]);
@@ -359,7 +371,13 @@ fn open<'a>(
 
 impl Beat {
     pub fn seal(&self, key: &impl MacKey) -> Vec<u8> {
-        let mut w = Writer::new(BEAT, BEAT_BODY);
+        sealed(|out| self.seal_into(key, out))
+    }
+
+    /// Sealed at the end of `out` (after what it holds: the same bytes as
+    /// [`Self::seal`], in a buffer the caller keeps).
+    pub fn seal_into(&self, key: &impl MacKey, out: &mut Vec<u8>) {
+        let mut w = Writer::new(out, BEAT, BEAT_BODY);
         let (has_echo, echo_seq, echo_sent) = match self.echo {
             Some((seq, sent)) => (1, seq, nanos(sent)),
             None => (0, 0, 0),
@@ -380,7 +398,7 @@ impl Beat {
             .u8(state)
             .u64(granted)
             .bytes(&device.0);
-        w.seal(key)
+        w.seal(key);
     }
 
     pub fn open(datagram: &[u8], key: &impl MacKey) -> Result<Self, Refused> {
@@ -419,7 +437,13 @@ impl Beat {
 
 impl Ack {
     pub fn seal(&self, key: &impl MacKey) -> Vec<u8> {
-        let mut w = Writer::new(ACK, ACK_BODY);
+        sealed(|out| self.seal_into(key, out))
+    }
+
+    /// Sealed at the end of `out` (after what it holds: the same bytes as
+    /// [`Self::seal`], in a buffer the caller keeps).
+    pub fn seal_into(&self, key: &impl MacKey, out: &mut Vec<u8>) {
+        let mut w = Writer::new(out, ACK, ACK_BODY);
         w.u64(self.session)
             .u64(self.beat_seq)
             .u64(nanos(self.beat_sent))
@@ -428,7 +452,7 @@ impl Ack {
             .u64(nanos(self.sent))
             .u16(self.cluster)
             .u64(self.membership);
-        w.seal(key)
+        w.seal(key);
     }
 
     pub fn open(datagram: &[u8], key: &impl MacKey) -> Result<Self, Refused> {
@@ -458,9 +482,15 @@ impl Ack {
 
 impl Question {
     pub fn seal(&self, key: &impl MacKey) -> Vec<u8> {
-        let mut w = Writer::new(QUESTION, QUESTION_BODY);
+        sealed(|out| self.seal_into(key, out))
+    }
+
+    /// Sealed at the end of `out` (after what it holds: the same bytes as
+    /// [`Self::seal`], in a buffer the caller keeps).
+    pub fn seal_into(&self, key: &impl MacKey, out: &mut Vec<u8>) {
+        let mut w = Writer::new(out, QUESTION, QUESTION_BODY);
         w.u16(self.from).u64(self.nonce);
-        w.seal(key)
+        w.seal(key);
     }
 
     pub fn open(datagram: &[u8], key: &impl MacKey) -> Result<Self, Refused> {
@@ -474,9 +504,15 @@ impl Question {
 
 impl Answer {
     pub fn seal(&self, key: &impl MacKey) -> Vec<u8> {
-        let mut w = Writer::new(ANSWER, ANSWER_BODY);
+        sealed(|out| self.seal_into(key, out))
+    }
+
+    /// Sealed at the end of `out` (after what it holds: the same bytes as
+    /// [`Self::seal`], in a buffer the caller keeps).
+    pub fn seal_into(&self, key: &impl MacKey, out: &mut Vec<u8>) {
+        let mut w = Writer::new(out, ANSWER, ANSWER_BODY);
         w.u16(self.from).u64(self.nonce).u8(self.reach);
-        w.seal(key)
+        w.seal(key);
     }
 
     pub fn open(datagram: &[u8], key: &impl MacKey) -> Result<Self, Refused> {
@@ -582,6 +618,41 @@ mod tests {
     }
 
     #[test]
+    fn sealed_into_a_buffer_already_holding_others_each_is_what_seal_gives_and_opens() {
+        let prepared = PreparedKey::from(&K);
+        let mut out = b"before".to_vec();
+        let (a, b) = (ack(), beat());
+        let q = Question { from: 3, nonce: 99 };
+        let ans = Answer {
+            from: 4,
+            nonce: 99,
+            reach: 1,
+        };
+        a.seal_into(&prepared, &mut out);
+        b.seal_into(&prepared, &mut out);
+        q.seal_into(&K, &mut out);
+        ans.seal_into(&K, &mut out);
+        let (before, rest) = out.split_at(6);
+        assert_eq!(before, b"before");
+        let (sa, rest) = rest.split_at(HEADER + ACK_BODY + MAC_LEN);
+        let (sb, rest) = rest.split_at(HEADER + BEAT_BODY + MAC_LEN);
+        let (sq, sans) = rest.split_at(HEADER + QUESTION_BODY + MAC_LEN);
+        assert_eq!(
+            (sa, sb, sq, sans),
+            (
+                &a.seal(&K)[..],
+                &b.seal(&K)[..],
+                &q.seal(&K)[..],
+                &ans.seal(&K)[..]
+            )
+        );
+        assert_eq!(Ack::open(sa, &K), Ok(a));
+        assert_eq!(Beat::open(sb, &K), Ok(b));
+        assert_eq!(Question::open(sq, &K), Ok(q));
+        assert_eq!(Answer::open(sans, &K), Ok(ans));
+    }
+
+    #[test]
     fn a_prepared_key_seals_and_opens_as_its_key_does_every_time() {
         let prepared = PreparedKey::from(&K);
         let a = ack();
@@ -632,9 +703,11 @@ mod tests {
         assert_eq!(kind(&[0; 300]), None);
         assert_eq!(session_of(b"NFWD"), None);
         // Sealed values out of range are refused even with a good MAC.
-        let mut w = Writer::new(ANSWER, ANSWER_BODY);
+        let mut out = Vec::new();
+        let mut w = Writer::new(&mut out, ANSWER, ANSWER_BODY);
         w.u16(1).u64(2).u8(9);
-        assert_eq!(Answer::open(&w.seal(&K), &K), Err(Refused::Kind));
+        w.seal(&K);
+        assert_eq!(Answer::open(&out, &K), Err(Refused::Kind));
     }
 
     #[test]
