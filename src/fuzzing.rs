@@ -14,6 +14,9 @@ use crate::identity::{self, MachineIdentity, NodeIdentity};
 use crate::power::PowerAction;
 use crate::power::redfish::{model, redirect, reset};
 
+mod heartbeat;
+pub use heartbeat::{Tally, heartbeat_datagrams, token_review};
+
 /// Loads `nodefence.toml` and `inventory.toml` from these bytes with the real loader.
 /// A configuration that loads must also build every node's driver and the daemon's
 /// permission list: what `validate` accepts, `run` must be able to start with.

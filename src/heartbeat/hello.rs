@@ -46,8 +46,8 @@ pub struct Session {
 pub enum Refusal {
     #[error("the API server did not authenticate the token{0}")]
     NotAuthenticated(String),
-    #[error("the token is not for audience {AUDIENCE} (it was reviewed for {0:?})")]
-    Audience(Vec<String>),
+    #[error("the token is not for audience {AUDIENCE} (it was reviewed for [{0}])")]
+    Audience(String),
     #[error("the token is {0}'s, not the companion's ServiceAccount {1}")]
     User(String, String),
     #[error(
@@ -59,7 +59,12 @@ pub enum Refusal {
     Review(String),
 }
 
-/// The node a reviewed token speaks for, or why it speaks for none.
+/// How many of a refused token's audiences a refusal names.
+const SHOWN_AUDIENCES: usize = 3;
+
+/// The node a reviewed token speaks for, or why it speaks for none. What a refusal
+/// says of the review (its error, audiences, user) is escaped and cut short: it fits
+/// an Event's note.
 pub fn bind(status: &TokenReviewStatus, companion_user: &str) -> Result<String, Refusal> {
     if status.authenticated != Some(true) {
         let why = status
@@ -69,9 +74,18 @@ pub fn bind(status: &TokenReviewStatus, companion_user: &str) -> Result<String, 
             .unwrap_or_default();
         return Err(Refusal::NotAuthenticated(why));
     }
-    let audiences = status.audiences.clone().unwrap_or_default();
+    let audiences = status.audiences.as_deref().unwrap_or_default();
     if !audiences.iter().any(|a| a == AUDIENCE) {
-        return Err(Refusal::Audience(audiences));
+        // Said to the companion and logged: the first few, each cut short.
+        let mut shown: Vec<String> = audiences
+            .iter()
+            .take(SHOWN_AUDIENCES)
+            .map(|a| format!("\"{}\"", crate::untrusted::text(a, 40)))
+            .collect();
+        if audiences.len() > SHOWN_AUDIENCES {
+            shown.push(format!("{} more", audiences.len() - SHOWN_AUDIENCES));
+        }
+        return Err(Refusal::Audience(shown.join(", ")));
     }
     let user = status.user.clone().unwrap_or_default();
     let name = user.username.unwrap_or_default();
@@ -171,6 +185,25 @@ mod tests {
         assert!(
             e.contains("did not authenticate") && !e.contains('\n'),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn a_refusal_names_a_few_audiences_escaped_and_cut_and_fits_an_event_note() {
+        let long = "a".repeat(5_000);
+        let forged = "api\r\nFAKE: worker-1 bound";
+        let many = [forged, long.as_str(), "b", "c", "d"];
+        let e = bind(&status(&many, SA, &["worker-1"]), SA)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(r"api\r\nFAKE"), "{e}");
+        assert!(!e.contains('\n') && !e.contains('\r'), "{e}");
+        assert!(e.contains("\"b\", 2 more"), "{e}");
+        assert!(!e.contains(&"a".repeat(41)), "{e}");
+        assert!(
+            e.len() <= crate::untrusted::EVENT_NOTE_BYTES,
+            "{} bytes",
+            e.len()
         );
     }
 }

@@ -5,13 +5,15 @@
 //! only that replica can acknowledge, and only that companion can beat for its node),
 //! the peers' question and answer under the cluster's peer key.
 //!
-//! A datagram is `magic "NFWD" | version 1 | kind | body | MAC (32 bytes)`, the MAC
+//! A datagram is `magic "NFWD" | version 2 | kind | body | MAC (32 bytes)`, the MAC
 //! over everything before it. Anything else is refused before any field is read:
 //! shorter or longer than its kind's exact size, another magic, version or kind, a
-//! MAC that does not verify (compared in constant time). What the fields promise
-//! (a sequence never seen, an acknowledgement of a beat actually sent) is checked by
-//! the session that reads them, not here. Durations are nanoseconds of the sender's
-//! monotonic clock; integers are big-endian.
+//! MAC that does not verify (compared in constant time). Behind the MAC each datagram
+//! has one encoding: a flag or state out of range, or bytes in a field its flag says
+//! is absent, is refused too. What the fields promise (a sequence never seen, an
+//! acknowledgement of a beat actually sent) is checked by the session that reads
+//! them, not here. Durations are nanoseconds of the sender's monotonic clock;
+//! integers are big-endian.
 
 use std::time::Duration;
 
@@ -436,10 +438,12 @@ impl Beat {
         let state = r.u8();
         let granted = r.duration();
         let device = DeviceName::from_wire(r.take()).ok_or(Refused::Kind)?;
+        // One encoding a beat: a field its flag says is absent is all zeros.
+        let unarmed = granted.is_zero() && device == DeviceName::default();
         let watchdog = match state {
-            0 => WatchdogState::None,
+            0 if unarmed => WatchdogState::None,
             1 if !granted.is_zero() => WatchdogState::Armed { granted, device },
-            2 => WatchdogState::Stopping,
+            2 if unarmed => WatchdogState::Stopping,
             _ => return Err(Refused::Kind),
         };
         Ok(Self {
@@ -447,7 +451,7 @@ impl Beat {
             seq,
             sent,
             echo: match has_echo {
-                0 => None,
+                0 if echo == (0, Duration::ZERO) => None,
                 1 => Some(echo),
                 _ => return Err(Refused::Kind),
             },
@@ -731,6 +735,54 @@ mod tests {
         w.u16(1).u64(2).u8(9);
         w.seal(&K);
         assert_eq!(Answer::open(&out, &K), Err(Refused::Kind));
+    }
+
+    #[test]
+    fn a_beat_has_one_encoding_an_absent_field_with_bytes_in_it_is_refused() {
+        // Found by the heartbeat_datagrams fuzz target: a beat whose watchdog state
+        // said "none" opened whatever its timeout's bytes held, so two datagrams said
+        // the same beat. Offsets in the body: echo 25..41, state 57, timeout 58..66,
+        // driver 66..82.
+        let canonical = |b: &Beat| {
+            let sealed = b.seal(&K);
+            sealed[HEADER..sealed.len() - MAC_LEN].to_vec()
+        };
+        let with = |body: &[u8], at: usize, byte: u8| {
+            let mut body = body.to_vec();
+            body[at] = byte;
+            seal_body(BEAT, &body, &K)
+        };
+        let mut none = beat();
+        none.echo = None;
+        none.watchdog = WatchdogState::None;
+        let body = canonical(&none);
+        assert_eq!(
+            Beat::open(&seal_body(BEAT, &body, &K), &K),
+            Ok(none.clone())
+        );
+        for (at, what) in [
+            (28, "an echo's beat"),
+            (35, "an echo's time"),
+            (60, "a timeout"),
+            (70, "a driver"),
+        ] {
+            assert_eq!(
+                Beat::open(&with(&body, at, b'x'), &K),
+                Err(Refused::Kind),
+                "{what} with no watchdog or echo"
+            );
+        }
+        let mut stopping = none.clone();
+        stopping.watchdog = WatchdogState::Stopping;
+        let body = canonical(&stopping);
+        assert_eq!(Beat::open(&seal_body(BEAT, &body, &K), &K), Ok(stopping));
+        assert_eq!(Beat::open(&with(&body, 60, 1), &K), Err(Refused::Kind));
+        // What a companion seals opens, and seals back to the same bytes.
+        let b = beat();
+        assert_eq!(
+            Beat::open(&b.seal(&K), &K).map(|o| o.seal(&K)),
+            Ok(b.seal(&K))
+        );
     }
 
     #[test]
