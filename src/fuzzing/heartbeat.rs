@@ -228,36 +228,37 @@ pub fn token_review(bytes: &[u8]) -> Option<String> {
         return None;
     };
     let bound = hello::bind(&status, COMPANION_USER);
-    let refusal = bound.as_ref().err().map(ToString::to_string);
-    if let Ok(node) = &bound {
-        let node = node.clone();
-        assert_eq!(
-            status.authenticated,
-            Some(true),
-            "bound without authentication"
-        );
-        assert!(
-            status.audiences.iter().flatten().any(|a| a == AUDIENCE),
-            "bound for another audience"
-        );
-        let user = status.user.as_ref().expect("bound without a user");
-        assert_eq!(user.username.as_deref(), Some(COMPANION_USER));
-        let nodes = user.extra.as_ref().and_then(|e| e.get(NODE_NAME));
-        assert_eq!(
-            nodes,
-            Some(&vec![node.clone()]),
-            "bound to a node not its own"
-        );
-        assert!(!node.trim().is_empty(), "bound to a blank node");
-    }
-    // What a refusal says is one line, and fits an Event's note.
-    if let Some(why) = refusal {
-        assert!(!why.contains(['\n', '\r']), "{why:?}");
-        assert!(
-            why.len() <= crate::untrusted::EVENT_NOTE_BYTES,
-            "{} bytes",
-            why.len()
-        );
+    match &bound {
+        Ok(node) => {
+            assert_eq!(
+                status.authenticated,
+                Some(true),
+                "bound without authentication"
+            );
+            assert!(
+                status.audiences.iter().flatten().any(|a| a == AUDIENCE),
+                "bound for another audience"
+            );
+            let user = status.user.as_ref().expect("bound without a user");
+            assert_eq!(user.username.as_deref(), Some(COMPANION_USER));
+            let nodes = user.extra.as_ref().and_then(|e| e.get(NODE_NAME));
+            assert_eq!(
+                nodes.map(Vec::as_slice),
+                Some(std::slice::from_ref(node)),
+                "bound to a node not its own"
+            );
+            assert!(!node.trim().is_empty(), "bound to a blank node");
+        }
+        // What a refusal says is one line, and fits an Event's note.
+        Err(refusal) => {
+            let why = refusal.to_string();
+            assert!(!why.contains(['\n', '\r']), "{why:?}");
+            assert!(
+                why.len() <= crate::untrusted::EVENT_NOTE_BYTES,
+                "{} bytes",
+                why.len()
+            );
+        }
     }
     bound.ok()
 }
