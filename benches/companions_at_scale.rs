@@ -12,8 +12,10 @@
 //! (default 10 s) it samples the daemon's CPU time and RSS every 5 s over `MEASURE_S`
 //! (default 60 s).
 //!
-//! Targets: the leader's CPU ≤ 5 % of one core over the window and in its worst 10 s,
-//! its RSS ≤ 20 MiB above the baseline, and ≥ 99.9 % of the beats acknowledged.
+//! Targets (issue 36): the leader's CPU ≤ 5 % of one core over the window, its RSS
+//! ≤ 20 MiB above the baseline, and ≥ 99.9 % of the beats acknowledged; and a stricter
+//! check of this bench's own, the CPU ≤ 5 % in its worst 10 s too. Each is printed
+//! when missed and kept in the JSON (`checks`).
 //!
 //! Then the floor (`FLOOR=0`: skipped): the daemon stopped, this bench run again as a
 //! bare answerer on the daemon's port ([`floor`]: the daemon's own loop and system
@@ -557,7 +559,35 @@ async fn bench() {
     } else {
         serde_json::Value::Null
     };
-    let met = cpu_pct <= 5.0 && worst_10s.0 <= 5.0 && rss_more <= 20.0 && acked_ratio >= 0.999;
+    // Each check, and what it read when it missed: issue 36's targets (the CPU over the
+    // window, the RSS, the acknowledgements) and the stricter one this bench adds (the
+    // CPU in every 10 s too, issue 35's rule for the fleet).
+    let checks = [
+        (
+            "cpu_window",
+            cpu_pct <= 5.0,
+            format!("CPU {cpu_pct:.2} % of a core over the window (≤ 5 %)"),
+        ),
+        (
+            "cpu_every_10s",
+            worst_10s.0 <= 5.0,
+            format!(
+                "CPU {:.2} % in its worst 10 s (≤ 5 % in every 10 s)",
+                worst_10s.0
+            ),
+        ),
+        (
+            "rss",
+            rss_more <= 20.0,
+            format!("RSS +{rss_more:.1} MiB over the baseline (≤ +20 MiB)"),
+        ),
+        (
+            "acknowledged",
+            acked_ratio >= 0.999,
+            format!("{:.3} % acknowledged (≥ 99.9 %)", acked_ratio * 100.0),
+        ),
+    ];
+    let met = checks.iter().all(|(_, ok, _)| *ok);
     common::results::write(
         "companions_at_scale",
         json!({
@@ -582,14 +612,21 @@ async fn bench() {
                 .map(|(t, c, r)| json!({"t_s": round3(*t), "cpu_s": round3(*c), "rss_mib": round3(*r)}))
                 .collect::<Vec<_>>(),
             "floor": floor,
+            "checks": checks
+                .iter()
+                .map(|(name, ok, _)| (name.to_string(), json!(ok)))
+                .collect::<serde_json::Map<_, _>>(),
             "met": met,
         }),
     );
     drop(remote);
     if !met {
-        println!(
-            "TARGET MISSED: CPU ≤ 5 % (and in every 10 s), RSS ≤ +20 MiB, ≥ 99.9 % acknowledged"
-        );
+        let missed: Vec<&str> = checks
+            .iter()
+            .filter(|(_, ok, _)| !ok)
+            .map(|(_, _, what)| what.as_str())
+            .collect();
+        println!("TARGET MISSED: {}", missed.join("; "));
         std::process::exit(1);
     }
 }
