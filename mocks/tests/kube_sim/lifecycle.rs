@@ -39,12 +39,13 @@ async fn lease_heartbeat_grace_period_and_recovery() {
     })
     .await;
 
-    // Power loss: renewals stop.
+    // Power loss: renewals stop. The grace period counts from the stop itself (taken
+    // before it, so a slow test thread never makes the node look early).
+    let stopped = Instant::now();
     sim.set_kubelet("worker-1", false);
     assert_eq!(sim.kubelet_running("worker-1"), Some(false));
     tokio::time::sleep(Duration::from_millis(5)).await;
     let last = renew(&store);
-    let stopped = Instant::now();
     // Within the 50s grace the node stays Ready and untainted.
     holds("Ready during the grace period", secs(speed, 40.0), || {
         let n = get(&store, NODES, None, "worker-1").unwrap();
@@ -91,6 +92,24 @@ async fn lease_heartbeat_grace_period_and_recovery() {
     );
     assert_eq!(renew(&store), last, "no renewal while stopped");
 
+    // The simulation notes the taint on its node controller's next pass, not when it
+    // is written: the kubelet comes back only once it has (under load, that pass came
+    // after the restart and the timeline's order below was not the story's).
+    wait_for(
+        "the out-of-service taint observed",
+        sim_timeout(speed, 15.0),
+        || {
+            sim.timeline()
+                .iter()
+                .any(|e| {
+                    e.kind == SimEventKind::OutOfServiceTaintAdded
+                        && e.node.as_deref() == Some("worker-1")
+                })
+                .then_some(())
+        },
+    )
+    .await;
+
     // The kubelet comes back: Ready, unreachable taints gone, out-of-service kept.
     sim.set_kubelet("worker-1", true);
     let node = wait_for("Ready and untainted", sim_timeout(speed, 15.0), || {
@@ -105,14 +124,18 @@ async fn lease_heartbeat_grace_period_and_recovery() {
         has_taint(&node, OOS, "NoExecute"),
         "someone else's taint preserved"
     );
-    assert!(!events(&store, "Rebooted").is_empty());
+    // The kubelet writes its Rebooted event just after the status that says Ready.
+    wait_for("the Rebooted event", sim_timeout(speed, 15.0), || {
+        (!events(&store, "Rebooted").is_empty()).then_some(())
+    })
+    .await;
     assert!(
         events(&store, "NodeNotReady")
             .iter()
             .any(|e| e["message"] == "Node worker-1 status is now: NodeNotReady")
     );
-    assert_in_order(
-        &sim.timeline(),
+    wait_in_order(
+        &sim,
         &[
             (SimEventKind::KubeletStopped, Some("worker-1")),
             (SimEventKind::NodeNotReady, Some("worker-1")),
@@ -122,7 +145,9 @@ async fn lease_heartbeat_grace_period_and_recovery() {
             (SimEventKind::NodeReady, Some("worker-1")),
             (SimEventKind::NodeUntainted, Some("worker-1")),
         ],
-    );
+        sim_timeout(speed, 15.0),
+    )
+    .await;
     sim.shutdown().await;
 }
 

@@ -117,15 +117,35 @@ fn add_oos_taint(store: &Store, node: &str) {
         .unwrap();
 }
 
+/// The first of `kinds` missing from the timeline in this order (other events
+/// between), if any.
+fn first_out_of_order<'k>(
+    timeline: &[SimEvent],
+    kinds: &'k [(SimEventKind, Option<&'k str>)],
+) -> Option<&'k (SimEventKind, Option<&'k str>)> {
+    let mut rest = timeline.iter();
+    kinds.iter().find(|(kind, node)| {
+        !rest
+            .by_ref()
+            .any(|e| e.kind == *kind && node.is_none_or(|n| e.node.as_deref() == Some(n)))
+    })
+}
+
+/// Waits up to `timeout` for `kinds` to appear in the timeline in this order: the
+/// simulation records an event just after the write it tells of, so a test that saw
+/// the write may look before the record is there.
+async fn wait_in_order(sim: &SimHandle, kinds: &[(SimEventKind, Option<&str>)], timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    while first_out_of_order(&sim.timeline(), kinds).is_some() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    assert_in_order(&sim.timeline(), kinds);
+}
+
 /// Asserts `kinds` appear in the timeline in this order (other events between).
 fn assert_in_order(timeline: &[SimEvent], kinds: &[(SimEventKind, Option<&str>)]) {
-    let mut rest = timeline.iter();
-    for (kind, node) in kinds {
-        let found = rest
-            .by_ref()
-            .any(|e| e.kind == *kind && node.is_none_or(|n| e.node.as_deref() == Some(n)));
-        assert!(
-            found,
+    if let Some((kind, node)) = first_out_of_order(timeline, kinds) {
+        panic!(
             "{kind:?} (node {node:?}) missing or out of order in:\n{}",
             timeline
                 .iter()
