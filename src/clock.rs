@@ -2,4 +2,4 @@
 //! whole-system simulation, which makes it follow tokio's paused time (see the
 //! `nodefence-clock` crate).
 
-pub use nodefence_clock::{VirtualClock, now, virtualize};
+pub use nodefence_clock::{VirtualClock, now, since_boot, virtualize};

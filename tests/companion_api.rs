@@ -162,6 +162,8 @@ impl World {
         .await
         .unwrap();
         assert_eq!(Timing::default().isolation_timeout, ISOLATION);
+        // As the leader's term sets it: the node's policy has the watchdog level on.
+        hb.set_watchdog_nodes(std::iter::once(NODE.to_string()).collect());
         if start.cluster > 0 {
             hb.set_nodes_in_cluster(start.cluster);
         }
@@ -191,10 +193,13 @@ impl World {
             replicas: None,
             api: Some(ApiAccess {
                 client: client_from(&kube.kubeconfig_yaml_for(API_TOKEN)).await,
-                boot_id: BOOT.into(),
             }),
             peers: None,
             state_dir: start.state_dir.then(|| dir.path().join("state")),
+            resolver: Default::default(),
+            realtime: false,
+            boot_id: BOOT.into(),
+            machine: nodefence::companion::machine::MachineKind::Physical,
         };
         let status = Arc::new(Mutex::new(Status::default()));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

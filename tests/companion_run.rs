@@ -107,6 +107,14 @@ impl Companion {
             api: None,
             peers: None,
             state_dir: None,
+            resolver: Default::default(),
+            realtime: false,
+            // The boot the Node reports: a release rests only on beats of it.
+            boot_id: w.node(node).unwrap()["status"]["nodeInfo"]["bootID"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+            machine: nodefence::companion::machine::MachineKind::Physical,
         };
         let status = Arc::new(Mutex::new(Status::default()));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -455,4 +463,29 @@ async fn a_machine_dead_with_its_bmc_is_released_on_its_watchdog_only_with_the_o
         );
         w.stop().await;
     }
+}
+
+/// `nodefence run --dry-run` behind the companions' Service: it decides as if it led,
+/// but never acknowledges a beat as the leader's (issue 52: a dry-run replica fed a
+/// node cut from the real leader, which then released it while it ran).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_never_acknowledges_a_beat_as_the_leaders() {
+    let certs = Certificates::new();
+    let w = WorldBuilder::new()
+        .no_workloads()
+        .dry_run(true)
+        .companions(certs.listener())
+        .start()
+        .await;
+    let c = Companion::start(&w, &certs, "worker-1");
+    c.acknowledged().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let s = c.status.lock().unwrap().clone();
+    assert!(s.acknowledged > 0 && s.term_seen == 0, "{s:?}");
+    assert_ne!(
+        s.basis,
+        Some(nodefence::watchdog::feeding::Basis::Leader),
+        "{s:?}"
+    );
+    w.stop().await;
 }

@@ -17,9 +17,9 @@ use nodefence::watchdog::timing::Timing;
 use nodefence::watchdog::wire::WatchdogState;
 use nodefence_mocks::kube::{BoundToken, FakeKube, FakeKubeHandle};
 
-const COMPANION: &str = "system:serviceaccount:nodefence:nodefence-companion";
+pub(crate) const COMPANION: &str = "system:serviceaccount:nodefence:nodefence-companion";
 
-async fn client(kube: &FakeKubeHandle) -> kube::Client {
+pub(crate) async fn client(kube: &FakeKubeHandle) -> kube::Client {
     let kubeconfig = kube::config::Kubeconfig::from_yaml(&kube.kubeconfig_yaml()).unwrap();
     nodefence::cluster::client(
         kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
@@ -44,13 +44,13 @@ fn certificate() -> &'static (Arc<rustls::ServerConfig>, CertFingerprint) {
     })
 }
 
-fn leader_tls() -> RustlsConfig {
+pub(crate) fn leader_tls() -> RustlsConfig {
     RustlsConfig::from_config(certificate().0.clone())
 }
 
 /// fake-kube with a projected token of the companion on `node`, and nodefence's
 /// listener (self-signed; its fingerprint returned) as `leadership` has it.
-async fn world(
+pub(crate) async fn world(
     node: &str,
     audience: &str,
     leadership: Leadership,
@@ -82,10 +82,12 @@ async fn world(
     )
     .await
     .unwrap();
+    // As the leader's term sets it: the node's policy has the watchdog level on.
+    hb.set_watchdog_nodes(std::iter::once(node.to_string()).collect());
     (kube, hb, fingerprint)
 }
 
-fn options(
+pub(crate) fn options(
     hb: &Heartbeat,
     pin: CertFingerprint,
     token: &std::path::Path,
@@ -105,13 +107,17 @@ fn options(
         api: None,
         peers: None,
         state_dir: None,
+        resolver: Default::default(),
+        realtime: false,
+        boot_id: "0c5a3b1e-6f1d-4b7e-9a2c-1d3e5f7a9b0c".into(),
+        machine: nodefence::companion::machine::MachineKind::Physical,
     }
 }
 
-type Running = tokio::task::JoinHandle<anyhow::Result<Option<Disarmed>>>;
+pub(crate) type Running = tokio::task::JoinHandle<anyhow::Result<Option<Disarmed>>>;
 
 /// The companion, running until the sender is used: its status, the stop, the task.
-fn spawn(
+pub(crate) fn spawn(
     options: Options,
 ) -> (
     Arc<Mutex<Status>>,
@@ -126,7 +132,7 @@ fn spawn(
     (status, stop, run)
 }
 
-async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+pub(crate) async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     while !cond() {
         assert!(

@@ -156,3 +156,49 @@ async fn a_lease_won_back_is_a_new_term_and_the_last_terms_actions_stop() {
     task_a.await.unwrap();
     kube.shutdown().await;
 }
+
+/// Issue 52, item 5: every term is named by the resourceVersion of the Lease write
+/// that began it, the same for every replica and only growing: a new holder's is
+/// larger, and so is one taken from a Lease deleted and made again (whose
+/// `leaseTransitions` starts over at 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_term_is_named_by_a_token_that_only_grows() {
+    let kube = server().await;
+    let api = leases(&kube).await;
+    let (a, stop_a, run_a) = start(api.clone(), "replica-a");
+    eventually("a leads", Duration::from_secs(5), || a.is_leader()).await;
+    let first = a.fencing_token().unwrap();
+    let lease = api.get("nodefence").await.unwrap();
+    let written: u64 = lease.metadata.resource_version.unwrap().parse().unwrap();
+    assert!(
+        first <= written,
+        "the token is the acquiring write's: {first} > {written}"
+    );
+    // Renewals keep the term and its token.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(a.fencing_token(), Some(first));
+    // b takes over once a gives the Lease up.
+    let (b, stop_b, run_b) = start(api.clone(), "replica-b");
+    stop_a.store(true, Ordering::SeqCst);
+    run_a.await.unwrap();
+    eventually("b leads", Duration::from_secs(10), || b.is_leader()).await;
+    let second = b.fencing_token().unwrap();
+    assert!(second > first, "{second} after {first}");
+    assert_eq!(a.fencing_token(), None, "a no longer leads");
+    // The Lease deleted and made again: transitions start over, the token does not.
+    stop_b.store(true, Ordering::SeqCst);
+    run_b.await.unwrap();
+    api.delete("nodefence", &Default::default()).await.unwrap();
+    let (c, stop_c, run_c) = start(api.clone(), "replica-c");
+    eventually("c leads", Duration::from_secs(10), || c.is_leader()).await;
+    let recreated = api.get("nodefence").await.unwrap();
+    assert_eq!(
+        recreated.spec.and_then(|s| s.lease_transitions),
+        Some(0),
+        "a new Lease"
+    );
+    assert!(c.fencing_token().unwrap() > second);
+    stop_c.store(true, Ordering::SeqCst);
+    run_c.await.unwrap();
+    kube.shutdown().await;
+}

@@ -133,9 +133,13 @@ pub async fn run(args: &CompanionArgs) -> u8 {
         token_file: args.token_file.clone(),
         watchdog,
         replicas: None,
-        api: Some(crate::companion::api::ApiAccess { client, boot_id }),
+        api: Some(crate::companion::api::ApiAccess { client }),
         peers,
         state_dir: args.state_dir.clone(),
+        resolver: crate::companion::Resolver::system(),
+        realtime: true,
+        boot_id,
+        machine: crate::companion::machine::MachineKind::Detect,
     };
     let status = Arc::new(Mutex::new(Status::default()));
     match companion::run(options, status, super::run::shutdown_signal()).await {

@@ -147,7 +147,12 @@ pub const DAEMON_WORKER_THREADS: usize = 1;
 
 /// Runs the parsed command line and returns the process exit code.
 pub fn run(cli: Cli) -> ExitCode {
-    logging::init(&cli.log_level, cli.log_format);
+    let writer = if matches!(cli.command, Command::Companion(_)) {
+        logging::Writer::NonBlocking
+    } else {
+        logging::Writer::Blocking
+    };
+    let _log_writer = logging::init(&cli.log_level, cli.log_format, writer);
     let runtime = match runtime_for(&cli.command) {
         Ok(rt) => rt,
         Err(e) => {

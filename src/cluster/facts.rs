@@ -106,6 +106,10 @@ pub fn node_facts(node: &Node, lease: Option<&Lease>, in_inventory: bool) -> Nod
             .map(|t| SystemTime::from(t.0)),
         request: None,
         companion_silent: None,
+        boot_id: crate::watchdog::mark::boot_id_of(node).map(str::to_string),
+        fencing_marked: crate::watchdog::mark::of_node(node).is_some_and(|mark| {
+            crate::watchdog::mark::boot_id_of(node).is_none_or(|boot| mark.applies_to(boot))
+        }),
     }
 }
 

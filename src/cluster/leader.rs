@@ -13,6 +13,24 @@
 //!
 //! Writes use the Lease's resourceVersion, so two candidates racing for it get one
 //! 409 Conflict and one success.
+//!
+//! Three more rules make a replica that only *believes* it leads harmless to the
+//! companions (issue 52, item 5):
+//! - **A fencing token**: each term is named by the resourceVersion of the Lease write
+//!   that began it ([`Leadership::fencing_token`]). resourceVersions are etcd's
+//!   revisions: one counter for the whole store, only growing (a re-created Lease
+//!   gets a larger one; `leaseTransitions` restarts there, and does not change when a
+//!   holder takes its own Lease again after a lapse). The leader's acknowledgements
+//!   carry it, and a companion refuses a leader's acknowledgement of a term older than
+//!   one it has taken. A resourceVersion that is not a number (not etcd) names no
+//!   term: the replica then acknowledges no beat as the leader's.
+//! - **A clock that counts a suspend**: the renewal's validity is also measured on
+//!   `CLOCK_BOOTTIME` ([`crate::clock::since_boot`]): a replica whose machine slept
+//!   does not resume leading on a monotonic clock that stopped with it.
+//! - **A suspected pause**: what notices that this process stood still while the
+//!   others ran (the companions' beats, [`crate::heartbeat::table`]; a beat naming a
+//!   newer term) calls [`Leadership::suspect`]: the replica stops leading until a
+//!   renewal that began after that.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -57,11 +75,37 @@ impl Default for LeaderTimings {
 }
 
 /// One stretch of holding the Lease without a gap: its number (counted by this
-/// process's elector) and how long the last renewal keeps it valid.
+/// process's elector), how long the last renewal keeps it valid, and the term's
+/// fencing token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Held {
     term: u64,
     until: Instant,
+    /// The same deadline on `CLOCK_BOOTTIME` (`None`: none kept, tests' switches).
+    boot_until: Option<Duration>,
+    /// When the renewal that keeps it valid began (monotonic clock).
+    renewed_at: Instant,
+    /// The resourceVersion of the write that began the term, when it is a number.
+    token: Option<u64>,
+}
+
+impl Held {
+    fn forever(term: u64) -> Self {
+        Self {
+            term,
+            until: far_future(),
+            boot_until: None,
+            renewed_at: Instant::now(),
+            token: Some(term),
+        }
+    }
+
+    fn valid(&self) -> bool {
+        Instant::now() < self.until
+            && self
+                .boot_until
+                .is_none_or(|until| crate::clock::since_boot() < until)
+    }
 }
 
 /// Shared view of whether this replica leads. Cheap to clone.
@@ -75,6 +119,9 @@ struct Held {
 pub struct Leadership {
     valid_until: watch::Receiver<Option<Held>>,
     scope: Option<Scope>,
+    /// Since when this replica may have stood still ([`Leadership::suspect`]): it
+    /// leads again only on a renewal begun after that. Shared by every view.
+    suspected: Arc<std::sync::Mutex<Option<Instant>>>,
 }
 
 #[derive(Debug, Clone)]
@@ -97,26 +144,46 @@ impl Leadership {
     /// True only while the last renewal is recent enough (and, for a view of one
     /// term, while that term lasts).
     pub fn is_leader(&self) -> bool {
-        self.valid_until.borrow().is_some_and(|held| {
-            Instant::now() < held.until
-                && self.scope.as_ref().is_none_or(|scope| {
-                    scope.term == Some(held.term) && scope.open.load(Ordering::SeqCst)
-                })
-        })
+        self.held().is_some()
+    }
+
+    /// The term this replica leads in, its fencing token: the same for every replica
+    /// and only growing. `None` while it does not lead, or when the Lease's
+    /// resourceVersion is not a number.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.held().and_then(|held| held.token)
+    }
+
+    /// This replica may have stood still (a paused VM, a stopped process) while the
+    /// others ran, or heard of a newer term: it does not lead again before a renewal
+    /// that begins after now.
+    pub fn suspect(&self) {
+        let mut suspected = self.suspected.lock().unwrap_or_else(|e| e.into_inner());
+        *suspected = Some(Instant::now());
+    }
+
+    fn held(&self) -> Option<Held> {
+        let held = (*self.valid_until.borrow())?;
+        let suspected = *self.suspected.lock().unwrap_or_else(|e| e.into_inner());
+        (held.valid()
+            && suspected.is_none_or(|at| held.renewed_at > at)
+            && self.scope.as_ref().is_none_or(|scope| {
+                scope.term == Some(held.term) && scope.open.load(Ordering::SeqCst)
+            }))
+        .then_some(held)
     }
 
     /// A view that leads only in the current term (none when this replica does not
     /// lead now) and only until the returned scope is dropped.
     pub fn this_term(&self) -> (TermScope, Leadership) {
-        let term = (*self.valid_until.borrow())
-            .filter(|held| Instant::now() < held.until)
-            .map(|held| held.term);
+        let term = self.held().map(|held| held.term);
         let open = Arc::new(AtomicBool::new(true));
         (
             TermScope(open.clone()),
             Leadership {
                 valid_until: self.valid_until.clone(),
                 scope: Some(Scope { term, open }),
+                suspected: self.suspected.clone(),
             },
         )
     }
@@ -139,6 +206,7 @@ impl Leadership {
         Self {
             valid_until,
             scope: None,
+            suspected: Arc::default(),
         }
     }
 
@@ -148,22 +216,19 @@ impl Leadership {
         Self::watching(rx)
     }
 
-    /// A leadership that is always held (for `--dry-run` and single-replica tests).
+    /// A leadership that is always held, in term 1 (for `--dry-run`'s decisions and
+    /// single-replica tests; a dry run's companions' listener is given
+    /// [`Leadership::never`]: it acknowledges no beat as the leader's).
     pub fn always() -> Self {
-        let (_tx, rx) = watch::channel(Some(Held {
-            term: 1,
-            until: far_future(),
-        }));
+        let (_tx, rx) = watch::channel(Some(Held::forever(1)));
         Self::watching(rx)
     }
 
     /// A leadership held or not as its switch says (tests: a leader that fails over
-    /// and comes back). Each time it is switched on is a new term.
+    /// and comes back). Each time it is switched on is a new term, whose token is its
+    /// number.
     pub fn switched(held: bool) -> (LeadershipSwitch, Self) {
-        let (tx, rx) = watch::channel(held.then(|| Held {
-            term: 1,
-            until: far_future(),
-        }));
+        let (tx, rx) = watch::channel(held.then(|| Held::forever(1)));
         let switch = LeadershipSwitch {
             tx,
             last_term: AtomicU64::new(1),
@@ -185,10 +250,9 @@ impl LeadershipSwitch {
         self.tx.send_if_modified(|now| {
             let next = match (*now, held) {
                 (Some(h), true) => Some(h),
-                (None, true) => Some(Held {
-                    term: self.last_term.fetch_add(1, Ordering::SeqCst) + 1,
-                    until: far_future(),
-                }),
+                (None, true) => Some(Held::forever(
+                    self.last_term.fetch_add(1, Ordering::SeqCst) + 1,
+                )),
                 (_, false) => None,
             };
             let changed = *now != next;
@@ -196,6 +260,11 @@ impl LeadershipSwitch {
             changed
         });
     }
+}
+
+/// The resourceVersion a written Lease came back with (empty when none).
+fn version_of(lease: &Lease) -> String {
+    lease.metadata.resource_version.clone().unwrap_or_default()
 }
 
 /// A renewal valid for a century.
@@ -253,28 +322,44 @@ impl LeaderElector {
     pub async fn run(self) {
         let mut observed: Option<Observed> = None;
         let mut term = 0;
+        let mut token = None;
         loop {
             if self.stop.load(Ordering::SeqCst) {
                 self.release().await;
                 return;
             }
             let attempt_started = Instant::now();
+            let boot_started = crate::clock::since_boot();
             match self.try_acquire_or_renew(&mut observed).await {
-                Ok(true) => {
+                Ok(Some(version)) => {
                     let until = attempt_started + self.timings.renew_deadline;
                     // A renewal after the last one lapsed starts a new term: another
-                    // replica may have led in between.
-                    let lapsed = self
-                        .tx
-                        .borrow()
-                        .is_none_or(|held| Instant::now() >= held.until);
+                    // replica may have led in between. Its token is this write's
+                    // resourceVersion.
+                    let lapsed = self.tx.borrow().is_none_or(|held| !held.valid());
                     if lapsed {
                         term += 1;
-                        tracing::info!(lease = %self.name, identity = %self.identity, term, "became leader");
+                        token = version.parse::<u64>().ok();
+                        tracing::info!(lease = %self.name, identity = %self.identity, term, fencing_token = ?token, "became leader");
+                        if token.is_none() {
+                            tracing::error!(
+                                lease = %self.name,
+                                resource_version = %crate::untrusted::field(&version),
+                                "the Lease's resourceVersion is not a number, so this term has no \
+                                 fencing token: the companions' beats are not acknowledged as the \
+                                 leader's (the watchdog level cannot fence)"
+                            );
+                        }
                     }
-                    self.tx.send_replace(Some(Held { term, until }));
+                    self.tx.send_replace(Some(Held {
+                        term,
+                        until,
+                        boot_until: Some(boot_started + self.timings.renew_deadline),
+                        renewed_at: attempt_started,
+                        token,
+                    }));
                 }
-                Ok(false) => {
+                Ok(None) => {
                     if self.tx.send_replace(None).is_some() {
                         tracing::warn!(lease = %self.name, "lost leadership: another replica holds the Lease");
                     }
@@ -288,11 +373,12 @@ impl LeaderElector {
         }
     }
 
-    /// One round. Ok(true): we hold the Lease now.
+    /// One round. `Ok(Some(resourceVersion))`: we hold the Lease now, and the write
+    /// that says so left it at that resourceVersion.
     async fn try_acquire_or_renew(
         &self,
         observed: &mut Option<Observed>,
-    ) -> Result<bool, kube::Error> {
+    ) -> Result<Option<String>, kube::Error> {
         // The process's clock (virtual in the simulation, so its Lease times follow it).
         let now = MicroTime(
             k8s_openapi::jiff::Timestamp::try_from(crate::clock::now())
@@ -308,8 +394,8 @@ impl LeaderElector {
                     spec: Some(self.spec(now.clone(), now, 0)),
                 };
                 return match self.api.create(&PostParams::default(), &lease).await {
-                    Ok(_) => Ok(true),
-                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+                    Ok(written) => Ok(Some(version_of(&written))),
+                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(None),
                     Err(e) => Err(e),
                 };
             }
@@ -343,7 +429,7 @@ impl LeaderElector {
             .unwrap_or(self.timings.lease_duration);
         let free = holder.is_none() || Instant::now() >= seen_since + duration;
         if !ours && !free {
-            return Ok(false);
+            return Ok(None);
         }
         let (acquire, transitions) = if ours {
             (
@@ -360,8 +446,8 @@ impl LeaderElector {
             .replace(&self.name, &PostParams::default(), &next)
             .await
         {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+            Ok(written) => Ok(Some(version_of(&written))),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -443,6 +529,24 @@ mod tests {
         drop(scope);
         assert!(!term.is_leader() && !copy.is_leader());
         assert!(leadership.is_leader());
+    }
+
+    #[test]
+    fn each_term_has_its_token_and_a_suspected_replica_leads_again_only_on_a_later_renewal() {
+        let (switch, leadership) = Leadership::switched(true);
+        assert_eq!(leadership.fencing_token(), Some(1));
+        let view = leadership.clone();
+        leadership.suspect();
+        assert!(!leadership.is_leader() && !view.is_leader(), "every view");
+        assert_eq!(leadership.fencing_token(), None);
+        // A renewal begun after the suspicion: the next term (a switch's terms are new
+        // each time it is switched on).
+        switch.set(false);
+        std::thread::sleep(Duration::from_millis(2));
+        switch.set(true);
+        assert!(leadership.is_leader());
+        assert_eq!(leadership.fencing_token(), Some(2));
+        assert_eq!(Leadership::never().fencing_token(), None);
     }
 
     #[test]

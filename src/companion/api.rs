@@ -21,17 +21,15 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 
-use super::Shared;
+use super::shared::Shared;
 use crate::watchdog::mark::{self, Mark};
 
-/// Where the companion reads its Node, and what it compares a mark with.
+/// Where the companion reads its Node.
 #[derive(Clone)]
 pub struct ApiAccess {
     /// A client for the API server (in-cluster: the pod's ServiceAccount token, which
     /// may `get` nodes and nothing else).
     pub client: kube::Client,
-    /// This machine's boot ID: a mark for another boot is void.
-    pub boot_id: String,
 }
 
 /// Where Linux keeps the current boot's ID (the kubelet reports the same one as the
@@ -82,7 +80,14 @@ async fn read(nodes: &kube::Api<Node>, node: &str, boot_id: &str, timeout: Durat
 
 /// Reads `node` whenever the leader is stale (see the module documentation), except
 /// while the companion is marked; dropped with the companion.
-pub(super) async fn follow(access: ApiAccess, node: String, shared: Arc<Shared>, half: Duration) {
+/// `boot_id`: this machine's, a mark for another boot is void.
+pub(super) async fn follow(
+    access: ApiAccess,
+    node: String,
+    boot_id: String,
+    shared: Arc<Shared>,
+    half: Duration,
+) {
     let nodes: kube::Api<Node> = kube::Api::all(access.client);
     let mut last_sent: Option<Duration> = None;
     let mut failing = false;
@@ -103,7 +108,7 @@ pub(super) async fn follow(access: ApiAccess, node: String, shared: Arc<Shared>,
         let sent_at = shared.now();
         last_sent = Some(sent_at);
         shared.status().api_reads += 1;
-        let answer = read(&nodes, &node, &access.boot_id, half).await;
+        let answer = read(&nodes, &node, &boot_id, half).await;
         let received = shared.now();
         match answer {
             Answer::None(why) => {
@@ -124,7 +129,7 @@ pub(super) async fn follow(access: ApiAccess, node: String, shared: Arc<Shared>,
                     tracing::info!(
                         %node,
                         marked_boot = m.boot_id.as_deref().unwrap_or_default(),
-                        boot = %access.boot_id,
+                        boot = %boot_id,
                         "the Node carries a fencing mark for another boot: void (this machine was already reset)"
                     );
                     void_told = true;

@@ -11,12 +11,23 @@
 //! at once (the poison pill), until the leader lifts it
 //! ([`Feeding::acknowledged`](nodefence_watchdog::feeding::Feeding::acknowledged)).
 //!
+//! The watchdog is fed from a thread of its own that waits on nothing but the clock
+//! (`feeder`): the replicas' and the peers' names are looked up by tasks of their
+//! own ([`resolve`]), the hellos, beats and acknowledgements run in one task per
+//! replica (`replicas`), the API server's reads and the peers' rounds in theirs; each
+//! only updates the state they share (`shared`), read on a clock that counts a
+//! suspend ([`clock`]). A cluster DNS that stops answering delays the next lookup,
+//! never a feed.
+//!
 //! The watchdog is armed only when feeding is first allowed: a node still marked when
 //! its next companion starts (after the reset the mark caused) is not armed again
 //! while the mark stands, so never reset in a loop; once the leader lifts it (the node
-//! recovered, or was released), it arms. A clean stop first beats "stopping" (this node's watchdog no
-//! longer counts), then disarms an armed watchdog with the magic close; under
-//! `nowayout` it says that the next pod must take over within the watchdog's timeout.
+//! recovered, or was released), it arms. A driver that a crash of this process would
+//! stop (no magic close, `nowayout` not set) is refused
+//! ([`nodefence_watchdog::device::check`]). A clean stop first beats "stopping" (this
+//! node's watchdog no longer counts), then disarms an armed watchdog with the magic
+//! close; under `nowayout` it says that the next pod must take over within the
+//! watchdog's timeout.
 //!
 //! Every replica gets its own session and the beats (the `--nodefence` name looked
 //! up: a headless Service lists them all), so a standby's table is current when it
@@ -25,30 +36,38 @@
 //! While neither the leader nor the API server answers, it asks its peers ([`peers`],
 //! the rule's third basis): an outage of the whole control plane never resets the
 //! fleet, and a node cut off alone is reset.
+//!
+//! Layout: `mod.rs` (the options and [`run`]), [`api`], [`clock`], `feeder`,
+//! [`machine`], [`peers`], `replicas`, [`resolve`], `shared`, [`state`].
 
 pub mod api;
+pub mod clock;
+mod feeder;
+pub mod machine;
 pub mod peers;
 mod replicas;
+pub mod resolve;
+mod shared;
+pub mod state;
 
 use replicas::{RESOLVE_EVERY, first_hello, follow_replicas, link, peer_key_of};
-pub mod state;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use nodefence_watchdog::device::{self, Disarmed, Watchdog};
-use nodefence_watchdog::feeding::{Basis, Feeding};
+use nodefence_watchdog::device::{Disarmed, Watchdog};
+use nodefence_watchdog::feeding::Basis;
 use nodefence_watchdog::timing::Timing;
-use nodefence_watchdog::wire::{self, Key, WatchdogState};
-use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
+
+pub use feeder::FEED_EVERY;
+pub use resolve::Resolver;
+use shared::Shared;
 
 /// The longest watchdog timeout accepted: beyond it a release would wait minutes.
 pub const MAX_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(60);
-/// How often the companion decides whether to feed.
-const FEED_EVERY: Duration = Duration::from_millis(100);
 
 /// Which watchdog to arm.
 pub enum WatchdogChoice {
@@ -86,11 +105,40 @@ pub struct Options {
     /// Where what a crash must not lose is kept ([`state`]); `None`: nothing kept, a
     /// successor waits for a hello.
     pub state_dir: Option<PathBuf>,
+    /// How the replicas' and the peers' names become addresses (the system's
+    /// resolver; tests give one that hangs).
+    pub resolver: Resolver,
+    /// Feed at real-time priority with the process's memory locked (`feeder`): the
+    /// CLI does; tests, which share a process, do not.
+    pub realtime: bool,
+    /// This machine's boot ID (`/proc/sys/kernel/random/boot_id`), which every beat
+    /// names: a release rests only on beats of the boot the Node reports, and a mark
+    /// for another boot is void.
+    pub boot_id: String,
+    /// Whether the machine is a virtual one ([`machine`]).
+    pub machine: machine::MachineKind,
 }
 
 impl WatchdogChoice {
     fn take(&mut self) -> WatchdogChoice {
         std::mem::replace(self, WatchdogChoice::None)
+    }
+
+    /// What arms it again after a disarm: the same device; a watchdog given (tests)
+    /// only once.
+    fn reopenable(&self) -> Option<WatchdogChoice> {
+        match self {
+            WatchdogChoice::Device {
+                path,
+                timeout,
+                allow_softdog,
+            } => Some(WatchdogChoice::Device {
+                path: path.clone(),
+                timeout: *timeout,
+                allow_softdog: *allow_softdog,
+            }),
+            WatchdogChoice::None | WatchdogChoice::Given(_) => None,
+        }
     }
 }
 
@@ -113,148 +161,17 @@ pub struct Status {
     /// Rounds of questions to the peers, and answers taken.
     pub peer_rounds: u64,
     pub peer_answers: u64,
-}
-
-/// What every replica's link shares with the loop that feeds the watchdog.
-struct Shared {
-    feeding: std::sync::Mutex<Feeding>,
-    status: Arc<std::sync::Mutex<Status>>,
-    /// What the beats say of the watchdog: `None` until it is armed.
-    watchdog: std::sync::Mutex<WatchdogState>,
-    origin: Instant,
-    interval: Duration,
-    /// When the latest beat the leader acknowledged without the mark was sent, or,
-    /// before any, when the companion began to beat (its clock).
-    leader_heard: std::sync::Mutex<Duration>,
-    /// The largest cluster size an acknowledgement carried: a peer majority is
-    /// counted of at least this many.
-    cluster: std::sync::atomic::AtomicU16,
-    /// The peer key each replica gave at its last hello, by its address.
-    peer_keys: std::sync::Mutex<std::collections::BTreeMap<std::net::SocketAddr, Key>>,
-    /// Its node and timing, and where they are kept with the size and the keys.
-    node: String,
-    isolation_timeout: Duration,
-    state_dir: Option<PathBuf>,
-}
-
-impl Shared {
-    /// A companion for `node` that has heard the leader just now (its clock starts
-    /// here), nothing armed.
-    fn new(
-        node: String,
-        timing: &Timing,
-        interval: Duration,
-        cluster: u16,
-        peer_keys: std::collections::BTreeMap<std::net::SocketAddr, Key>,
-        status: Arc<std::sync::Mutex<Status>>,
-        state_dir: Option<PathBuf>,
-    ) -> Self {
-        Shared {
-            feeding: std::sync::Mutex::new(Feeding::new(timing)),
-            status,
-            watchdog: std::sync::Mutex::new(WatchdogState::None),
-            origin: Instant::now(),
-            interval: interval.max(Duration::from_millis(50)),
-            leader_heard: std::sync::Mutex::new(Duration::ZERO),
-            cluster: std::sync::atomic::AtomicU16::new(cluster),
-            peer_keys: std::sync::Mutex::new(peer_keys),
-            node,
-            isolation_timeout: timing.isolation_timeout,
-            state_dir,
-        }
-    }
-
-    fn now(&self) -> Duration {
-        self.origin.elapsed()
-    }
-
-    fn feeding(&self) -> std::sync::MutexGuard<'_, Feeding> {
-        self.feeding.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn status(&self) -> std::sync::MutexGuard<'_, Status> {
-        self.status.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn watchdog(&self) -> WatchdogState {
-        *self.watchdog.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn leader_heard(&self) -> Duration {
-        *self.leader_heard.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn cluster(&self) -> u16 {
-        self.cluster.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// A replica told the cluster's size and gave a peer key: the peers can be asked
-    /// (the feeding rule's third basis), so the watchdog may be armed.
-    fn can_hold_every_basis(&self) -> bool {
-        self.cluster() > 0
-            && !self
-                .peer_keys
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .is_empty()
-    }
-
-    /// An acknowledgement said the cluster has `size` companions' Nodes.
-    fn told_cluster(&self, size: u16) {
-        let before = self
-            .cluster
-            .fetch_max(size, std::sync::atomic::Ordering::Relaxed);
-        if size > before {
-            self.keep();
-        }
-    }
-
-    /// Writes what a successor needs ([`state`]), when a state directory is given.
-    fn keep(&self) {
-        let Some(dir) = &self.state_dir else {
-            return;
-        };
-        let kept = state::Kept {
-            node: self.node.clone(),
-            isolation_timeout: self.isolation_timeout,
-            heartbeat_interval: self.interval,
-            cluster: self.cluster(),
-            peer_keys: self
-                .peer_keys
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone(),
-        };
-        if let Err(e) = state::save(dir, &kept) {
-            tracing::error!(error = %e, "cannot keep the companion's state: a crash during a control-plane outage would leave its successor unable to ask its peers");
-        }
-    }
-
-    /// The peer keys held, each once.
-    fn peer_keys(&self) -> Vec<Key> {
-        let keys = self.peer_keys.lock().unwrap_or_else(|e| e.into_inner());
-        peers::distinct(keys.values().cloned())
-    }
-
-    /// A hello to the replica at `replica` gave this peer key.
-    fn keep_peer_key(&self, replica: std::net::SocketAddr, key: Option<Key>) {
-        if let Some(key) = key {
-            let before = self
-                .peer_keys
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(replica, key.clone());
-            if before.as_ref() != Some(&key) {
-                self.keep();
-            }
-        }
-    }
-
-    /// The leader acknowledged, without the mark, the beat sent at `beat_sent`.
-    fn heard_leader(&self, beat_sent: Duration) {
-        let mut heard = self.leader_heard.lock().unwrap_or_else(|e| e.into_inner());
-        *heard = (*heard).max(beat_sent);
-    }
+    /// Feeds that completed later than the scheduling allowance after their decision.
+    pub stalls: u64,
+    /// What the latest leader's acknowledgement said of the node's policy: arm the
+    /// watchdog (`None`: not told yet).
+    pub arm_wanted: Option<bool>,
+    /// The policy turned the level off: its beats say "disarming" until every
+    /// replica acknowledged.
+    pub disarming: bool,
+    /// The highest leader's term taken; acknowledgements of an older one refused.
+    pub term_seen: u64,
+    pub older_terms_refused: u64,
 }
 
 /// Runs until `shutdown` resolves; `status` follows what it does.
@@ -290,6 +207,7 @@ pub async fn run(
                 None
             }
         });
+    let armed_before = resumed.as_ref().is_some_and(|kept| kept.armed);
     let (first, node, isolation_timeout, interval, cluster, peer_keys) = match resumed {
         Some(kept) => {
             tracing::warn!(
@@ -326,6 +244,36 @@ pub async fn run(
         isolation_timeout,
         ..Timing::default()
     };
+    let virtual_machine = options.machine.resolve();
+    if let Some(how) = &virtual_machine {
+        tracing::warn!(
+            %how,
+            "this machine is a virtual one: a hypervisor that pauses it pauses its watchdog \
+             too, and nodefence fences it by its watchdog only where the operator opted the \
+             node in"
+        );
+    }
+    let shared = Arc::new(
+        Shared::new(
+            node.clone(),
+            &timing,
+            interval,
+            cluster,
+            peer_keys,
+            status.clone(),
+            options.state_dir.clone(),
+        )
+        .with_identity(nodefence_watchdog::session::Identity {
+            boot: nodefence_watchdog::wire::BootId::of(&options.boot_id),
+            virtual_machine: virtual_machine.is_some(),
+        }),
+    );
+    shared
+        .armed_before
+        .store(armed_before, std::sync::atomic::Ordering::SeqCst);
+    shared.keep();
+    shared.status().node = Some(node.clone());
+    tracing::info!(node = %node, "companion beating");
     // Armed only once feeding is first allowed (never, if marked before that), and
     // only once every basis of the feeding rule can be held: a replica told the
     // cluster's size and gave a peer key. Armed on the API server's answer alone, a
@@ -336,38 +284,57 @@ pub async fn run(
     // (the predecessor armed only with them), and arms at once. Without a state
     // directory nothing says whether a predecessor's watchdog is counting: armed on the
     // first basis, as it must be fed within W.
-    let arm_on_any_basis = options.state_dir.is_none();
-    let mut unarmed = Some(options.watchdog.take());
-    let mut watchdog: Option<Box<dyn Watchdog>> = None;
-    let shared = Arc::new(Shared::new(
-        node.clone(),
-        &timing,
-        interval,
-        cluster,
-        peer_keys,
-        status.clone(),
-        options.state_dir.clone(),
-    ));
-    shared.keep();
-    shared.status().node = Some(node.clone());
-    tracing::info!(node = %node, "companion beating");
+    let (events_tx, events) = tokio::sync::mpsc::channel(64);
+    let feeder = feeder::Feeder::start(
+        shared.clone(),
+        options.watchdog.take(),
+        feeder::Settings {
+            arm_on_any_basis: options.state_dir.is_none(),
+            allowance: timing.scheduling_allowance,
+            realtime: options.realtime,
+        },
+        events_tx,
+    )
+    .context("cannot start the thread that feeds the watchdog")?;
     // Stopped when dropped: at a clean stop, or with this future.
+    let _tell = AbortOnDropHandle::new(tokio::spawn(feeder::tell(
+        events,
+        shared.clone(),
+        timing.isolation_timeout,
+    )));
     let api_task = options.api.take().map(|access| {
         AbortOnDropHandle::new(tokio::spawn(api::follow(
             access,
             node.clone(),
+            options.boot_id.clone(),
             shared.clone(),
             timing.isolation_timeout / 2,
         )))
     });
     let peers_task = options.peers.take().map(|(socket, source)| {
-        AbortOnDropHandle::new(tokio::spawn(peers::follow(
+        let (addresses, lookups) = peers::addresses(&source, &options.resolver);
+        let answering = tokio::spawn(peers::follow(
             socket,
-            source,
+            addresses,
             shared.clone(),
             timing.isolation_timeout,
-        )))
+        ));
+        (AbortOnDropHandle::new(answering), lookups)
     });
+    let (mut replicas, _lookups) = match &options.replicas {
+        Some(fixed) => (tokio::sync::watch::channel(fixed.clone()).1, None),
+        None => {
+            let (rx, task) = resolve::follow(
+                options.resolver.clone(),
+                host.clone(),
+                port,
+                RESOLVE_EVERY,
+                resolve::LOOKUP_TIMEOUT,
+                "nodefence's replicas",
+            );
+            (rx, Some(task))
+        }
+    };
     let options = Arc::new(options);
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let mut links: std::collections::BTreeMap<std::net::SocketAddr, AbortOnDropHandle<bool>> =
@@ -385,51 +352,27 @@ pub async fn run(
                 stop.clone(),
             ))),
         );
+        shared.set_replicas([first_addr]);
     }
-    let mut feed = tokio::time::interval(FEED_EVERY);
-    let mut lookup = tokio::time::interval(RESOLVE_EVERY);
-    lookup.reset();
     let mut shutdown = std::pin::pin!(shutdown);
-    let mut last_basis: Option<Basis> = None;
-    let mut told_why_unarmed = false;
-    follow_replicas(&options, &host, port, &mut links, &shared, &stop).await;
     loop {
+        let now = replicas.borrow_and_update().clone();
+        follow_replicas(&options, &host, &now, &mut links, &shared, &stop);
         tokio::select! {
-            _ = feed.tick() => {
-                let now = shared.now();
-                let basis = shared.feeding().may_feed(now);
-                let arming = may_arm(basis, arm_on_any_basis, shared.can_hold_every_basis());
-                if arming && let Some(choice) = unarmed.take() {
-                    watchdog = arm_now(choice, &shared);
-                } else if basis.is_some() && !arming && !told_why_unarmed {
-                    told_why_unarmed = true;
-                    tracing::warn!(
-                        "feeding allowed, but the watchdog stays unarmed until a replica of \
-                         nodefence acknowledges a beat (the cluster's size and a peer key: \
-                         without them an outage of the whole control plane would reset this \
-                         machine)"
-                    );
+            changed = replicas.changed() => {
+                if changed.is_err() {
+                    // A fixed list: it never changes.
+                    (&mut shutdown).await;
+                    break;
                 }
-                if basis.is_some() && let Some(w) = watchdog.as_mut() && let Err(e) = w.feed() {
-                    tracing::error!(error = %e, "cannot feed the watchdog");
-                }
-                if basis != last_basis {
-                    tell_basis(last_basis, basis, &shared, timing.isolation_timeout);
-                    last_basis = basis;
-                }
-                let mut st = shared.status();
-                st.feeding = basis.is_some();
-                st.basis = basis;
-            }
-            _ = lookup.tick() => {
-                follow_replicas(&options, &host, port, &mut links, &shared, &stop).await;
             }
             () = &mut shutdown => break,
         }
     }
     drop(api_task);
     drop(peers_task);
-    // A clean stop: tell every replica this watchdog no longer counts, then disarm.
+    // A clean stop: tell every replica this watchdog no longer counts, then disarm. The
+    // watchdog is fed by its rule meanwhile.
     let _ = stop_tx.send(true);
     let mut told = Vec::with_capacity(links.len());
     for (_, task) in links {
@@ -438,6 +381,7 @@ pub async fn run(
             Ok(Ok(true))
         ));
     }
+    let watchdog = feeder.stop().await;
     let forget = || {
         if let Some(dir) = &shared.state_dir
             && let Err(e) = state::remove(dir)
@@ -449,7 +393,17 @@ pub async fn run(
         forget();
         return Ok(None); // Never armed: nothing to disarm.
     };
-    if !may_disarm(told) {
+    stop_watchdog(w, may_disarm(told), forget)
+}
+
+/// The end of a clean stop, once every replica was told (or not): disarms `w` if
+/// `every_replica_told`, or leaves it counting for the successor.
+fn stop_watchdog(
+    w: Box<dyn Watchdog>,
+    every_replica_told: bool,
+    forget: impl FnOnce(),
+) -> anyhow::Result<Option<Disarmed>> {
+    if !every_replica_told {
         // Closed without the magic character: the timer runs on, and the state is kept
         // for the successor, which must feed it within its timeout.
         drop(w);
@@ -489,113 +443,12 @@ pub fn may_disarm(acknowledged: impl IntoIterator<Item = bool>) -> bool {
     any
 }
 
-/// Whether the watchdog may be armed now: feeding is allowed on `basis`, and every
-/// basis of the rule can be held (`every_basis`: a replica told the cluster's size and
-/// gave a peer key), unless `on_any_basis` (no state directory: a predecessor's
-/// watchdog may be counting, and must be fed within W).
-fn may_arm(basis: Option<Basis>, on_any_basis: bool, every_basis: bool) -> bool {
-    basis.is_some() && (on_any_basis || every_basis)
-}
-
-/// Arms the watchdog asked for, now that feeding is first allowed; tells the beats and
-/// the status. `None`: no watchdog (none asked, or none usable).
-fn arm_now(choice: WatchdogChoice, shared: &Shared) -> Option<Box<dyn Watchdog>> {
-    let armed = match arm(choice) {
-        Ok(w) => w?,
-        Err(e) => {
-            tracing::error!(error = %format!("{e:#}"), "cannot arm the watchdog: beating without one");
-            return None;
-        }
-    };
-    let granted = armed.granted();
-    *shared.watchdog.lock().unwrap_or_else(|e| e.into_inner()) = WatchdogState::Armed {
-        granted,
-        device: wire::DeviceName::new(&armed.info().identity),
-    };
-    shared.status().armed = Some((armed.info().identity.clone(), granted));
-    tracing::info!(
-        device = %armed.info().identity,
-        granted_s = granted.as_secs_f64(),
-        "feeding allowed: the watchdog is armed"
-    );
-    Some(armed)
-}
-
-/// Logs a change of what the feeding rests on (once per change).
-fn tell_basis(was: Option<Basis>, now: Option<Basis>, shared: &Shared, isolation: Duration) {
-    match (was, now) {
-        (_, Some(Basis::ApiServer)) => tracing::warn!(
-            silent_for_at_least = %humantime::format_duration(isolation / 2),
-            "the leader does not acknowledge the beats: feeding on the API server's answer \
-             (the Node carries no fencing mark for this boot)"
-        ),
-        (Some(Basis::ApiServer), Some(Basis::Leader)) => {
-            tracing::info!("the leader acknowledges the beats again: feeding on its answer");
-        }
-        (_, Some(b)) => tracing::info!(basis = b.as_str(), "feeding the watchdog"),
-        (Some(_), None) if shared.feeding().marked() => {}
-        (Some(_), None) => tracing::warn!(
-            "neither the leader nor the API server answers: the watchdog is no longer fed \
-             (an armed one resets this machine at its timeout unless one answers first)"
-        ),
-        (None, None) => {}
-    }
-}
-
-/// Opens the watchdog asked for, refusing one the rule cannot count on.
-fn arm(choice: WatchdogChoice) -> anyhow::Result<Option<Box<dyn Watchdog>>> {
-    match choice {
-        WatchdogChoice::None => Ok(None),
-        WatchdogChoice::Given(w) => Ok(Some(w)),
-        WatchdogChoice::Device {
-            path,
-            timeout,
-            allow_softdog,
-        } => open_device(&path, timeout, allow_softdog),
-    }
-}
-
-#[cfg(target_os = "linux")]
-fn open_device(
-    path: &std::path::Path,
-    timeout: Duration,
-    allow_softdog: bool,
-) -> anyhow::Result<Option<Box<dyn Watchdog>>> {
-    let w = match device::LinuxWatchdog::open(path, timeout) {
-        Ok(w) => w,
-        Err(e) => {
-            tracing::warn!(device = %path.display(), error = %e, "no watchdog: beating without one");
-            return Ok(None);
-        }
-    };
-    if let Err(refusal) = device::check(
-        w.info(),
-        timeout,
-        w.granted(),
-        MAX_WATCHDOG_TIMEOUT,
-        allow_softdog,
-    ) {
-        let boxed: Box<dyn Watchdog> = Box::new(w);
-        let _ = boxed.disarm();
-        tracing::warn!(device = %path.display(), %refusal, "watchdog refused: beating without one");
-        return Ok(None);
-    }
-    Ok(Some(Box::new(w)))
-}
-
-#[cfg(not(target_os = "linux"))]
-fn open_device(
-    path: &std::path::Path,
-    _timeout: Duration,
-    _allow_softdog: bool,
-) -> anyhow::Result<Option<Box<dyn Watchdog>>> {
-    tracing::warn!(device = %path.display(), "no watchdog support on this system");
-    Ok(None)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use feeder::may_arm;
+    use nodefence_watchdog::wire::Key;
 
     fn shared(cluster: u16, keys: usize) -> Shared {
         let peer_keys = (0..keys)

@@ -9,8 +9,13 @@
 //!
 //! - **Who the peers are**: the addresses a name gives (the headless Service
 //!   `nodefence-companion-peers`, every companion pod, ready or not), looked up again
-//!   every [`RESOLVE_EVERY`]; a failed or empty lookup (the cluster's DNS is part of
-//!   what may be out) keeps the last list.
+//!   every [`RESOLVE_EVERY`] by a task of its own ([`super::resolve::follow`]); a
+//!   failed, empty or hung lookup (the cluster's DNS is part of what may be out) keeps
+//!   the last list, and no question or answer waits on one.
+//! - **Who answers**: every companion that holds a peer key, but not during its first
+//!   isolation timeout (`Shared::may_answer_peers`): a successor
+//!   resumed from its predecessor's state must not contradict the hold the leader
+//!   still counts for that predecessor.
 //! - **How many make a majority**: the largest cluster size any replica's
 //!   acknowledgement carried (the cluster's Nodes: every companion runs on one). The
 //!   leader's release rule counts with what this companion's beats prove it was told
@@ -34,7 +39,7 @@ use nodefence_watchdog::feeding::Reach;
 use nodefence_watchdog::wire::{self, Answer, Key, Question};
 use tokio::net::UdpSocket;
 
-use super::Shared;
+use super::shared::Shared;
 
 /// How often the peers' addresses are looked up again.
 pub const RESOLVE_EVERY: Duration = Duration::from_secs(30);
@@ -114,41 +119,67 @@ struct Round {
     answered: BTreeMap<SocketAddr, bool>,
 }
 
+/// The peers' addresses, followed: a name's by a task of its own (kept while the
+/// receiver is), a fixed list as it is.
+pub(super) fn addresses(
+    source: &PeerSource,
+    resolver: &super::resolve::Resolver,
+) -> (
+    tokio::sync::watch::Receiver<Vec<SocketAddr>>,
+    Option<tokio_util::task::AbortOnDropHandle<()>>,
+) {
+    match source {
+        PeerSource::Fixed(fixed) => {
+            let unique: BTreeSet<SocketAddr> = fixed.iter().copied().collect();
+            let (tx, rx) = tokio::sync::watch::channel(unique.into_iter().collect());
+            // Never changes: the sender may go (the receiver keeps the list).
+            drop(tx);
+            (rx, None)
+        }
+        PeerSource::Name { host, port } => {
+            let (rx, task) = super::resolve::follow(
+                resolver.clone(),
+                host.clone(),
+                *port,
+                RESOLVE_EVERY,
+                super::resolve::LOOKUP_TIMEOUT,
+                "the companions' peers",
+            );
+            (rx, Some(task))
+        }
+    }
+}
+
 /// Answers the peers' questions, and asks them while neither the leader nor the API
-/// server answers this companion; runs until dropped.
+/// server answers this companion; runs until dropped. `peers`: their addresses, as
+/// last looked up.
 pub(super) async fn follow(
     socket: UdpSocket,
-    source: PeerSource,
+    peers: tokio::sync::watch::Receiver<Vec<SocketAddr>>,
     shared: Arc<Shared>,
     isolation: Duration,
 ) {
     let tag: u16 = random_u64().map_or(0, |r| (r & 0xffff) as u16);
-    let mut peers: Vec<SocketAddr> = Vec::new();
-    let mut lookup = tokio::time::interval(RESOLVE_EVERY);
     let mut ask = tokio::time::interval(round(isolation));
     ask.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut buf = [0u8; wire::MAX_DATAGRAM + 1];
     let mut current: Option<Round> = None;
     loop {
         tokio::select! {
-            _ = lookup.tick() => {
-                let found = resolve(&source).await;
-                if !found.is_empty() {
-                    if found != peers {
-                        tracing::info!(peers = found.len(), "the companions' peers looked up");
-                    }
-                    peers = found;
-                }
-                shared.status().peers_known = peers.len();
-            }
             _ = ask.tick() => {
                 let now = shared.now();
                 let cluster = shared.cluster();
                 let keys = shared.peer_keys();
+                let peers = peers.borrow().clone();
+                shared.status().peers_known = peers.len();
+                let (reach, marked) = {
+                    let feeding = shared.feeding();
+                    (feeding.reach(now), feeding.marked())
+                };
                 // Only while neither the leader nor the API server answers: a node
                 // that reaches either never needs its peers.
-                if shared.feeding().reach(now) != Reach::Neither
-                    || shared.feeding().marked()
+                if reach != Reach::Neither
+                    || marked
                     || cluster == 0
                     || keys.is_empty()
                     || peers.is_empty()
@@ -183,8 +214,11 @@ pub(super) async fn follow(
                     .iter()
                     .find_map(|k| Question::open(datagram, k).ok().map(|q| (q, k)))
                 {
-                    // Its own question (its address is among the peers) gets no answer.
-                    if current.as_ref().is_some_and(|r| r.nonce == question.nonce) {
+                    // Its own question (its address is among the peers) gets no answer;
+                    // nor does any in its first isolation timeout.
+                    if current.as_ref().is_some_and(|r| r.nonce == question.nonce)
+                        || !shared.may_answer_peers()
+                    {
                         continue;
                     }
                     let reach = match shared.feeding().reach(shared.now()) {
@@ -229,24 +263,6 @@ pub(super) async fn follow(
 
 fn cluster_of(shared: &Shared) -> u16 {
     shared.cluster()
-}
-
-/// The peers' addresses: the name looked up, or the ones given; each once.
-async fn resolve(source: &PeerSource) -> Vec<SocketAddr> {
-    let mut all: Vec<SocketAddr> = match source {
-        PeerSource::Fixed(fixed) => fixed.clone(),
-        PeerSource::Name { host, port } => {
-            match tokio::net::lookup_host((host.as_str(), *port)).await {
-                Ok(found) => found.collect(),
-                Err(e) => {
-                    tracing::warn!(%host, error = %e, "cannot look the companions' peers up; keeping the last list");
-                    Vec::new()
-                }
-            }
-        }
-    };
-    let unique: BTreeSet<SocketAddr> = all.drain(..).collect();
-    unique.into_iter().collect()
 }
 
 fn random_u64() -> Option<u64> {

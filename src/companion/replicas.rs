@@ -1,6 +1,6 @@
-//! The companion's links to nodefence's replicas: the first hello, the replicas'
-//! addresses looked up and followed, one session per replica beating and reading its
-//! acknowledgements, and the "stopping" beat of a clean stop.
+//! The companion's links to nodefence's replicas: the first hello, one session per
+//! replica (its addresses followed by [`super::resolve::follow`]) beating and reading
+//! its acknowledgements, and the "stopping" beat of a clean stop.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,11 +12,13 @@ use nodefence_watchdog::wire::{self, Key, WatchdogState};
 use tokio::net::UdpSocket;
 use tokio_util::task::AbortOnDropHandle;
 
-use super::{Options, Shared};
+use super::Options;
+use super::resolve::LOOKUP_TIMEOUT;
+use super::shared::Shared;
 use crate::heartbeat::hello;
 
 /// How often the replicas' addresses are looked up again (a rollout moves them).
-pub(super) const RESOLVE_EVERY: Duration = Duration::from_secs(30);
+pub const RESOLVE_EVERY: Duration = Duration::from_secs(30);
 
 /// A session with one replica, ready to beat.
 pub(super) struct Session {
@@ -55,37 +57,33 @@ pub(super) async fn first_hello(
     }
 }
 
-/// The replicas' addresses: the name looked up, or the ones given.
+/// The replicas' addresses: the name looked up (bounded by [`LOOKUP_TIMEOUT`]), or
+/// the ones given.
 async fn resolve(options: &Options, host: &str, port: u16) -> Vec<std::net::SocketAddr> {
     if let Some(fixed) = &options.replicas {
         return fixed.clone();
     }
-    match tokio::net::lookup_host((host, port)).await {
-        Ok(found) => {
-            let mut all: Vec<_> = found.collect();
-            all.sort();
-            all.dedup();
-            all
-        }
-        Err(e) => {
-            tracing::warn!(%host, error = %e, "cannot look nodefence's replicas up");
+    match options.resolver.lookup(host, port, LOOKUP_TIMEOUT).await {
+        Ok(found) => found,
+        Err(why) => {
+            tracing::warn!(%host, %why, "cannot look nodefence's replicas up");
             Vec::new()
         }
     }
 }
 
-/// Starts a link to each new address; ends those whose address is gone.
-pub(super) async fn follow_replicas(
+/// Starts a link to each address of `now`; ends those whose address is gone. An empty
+/// list (no lookup has found one yet) ends nothing.
+pub(super) fn follow_replicas(
     options: &Arc<Options>,
     host: &str,
-    port: u16,
+    now: &[std::net::SocketAddr],
     links: &mut std::collections::BTreeMap<std::net::SocketAddr, AbortOnDropHandle<bool>>,
     shared: &Arc<Shared>,
     stop: &tokio::sync::watch::Receiver<bool>,
 ) {
-    let now = resolve(options, host, port).await;
     if now.is_empty() {
-        return; // A failed lookup ends nothing.
+        return;
     }
     links.retain(|addr, task| {
         let keep = now.contains(addr);
@@ -95,7 +93,7 @@ pub(super) async fn follow_replicas(
         }
         keep
     });
-    for addr in now {
+    for &addr in now {
         links.entry(addr).or_insert_with(|| {
             tracing::info!(replica = %addr, "beating to a replica of nodefence");
             AbortOnDropHandle::new(tokio::spawn(link(
@@ -108,6 +106,7 @@ pub(super) async fn follow_replicas(
             )))
         });
     }
+    shared.set_replicas(links.keys().copied());
 }
 
 /// A hello to the replica at `addr`: its session, and a socket for its beats.
@@ -130,7 +129,11 @@ async fn open_session(
     if host.parse::<std::net::IpAddr>().is_ok() {
         let _ = url.set_ip_host(addr.ip());
     }
-    let hello = say_hello(&http, &url, &options.token_file).await?;
+    let said = hello::Request {
+        boot_id: Some(options.boot_id.clone()),
+        virtual_machine: options.machine.resolve().is_some(),
+    };
+    let hello = say_hello(&http, &url, &options.token_file, &said).await?;
     let id: u64 = hello
         .session
         .parse()
@@ -192,6 +195,7 @@ pub(super) async fn link(
                 }
             },
         };
+        s.end.set_identity(shared.identity);
         if Some(&s.node)
             != shared
                 .status
@@ -214,6 +218,7 @@ pub(super) async fn link(
                     }
                     let now = shared.now();
                     let reaching = shared.feeding().reaching(now);
+                    s.end.heard_term(shared.term_seen());
                     let datagram = s.end.beat(now, reaching, shared.watchdog());
                     let _ = s.socket.send(&datagram).await;
                     unanswered += 1;
@@ -225,26 +230,8 @@ pub(super) async fn link(
                         Ok(ack) => {
                             unanswered = 0;
                             shared.told_cluster(ack.cluster);
-                            let (was, marked) = if ack.leader || ack.marked {
-                                let mut feeding = shared.feeding();
-                                let was = feeding.marked();
-                                feeding.acknowledged(ack.beat_sent, ack.marked, received);
-                                (was, feeding.marked())
-                            } else {
-                                let marked = shared.feeding().marked();
-                                (marked, marked)
-                            };
-                            if ack.leader && !ack.marked {
-                                shared.heard_leader(ack.beat_sent);
-                            }
-                            let mut st = shared.status();
-                            st.acknowledged += 1;
-                            st.marked = marked;
-                            if marked && !was {
-                                tracing::warn!("nodefence marked this node for fencing: the watchdog is no longer fed");
-                            } else if was && !marked {
-                                tracing::warn!("nodefence lifted this node's fencing mark (it recovered, or this is its next boot): feeding the watchdog again");
-                            }
+                            shared.acknowledged_by(addr, ack.beat_sent);
+                            take(&shared, &mut s, ack, received);
                         }
                         Err(why) => tracing::debug!(%why, "datagram dropped"),
                     }
@@ -252,6 +239,57 @@ pub(super) async fn link(
                 _ = stop.changed() => return stop_acknowledged(&shared, &mut s, addr).await,
             }
         }
+    }
+}
+
+/// An acknowledgement taken: only a leader's (of a term no older than one taken
+/// before) tells the feeding rule anything, the mark included. A standby's, or an
+/// old leader's that kept believing it led (its VM paused and resumed), is never
+/// taken for the leader's: such a replica could mark a node the leader just lifted,
+/// or feed one the leader proves reset.
+fn take(
+    shared: &Shared,
+    s: &mut Session,
+    ack: nodefence_watchdog::session::Acknowledged,
+    received: std::time::Duration,
+) {
+    if !ack.leader {
+        shared.status().acknowledged += 1;
+        return;
+    }
+    if !shared.take_term(ack.term) {
+        let seen = shared.term_seen();
+        shared.status().older_terms_refused += 1;
+        tracing::debug!(
+            term = ack.term,
+            seen,
+            "a leader's acknowledgement of an older term than one taken: refused"
+        );
+        return;
+    }
+    s.end.heard_term(ack.term);
+    shared.told_arm(ack.arm);
+    let (was, marked) = {
+        let mut feeding = shared.feeding();
+        let was = feeding.marked();
+        feeding.acknowledged(ack.beat_sent, ack.marked, received);
+        (was, feeding.marked())
+    };
+    if !ack.marked {
+        shared.heard_leader(ack.beat_sent);
+    }
+    let mut st = shared.status();
+    st.acknowledged += 1;
+    st.marked = marked;
+    st.arm_wanted = Some(ack.arm);
+    st.term_seen = shared.term_seen();
+    drop(st);
+    if marked && !was {
+        tracing::warn!("nodefence marked this node for fencing: the watchdog is no longer fed");
+    } else if was && !marked {
+        tracing::warn!(
+            "nodefence lifted this node's fencing mark (it recovered, or this is its next boot): feeding the watchdog again"
+        );
     }
 }
 
@@ -267,6 +305,7 @@ async fn stop_acknowledged(shared: &Shared, s: &mut Session, addr: std::net::Soc
     for _ in 0..TRIES {
         let now = shared.now();
         let reaching = shared.feeding().reaching(now);
+        s.end.heard_term(shared.term_seen());
         let stopping = s.end.beat(now, reaching, WatchdogState::Stopping);
         let _ = s.socket.send(&stopping).await;
         let deadline = tokio::time::Instant::now() + APART;
@@ -304,6 +343,7 @@ async fn say_hello(
     http: &reqwest::Client,
     nodefence: &url::Url,
     token_file: &std::path::Path,
+    said: &hello::Request,
 ) -> anyhow::Result<hello::Session> {
     let token = std::fs::read_to_string(token_file)
         .with_context(|| format!("cannot read the token {}", token_file.display()))?;
@@ -313,6 +353,7 @@ async fn say_hello(
     let answer = http
         .post(url)
         .bearer_auth(token.trim())
+        .json(said)
         .send()
         .await
         .context("nodefence did not answer")?;

@@ -1,6 +1,9 @@
 //! What a companion must keep across a crash of its own process: its node, the
-//! timing the replicas gave, the largest cluster size an acknowledgement told it, and
-//! the peer keys (`--state-dir`, a memory-backed emptyDir of its pod).
+//! timing the replicas gave, the largest cluster size an acknowledgement told it, the
+//! peer keys, and whether it armed the watchdog (`--state-dir`, a memory-backed
+//! emptyDir of its pod). A successor whose predecessor armed it feeds it by its rule
+//! before it hears the node's policy; one whose predecessor never armed it waits for
+//! the leader to say the policy wants it.
 //!
 //! A companion that crashes leaves an armed watchdog counting (closed without the
 //! magic character). Its successor must feed it within W, and during an outage of the
@@ -36,6 +39,8 @@ pub struct Kept {
     pub heartbeat_interval: Duration,
     pub cluster: u16,
     pub peer_keys: BTreeMap<SocketAddr, Key>,
+    /// The watchdog was armed (written before the device is opened).
+    pub armed: bool,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -47,6 +52,15 @@ struct OnDisk {
     cluster: u16,
     /// Replica address → base64 key.
     peer_keys: BTreeMap<SocketAddr, String>,
+    /// Absent in a state an earlier companion kept: it armed on the first basis.
+    #[serde(default = "armed_by_default")]
+    armed: bool,
+}
+
+/// What a state kept before the watchdog's arming was recorded says: its
+/// predecessor armed on the first basis, so the watchdog may well be counting.
+fn armed_by_default() -> bool {
+    true
 }
 
 /// Why the kept state could not be read or written (its path; never a key).
@@ -97,6 +111,7 @@ pub fn load(dir: &Path) -> Result<Option<Kept>, StateError> {
         heartbeat_interval: Duration::from_millis(disk.heartbeat_interval_ms),
         cluster: disk.cluster,
         peer_keys,
+        armed: disk.armed,
     }))
 }
 
@@ -114,6 +129,7 @@ pub fn save(dir: &Path, kept: &Kept) -> Result<(), StateError> {
             .iter()
             .map(|(a, k)| (*a, base64::engine::general_purpose::STANDARD.encode(k.0)))
             .collect(),
+        armed: kept.armed,
     };
     let bytes = serde_json::to_vec(&disk).map_err(|e| StateError::Malformed {
         path: path.clone(),
@@ -169,6 +185,7 @@ mod tests {
             ]
             .into_iter()
             .collect(),
+            armed: true,
         }
     }
 

@@ -50,6 +50,7 @@ const POLICY_KEYS: &[&str] = &[
     "recovered_after",
     "require_identity",
     "watchdog_fencing",
+    "watchdog_fencing_on_vm",
 ];
 
 /// Keys that describe the whole cluster: only `[policy]` may set them.
@@ -102,7 +103,7 @@ macro_rules! policy_draft {
             /// These settings where set, else `base`'s: key by key.
             pub fn over(&self, base: &PolicyDraft) -> PolicyDraft {
                 PolicyDraft {
-                    $($field: self.$field.or(base.$field),)*
+                    $($field: self.$field.clone().or_else(|| base.$field.clone()),)*
                     fast_path: self.fast_path.or(base.fast_path),
                     lease_stale_after: self.lease_stale_after.or(base.lease_stale_after),
                 }
@@ -110,7 +111,7 @@ macro_rules! policy_draft {
 
             /// `base` with every key set here written over it.
             pub fn apply(&self, mut base: Policy) -> Policy {
-                $(if let Some(v) = self.$field {
+                $(if let Some(v) = self.$field.clone() {
                     base.$field = v;
                 })*
                 let default_stale = base
@@ -146,6 +147,7 @@ policy_draft! {
     recovered_after: Duration,
     require_identity: bool,
     watchdog_fencing: bool,
+    watchdog_fencing_on_vm: Option<String>,
 }
 
 /// `[policy]` as written, and what every policy starts from.
@@ -271,6 +273,9 @@ pub(crate) fn parse(
                 .map(|v| out.recovered_after = Some(v.value)),
             "require_identity" => entry.bool().map(|v| out.require_identity = Some(v.value)),
             "watchdog_fencing" => entry.bool().map(|v| out.watchdog_fencing = Some(v.value)),
+            "watchdog_fencing_on_vm" => entry
+                .non_empty_string()
+                .map(|v| out.watchdog_fencing_on_vm = Some(Some(v.value.trim().to_string()))),
             other => Err(unknown_key(
                 other,
                 &entry.key,

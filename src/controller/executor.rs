@@ -329,10 +329,10 @@ impl Executor {
                     this.send(Completion::Drained { node, result });
                 });
             }
-            Action::MarkForFencing { node } => {
+            Action::MarkForFencing { node, context } => {
                 let this = self.clone();
                 self.tasks.spawn(async move {
-                    let result = this.mark_for_fencing(&node, uid.as_deref()).await;
+                    let result = this.mark_for_fencing(&node, uid.as_deref(), &context).await;
                     this.metrics
                         .watchdog_mark(if result.is_ok() { "ok" } else { "refused" });
                     this.send(Completion::Marked { node, result });
@@ -340,20 +340,28 @@ impl Executor {
             }
             Action::ClearMark { node } => {
                 if let Some(heartbeat) = &self.heartbeat {
-                    heartbeat.unmark(&node);
+                    heartbeat.lift_mark(&node);
                 }
                 if self.dry_run {
                     return;
                 }
                 let this = self.clone();
-                self.tasks.spawn(async move {
-                    if let Err(e) = this.releaser.clear_mark(&node).await {
-                        tracing::warn!(node, error = %e, "could not remove the node's fencing mark; its next companion reads it as void only after a reboot");
-                    }
-                });
+                self.tasks
+                    .spawn(async move { this.clear_mark(&node).await });
             }
-            Action::CheckWatchdog { node } => {
-                let result = self.check_watchdog(&node);
+            Action::HoldMark { node } => {
+                if let Some(heartbeat) = &self.heartbeat {
+                    tracing::warn!(
+                        node,
+                        "the node carries a fencing mark an earlier term wrote and is unhealthy: \
+                         this term holds it (its acknowledgements carry it) until the watchdog \
+                         level or the node's recovery settles it"
+                    );
+                    heartbeat.hold_mark(&node);
+                }
+            }
+            Action::CheckWatchdog { node, context } => {
+                let result = self.check_watchdog(&node, &context);
                 self.send(Completion::WatchdogChecked { node, result });
             }
             Action::Record { node, record } => {
@@ -514,11 +522,16 @@ impl Executor {
     /// proves nothing and would only stop a node's feeding for nothing). The
     /// acknowledgements carry the mark first, then the Node's annotation is written;
     /// the release rule counts from the API server's answer.
-    async fn mark_for_fencing(&self, node: &str, uid: Option<&str>) -> Result<(), String> {
+    async fn mark_for_fencing(
+        &self,
+        node: &str,
+        uid: Option<&str>,
+        context: &crate::engine::WatchdogContext,
+    ) -> Result<(), String> {
         let Some(heartbeat) = &self.heartbeat else {
             return Err("no companion listener (nodefence run --companion-listen)".into());
         };
-        heartbeat.armed_or_why(node)?;
+        heartbeat.watchdog_usable(node, context)?;
         if self.dry_run {
             tracing::warn!(
                 node,
@@ -546,8 +559,41 @@ impl Executor {
         }
     }
 
+    /// Removes the node's fencing mark from the Node, trying again on failure (a mark
+    /// left standing for the boot that runs would stop its companion at the next read
+    /// of it, and let it answer its peers "neither" while the heartbeat counts its
+    /// hold): once removed, the heartbeat proves its hold again.
+    async fn clear_mark(&self, node: &str) {
+        let mut wait = std::time::Duration::from_secs(1);
+        for attempt in 1..=6 {
+            if !self.leadership.is_leader() {
+                return;
+            }
+            match self.releaser.clear_mark(node).await {
+                Ok(()) => {
+                    if let Some(heartbeat) = &self.heartbeat {
+                        heartbeat.mark_removed(node);
+                    }
+                    return;
+                }
+                Err(e) if attempt < 6 => {
+                    tracing::warn!(node, attempt, error = %e, "could not remove the node's fencing mark; trying again");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(std::time::Duration::from_secs(30));
+                }
+                Err(e) => {
+                    tracing::error!(node, error = %e, "could not remove the node's fencing mark: its companion stops feeding its watchdog whenever it reads it (only while the leader is silent to it); remove the annotation nodefence.io/fencing-mark by hand");
+                }
+            }
+        }
+    }
+
     /// The watchdog level's release rule, applied now to what the heartbeat knows.
-    fn check_watchdog(&self, node: &str) -> WatchdogCheck {
+    fn check_watchdog(
+        &self,
+        node: &str,
+        context: &crate::engine::WatchdogContext,
+    ) -> WatchdogCheck {
         use crate::watchdog::release::Verdict;
         let Some(heartbeat) = &self.heartbeat else {
             return WatchdogCheck::Refused(
@@ -555,7 +601,7 @@ impl Executor {
             );
         };
         let now = heartbeat.now();
-        match heartbeat.watchdog_verdict(node) {
+        match heartbeat.watchdog_verdict(node, context) {
             Verdict::Release(proof) => WatchdogCheck::Proven(proof),
             Verdict::Wait { until, why } => WatchdogCheck::Wait {
                 // The majority's wait says `until: now`: asked again shortly.

@@ -229,6 +229,14 @@ pub async fn run(
             );
         }
     }
+    // A dry run decides as if it led, but acknowledges no beat as the leader's: a
+    // companion cut from the real leader must not feed its watchdog on a replica
+    // that only pretends to lead (issue 52: released 16.7 s later while it ran).
+    let acknowledging = if options.dry_run {
+        Leadership::never()
+    } else {
+        leadership.clone()
+    };
     let (heartbeat, _companions_certificate) = match &options.companions {
         Some(CompanionSource::InProcess {
             handle,
@@ -238,7 +246,7 @@ pub async fn run(
                 nodefence_watchdog::timing::Timing::default(),
                 *heartbeat_timeout,
                 Some(metrics.clone()),
-                leadership.clone(),
+                acknowledging.clone(),
                 handle,
                 companions_stop.clone().cancelled_owned(),
             );
@@ -249,7 +257,7 @@ pub async fn run(
                 listener,
                 &options.lease_namespace,
                 &client,
-                &leadership,
+                &acknowledging,
                 &metrics,
                 companions_stop.clone(),
             )

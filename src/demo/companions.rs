@@ -88,12 +88,16 @@ impl Fleet {
                 replicas: world.companion_replicas(),
                 api: Some(companion::api::ApiAccess {
                     client: world.companion_client().await?,
-                    boot_id: world
-                        .boot_id(node)
-                        .with_context(|| format!("{node} reports no boot ID"))?,
                 }),
                 peers: None,
                 state_dir: None,
+                resolver: Default::default(),
+                realtime: false,
+                boot_id: world
+                    .boot_id(node)
+                    .with_context(|| format!("{node} reports no boot ID"))?,
+                // The demo's machines are bare metal.
+                machine: companion::machine::MachineKind::Physical,
             };
             let status = Arc::new(Mutex::new(Status::default()));
             let (stop, stopped) = oneshot::channel::<()>();

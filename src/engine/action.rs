@@ -224,14 +224,26 @@ pub enum Action {
     /// mark, then the Node's annotation for its current boot), so its companion stops
     /// feeding its hardware watchdog (answer with `Engine::mark_written`). Refused
     /// unless its companion reports an armed watchdog.
-    MarkForFencing { node: String },
-    /// The watchdog level: the node recovered before its release; its mark goes (the
-    /// acknowledgements, and the Node's annotation), so its next companion is not
-    /// told to stop. Nothing was released on it.
+    MarkForFencing {
+        node: String,
+        context: WatchdogContext,
+    },
+    /// The watchdog level: the node recovered before its release (or a new term found
+    /// a healthy node still marked); its mark goes (the acknowledgements, and the
+    /// Node's annotation), so its next companion is not told to stop. Nothing was
+    /// released on it.
     ClearMark { node: String },
     /// The watchdog level: apply the release rule to what the heartbeat knows now
-    /// (answer with `Engine::watchdog_checked`).
-    CheckWatchdog { node: String },
+    /// (answer with `Engine::watchdog_checked`), with what the Node says now.
+    CheckWatchdog {
+        node: String,
+        context: WatchdogContext,
+    },
+    /// A new term found the node marked for fencing (its annotation, for the boot it
+    /// reports) and the node unhealthy: its acknowledgements carry the mark from now
+    /// on (a term that did not write a mark never lifts it unknowingly), and what the
+    /// heartbeat proved of its companion's hold starts over.
+    HoldMark { node: String },
     /// Check whether a released node's pods are gone and its volumes detached
     /// (answer with `Engine::drain_checked`); gates `power_on_after_fence`.
     CheckDrained { node: String },
@@ -256,9 +268,10 @@ impl Action {
             | Action::Release { node, .. }
             | Action::RemoveTaint { node }
             | Action::CheckDrained { node }
-            | Action::MarkForFencing { node }
+            | Action::MarkForFencing { node, .. }
             | Action::ClearMark { node }
-            | Action::CheckWatchdog { node }
+            | Action::HoldMark { node }
+            | Action::CheckWatchdog { node, .. }
             | Action::Record { node, .. } => Some(node),
             Action::Notify(n) => n.node.as_deref(),
         }
@@ -274,9 +287,27 @@ impl Action {
                 | Action::RemoveTaint { .. }
                 | Action::MarkForFencing { .. }
                 | Action::ClearMark { .. }
+                | Action::HoldMark { .. }
                 | Action::Record { .. }
         )
     }
+}
+
+/// What the watchdog level's mark and release rest on besides the heartbeat: the
+/// proof may rest only on beats of the boot the Node reports now, from the companion
+/// that was beating when nodefence last saw the kubelet renew its Lease (one silent
+/// before that, of a crash or of a boot it never ran in, proves nothing of this
+/// incident), and on a virtual machine only where the policy opted it in.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct WatchdogContext {
+    /// The boot the Node reports (`status.nodeInfo.bootID`).
+    pub boot_id: Option<String>,
+    /// When nodefence saw the kubelet's last Lease renewal (its own clock; `None`:
+    /// only at first sight, e.g. by a new leader).
+    pub lease_renewal_seen: Option<SystemTime>,
+    /// The policy's `watchdog_fencing_on_vm`: the operator's reason for trusting the
+    /// watchdog of a virtual machine.
+    pub on_virtual_machine: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -212,7 +212,7 @@ pub(super) fn decide_incident(
     inc: &mut Incident,
     name: &str,
     health: Health,
-    companion_silent: bool,
+    facts: &super::facts::NodeFacts,
     (identity, machine): (Option<Block>, Option<&MachineIdentity>),
     target: &Target,
     policy: &Policy,
@@ -239,9 +239,7 @@ pub(super) fn decide_incident(
     // The watchdog level: when no power method can be read at all. It rests on the
     // node's own companion (its token names the node), not on the power source's
     // identity, which cannot be read either.
-    if !proven
-        && super::watchdog::decide(inc, name, health, companion_silent, policy, gates, now, out)
-    {
+    if !proven && super::watchdog::decide(inc, name, facts, health, policy, gates, now, out) {
         return;
     }
     if let Some(block) = identity {

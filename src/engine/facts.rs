@@ -127,6 +127,11 @@ pub struct NodeFacts {
     /// Its companion was beating and has fallen silent for `heartbeat_timeout`
     /// ([`crate::heartbeat`]). `None`: beating, never beat, or stopped cleanly.
     pub companion_silent: Option<CompanionSilence>,
+    /// The boot it reports (`status.nodeInfo.bootID`).
+    pub boot_id: Option<String>,
+    /// It carries nodefence's fencing mark ([`crate::watchdog::mark`]) for the boot it
+    /// reports (or one that names no boot).
+    pub fencing_marked: bool,
 }
 
 impl NodeFacts {
@@ -153,6 +158,8 @@ impl NodeFacts {
             registered: None,
             request: None,
             companion_silent: None,
+            boot_id: None,
+            fencing_marked: false,
         }
     }
 

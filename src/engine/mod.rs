@@ -39,7 +39,7 @@ use std::time::SystemTime;
 
 pub use action::{
     Action, Notice, OffProof, Reason, ReleasePlan, ReleaseProof, ReleaseRecord, Severity, Steps,
-    Target, WatchdogProof,
+    Target, WatchdogContext, WatchdogProof,
 };
 pub use facts::{CompanionSilence, Exclusion, Health, NodeFacts, Readiness, Request};
 pub use node::{Block, NodeState, Phase, PowerOffStatus, PowerOnStatus};

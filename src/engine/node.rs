@@ -210,6 +210,9 @@ pub struct NodeState {
     /// When this term removed nodefence's taint from the node (a copy of the Node
     /// older than that still shows it).
     pub our_taint_removed: Option<SystemTime>,
+    /// This term acted on the fencing mark it found on the Node (held it, or cleared
+    /// it); forgotten once the Node no longer carries one.
+    pub(super) mark_acted: bool,
 }
 
 impl NodeState {
@@ -230,6 +233,7 @@ impl NodeState {
             gone: false,
             excluded_noted: None,
             our_taint_removed: None,
+            mark_acted: false,
         }
     }
 
@@ -324,6 +328,40 @@ impl NodeState {
         ));
     }
 
+    /// A fencing mark on the Node that this term did not write (an earlier term's, or
+    /// one found at start-up): on a healthy node it goes (a machine doing its work
+    /// must not be kept from feeding its watchdog by a mark nobody stands behind); on
+    /// an unhealthy one it is held (the acknowledgements carry it: a term never lifts
+    /// a mark it did not decide to lift), until this term's watchdog level or the
+    /// node's recovery settles it.
+    fn found_mark(&mut self, health: Health, name: &str, out: &mut Vec<Action>) {
+        if !self.facts.fencing_marked {
+            self.mark_acted = false;
+            return;
+        }
+        if self.mark_acted || self.gone {
+            return;
+        }
+        let ours = matches!(
+            &self.phase,
+            Phase::Incident(inc) if inc.watchdog.marked_at().is_some()
+                || matches!(inc.watchdog, super::watchdog::WatchdogStep::Marking { .. })
+        );
+        if ours {
+            return;
+        }
+        self.mark_acted = true;
+        match (&self.phase, health.since()) {
+            (Phase::Healthy, None) => out.push(Action::ClearMark {
+                node: name.to_string(),
+            }),
+            (Phase::Released(_), _) => {}
+            _ => out.push(Action::HoldMark {
+                node: name.to_string(),
+            }),
+        }
+    }
+
     fn step(&mut self, policy: &Policy, gates: Gates, now: SystemTime) -> Vec<Action> {
         let health = self.facts.health(now, policy.lease_stale_after);
         let exclusion = self.exclusion(policy);
@@ -333,6 +371,7 @@ impl NodeState {
             require_identity: policy.require_identity,
         };
         let mut out = Vec::new();
+        self.found_mark(health, &name, &mut out);
         match &mut self.phase {
             Phase::Healthy if self.facts.our_taint => {
                 // nodefence's taint on a node this term holds healthy: a release of an
@@ -458,7 +497,7 @@ impl NodeState {
                     inc,
                     &name,
                     health,
-                    self.facts.companion_silent.is_some(),
+                    &self.facts,
                     (identity, self.machine.as_ref()),
                     &target,
                     policy,

@@ -170,6 +170,12 @@ pub struct Policy {
     /// once its own hardware watchdog has certainly reset it
     /// ([`crate::watchdog::release`]). Needs the node's companion with an armed watchdog.
     pub watchdog_fencing: bool,
+    /// The watchdog level for a virtual machine, and the operator's reason (`None`:
+    /// refused for one). A hypervisor that pauses the guest pauses its virtual
+    /// watchdog too: the wait would end while the guest sleeps, and it would resume
+    /// with its volumes released. Only the operator can say its hypervisor never does
+    /// (no live migration, no snapshot, no overcommit) and opt the node in.
+    pub watchdog_fencing_on_vm: Option<String>,
 }
 
 impl Default for Policy {
@@ -199,6 +205,7 @@ impl Default for Policy {
             recovered_after: Duration::from_secs(30),
             require_identity: true,
             watchdog_fencing: false,
+            watchdog_fencing_on_vm: None,
         }
     }
 }

@@ -114,13 +114,14 @@ fn mark_due(
 pub(super) fn decide(
     inc: &mut Incident,
     name: &str,
+    facts: &super::facts::NodeFacts,
     health: Health,
-    companion_silent: bool,
     policy: &Policy,
     gates: Gates,
     now: SystemTime,
     out: &mut Vec<Action>,
 ) -> bool {
+    let companion_silent = facts.companion_silent.is_some();
     if !policy.watchdog_fencing || inc.releasing {
         return false;
     }
@@ -174,6 +175,7 @@ pub(super) fn decide(
             ));
             out.push(Action::MarkForFencing {
                 node: name.to_string(),
+                context: context(facts, policy),
             });
             true
         }
@@ -184,6 +186,7 @@ pub(super) fn decide(
                 check.next_at = None;
                 out.push(Action::CheckWatchdog {
                     node: name.to_string(),
+                    context: context(facts, policy),
                 });
             }
             let why = waiting.clone();
@@ -212,6 +215,15 @@ pub(super) fn decide(
             begin_release(inc, name, health, policy, evidence, now, out);
             true
         }
+    }
+}
+
+/// What the mark and the release rule rest on besides the heartbeat.
+fn context(facts: &super::facts::NodeFacts, policy: &Policy) -> super::action::WatchdogContext {
+    super::action::WatchdogContext {
+        boot_id: facts.boot_id.clone(),
+        lease_renewal_seen: facts.lease_change_seen,
+        on_virtual_machine: policy.watchdog_fencing_on_vm.clone(),
     }
 }
 

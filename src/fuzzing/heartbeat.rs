@@ -93,7 +93,18 @@ pub fn heartbeat_datagrams(bytes: &[u8]) -> Tally {
         opens_one_way(&datagram);
 
         let mut out = BEFORE.to_vec();
-        match table.beat_into(&datagram, now, leader, |_| marked, &mut out) {
+        let answered = table.beat_into(
+            &datagram,
+            now,
+            leader.then_some(1),
+            |_| marked,
+            |_| false,
+            &mut out,
+        );
+        // A beat that shows the replica stood still, or names a newer term, is not
+        // acknowledged as the leader's (the suspicion is taken here, each record).
+        let suspected = table.take_suspicion().is_some();
+        match answered {
             Ok(()) => {
                 let beat = Beat::open(&datagram, &KEY).expect("an answered beat opens");
                 assert_eq!(beat.session, session, "a beat of another session answered");
@@ -106,7 +117,13 @@ pub fn heartbeat_datagrams(bytes: &[u8]) -> Tally {
                     (session, beat.seq, beat.sent),
                     "the acknowledgement echoes another beat"
                 );
-                assert_eq!((ack.leader, ack.marked), (leader, marked));
+                let leads = leader && !suspected;
+                assert_eq!(
+                    (ack.leader, ack.marked),
+                    (leads, leads && marked),
+                    "a standby's acknowledgement never carries the mark"
+                );
+                assert_eq!(ack.term, u64::from(leads), "the term only in a leader's");
                 assert_eq!(ack.sent, now);
                 last_ack = out[BEFORE.len()..].to_vec();
                 tally.answered += 1;

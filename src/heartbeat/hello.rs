@@ -21,6 +21,41 @@ pub const NODE_NAME: &str = "authentication.kubernetes.io/node-name";
 /// The hello's path.
 pub const PATH: &str = "/companion/v1/session";
 
+/// What a companion says of itself in its hello (a JSON body; a companion older than
+/// this nodefence sends none, and names no boot).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Request {
+    /// Its machine's boot ID (`/proc/sys/kernel/random/boot_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+    /// Its machine is a virtual one.
+    #[serde(default)]
+    pub virtual_machine: bool,
+}
+
+/// The longest hello body read.
+pub const MAX_REQUEST: usize = 4096;
+
+impl Request {
+    /// The body as sent: empty (an older companion) is no boot, anything else must be
+    /// this JSON, at most [`MAX_REQUEST`] bytes; why not, escaped and cut short.
+    pub fn parse(body: &[u8]) -> Result<Self, String> {
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Self::default());
+        }
+        if body.len() > MAX_REQUEST {
+            return Err(format!("the hello's body is over {MAX_REQUEST} bytes"));
+        }
+        serde_json::from_slice(body).map_err(|e| {
+            format!(
+                "the hello's body is not a companion's: {}",
+                crate::untrusted::text(&e.to_string(), 200)
+            )
+        })
+    }
+}
+
 /// What a hello gets back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Session {
@@ -186,6 +221,23 @@ mod tests {
             e.contains("did not authenticate") && !e.contains('\n'),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_hello_body_is_a_companions_or_none_and_anything_else_is_refused() {
+        assert_eq!(
+            Request::parse(b""),
+            Ok(Request::default()),
+            "an older companion"
+        );
+        let r = Request::parse(br#"{"bootId": "b-1", "virtualMachine": true}"#).unwrap();
+        assert_eq!(
+            (r.boot_id.as_deref(), r.virtual_machine),
+            (Some("b-1"), true)
+        );
+        let e = Request::parse(b"{\"bootId\": 7}\r\nX").unwrap_err();
+        assert!(e.contains("not a companion's") && !e.contains('\n'), "{e}");
+        assert!(Request::parse(&vec![b'x'; MAX_REQUEST + 1]).is_err());
     }
 
     #[test]

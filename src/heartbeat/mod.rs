@@ -34,6 +34,7 @@ use tokio::net::{TcpListener, UdpSocket};
 use tokio::time::Instant;
 
 use crate::cluster::leader::Leadership;
+use crate::engine::WatchdogContext;
 use table::Table;
 
 /// How the listener runs.
@@ -92,16 +93,37 @@ impl Heartbeat {
 
     /// A new session for `node` (what a hello gives once its token is reviewed).
     pub fn open_session(&self, node: &str) -> Result<(u64, Key), getrandom::Error> {
-        open_session(&self.table, node)
+        open_session(&self.table, node, None)
     }
 
     /// Answers one datagram as the beats' loop does (`leader`: whether this replica
     /// leads now).
-    pub fn answer(&self, datagram: &[u8], leader: bool) -> Result<Vec<u8>, table::Dropped> {
+    ///
+    /// `leader`: the term this replica leads in ([`Leadership::fencing_token`]), if
+    /// it leads. What the beat showed of this replica ([`table::Suspicion`]) is given
+    /// to `leadership`.
+    pub fn answer(
+        &self,
+        datagram: &[u8],
+        leader: Option<u64>,
+        leadership: &Leadership,
+    ) -> Result<Vec<u8>, table::Dropped> {
         let marked = self.marked.read().unwrap_or_else(|e| e.into_inner());
+        let arm = self
+            .watchdog_nodes
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
         let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
         let mut ack = Vec::new();
-        answer_into(&mut table, &marked, leader, self.now(), datagram, &mut ack)?;
+        let answering = Answering {
+            marked: &marked,
+            arm: &arm,
+            leader,
+            now: self.now(),
+        };
+        let answered = answer_into(&mut table, &answering, datagram, &mut ack);
+        suspect_if_told(&mut table, leadership);
+        answered?;
         Ok(ack)
     }
 
@@ -131,9 +153,15 @@ impl Heartbeat {
     }
 
     /// The node's acknowledgements carry the mark from now on (before the mark is
-    /// written to the Node: a node that stops feeding early is only safer).
+    /// written to the Node: a node that stops feeding early is only safer), and what
+    /// this replica proved of its companion's hold ends now ([`Table::mark`]). Both
+    /// under the marks' lock and the table's, taken in the beats' loop's order: no
+    /// beat is answered with the mark before the table knows it.
     pub fn mark(&self, node: &str) {
-        self.marked_map().entry(node.to_string()).or_insert(None);
+        let mut marked = self.marked_map();
+        let mut table = self.lock_table();
+        table.mark(node, self.now());
+        marked.entry(node.to_string()).or_insert(None);
     }
 
     /// The API server accepted the node's mark: the release rule counts from now
@@ -141,14 +169,53 @@ impl Heartbeat {
     /// written again counts from the new write: later is only safer, and an earlier
     /// mark may have been removed in between (a person, a recovery).
     pub fn mark_written(&self, node: &str) {
+        let mut marked = self.marked_map();
+        let mut table = self.lock_table();
         let now = self.now();
-        self.marked_map().insert(node.to_string(), Some(now));
+        table.mark(node, now);
+        marked.insert(node.to_string(), Some(now));
     }
 
     /// The node is no longer marked (its machine was proven reset, or it recovered):
-    /// its next companion, after the reset, is acknowledged without the mark.
+    /// its next companion, after the reset, is acknowledged without the mark, and its
+    /// beats prove its hold again from now on ([`Table::unmark`]).
     pub fn unmark(&self, node: &str) {
+        let mut marked = self.marked_map();
+        let mut table = self.lock_table();
+        table.unmark(node, self.now());
+        marked.remove(node);
+    }
+
+    /// The node's acknowledgements no longer carry the mark (it recovered), but what
+    /// the table proves of its companion resumes only once the Node's annotation is
+    /// gone too ([`Heartbeat::mark_removed`]): while it stands, the companion may read
+    /// it from the API server and answer its peers "neither".
+    pub fn lift_mark(&self, node: &str) {
         self.marked_map().remove(node);
+    }
+
+    /// The API server removed the node's mark: its companion's beats prove its hold
+    /// again from now on.
+    pub fn mark_removed(&self, node: &str) {
+        let _marked = self.marked_map();
+        let now = self.now();
+        self.lock_table().unmark(node, now);
+    }
+
+    /// A new term found the node marked (an earlier term's annotation) and unhealthy:
+    /// its acknowledgements carry the mark from now on, and nothing proven of its
+    /// companion's hold before counts (the mark may have been learned at any time
+    /// since it was written).
+    pub fn hold_mark(&self, node: &str) {
+        let mut marked = self.marked_map();
+        let mut table = self.lock_table();
+        table.mark(node, self.now());
+        table.forget_hold(node);
+        marked.entry(node.to_string()).or_insert(None);
+    }
+
+    fn lock_table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn marked_map(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Option<Duration>>> {
@@ -177,6 +244,16 @@ impl Heartbeat {
     pub fn stopped_leading(&self) {
         *self.leading_since.lock().unwrap_or_else(|e| e.into_inner()) = None;
         self.set_watchdog_nodes(std::collections::BTreeSet::new());
+        // Its marks were its term's: a standby marks nothing (its acknowledgements carry
+        // no mark), and a next term takes its marks from the Nodes' annotations. What
+        // the table proves of those companions starts again from their next beats (a
+        // marked one reports no hold until its mark is lifted).
+        let mut marked = self.marked_map();
+        let mut table = self.lock_table();
+        let now = self.now();
+        for node in std::mem::take(&mut *marked).into_keys() {
+            table.unmark(&node, now);
+        }
     }
 
     /// The nodes whose policy has the watchdog level (the leader's term sets them):
@@ -203,10 +280,79 @@ impl Heartbeat {
             Some(WatchdogState::Stopping) => {
                 Err("its companion stopped and disarmed its watchdog".into())
             }
+            Some(WatchdogState::Disarming { .. }) => Err(
+                "its companion is disarming its watchdog (the node's policy has the watchdog level off)"
+                    .into(),
+            ),
             None => Err(
                 "this replica has heard no companion of this node since it started (one started after the machine was lost cannot know its watchdog was armed)"
                     .into(),
             ),
+        })
+    }
+
+    /// Whether the node's companion's watchdog can rest a release at all, as the Node
+    /// is now (`context`): armed, by a companion that names the boot the Node reports,
+    /// that was still beating when nodefence last saw the kubelet renew its Lease, and
+    /// not in a virtual machine unless the policy opted it in. The granted timeout, or
+    /// why not. The mark is refused on the same grounds: it would only stop a node's
+    /// feeding for nothing.
+    pub fn watchdog_usable(
+        &self,
+        node: &str,
+        context: &WatchdogContext,
+    ) -> Result<Duration, String> {
+        let granted = self.armed_or_why(node)?;
+        let now = self.now();
+        let wall = crate::clock::now();
+        self.with_table(|t| {
+            let Some(c) = t.companion(node) else {
+                return Err("the node has no companion".into());
+            };
+            let Some(boot) = c.boot else {
+                return Err(
+                    "its companion's beats name no boot (a companion older than this nodefence): \
+                     upgrade the companions' DaemonSet; nothing is released on a watchdog of a \
+                     boot nobody names"
+                        .into(),
+                );
+            };
+            let Some(reported) = context.boot_id.as_deref() else {
+                return Err(
+                    "the Node reports no boot ID (status.nodeInfo.bootID): nothing says its \
+                     companion's watchdog is this boot's"
+                        .into(),
+                );
+            };
+            if !boot.is(reported) {
+                return Err(format!(
+                    "its companion's beats are of boot {boot}, the Node reports boot {}: the \
+                     watchdog they reported is not this boot's (the machine rebooted since, and \
+                     no companion beats in this boot)",
+                    crate::untrusted::field(reported)
+                ));
+            }
+            if let (Some(last), Some(seen)) = (c.last_beat, context.lease_renewal_seen) {
+                let last_wall = wall.checked_sub(now.saturating_sub(last)).unwrap_or(wall);
+                if last_wall + self.heartbeat_timeout < seen {
+                    return Err(format!(
+                        "its companion fell silent at {}, before nodefence saw the kubelet's last \
+                         Lease renewal at {}: that companion's watchdog is not this incident's \
+                         (a crash, and nothing beating since)",
+                        humantime::format_rfc3339_millis(last_wall),
+                        humantime::format_rfc3339_millis(seen)
+                    ));
+                }
+            }
+            if c.virtual_machine && context.on_virtual_machine.is_none() {
+                return Err(
+                    "its machine is a virtual machine (its companion says so): a hypervisor that \
+                     pauses it pauses its watchdog too; set watchdog_fencing_on_vm = \"<why>\" in \
+                     the node's policy only if its hypervisor never pauses it"
+                        .into(),
+                );
+            }
+            Ok(granted)
         })
     }
 
@@ -224,11 +370,14 @@ impl Heartbeat {
     /// companion's watchdog, the last acknowledgement without the mark this replica
     /// sent it, when the mark was written, when this term began, and what it can
     /// prove of every other companion's hold on the control plane.
-    pub fn watchdog_verdict(&self, node: &str) -> Verdict {
+    pub fn watchdog_verdict(&self, node: &str, context: &WatchdogContext) -> Verdict {
         let Some(leading_since) = *self.leading_since.lock().unwrap_or_else(|e| e.into_inner())
         else {
             return Verdict::Refuse("this replica does not lead".into());
         };
+        if let Err(why) = self.watchdog_usable(node, context) {
+            return Verdict::Refuse(why);
+        }
         let mark_written = self
             .marked
             .read()
@@ -246,7 +395,9 @@ impl Heartbeat {
                     device: device.as_str().to_string(),
                     granted,
                 }),
-                WatchdogState::None | WatchdogState::Stopping => None,
+                WatchdogState::None | WatchdogState::Stopping | WatchdogState::Disarming { .. } => {
+                    None
+                }
             };
             let evidence = Evidence {
                 armed,
@@ -256,11 +407,7 @@ impl Heartbeat {
                 cluster: table.cluster(),
                 told: usize::from(companion.cluster_known),
             };
-            let others = table
-                .companions()
-                .filter(|(n, _)| n.as_str() != node)
-                .map(|(_, c)| &c.heard);
-            release::decide(&self.timing, &evidence, others, now)
+            release::decide(&self.timing, &evidence, table.others_heard(node), now)
         })
     }
 }
@@ -408,7 +555,9 @@ impl InProcess {
     /// (as the socket's loop answers it).
     pub fn datagram(&self, datagram: &[u8]) -> Option<Vec<u8>> {
         let (heartbeat, leadership) = self.running()?;
-        heartbeat.answer(datagram, leadership.is_leader()).ok()
+        heartbeat
+            .answer(datagram, leadership.fencing_token(), &leadership)
+            .ok()
     }
 
     /// Whether the replica that answers leads now (what its acknowledgements say).
@@ -459,9 +608,17 @@ impl Drop for ClearOnDrop {
     }
 }
 
-async fn session(State(state): State<HelloState>, headers: HeaderMap) -> Response {
+async fn session(
+    State(state): State<HelloState>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
     let refuse = |status: StatusCode, why: String| {
         (status, Json(serde_json::json!({ "error": why }))).into_response()
+    };
+    let said = match hello::Request::parse(&body) {
+        Ok(said) => said,
+        Err(why) => return refuse(StatusCode::BAD_REQUEST, why),
     };
     let Some(token) = headers
         .get(header::AUTHORIZATION)
@@ -493,7 +650,11 @@ async fn session(State(state): State<HelloState>, headers: HeaderMap) -> Respons
             return refuse(StatusCode::UNAUTHORIZED, e.to_string());
         }
     };
-    let (id, Key(key)) = match open_session(&state.table, &node) {
+    let boot = said
+        .boot_id
+        .as_deref()
+        .map(nodefence_watchdog::wire::BootId::of);
+    let (id, Key(key)) = match open_session(&state.table, &node, boot) {
         Ok(opened) => opened,
         Err(e) => {
             return refuse(
@@ -537,21 +698,31 @@ fn serve_udp(
 ) {
     let served = batch::serve(&socket, COALESCE, &stop, |received, answers| {
         let marked = heartbeat.marked.read().unwrap_or_else(|e| e.into_inner());
+        let arm = heartbeat
+            .watchdog_nodes
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
         let mut table = heartbeat.table.lock().unwrap_or_else(|e| e.into_inner());
         // Read once the whole batch is in hand (see [`answer_into`]): no acknowledgement is
         // recorded before the beat it answers arrived, and every one is sent after
         // both were read. Once a batch, not once a datagram (two clock reads each: a
         // few percent of the loop at 10,000 a second).
-        let (leader, now) = (leadership.is_leader(), heartbeat.now());
+        let answering = Answering {
+            marked: &marked,
+            arm: &arm,
+            leader: leadership.fencing_token(),
+            now: heartbeat.now(),
+        };
         table.warm(received.iter().map(|(d, _)| d));
         for (datagram, from) in received.iter() {
             let answered = answers.push_with(from, |out| {
-                answer_into(&mut table, &marked, leader, now, datagram, out)
+                answer_into(&mut table, &answering, datagram, out)
             });
             if let Err(why) = answered {
                 tracing::trace!(%from, why = why.as_str(), "datagram dropped");
             }
         }
+        suspect_if_told(&mut table, &leadership);
     });
     if let Err(e) = served {
         tracing::error!(error = %e, "the heartbeat socket cannot be set up; no beat is heard");
@@ -565,28 +736,62 @@ fn serve_udp(
 /// the leader's after the leadership.
 fn answer_into(
     table: &mut Table,
-    marked: &BTreeMap<String, Option<Duration>>,
-    leader: bool,
-    now: Duration,
+    answering: &Answering<'_>,
     datagram: &[u8],
     out: &mut Vec<u8>,
 ) -> Result<(), table::Dropped> {
-    table.beat_into(datagram, now, leader, |n| marked.contains_key(n), out)
+    table.beat_into(
+        datagram,
+        answering.now,
+        answering.leader,
+        |n| answering.marked.contains_key(n),
+        |n| answering.arm.contains(n),
+        out,
+    )
+}
+
+/// How this replica answers the beats of a batch, read once the batch is in hand.
+struct Answering<'a> {
+    marked: &'a BTreeMap<String, Option<Duration>>,
+    /// The nodes whose policy has the watchdog level on.
+    arm: &'a std::collections::BTreeSet<String>,
+    /// The term it leads in, if it does.
+    leader: Option<u64>,
+    now: Duration,
+}
+
+/// A beat showed this replica stood still, or that another leads in a newer term: it
+/// no longer leads until its next renewal ([`Leadership::suspect`]).
+fn suspect_if_told(table: &mut Table, leadership: &Leadership) {
+    if let Some(why) = table.take_suspicion() {
+        leadership.suspect();
+        tracing::warn!(
+            %why,
+            "this replica no longer acknowledges beats as the leader's, nor acts as the \
+             leader, until it renews its Lease"
+        );
+    }
 }
 
 /// A new session for `node` in `table` (replacing its last one): its id and key,
 /// drawn from the system's randomness.
-fn open_session(table: &Mutex<Table>, node: &str) -> Result<(u64, Key), getrandom::Error> {
+fn open_session(
+    table: &Mutex<Table>,
+    node: &str,
+    boot: Option<nodefence_watchdog::wire::BootId>,
+) -> Result<(u64, Key), getrandom::Error> {
     let mut secret = [0u8; 40];
     getrandom::fill(&mut secret)?;
     let drawn = u64::from_be_bytes(secret[..8].try_into().unwrap_or([0; 8]));
     let mut key = [0u8; 32];
     key.copy_from_slice(&secret[8..]);
-    let id = table
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .open(node, drawn, Key(key));
-    tracing::info!(node, "a companion opened a heartbeat session");
+    let id = {
+        let mut table = table.lock().unwrap_or_else(|e| e.into_inner());
+        let id = table.open(node, drawn, Key(key));
+        table.said_hello(node, boot);
+        id
+    };
+    tracing::info!(node, boot = ?boot, "a companion opened a heartbeat session");
     Ok((id, Key(key)))
 }
 

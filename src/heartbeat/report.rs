@@ -78,7 +78,9 @@ pub fn of_table(
                     if age >= timeout { "silent" } else { "beating" },
                     Some((granted, device)),
                 ),
-                WatchdogState::None => (if age >= timeout { "silent" } else { "beating" }, None),
+                WatchdogState::None | WatchdogState::Disarming { .. } => {
+                    (if age >= timeout { "silent" } else { "beating" }, None)
+                }
             };
             let last_beat = (state != "beating").then(|| {
                 humantime::format_rfc3339_seconds(wall - age.min(Duration::from_secs(1 << 32)))

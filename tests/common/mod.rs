@@ -1,8 +1,10 @@
-//! Shared helpers for integration tests: targets and drivers aimed at a mock BMC, and
-//! ([`world`]) the end-to-end harness (fake-kube, simulation, mock BMC, daemon replicas).
+//! Shared helpers for integration tests: targets and drivers aimed at a mock BMC,
+//! ([`world`]) the end-to-end harness (fake-kube, simulation, mock BMC, daemon replicas),
+//! and ([`netns`]) nodes in network namespaces with a real DNS server for the cluster's.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod kubevirt;
+pub mod netns;
 pub mod world;
 
 #[path = "../cli_common/mod.rs"]

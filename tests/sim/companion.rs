@@ -163,6 +163,11 @@ struct Companion {
     last_marked: Option<Instant>,
     /// The largest cluster an acknowledgement told it (0: none yet).
     cluster: u16,
+    /// The highest leader's term it took: a leader's acknowledgement of an older one
+    /// is refused (as the real companion refuses it).
+    term_seen: u64,
+    /// What the latest leader's acknowledgement said of the node's policy: arm.
+    arm_wanted: Option<bool>,
 }
 
 /// One machine's companion side: its faults, its companion, its watchdog.
@@ -195,6 +200,9 @@ struct Member {
     /// The boot IDs its Node has shown since the machine last booted (the simulated
     /// kubelet takes a new one at every restart, a network cut's end too).
     boot_ids: BTreeSet<String>,
+    /// The last of them sampled: what its companion's beats name (the kernel's boot
+    /// ID, which the kubelet reports).
+    current_boot: Option<String>,
     /// The IDs of its earlier boots (the Node shows the last one until its kubelet
     /// is back): never taken for this boot's.
     old_boots: BTreeSet<String>,
@@ -206,6 +214,7 @@ impl Member {
     fn new_boot(&mut self) {
         let seen = std::mem::take(&mut self.boot_ids);
         self.old_boots.extend(seen);
+        self.current_boot = None;
     }
 }
 
@@ -244,6 +253,7 @@ impl Fleet {
                 last_feed: None,
                 last_isolated: None,
                 boot_ids: BTreeSet::new(),
+                current_boot: None,
                 old_boots: BTreeSet::new(),
                 boot_sampled: None,
             })
@@ -454,6 +464,7 @@ fn sample_boot(m: &mut Member, store: &Store, now_anyway: bool) {
     if now_anyway || m.boot_sampled.is_none_or(|t| now >= t + BOOT_SAMPLE) {
         m.boot_sampled = Some(now);
         if let Some(b) = boot_id(store, &m.node).filter(|b| !m.old_boots.contains(b)) {
+            m.current_boot = Some(b.clone());
             m.boot_ids.insert(b);
         }
     }
@@ -536,6 +547,8 @@ fn step(fleet: &Mutex<Fleet>, truth: &Truth, store: &Store) -> Vec<(usize, u64, 
                 armed: false,
                 last_marked: None,
                 cluster: m.kept_cluster,
+                term_seen: 0,
+                arm_wanted: None,
             });
         }
         let link = s.network && f.link(i);
@@ -551,6 +564,14 @@ fn step(fleet: &Mutex<Fleet>, truth: &Truth, store: &Store) -> Vec<(usize, u64, 
             let replicas = &f.replicas;
             let timing = f.timing;
             let node = f.members[i].node.clone();
+            let identity = nodefence::watchdog::session::Identity {
+                boot: f.members[i]
+                    .current_boot
+                    .as_deref()
+                    .map(nodefence::watchdog::wire::BootId::of)
+                    .unwrap_or_default(),
+                virtual_machine: false,
+            };
             let c = f.members[i].companion.as_mut().unwrap();
             let cnow = on_clock(now - c.origin, ppm);
             c.next_beat = now + BEAT_EVERY;
@@ -587,6 +608,8 @@ fn step(fleet: &Mutex<Fleet>, truth: &Truth, store: &Store) -> Vec<(usize, u64, 
                 let Some(l) = c.links[r].as_mut() else {
                     continue;
                 };
+                l.end.set_identity(identity);
+                l.end.heard_term(c.term_seen);
                 let beat = l.end.beat(cnow, reaching, state);
                 l.unanswered += 1;
                 if !link {
@@ -599,11 +622,15 @@ fn step(fleet: &Mutex<Fleet>, truth: &Truth, store: &Store) -> Vec<(usize, u64, 
                 if let Ok(a) = l.end.acknowledged(&ack, cnow) {
                     l.unanswered = 0;
                     c.cluster = c.cluster.max(a.cluster);
-                    if a.leader || a.marked {
+                    // As the real companion: only a leader's, of a term no older than
+                    // one taken, tells the rule anything, its mark included.
+                    if a.leader && a.term >= c.term_seen {
+                        c.term_seen = a.term;
+                        c.arm_wanted = Some(a.arm);
                         c.feeding.acknowledged(a.beat_sent, a.marked, cnow);
-                    }
-                    if a.leader && !a.marked {
-                        c.leader_heard = c.leader_heard.max(a.beat_sent);
+                        if !a.marked {
+                            c.leader_heard = c.leader_heard.max(a.beat_sent);
+                        }
                     }
                 }
             }
@@ -657,7 +684,10 @@ fn step(fleet: &Mutex<Fleet>, truth: &Truth, store: &Store) -> Vec<(usize, u64, 
             // Armed only once a replica told the cluster's size (and gave the peer
             // keys, with the hello): every basis can be held (seed 7850). A successor
             // after a crash has it from its predecessor's kept state.
-            if !c.armed && c.cluster > 0 {
+            // And only where the node's policy has the watchdog level on (the leader's
+            // acknowledgements say so), unless a predecessor left it armed (it may be
+            // counting: fed by the rule before the policy is heard).
+            if !c.armed && c.cluster > 0 && (c.arm_wanted == Some(true) || m.armed) {
                 c.armed = true;
                 m.armed = true;
             }

@@ -14,9 +14,18 @@
 //! `softdog` (identity "Software Watchdog") is a kernel timer: a hung kernel never
 //! fires it, so it is refused unless explicitly allowed ([`check`]).
 //!
+//! A driver without `WDIOF_MAGICCLOSE` stops its timer on *any* close, also the one
+//! the kernel does for a companion that was OOM-killed, SIGKILLed or panicked: its
+//! silence then means nothing, and the leader would release a running machine on a
+//! watchdog that no longer counts. Such a driver is refused ([`check`]) unless the
+//! kernel's `nowayout` is known to be set for it (`/sys/class/watchdog/watchdogN/nowayout`,
+//! or the driver's `nowayout` module parameter: [`nowayout_in`]), in which case no close
+//! stops it.
+//!
 //! The ioctl numbers are computed as `<asm-generic/ioctl.h>` does and unit-tested
-//! against the values of `<linux/watchdog.h>` on x86_64 and arm64. The one `unsafe`
-//! block of nodefence is the `ioctl(2)` call here.
+//! against the values of `<linux/watchdog.h>` on x86_64 and arm64. The `unsafe`
+//! blocks of nodefence are here: the `ioctl(2)` call, and the feeding thread's
+//! real-time scheduling ([`feed_at_realtime_priority`]), which `libc` alone offers.
 
 use std::fmt;
 use std::io;
@@ -92,6 +101,13 @@ impl DeviceInfo {
 pub enum Refusal {
     /// softdog, not allowed.
     Softdog,
+    /// No `WDIOF_MAGICCLOSE`, and `nowayout` not known to be set: any close (a crash
+    /// of the companion) stops the timer. `nowayout`: what the kernel says of it
+    /// (`None`: it could not be read).
+    NoMagicClose {
+        identity: String,
+        nowayout: Option<bool>,
+    },
     /// The driver cannot set a timeout.
     NoSetTimeout(String),
     /// The driver granted none, or one beyond the longest accepted.
@@ -102,10 +118,13 @@ pub enum Refusal {
     },
 }
 
-/// Whether a device may be used: its identity, and the timeout it granted for the one
-/// wanted (a driver may round; beyond `max` the wait would be too long to be useful).
+/// Whether a device may be used: its identity, whether a close can stop it
+/// (`nowayout`: the kernel's flag for it, `None` when unknown), and the timeout it
+/// granted for the one wanted (a driver may round; beyond `max` the wait would be
+/// too long to be useful).
 pub fn check(
     info: &DeviceInfo,
+    nowayout: Option<bool>,
     wanted: Duration,
     granted: Duration,
     max: Duration,
@@ -113,6 +132,12 @@ pub fn check(
 ) -> Result<(), Refusal> {
     if info.is_softdog() && !allow_softdog {
         return Err(Refusal::Softdog);
+    }
+    if info.options & OPTION_MAGIC_CLOSE == 0 && nowayout != Some(true) {
+        return Err(Refusal::NoMagicClose {
+            identity: info.identity.clone(),
+            nowayout,
+        });
     }
     if info.options & OPTION_SET_TIMEOUT == 0 {
         return Err(Refusal::NoSetTimeout(info.identity.clone()));
@@ -135,6 +160,18 @@ impl fmt::Display for Refusal {
                 "the device is softdog (\"{SOFTDOG_IDENTITY}\"), a kernel timer that a hung \
                  kernel never fires: load the machine's hardware watchdog driver (iTCO_wdt, \
                  sp5100_tco, ipmi_watchdog, ...), or allow softdog explicitly"
+            ),
+            Refusal::NoMagicClose { identity, nowayout } => write!(
+                f,
+                "the driver ({identity}) has no magic close (no WDIOF_MAGICCLOSE): it stops \
+                 its timer whenever the device is closed, also when the companion is killed, so \
+                 a silent companion would not mean a reset machine; the kernel's nowayout {}: \
+                 load the driver with nowayout=1 (or use a kernel built with \
+                 CONFIG_WATCHDOG_NOWAYOUT), or another watchdog",
+                match nowayout {
+                    Some(_) => "is not set for it",
+                    None => "cannot be read for it (/sys/class/watchdog)",
+                }
             ),
             Refusal::NoSetTimeout(id) => write!(
                 f,
@@ -170,12 +207,81 @@ pub enum Disarmed {
 /// A machine's watchdog, armed: the companion feeds it while its rule allows.
 pub trait Watchdog: Send + Sync {
     fn info(&self) -> &DeviceInfo;
+    /// Whether the kernel's `nowayout` is set for it (no close stops it); `None`:
+    /// unknown.
+    fn nowayout(&self) -> Option<bool>;
     /// The timeout the driver granted, read back.
     fn granted(&self) -> Duration;
     /// One feed: the timer starts over.
     fn feed(&mut self) -> io::Result<()>;
     /// A deliberate stop (a rolling update): disable, magic close.
     fn disarm(self: Box<Self>) -> io::Result<Disarmed>;
+}
+
+/// `/dev/watchdog`, the misc device (major 10, minor 130): the first watchdog the
+/// kernel registered, `watchdog0`.
+pub const LEGACY_DEVICE: (u32, u32) = (10, 130);
+
+/// Where the kernel describes its watchdogs.
+pub const SYSFS_CLASS: &str = "/sys/class/watchdog";
+
+/// Whether the kernel's `nowayout` is set for the watchdog whose character device is
+/// `major:minor`, as `class` ([`SYSFS_CLASS`]) tells: its `nowayout` attribute, else
+/// its driver's `nowayout` module parameter. `None`: neither can be read (an old
+/// kernel, sysfs not mounted in the container).
+pub fn nowayout_in(class: &std::path::Path, major: u32, minor: u32) -> Option<bool> {
+    let dir = if (major, minor) == LEGACY_DEVICE {
+        class.join("watchdog0")
+    } else {
+        let wanted = format!("{major}:{minor}");
+        std::fs::read_dir(class)
+            .ok()?
+            .flatten()
+            .map(|entry| entry.path())
+            .find(|dir| {
+                std::fs::read_to_string(dir.join("dev")).is_ok_and(|dev| dev.trim() == wanted)
+            })?
+    };
+    flag(&dir.join("nowayout"))
+        .or_else(|| flag(&dir.join("device/driver/module/parameters/nowayout")))
+}
+
+/// A sysfs flag: `1`/`0`, or a module's boolean parameter `Y`/`N`.
+fn flag(path: &std::path::Path) -> Option<bool> {
+    match std::fs::read_to_string(path).ok()?.trim() {
+        "1" | "Y" | "y" => Some(true),
+        "0" | "N" | "n" => Some(false),
+        _ => None,
+    }
+}
+
+/// A device number's major and minor, as the kernel's `new_encode_dev` lays them out
+/// (glibc's `major()` and `minor()`).
+pub fn major_minor(rdev: u64) -> (u32, u32) {
+    let major = ((rdev >> 8) & 0xfff) | ((rdev >> 32) & !0xfff);
+    let minor = (rdev & 0xff) | ((rdev >> 12) & !0xff);
+    (
+        u32::try_from(major).unwrap_or(u32::MAX),
+        u32::try_from(minor).unwrap_or(u32::MAX),
+    )
+}
+
+/// Runs the calling thread under `SCHED_RR` at the highest priority, as SBD runs its
+/// whole process, so that a busy machine does not delay a feed past the scheduling
+/// allowance: the priority set. Refused without `CAP_SYS_NICE`, and in a cgroup whose
+/// real-time budget is zero; the caller says so and feeds at normal priority.
+#[cfg(target_os = "linux")]
+pub fn feed_at_realtime_priority() -> io::Result<i32> {
+    linux::realtime()
+}
+
+/// No real-time scheduling here.
+#[cfg(not(target_os = "linux"))]
+pub fn feed_at_realtime_priority() -> io::Result<i32> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "no real-time scheduling on this system",
+    ))
 }
 
 /// Seconds as the `int` the ioctls take, within `1..=i32::MAX`.
@@ -191,6 +297,7 @@ mod linux {
     use std::fs::{File, OpenOptions};
     use std::io::{self, Write as _};
     use std::os::fd::AsRawFd as _;
+    use std::os::unix::fs::MetadataExt as _;
     use std::path::Path;
     use std::time::Duration;
 
@@ -201,6 +308,7 @@ mod linux {
         file: File,
         info: DeviceInfo,
         granted: Duration,
+        nowayout: Option<bool>,
     }
 
     impl LinuxWatchdog {
@@ -218,12 +326,35 @@ mod linux {
             let _ = ioctl(&file, request::SETTIMEOUT, (&raw mut timeout).cast());
             let mut granted: i32 = 0;
             ioctl(&file, request::GETTIMEOUT, (&raw mut granted).cast())?;
+            let (major, minor) = super::major_minor(file.metadata()?.rdev());
+            let nowayout = super::nowayout_in(Path::new(super::SYSFS_CLASS), major, minor);
             Ok(Self {
                 file,
                 info,
                 granted: Duration::from_secs(u64::try_from(granted).unwrap_or(0)),
+                nowayout,
             })
         }
+    }
+
+    pub(super) fn realtime() -> io::Result<i32> {
+        // SAFETY: no pointer is passed.
+        #[allow(unsafe_code)]
+        let max = unsafe { libc::sched_get_priority_max(libc::SCHED_RR) };
+        if max < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let param = libc::sched_param {
+            sched_priority: max,
+        };
+        // SAFETY: `param` is a valid sched_param for the call's duration; pid 0 is the
+        // calling thread.
+        #[allow(unsafe_code)]
+        let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_RR, &raw const param) };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(max)
     }
 
     fn ioctl(file: &File, request: u32, arg: *mut libc::c_void) -> io::Result<()> {
@@ -245,6 +376,10 @@ mod linux {
 
         fn granted(&self) -> Duration {
             self.granted
+        }
+
+        fn nowayout(&self) -> Option<bool> {
+            self.nowayout
         }
 
         fn feed(&mut self) -> io::Result<()> {
@@ -308,25 +443,81 @@ mod tests {
     fn softdog_and_drivers_that_cannot_set_a_timeout_are_refused() {
         let s = |n| Duration::from_secs(n);
         let hw = DeviceInfo::from_bytes(&info("iTCO_wdt", OPTION_SET_TIMEOUT | OPTION_MAGIC_CLOSE));
-        assert!(check(&hw, s(10), s(10), s(60), false).is_ok());
+        assert!(check(&hw, None, s(10), s(10), s(60), false).is_ok());
         assert!(
-            check(&hw, s(10), s(12), s(60), false).is_ok(),
+            check(&hw, None, s(10), s(12), s(60), false).is_ok(),
             "rounded up: the granted counts"
         );
-        let e = check(&hw, s(10), s(0), s(60), false).unwrap_err();
+        let e = check(&hw, None, s(10), s(0), s(60), false).unwrap_err();
         assert!(e.to_string().contains("granted a timeout of 0s"), "{e}");
-        assert!(check(&hw, s(10), s(120), s(60), false).is_err());
-        let soft = DeviceInfo::from_bytes(&info(SOFTDOG_IDENTITY, OPTION_SET_TIMEOUT));
-        let e = check(&soft, s(10), s(10), s(60), false).unwrap_err();
+        assert!(check(&hw, None, s(10), s(120), s(60), false).is_err());
+        let soft = DeviceInfo::from_bytes(&info(
+            SOFTDOG_IDENTITY,
+            OPTION_SET_TIMEOUT | OPTION_MAGIC_CLOSE,
+        ));
+        let e = check(&soft, None, s(10), s(10), s(60), false).unwrap_err();
         assert!(e.to_string().contains("hung kernel never fires"), "{e}");
-        assert!(check(&soft, s(10), s(10), s(60), true).is_ok());
+        assert!(check(&soft, None, s(10), s(10), s(60), true).is_ok());
         let fixed = DeviceInfo::from_bytes(&info("wdat_wdt", OPTION_MAGIC_CLOSE));
         assert!(
-            check(&fixed, s(10), s(30), s(60), false)
+            check(&fixed, None, s(10), s(30), s(60), false)
                 .unwrap_err()
                 .to_string()
                 .contains("cannot set its timeout")
         );
+    }
+
+    /// Issue 52, item 2: a driver without `WDIOF_MAGICCLOSE` stops its timer on any
+    /// close, a crash of the companion's process included; it counts only where the
+    /// kernel's `nowayout` is known to be set.
+    #[test]
+    fn a_driver_without_magic_close_is_refused_unless_nowayout_is_known_set() {
+        let s = |n| Duration::from_secs(n);
+        let no_magic = DeviceInfo::from_bytes(&info("wdat_wdt", OPTION_SET_TIMEOUT));
+        for nowayout in [None, Some(false)] {
+            let e = check(&no_magic, nowayout, s(10), s(10), s(60), false).unwrap_err();
+            assert!(
+                matches!(&e, Refusal::NoMagicClose { identity, .. } if identity == "wdat_wdt"),
+                "{e:?}"
+            );
+            let text = e.to_string();
+            assert!(
+                text.contains("no WDIOF_MAGICCLOSE") && text.contains("nowayout=1"),
+                "{text}"
+            );
+        }
+        assert!(check(&no_magic, Some(true), s(10), s(10), s(60), false).is_ok());
+    }
+
+    #[test]
+    fn nowayout_is_read_from_sysfs_for_the_device_opened() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let write = |path: &str, text: &str| {
+            let path = dir.path().join(path);
+            std::fs::create_dir_all(path.parent().unwrap_or(dir.path()))
+                .unwrap_or_else(|e| panic!("{e}"));
+            std::fs::write(path, text).unwrap_or_else(|e| panic!("{e}"));
+        };
+        write("watchdog0/nowayout", "1\n");
+        write("watchdog0/dev", "250:0\n");
+        write("watchdog1/dev", "250:1\n");
+        write("watchdog1/device/driver/module/parameters/nowayout", "N\n");
+        write("watchdog2/dev", "250:2\n");
+        let class = dir.path();
+        assert_eq!(nowayout_in(class, 10, 130), Some(true), "/dev/watchdog");
+        assert_eq!(nowayout_in(class, 250, 0), Some(true));
+        assert_eq!(
+            nowayout_in(class, 250, 1),
+            Some(false),
+            "the module's parameter"
+        );
+        assert_eq!(nowayout_in(class, 250, 2), None, "nothing says");
+        assert_eq!(nowayout_in(class, 250, 9), None, "no such device");
+        assert_eq!(nowayout_in(&class.join("absent"), 10, 130), None);
+        // glibc's makedev(10, 130) and makedev(250, 1).
+        assert_eq!(major_minor(0x0a82), (10, 130));
+        assert_eq!(major_minor(0xfa01), (250, 1));
+        assert_eq!(major_minor(0x1111_2c70), (300, 70_000));
     }
 
     #[test]
@@ -358,6 +549,8 @@ pub struct Recorded {
 }
 
 impl RecordingWatchdog {
+    /// A driver with `WDIOF_SETTIMEOUT` and `WDIOF_MAGICCLOSE`; `nowayout`: the
+    /// kernel's flag (known).
     pub fn new(identity: &str, granted: Duration, nowayout: bool) -> Self {
         Self {
             info: DeviceInfo {
@@ -369,6 +562,12 @@ impl RecordingWatchdog {
             state: Default::default(),
             nowayout,
         }
+    }
+
+    /// The same stand-in, its driver saying these `WDIOF_*` options instead.
+    pub fn with_options(mut self, options: u32) -> Self {
+        self.info.options = options;
+        self
     }
 
     /// What it saw so far.
@@ -384,6 +583,10 @@ impl Watchdog for RecordingWatchdog {
 
     fn granted(&self) -> Duration {
         self.granted
+    }
+
+    fn nowayout(&self) -> Option<bool> {
+        Some(self.nowayout)
     }
 
     fn feed(&mut self) -> io::Result<()> {

@@ -21,7 +21,17 @@
 //! old boot's mark never fed, never armed, and left its node without the watchdog
 //! level for good). An answer to an earlier beat, the API server's and the peers'
 //! never lift it; the leader's release rule counts from its last acknowledgement
-//! without the mark, so a lifted mark only delays a release.
+//! without the mark, so a lifted mark only delays a release. A mark learned also
+//! ends the hold reported to the leader (below) at once: a marked companion answers
+//! its peers "neither", and after a lift its hold starts over from the lift.
+//!
+//! A feed that reached the device later than the scheduling allowance after the
+//! decision to feed it ([`Feeding::stalled`]: the companion was starved of CPU,
+//! stopped, or blocked in the write) is outside what the leader's wait counts. The
+//! companion then holds nothing it was told before (no answer, no hold) and counts no
+//! answer to a request it sent before that feed landed: whatever it held may have run
+//! out while it could not look. A mark is still learned from any answer, however old
+//! its request: a mark only stops feeding.
 //!
 //! The companion also tells: peers, whether it reaches the leader or the API server
 //! itself ([`Feeding::reach`]); the leader, in each beat, how long it has held one of
@@ -77,6 +87,8 @@ pub struct Feeding {
     marked: Option<Duration>,
     /// The leader or API answers held without a gap: since when, until when.
     reaching: Option<(Duration, Duration)>,
+    /// No answer to a request sent before this counts (the end of the last stall).
+    floor: Duration,
 }
 
 /// Reported in each beat: the companion's hold on the leader or the API server.
@@ -97,6 +109,7 @@ impl Feeding {
             peers: None,
             marked: None,
             reaching: None,
+            floor: Duration::ZERO,
         }
     }
 
@@ -105,7 +118,10 @@ impl Feeding {
     /// to a beat sent after the companion learned of the mark lifts the mark.
     pub fn acknowledged(&mut self, beat_sent_at: Duration, marked: bool, now: Duration) {
         if marked {
-            self.marked = Some(self.marked.map_or(now, |at| at.max(now)));
+            self.learn_mark(now);
+            return;
+        }
+        if beat_sent_at < self.floor {
             return;
         }
         match self.marked {
@@ -121,10 +137,10 @@ impl Feeding {
     /// The API server answered the read of the mark sent at `sent_at`, received `now`.
     pub fn api_answered(&mut self, sent_at: Duration, marked: bool, now: Duration) {
         if marked {
-            self.marked = Some(self.marked.map_or(now, |at| at.max(now)));
+            self.learn_mark(now);
             return;
         }
-        if self.marked.is_some() {
+        if self.marked.is_some() || sent_at < self.floor {
             return;
         }
         let until = sent_at.saturating_add(self.isolation);
@@ -136,9 +152,20 @@ impl Feeding {
     /// counted) reach neither the leader nor the API server, of `cluster` companions
     /// (this one counted).
     pub fn peers_answered(&mut self, sent_at: Duration, neither: usize, cluster: usize) {
-        if peers_majority(neither.saturating_add(1), cluster) {
+        if sent_at >= self.floor && peers_majority(neither.saturating_add(1), cluster) {
             extend(&mut self.peers, sent_at.saturating_add(self.isolation));
         }
+    }
+
+    /// A feed of the watchdog completed at `at`, later than the scheduling allowance
+    /// after the decision to feed it: every answer held so far is dropped, and no
+    /// answer to a request sent before `at` counts any more (a mark still does).
+    pub fn stalled(&mut self, at: Duration) {
+        self.leader = None;
+        self.api = None;
+        self.peers = None;
+        self.reaching = None;
+        self.floor = self.floor.max(at);
     }
 
     /// Whether the companion may feed its watchdog `now`, and on what.
@@ -224,7 +251,15 @@ impl Feeding {
             reaching: self
                 .reaching
                 .map(|(since, until)| (since.saturating_sub(by), until.saturating_sub(by))),
+            floor: self.floor.saturating_sub(by),
         }
+    }
+
+    /// A mark learned `now`: it stands from then, and the hold on the control plane
+    /// ends (a marked companion answers its peers "neither"; a lift starts it over).
+    fn learn_mark(&mut self, now: Duration) {
+        self.marked = Some(self.marked.map_or(now, |at| at.max(now)));
+        self.reaching = None;
     }
 
     fn reached(&mut self, now: Duration, until: Duration) {
@@ -248,6 +283,10 @@ mod tests {
 
     fn s(n: u64) -> Duration {
         Duration::from_secs(n)
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
     }
 
     fn feeding() -> Feeding {
@@ -320,6 +359,79 @@ mod tests {
         let mut g = f;
         g.acknowledged(s(1), false, s(1));
         assert!(!g.marked());
+    }
+
+    #[test]
+    fn a_mark_ends_the_hold_at_once_and_a_lift_starts_it_over() {
+        for from_leader in [true, false] {
+            let mut f = feeding();
+            f.acknowledged(ms(10_000), false, ms(10_000)); // held until 12 s
+            // The mark learned at 10.5 s: no hold from then on.
+            if from_leader {
+                f.acknowledged(ms(10_400), true, ms(10_500));
+            } else {
+                f.api_answered(ms(10_400), true, ms(10_500));
+            }
+            assert_eq!(f.reaching(ms(10_600)), Reaching::default());
+            // Lifted at 11 s, while the hold from 10 s would still be valid: it starts
+            // over at the lift, it does not count the marked half second.
+            f.acknowledged(ms(11_000), false, ms(11_000));
+            assert!(!f.marked());
+            assert_eq!(
+                f.reaching(ms(11_500)),
+                Reaching {
+                    held_for: ms(500),
+                    valid_for: ms(1_500)
+                },
+                "from the leader: {from_leader}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_stall_drops_everything_held_and_every_answer_to_an_earlier_request() {
+        let mut f = feeding();
+        f.acknowledged(s(10), false, s(10));
+        f.api_answered(s(11), false, s(11));
+        f.peers_answered(s(11), 2, 3);
+        // A feed decided before 11.5 s landed at 12 s.
+        f.stalled(s(12));
+        assert_eq!(f.may_feed(s(12)), None);
+        assert_eq!(f.feeding_until(), None);
+        assert_eq!(f.reach(s(12)), Reach::Neither);
+        assert_eq!(f.reaching(s(12)), Reaching::default());
+        // Answers to requests sent before the feed landed count for nothing.
+        let just_before = s(12) - Duration::from_nanos(1);
+        f.acknowledged(just_before, false, s(12));
+        f.api_answered(just_before, false, s(12));
+        f.peers_answered(just_before, 2, 3);
+        assert_eq!(f.may_feed(s(12)), None);
+        assert_eq!(f.reaching(s(12)), Reaching::default());
+        // A mark is learned whatever its request's age, and an earlier beat's answer
+        // does not lift it.
+        let mut marked = f.clone();
+        marked.acknowledged(s(5), true, s(12));
+        assert!(marked.marked());
+        marked.acknowledged(s(13), false, s(13));
+        assert!(!marked.marked(), "a beat sent after the mark lifts it");
+        // A request sent from then on counts.
+        f.api_answered(s(12), false, s(12));
+        assert_eq!(f.may_feed(s(13)), Some(Basis::ApiServer));
+        f.peers_answered(s(13), 2, 3);
+        assert_eq!(f.may_feed(s(14) + ms(500)), Some(Basis::Peers));
+    }
+
+    #[test]
+    fn a_stall_read_on_a_shifted_clock_still_refuses_earlier_requests() {
+        let mut f = feeding();
+        f.stalled(s(12));
+        let f = f.shifted_back(s(10));
+        let mut g = f.clone();
+        g.acknowledged(ms(1_999), false, s(2));
+        assert_eq!(g.may_feed(s(2)), None, "sent before the stall ended");
+        let mut g = f;
+        g.acknowledged(s(2), false, s(2));
+        assert_eq!(g.may_feed(s(2)), Some(Basis::Leader));
     }
 
     #[test]

@@ -52,7 +52,22 @@ impl Heard {
         ack_sent: Duration,
         reaching: Reaching,
     ) {
-        let lo = received.saturating_sub(timing.shrink(reaching.held_for));
+        self.beat_since(timing, received, ack_sent, reaching, Duration::ZERO);
+    }
+
+    /// [`Heard::beat`], the coverage it proves beginning no earlier than `not_before`
+    /// (the companion's mark was lifted then: before it, it may have said "neither").
+    pub fn beat_since(
+        &mut self,
+        timing: &Timing,
+        received: Duration,
+        ack_sent: Duration,
+        reaching: Reaching,
+        not_before: Duration,
+    ) {
+        let lo = received
+            .saturating_sub(timing.shrink(reaching.held_for))
+            .max(not_before);
         let hi = ack_sent.saturating_add(timing.shrink(reaching.valid_for));
         if hi <= lo {
             return;
@@ -62,6 +77,15 @@ impl Heard {
             Some((since, until)) if until >= hi => (since, until),
             _ => (lo, hi),
         });
+    }
+
+    /// The coverage ends no later than `t`, and is dropped if it would begin after it:
+    /// from `t` on the companion may have said "neither" (it was marked then).
+    pub fn end_at(&mut self, t: Duration) {
+        self.covered = self
+            .covered
+            .filter(|(since, _)| *since <= t)
+            .map(|(since, until)| (since, until.min(t)));
     }
 
     /// Whether the companion was held throughout `[from, to]`.
@@ -460,5 +484,46 @@ mod tests {
             h.covered(),
             Some((Duration::from_millis(29_900), Duration::from_millis(30_500)))
         );
+    }
+
+    #[test]
+    fn a_coverage_ended_at_a_moment_proves_nothing_after_it() {
+        let mut h = heard(10, 20);
+        h.end_at(s(15));
+        assert_eq!(h.covered(), Some((s(10), s(15))));
+        assert!(h.throughout(s(10), s(15)) && !h.throughout(s(10), s(16)));
+        // Ending it later changes nothing.
+        h.end_at(s(18));
+        assert_eq!(h.covered(), Some((s(10), s(15))));
+        // One that would begin after the end is dropped.
+        let mut late = heard(16, 20);
+        late.end_at(s(15));
+        assert_eq!(late.covered(), None);
+        let mut none = Heard::default();
+        none.end_at(s(15));
+        assert_eq!(none.covered(), None);
+    }
+
+    #[test]
+    fn a_beat_after_a_lift_proves_nothing_before_it() {
+        let t = Timing {
+            max_drift_ppm: 0,
+            ..Timing::default()
+        };
+        let reaching = Reaching {
+            held_for: s(3),
+            valid_for: s(1),
+        };
+        let mut h = Heard::default();
+        h.beat_since(&t, s(10), s(10), reaching, s(9));
+        assert_eq!(h.covered(), Some((s(9), s(11))));
+        // Ended before the lift: a later beat does not join it across the gap.
+        let mut ended = heard(0, 8);
+        ended.beat_since(&t, s(10), s(10), reaching, s(9));
+        assert_eq!(ended.covered(), Some((s(9), s(11))));
+        // A lift after all it proves: nothing.
+        let mut none = Heard::default();
+        none.beat_since(&t, s(10), s(10), reaching, s(11));
+        assert_eq!(none.covered(), None);
     }
 }

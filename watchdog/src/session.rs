@@ -10,13 +10,16 @@
 //! invented acknowledgement is refused), and counts it from when *it* sent that beat,
 //! by its own record, whatever the acknowledgement says. It remembers the beats of
 //! the last `isolation_timeout` only: an acknowledgement of an older beat would buy
-//! nothing anyway.
+//! nothing anyway. Its beats name its boot and machine ([`Identity`]) and the highest
+//! leader's term it took ([`CompanionEnd::heard_term`]); whether a leader's
+//! acknowledgement is of a term too old to take is its caller's to say (the term seen
+//! is the whole process's, over every replica's session).
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::feeding::Reaching;
-use crate::wire::{Ack, Beat, Key, PreparedKey, Refused, WatchdogState};
+use crate::wire::{Ack, Beat, BootId, Key, PreparedKey, Refused, VERSION, WatchdogState};
 
 /// Why an acknowledgement or a beat, well sealed, is not taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +55,19 @@ pub struct Acknowledged {
     pub marked: bool,
     pub cluster: u16,
     pub membership: u64,
+    /// The leader's term (0: not a leader's).
+    pub term: u64,
+    /// The node's policy wants its watchdog armed (a leader's only).
+    pub arm: bool,
+}
+
+/// What every beat of a companion says of its machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Identity {
+    /// The boot it runs.
+    pub boot: BootId,
+    /// A hypervisor was detected.
+    pub virtual_machine: bool,
 }
 
 /// The companion's end of a session.
@@ -65,6 +81,9 @@ pub struct CompanionEnd {
     window: Duration,
     /// The last acknowledgement taken: the beat it answered, the replica's clock.
     echo: Option<(u64, Duration)>,
+    identity: Identity,
+    /// The highest leader's term this companion took, as its beats tell.
+    term_seen: u64,
 }
 
 impl CompanionEnd {
@@ -78,7 +97,26 @@ impl CompanionEnd {
             outstanding: VecDeque::new(),
             window,
             echo: None,
+            identity: Identity::default(),
+            term_seen: 0,
         }
+    }
+
+    /// The same end, its beats telling `identity`.
+    pub fn with_identity(mut self, identity: Identity) -> Self {
+        self.identity = identity;
+        self
+    }
+
+    /// Its beats tell `identity` from now on.
+    pub fn set_identity(&mut self, identity: Identity) {
+        self.identity = identity;
+    }
+
+    /// The companion took a leader's acknowledgement of `term` (through any session):
+    /// its beats say so from now on.
+    pub fn heard_term(&mut self, term: u64) {
+        self.term_seen = self.term_seen.max(term);
     }
 
     /// The next beat, sealed, sent `now`.
@@ -95,6 +133,10 @@ impl CompanionEnd {
             held_for: reaching.held_for,
             valid_for: reaching.valid_for,
             watchdog,
+            version: VERSION,
+            boot: Some(self.identity.boot),
+            term_seen: self.term_seen,
+            virtual_machine: self.identity.virtual_machine,
         }
         .seal(&self.key)
     }
@@ -127,6 +169,8 @@ impl CompanionEnd {
             marked: ack.marked,
             cluster: ack.cluster,
             membership: ack.membership,
+            term: ack.term,
+            arm: ack.arm,
         })
     }
 
@@ -171,7 +215,8 @@ impl ReplicaEnd {
         Ok(beat)
     }
 
-    /// The acknowledgement of `beat`, sealed, sent `now` (this replica's clock).
+    /// The acknowledgement of `beat`, sealed, sent `now` (this replica's clock):
+    /// `leader` a leader's of term 1 (tests; the table says its term).
     pub fn acknowledge(
         &self,
         beat: &Beat,
@@ -182,35 +227,52 @@ impl ReplicaEnd {
         membership: u64,
     ) -> Vec<u8> {
         let mut out = Vec::new();
-        self.acknowledge_into(beat, leader, marked, now, cluster, membership, &mut out);
+        let answer = Answer {
+            leader: leader.then_some(1),
+            marked,
+            arm: false,
+            now,
+            cluster,
+            membership,
+        };
+        self.acknowledge_into(beat, &answer, &mut out);
         out
     }
 
-    /// [`Self::acknowledge`], sealed at the end of `out` (a buffer the caller keeps
-    /// for a batch of them).
-    #[allow(clippy::too_many_arguments)]
-    pub fn acknowledge_into(
-        &self,
-        beat: &Beat,
-        leader: bool,
-        marked: bool,
-        now: Duration,
-        cluster: u16,
-        membership: u64,
-        out: &mut Vec<u8>,
-    ) {
+    /// The acknowledgement of `beat` as `answer` says, sealed at the end of `out` (a
+    /// buffer the caller keeps for a batch of them), in the beat's layout: a version 2
+    /// beat gets a version 2 acknowledgement (no term, no `arm`).
+    pub fn acknowledge_into(&self, beat: &Beat, answer: &Answer, out: &mut Vec<u8>) {
+        let leader = answer.leader.filter(|term| *term > 0);
         Ack {
             session: self.session,
             beat_seq: beat.seq,
             beat_sent: beat.sent,
-            leader,
-            marked,
-            sent: now,
-            cluster,
-            membership,
+            leader: leader.is_some(),
+            marked: answer.marked,
+            sent: answer.now,
+            cluster: answer.cluster,
+            membership: answer.membership,
+            version: beat.version,
+            term: leader.unwrap_or(0),
+            arm: leader.is_some() && answer.arm,
         }
         .seal_into(&self.key, out);
     }
+}
+
+/// What a replica answers a beat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Answer {
+    /// The term this replica leads in, its fencing token; `None`: it does not lead.
+    pub leader: Option<u64>,
+    pub marked: bool,
+    /// The node's policy has the watchdog level on.
+    pub arm: bool,
+    /// This replica's clock.
+    pub now: Duration,
+    pub cluster: u16,
+    pub membership: u64,
 }
 
 #[cfg(test)]

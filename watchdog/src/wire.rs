@@ -5,8 +5,14 @@
 //! only that replica can acknowledge, and only that companion can beat for its node),
 //! the peers' question and answer under the cluster's peer key.
 //!
-//! A datagram is `magic "NFWD" | version 2 | kind | body | MAC (32 bytes)`, the MAC
-//! over everything before it. Anything else is refused before any field is read:
+//! A datagram is `magic "NFWD" | version 3 | kind | body | MAC (32 bytes)`, the MAC
+//! over everything before it. Version 3 puts in a beat the companion's boot ID (a
+//! release may rest only on beats of the boot the Node reports), the highest term it
+//! has heard a leader in, and whether its machine is a virtual one; in an
+//! acknowledgement, the leader's term (its fencing token) and whether the node's
+//! policy wants its watchdog armed. A replica still reads a version 2 beat (a
+//! companion not upgraded yet) and answers it in version 2; nothing is ever released
+//! on such a companion's watchdog (its beats name no boot). Anything else is refused before any field is read:
 //! shorter or longer than its kind's exact size, another magic, version or kind, a
 //! MAC that does not verify (compared in constant time). Behind the MAC each datagram
 //! has one encoding: a flag or state out of range, or bytes in a field its flag says
@@ -24,8 +30,11 @@ use sha2::Sha256;
 
 /// The first bytes of every datagram.
 pub const MAGIC: [u8; 4] = *b"NFWD";
-/// The layout version (2: a beat names its watchdog's driver).
-pub const VERSION: u8 = 2;
+/// The layout version (3: a beat names its boot and the term it heard, an
+/// acknowledgement its term).
+pub const VERSION: u8 = 3;
+/// The previous layout, still read in beats (and answered in acknowledgements).
+pub const VERSION_2: u8 = 2;
 /// The MAC's length.
 pub const MAC_LEN: usize = 32;
 /// The header: magic, version, kind.
@@ -114,7 +123,8 @@ impl std::error::Error for Refused {}
 /// The companion's hold on the watchdog, reported in each beat.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WatchdogState {
-    /// No usable device: the companion beats, and nothing rests on its watchdog.
+    /// No usable device, or none armed: the companion beats, and nothing rests on its
+    /// watchdog.
     None,
     /// Armed, with the timeout the driver granted, and the driver.
     Armed {
@@ -123,6 +133,77 @@ pub enum WatchdogState {
     },
     /// A clean stop is under way: its watchdog no longer counts.
     Stopping,
+    /// Still armed and fed by its rule, but no longer counting: the node's policy
+    /// turned the watchdog level off, and the companion disarms it once every replica
+    /// acknowledged this (the companion goes on beating). Version 3 only.
+    Disarming {
+        granted: Duration,
+        device: DeviceName,
+    },
+}
+
+impl WatchdogState {
+    /// Whether a release may rest on it: armed, and counting.
+    pub fn counts(&self) -> bool {
+        matches!(self, WatchdogState::Armed { .. })
+    }
+}
+
+/// A machine's boot, as its kernel names it (`/proc/sys/kernel/random/boot_id`, which
+/// the kubelet reports as the Node's `status.nodeInfo.bootID`): the UUID's 16 bytes, or,
+/// for an ID that is not a UUID (some test kubelets), the first 16 bytes of its
+/// SHA-256. Two texts of one boot (any case, surrounding spaces) give one value.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+pub struct BootId(pub [u8; 16]);
+
+impl BootId {
+    /// The boot `text` names.
+    pub fn of(text: &str) -> Self {
+        let text = text.trim().to_ascii_lowercase();
+        let hex: String = text.chars().filter(|c| *c != '-').collect();
+        let uuid_shaped = text.len() == 36 && hex.len() == 32;
+        if uuid_shaped && let Some(bytes) = parse_hex16(&hex) {
+            return Self(bytes);
+        }
+        use sha2::Digest as _;
+        let digest = Sha256::digest(text.as_bytes());
+        let mut out = [0u8; 16];
+        out.copy_from_slice(&digest[..16]);
+        Self(out)
+    }
+
+    /// Whether it is the boot `text` names.
+    pub fn is(&self, text: &str) -> bool {
+        *self == Self::of(text)
+    }
+}
+
+fn parse_hex16(hex: &str) -> Option<[u8; 16]> {
+    let mut out = [0u8; 16];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+impl std::fmt::Debug for BootId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "BootId({self})")
+    }
+}
+
+impl std::fmt::Display for BootId {
+    /// Hyphenated, as the kernel writes a UUID (the digest of an ID that is not one
+    /// reads as a UUID too).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, b) in self.0.iter().enumerate() {
+            if matches!(i, 4 | 6 | 8 | 10) {
+                f.write_str("-")?;
+            }
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
 }
 
 /// How many bytes of a watchdog driver's name a beat carries.
@@ -205,6 +286,15 @@ pub struct Beat {
     pub held_for: Duration,
     pub valid_for: Duration,
     pub watchdog: WatchdogState,
+    /// The layout it came in ([`VERSION`], or [`VERSION_2`]: the fields below absent).
+    pub version: u8,
+    /// The boot its machine runs (`None`: a version 2 beat).
+    pub boot: Option<BootId>,
+    /// The highest term it has taken a leader's acknowledgement in.
+    pub term_seen: u64,
+    /// Its machine is a virtual one (a hypervisor was detected): a hypervisor that
+    /// pauses it pauses its virtual watchdog too.
+    pub virtual_machine: bool,
 }
 
 /// A replica's acknowledgement of a beat.
@@ -224,6 +314,14 @@ pub struct Ack {
     /// How many companions the cluster has, and the version of that membership.
     pub cluster: u16,
     pub membership: u64,
+    /// The layout ([`VERSION`], or [`VERSION_2`] for a version 2 beat's answer).
+    pub version: u8,
+    /// The leader's term, its fencing token (`leader` only; 0 otherwise): the same for
+    /// every replica, and only growing. A companion refuses a leader's
+    /// acknowledgement of a term older than one it has taken.
+    pub term: u64,
+    /// The node's policy has the watchdog level on: arm its watchdog (`leader` only).
+    pub arm: bool,
 }
 
 /// A companion asking its peers whether they reach the control plane.
@@ -250,9 +348,13 @@ const ACK: u8 = 2;
 const QUESTION: u8 = 3;
 const ANSWER: u8 = 4;
 
-/// The body sizes.
-const BEAT_BODY: usize = 8 + 8 + 8 + 1 + 8 + 8 + 8 + 8 + 1 + 8 + DEVICE_NAME_LEN;
-const ACK_BODY: usize = 8 + 8 + 8 + 1 + 1 + 8 + 2 + 8;
+/// The body sizes (version 2's, and what version 3 adds).
+const BEAT_BODY_2: usize = 8 + 8 + 8 + 1 + 8 + 8 + 8 + 8 + 1 + 8 + DEVICE_NAME_LEN;
+const BEAT_BODY: usize = BEAT_BODY_2 + 16 + 8 + 1;
+const ACK_BODY_2: usize = 8 + 8 + 8 + 1 + 1 + 8 + 2 + 8;
+const ACK_BODY: usize = ACK_BODY_2 + 8 + 1;
+/// A beat's flag: its machine is a virtual one.
+const FLAG_VIRTUAL: u8 = 1;
 const QUESTION_BODY: usize = 2 + 8;
 const ANSWER_BODY: usize = 2 + 8 + 1;
 
@@ -268,10 +370,13 @@ struct Writer<'a> {
 
 impl<'a> Writer<'a> {
     fn new(out: &'a mut Vec<u8>, kind: u8, body: usize) -> Self {
+        Self::versioned(out, VERSION, kind, body)
+    }
+    fn versioned(out: &'a mut Vec<u8>, version: u8, kind: u8, body: usize) -> Self {
         out.reserve(HEADER + body + MAC_LEN);
         let start = out.len();
         out.extend_from_slice(&MAGIC);
-        out.push(VERSION);
+        out.push(version);
         out.push(kind);
         Self { out, start }
     }
@@ -352,11 +457,16 @@ pub fn seal_body(kind: u8, body: &[u8], key: &impl MacKey) -> Vec<u8> {
 }
 
 /// The kind of a datagram, from its header alone (to pick the key that opens it);
-/// `None` when it is not one of ours.
+/// `None` when it is not one of ours (a version 2 beat or acknowledgement is).
 pub fn kind(datagram: &[u8]) -> Option<u8> {
-    (datagram.len() > HEADER && datagram[..4] == MAGIC && datagram[4] == VERSION)
-        .then(|| datagram[5])
-        .filter(|k| (BEAT..=ANSWER).contains(k))
+    let version = *datagram.get(4)?;
+    let kind = *datagram.get(5)?;
+    let known = match version {
+        VERSION => (BEAT..=ANSWER).contains(&kind),
+        VERSION_2 => matches!(kind, BEAT | ACK),
+        _ => false,
+    };
+    (datagram.len() > HEADER && datagram[..4] == MAGIC && known).then_some(kind)
 }
 
 /// The session a beat or acknowledgement names, before its MAC is checked (to find
@@ -375,13 +485,38 @@ fn open<'a>(
     body: usize,
     key: &impl MacKey,
 ) -> Result<Reader<'a>, Refused> {
+    open_versioned(datagram, VERSION, want, body, key)
+}
+
+/// The version a beat or acknowledgement is laid out in (3, or 2), from its header.
+fn version_of(datagram: &[u8]) -> Result<u8, Refused> {
+    if datagram.len() < HEADER {
+        return Err(Refused::Length);
+    }
+    if datagram[..4] != MAGIC {
+        return Err(Refused::Magic);
+    }
+    match datagram[4] {
+        v @ (VERSION | VERSION_2) => Ok(v),
+        _ => Err(Refused::Version),
+    }
+}
+
+/// [`open`] for a layout `version`.
+fn open_versioned<'a>(
+    datagram: &'a [u8],
+    version: u8,
+    want: u8,
+    body: usize,
+    key: &impl MacKey,
+) -> Result<Reader<'a>, Refused> {
     if datagram.len() != HEADER + body + MAC_LEN {
         return Err(Refused::Length);
     }
     if datagram[..4] != MAGIC {
         return Err(Refused::Magic);
     }
-    if datagram[4] != VERSION {
+    if datagram[4] != version {
         return Err(Refused::Version);
     }
     if datagram[5] != want {
@@ -400,9 +535,16 @@ impl Beat {
     }
 
     /// Sealed at the end of `out` (after what it holds: the same bytes as
-    /// [`Self::seal`], in a buffer the caller keeps).
+    /// [`Self::seal`], in a buffer the caller keeps), in its [`Beat::version`]'s
+    /// layout.
     pub fn seal_into(&self, key: &impl MacKey, out: &mut Vec<u8>) {
-        let mut w = Writer::new(out, BEAT, BEAT_BODY);
+        let v3 = self.version != VERSION_2;
+        let (version, body) = if v3 {
+            (VERSION, BEAT_BODY)
+        } else {
+            (VERSION_2, BEAT_BODY_2)
+        };
+        let mut w = Writer::versioned(out, version, BEAT, body);
         let (has_echo, echo_seq, echo_sent) = match self.echo {
             Some((seq, sent)) => (1, seq, nanos(sent)),
             None => (0, 0, 0),
@@ -411,6 +553,7 @@ impl Beat {
             WatchdogState::None => (0, 0, DeviceName::default()),
             WatchdogState::Armed { granted, device } => (1, nanos(granted), device),
             WatchdogState::Stopping => (2, 0, DeviceName::default()),
+            WatchdogState::Disarming { granted, device } => (3, nanos(granted), device),
         };
         w.u64(self.session)
             .u64(self.seq)
@@ -423,11 +566,27 @@ impl Beat {
             .u8(state)
             .u64(granted)
             .bytes(&device.0);
+        if v3 {
+            w.bytes(&self.boot.unwrap_or_default().0)
+                .u64(self.term_seen)
+                .u8(if self.virtual_machine {
+                    FLAG_VIRTUAL
+                } else {
+                    0
+                });
+        }
         w.seal(key);
     }
 
+    /// A beat of either layout (3, or 2 from a companion not upgraded yet).
     pub fn open(datagram: &[u8], key: &impl MacKey) -> Result<Self, Refused> {
-        let mut r = open(datagram, BEAT, BEAT_BODY, key)?;
+        let version = version_of(datagram)?;
+        let body = if version == VERSION {
+            BEAT_BODY
+        } else {
+            BEAT_BODY_2
+        };
+        let mut r = open_versioned(datagram, version, BEAT, body, key)?;
         let session = r.u64();
         let seq = r.u64();
         let sent = r.duration();
@@ -444,7 +603,22 @@ impl Beat {
             0 if unarmed => WatchdogState::None,
             1 if !granted.is_zero() => WatchdogState::Armed { granted, device },
             2 if unarmed => WatchdogState::Stopping,
+            3 if !granted.is_zero() && version == VERSION => {
+                WatchdogState::Disarming { granted, device }
+            }
             _ => return Err(Refused::Kind),
+        };
+        let (boot, term_seen, virtual_machine) = if version == VERSION {
+            let boot = BootId(r.take());
+            let term_seen = r.u64();
+            let virtual_machine = match r.u8() {
+                0 => false,
+                FLAG_VIRTUAL => true,
+                _ => return Err(Refused::Kind),
+            };
+            (Some(boot), term_seen, virtual_machine)
+        } else {
+            (None, 0, false)
         };
         Ok(Self {
             session,
@@ -458,6 +632,10 @@ impl Beat {
             held_for,
             valid_for,
             watchdog,
+            version,
+            boot,
+            term_seen,
+            virtual_machine,
         })
     }
 }
@@ -468,9 +646,16 @@ impl Ack {
     }
 
     /// Sealed at the end of `out` (after what it holds: the same bytes as
-    /// [`Self::seal`], in a buffer the caller keeps).
+    /// [`Self::seal`], in a buffer the caller keeps), in its [`Ack::version`]'s layout
+    /// (version 2 has no term and no `arm`).
     pub fn seal_into(&self, key: &impl MacKey, out: &mut Vec<u8>) {
-        let mut w = Writer::new(out, ACK, ACK_BODY);
+        let v3 = self.version != VERSION_2;
+        let (version, body) = if v3 {
+            (VERSION, ACK_BODY)
+        } else {
+            (VERSION_2, ACK_BODY_2)
+        };
+        let mut w = Writer::versioned(out, version, ACK, body);
         w.u64(self.session)
             .u64(self.beat_seq)
             .u64(nanos(self.beat_sent))
@@ -479,11 +664,21 @@ impl Ack {
             .u64(nanos(self.sent))
             .u16(self.cluster)
             .u64(self.membership);
+        if v3 {
+            w.u64(self.term).u8(u8::from(self.arm));
+        }
         w.seal(key);
     }
 
+    /// An acknowledgement of either layout.
     pub fn open(datagram: &[u8], key: &impl MacKey) -> Result<Self, Refused> {
-        let mut r = open(datagram, ACK, ACK_BODY, key)?;
+        let version = version_of(datagram)?;
+        let body = if version == VERSION {
+            ACK_BODY
+        } else {
+            ACK_BODY_2
+        };
+        let mut r = open_versioned(datagram, version, ACK, body, key)?;
         let session = r.u64();
         let beat_seq = r.u64();
         let beat_sent = r.duration();
@@ -494,15 +689,33 @@ impl Ack {
         };
         let leader = flag(r.u8())?;
         let marked = flag(r.u8())?;
+        let sent = r.duration();
+        let cluster = r.u16();
+        let membership = r.u64();
+        let (term, arm) = if version == VERSION {
+            let term = r.u64();
+            let arm = flag(r.u8())?;
+            // One encoding: a term and `arm` only in a leader's, and a leader's always
+            // names its term.
+            if leader == (term == 0) || (!leader && arm) {
+                return Err(Refused::Kind);
+            }
+            (term, arm)
+        } else {
+            (0, false)
+        };
         Ok(Self {
             session,
             beat_seq,
             beat_sent,
             leader,
             marked,
-            sent: r.duration(),
-            cluster: r.u16(),
-            membership: r.u64(),
+            sent,
+            cluster,
+            membership,
+            version,
+            term,
+            arm,
         })
     }
 }
@@ -575,6 +788,10 @@ mod tests {
                 granted: Duration::from_secs(10),
                 device: DeviceName::new("iTCO_wdt"),
             },
+            version: VERSION,
+            boot: Some(BootId::of("3f2a7c1e-0b5d-4e8a-9c41-6d2f0e7b9a13")),
+            term_seen: 41_007,
+            virtual_machine: true,
         }
     }
 
@@ -615,6 +832,9 @@ mod tests {
             sent: Duration::from_secs(77),
             cluster: 5,
             membership: 3,
+            version: VERSION,
+            term: 41_007,
+            arm: true,
         }
     }
 
@@ -796,6 +1016,9 @@ mod tests {
             sent: Duration::from_secs(3),
             cluster: 5,
             membership: 2,
+            version: VERSION,
+            term: 7,
+            arm: false,
         };
         let sealed = ack.seal(&K);
         let body = &sealed[HEADER..sealed.len() - MAC_LEN];
@@ -805,6 +1028,91 @@ mod tests {
         // Another key's seal of the same body does not open under this one.
         let other = seal_body(ACK, body, &Key([8; 32]));
         assert_eq!(Ack::open(&other, &K), Err(Refused::Mac));
+    }
+
+    /// A companion not upgraded yet beats in version 2: a replica reads it (no boot, no
+    /// term) and answers in version 2, which such a companion reads.
+    #[test]
+    fn a_version_2_beat_is_read_and_answered_in_version_2() {
+        let v2 = Beat {
+            version: VERSION_2,
+            boot: None,
+            term_seen: 0,
+            virtual_machine: false,
+            ..beat()
+        };
+        let sealed = v2.seal(&K);
+        assert_eq!(sealed.len(), HEADER + BEAT_BODY_2 + MAC_LEN);
+        assert_eq!(sealed[4], VERSION_2);
+        assert_eq!(kind(&sealed), Some(BEAT_KIND));
+        assert_eq!(session_of(&sealed), Some(v2.session));
+        assert_eq!(Beat::open(&sealed, &K), Ok(v2));
+        let a = Ack {
+            version: VERSION_2,
+            term: 0,
+            arm: false,
+            ..ack()
+        };
+        let sealed = a.seal(&K);
+        assert_eq!(sealed.len(), HEADER + ACK_BODY_2 + MAC_LEN);
+        assert_eq!(Ack::open(&sealed, &K), Ok(a));
+        // Version 2 had no "disarming": a beat sealed so is not one.
+        let mut b = beat();
+        b.version = VERSION_2;
+        b.boot = None;
+        b.term_seen = 0;
+        b.virtual_machine = false;
+        b.watchdog = WatchdogState::Disarming {
+            granted: Duration::from_secs(10),
+            device: DeviceName::new("iTCO_wdt"),
+        };
+        assert_eq!(Beat::open(&b.seal(&K), &K), Err(Refused::Kind));
+        // Peer questions are version 3 only.
+        let mut q = Question { from: 1, nonce: 2 }.seal(&K);
+        q[4] = VERSION_2;
+        assert_eq!(kind(&q), None);
+    }
+
+    #[test]
+    fn a_term_is_in_a_leaders_acknowledgement_only() {
+        let standby = Ack {
+            leader: false,
+            term: 0,
+            arm: false,
+            ..ack()
+        };
+        assert_eq!(Ack::open(&standby.seal(&K), &K), Ok(standby.clone()));
+        for bad in [
+            Ack {
+                term: 3,
+                ..standby.clone()
+            },
+            Ack {
+                arm: true,
+                ..standby.clone()
+            },
+            Ack {
+                leader: true,
+                ..standby
+            },
+        ] {
+            assert_eq!(Ack::open(&bad.seal(&K), &K), Err(Refused::Kind), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_boot_id_is_its_uuid_and_any_other_text_its_digest() {
+        let id = BootId::of(" 3F2A7C1E-0B5D-4E8A-9C41-6D2F0E7B9A13\n");
+        assert_eq!(id.to_string(), "3f2a7c1e-0b5d-4e8a-9c41-6d2f0e7b9a13");
+        assert!(id.is("3f2a7c1e-0b5d-4e8a-9c41-6d2f0e7b9a13"));
+        assert!(!id.is("3f2a7c1e-0b5d-4e8a-9c41-6d2f0e7b9a14"));
+        let other = BootId::of("boot-of-worker-1");
+        assert_eq!(other, BootId::of("Boot-of-Worker-1 "));
+        assert_ne!(other, BootId::of("boot-of-worker-2"));
+        assert_ne!(other, BootId::default());
+        // Not a UUID though 36 long: a digest, never a misread.
+        let odd = "zz2a7c1e-0b5d-4e8a-9c41-6d2f0e7b9a13";
+        assert_ne!(BootId::of(odd).to_string(), odd);
     }
 
     #[test]

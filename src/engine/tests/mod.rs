@@ -353,7 +353,7 @@ impl Harness {
                     };
                     Vec::new()
                 }
-                Action::MarkForFencing { node } => {
+                Action::MarkForFencing { node, .. } => {
                     if self.armed.contains(node) {
                         self.marks.insert(node.clone(), now);
                         self.engine.mark_written(node, Ok(()), now)
@@ -366,7 +366,8 @@ impl Harness {
                     self.marks.remove(node);
                     Vec::new()
                 }
-                Action::CheckWatchdog { node } => {
+                Action::HoldMark { .. } => Vec::new(),
+                Action::CheckWatchdog { node, .. } => {
                     let verdict = match self.marks.get(node) {
                         _ if !self.armed.contains(node) => WatchdogCheck::Refused(
                             "its companion reported no armed hardware watchdog".into(),

@@ -29,7 +29,7 @@ fn dies_with_its_bmc(h: &mut Harness, node: &str) {
 }
 
 fn marks(h: &Harness, node: &str) -> usize {
-    h.count(|a| matches!(a, Action::MarkForFencing { node: n } if n == node))
+    h.count(|a| matches!(a, Action::MarkForFencing { node: n, .. } if n == node))
 }
 
 fn release_proof(h: &Harness, node: &str) -> Option<ReleaseProof> {

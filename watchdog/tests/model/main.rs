@@ -1,12 +1,15 @@
 //! The watchdog level's feeding and release rules, model-checked: every interleaving
-//! of message loss and delay, partitions, a crash and clock drift, for 3 and 5
-//! nodes, explored breadth first ([`explorer`]) over a model that runs nodefence's own
-//! rules ([`model`]). Five deliberate bugs must each be caught: rule c without the
-//! majority, the wait counted from the mark alone, the drift margin dropped, the
-//! leader not asking that a majority of the other companions was heard, and a mark
-//! the leader gave up (N came back) still counted when it fences N again.
+//! of message loss and delay, partitions, a crash, a peer's mark and its lift, and
+//! clock drift, for 3 and 5 nodes, explored breadth first ([`explorer`]) over a model
+//! that runs nodefence's own rules ([`model`]). Nine deliberate bugs must each be
+//! caught: rule c without the majority, the wait counted from the mark alone, the
+//! drift margin dropped, the scheduling allowance dropped, the leader not asking that
+//! a majority of the other companions was heard, a mark the leader gave up (N came
+//! back) still counted when it fences N again, and, of a peer the leader marked, what
+//! it proved not ended at the mark, the hold the peer reports kept across its mark,
+//! and the peer counted as heard while marked (issue 52).
 //!
-//! About 28 million states in all: `cargo test --release -p nodefence-watchdog`
+//! About 55 million states in all: `cargo test --release -p nodefence-watchdog`
 //! explores them in about three minutes on two cores (CI does); a debug build, a
 //! hundred times slower, leaves these tests out (`#[ignore]`, listed as not run).
 //! `NODEFENCE_MODEL_PROGRESS=1` prints the search's progress.
@@ -29,6 +32,7 @@ fn faults(nodes: usize, profile: Profile) -> u8 {
         (Profile::Peers, false) => 3,
         (Profile::Peers, true) => 2,
         (Profile::Outage, _) => 0,
+        (Profile::PeerMarks, _) => 2,
     }
 }
 
@@ -46,8 +50,13 @@ fn search(model: WatchdogModel) -> Report {
     let (nodes, profile, mutation) = (model.nodes(), model.profile(), model.mutation());
     let report = explore(&model, LIMIT);
     eprintln!(
-        "{nodes} nodes, {profile:?}, {mutation:?}{}: {} states, depth {}, {} released, {:.1?}",
+        "{nodes} nodes, {profile:?}, {mutation:?}{}{}: {} states, depth {}, {} released, {:.1?}",
         if model.lifts() { ", lifts" } else { "" },
+        if model.isolation() > std::time::Duration::from_secs(2) {
+            ", I = 4 s"
+        } else {
+            ""
+        },
         report.states,
         report.depth,
         report.examples,
@@ -192,6 +201,79 @@ fn the_drift_margin_dropped_is_caught() {
 fn the_majority_heard_dropped_is_caught() {
     caught(
         &run(3, Profile::Peers, Mutation::NoMajorityHeard),
+        "release safety",
+    );
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "millions of states: cargo test --release -p nodefence-watchdog"
+)]
+fn the_allowance_dropped_is_caught() {
+    caught(&search(long(Mutation::NoAllowance)), "release safety");
+}
+
+/// The control-plane search with I = 4 s, where every leader's clock may release
+/// (with I = 2 s only the slowest does, whose wait hides the allowance), with two
+/// faults.
+fn long(mutation: Mutation) -> WatchdogModel {
+    WatchdogModel::new(3, Profile::ControlPlane, 2, mutation).with_long_isolation()
+}
+
+/// With I = 4 s, the allowance included in the wait covers a feed that lands late.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "millions of states: cargo test --release -p nodefence-watchdog"
+)]
+fn the_control_plane_answers_never_outlast_the_wait_with_a_longer_isolation() {
+    holds(&search(long(Mutation::None)));
+}
+
+/// The leader marks one of N's peers and may lift the mark: what it proves of that
+/// peer never counts a moment in which it could have told N "neither".
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "millions of states: cargo test --release -p nodefence-watchdog"
+)]
+fn a_peers_mark_never_lets_it_keep_a_released_node_fed() {
+    holds(&run(3, Profile::PeerMarks, Mutation::None));
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "millions of states: cargo test --release -p nodefence-watchdog"
+)]
+fn a_peers_proof_not_ended_at_its_mark_is_caught() {
+    caught(
+        &run(3, Profile::PeerMarks, Mutation::HeardNotEndedAtMark),
+        "release safety",
+    );
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "millions of states: cargo test --release -p nodefence-watchdog"
+)]
+fn a_hold_kept_across_a_mark_is_caught() {
+    caught(
+        &run(3, Profile::PeerMarks, Mutation::HoldKeptAcrossMark),
+        "release safety",
+    );
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "millions of states: cargo test --release -p nodefence-watchdog"
+)]
+fn a_marked_peer_counted_as_heard_is_caught() {
+    caught(
+        &run(3, Profile::PeerMarks, Mutation::MarkedPeerHeard),
         "release safety",
     );
 }

@@ -7,8 +7,11 @@
 //! and asks its peers once a tick. Each clock (the leader's, each companion's, which
 //! also drives its watchdog) runs at 0.9 or 1.1 of real time (the extremes: a rate in
 //! between is bounded by them), chosen at the start: the model's ρ is 10 %, the
-//! largest the rule accepts, so that drift shows at this granularity. I = 2 s,
-//! W = 3 s, no scheduling allowance. Each tick, the environment may change:
+//! largest the rule accepts, so that drift shows at this granularity. I = 2 s (4 s
+//! with [`WatchdogModel::with_long_isolation`], below), W = 3 s, and a scheduling
+//! allowance of 500 ms: a feed reaches the device up to 500 ms of its companion's
+//! clock after the companion decided it, and the leader's wait includes the
+//! allowance. Each tick, the environment may change:
 //!
 //! - the connectivity in force: everything up; N cut from everything; N cut from the
 //!   leader only, or from the API server only, or from both; N and one peer (of five,
@@ -27,18 +30,34 @@
 //! rule ([`Feeding::acknowledged`]). Which of these a search explores, and how many
 //! faults a run may have, is its [`Profile`].
 //!
+//! In the peer-mark profile the leader may also mark one of N's peers, P, once, and
+//! lift that mark once, each before the beats of a tick (P learns it at its beat) or
+//! after the reads (the leader decides on what it proved up to then), writing and
+//! removing it on the API server when it reaches it. P then says "neither" from when
+//! it learns its mark until the leader lifts it, as its rule does; the leader, as its
+//! table does (`src/heartbeat/table.rs`), ends what it proved of P at the mark, lets
+//! no beat of P extend it while the mark stands, starts none before the lift, and
+//! never counts P as heard while it is marked. N asks its peers after they have
+//! beaten in a tick (so it may hear P's "neither" the moment P learns its mark), and
+//! is fenced from the first tick. Its I is 4 s ([`WatchdogModel::with_long_isolation`]):
+//! four beats, as the real companion beats four times in its 2 s, so that a beat's
+//! proof reaches past the next beat, as it does in a cluster (with I = 2 s, two
+//! beats, it barely reaches the next one, and only on the slowest leader's clock).
+//!
 //! The protocol then runs: acknowledgements due are delivered; every running companion
 //! beats the leader (which acknowledges it, and learns from its echo and report how
 //! long it held on), reads its mark from the API server, and asks the peers it
 //! reaches; the leader's fencing steps come after the reads (the adversarial order)
 //! and it releases N the moment its rule allows. A companion feeds its watchdog
-//! continuously while its rule holds: its machine is reset W after the last moment it
-//! could feed, its clock's rate applied, rounded to the later millisecond.
+//! continuously while its rule holds: its machine is reset W after the last feed
+//! reached the device, the allowance after the last moment it could feed, its clock's
+//! rate applied, rounded to the later millisecond.
 //!
 //! A state is kept relative to now ([`Feeding::shifted_back`], [`Heard::shifted_back`])
-//! and remembers 10 s back (longer than any wait here, so nothing it forgets changes
-//! a decision): the model has no horizon, and the search ends when no step leads to
-//! a new state. Peers are interchangeable, so a state lists them in a canonical order.
+//! and remembers 8 s back (11 s with I = 4 s; longer than any wait on the slowest
+//! leader's clock, so nothing it forgets changes a decision): the model has no
+//! horizon, and the search ends when no step leads to a new state. Peers are
+//! interchangeable, so a state lists them in a canonical order.
 //!
 //! Properties, on every reachable state:
 //! - **release safety**: when N is released, its machine was already reset;
@@ -56,11 +75,14 @@ use nodefence_watchdog::timing::Timing;
 use crate::explorer::Model;
 
 const TICK_MS: u64 = 1_000;
-/// How far back a state remembers.
+/// How far back a state remembers, with I = 2 s (the wait is 6.61 s).
 const MEMORY_MS: u64 = 8_000;
 /// Clock rates, as local = real × num / den.
 const RATES: [(u64, u64); 2] = [(9, 10), (11, 10)];
 const WATCHDOG: Duration = Duration::from_secs(3);
+/// The most a feed may take to reach the device after the decision (the companion's
+/// clock).
+const ALLOWANCE: Duration = Duration::from_millis(500);
 
 /// A deliberate bug in the rules, to show the model catches it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +99,19 @@ pub enum Mutation {
     /// The leader gives fencing up (removing the mark from the API server) but keeps
     /// counting the mark it wrote, and releases on it when it fences again.
     GivenUpMarkKept,
+    /// The scheduling allowance dropped from the leader's wait.
+    NoAllowance,
+    /// What the leader proved of a peer is not ended at the peer's mark (the table
+    /// before issue 52; it still proves nothing from a marked peer's beats, and
+    /// counts no marked peer).
+    HeardNotEndedAtMark,
+    /// The feeding rule before issue 52: the hold reported to the leader is kept
+    /// across a mark, and after the lift counts from before the mark.
+    HoldKeptAcrossMark,
+    /// A peer marked now counted as heard: its beats while marked still prove its
+    /// hold, and it is counted among those heard (the table before issue 52; what was
+    /// proven is still ended at the mark).
+    MarkedPeerHeard,
 }
 
 /// Which part of the protocol a search explores in full. One search over everything
@@ -98,6 +133,10 @@ pub enum Profile {
     /// A control-plane outage with no fencing: the leader, the API server or both
     /// down, acknowledgements delivered, late or lost.
     Outage,
+    /// A peer's mark against the majority the leader hears: as the peers profile (no
+    /// crash), N fenced from the first tick, and the leader may mark one of N's peers
+    /// once and lift that mark once; I = 4 s.
+    PeerMarks,
 }
 
 /// Who is connected this tick.
@@ -180,6 +219,26 @@ pub struct Step {
     mark: bool,
     /// The leader gives fencing N up (unmarks it).
     lift: bool,
+    /// The leader marks a peer or lifts its mark, and when in the tick.
+    peer: Option<(PeerStep, When)>,
+}
+
+/// What the leader does of a peer's mark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerStep {
+    /// Marks this peer.
+    Mark(usize),
+    /// Lifts the marked peer's mark.
+    Lift,
+}
+
+/// When in a tick the leader marks a peer or lifts its mark: before the beats (the
+/// peer learns it at once) or after the reads (the leader decides on what it proved
+/// up to then).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum When {
+    BeforeTheBeats,
+    AfterTheReads,
 }
 
 impl fmt::Display for Step {
@@ -196,6 +255,11 @@ impl fmt::Display for Step {
         }
         if self.lift {
             write!(f, ", leader gives fencing N up")?;
+        }
+        match self.peer {
+            Some((PeerStep::Mark(p), when)) => write!(f, ", leader marks peer {p} {when:?}")?,
+            Some((PeerStep::Lift, when)) => write!(f, ", leader lifts the peer's mark {when:?}")?,
+            None => {}
         }
         Ok(())
     }
@@ -226,6 +290,90 @@ pub struct Companion {
     in_flight: Option<Ack>,
     /// What the leader proved of its hold on the control plane.
     heard: Heard,
+    /// The leader marks it (a peer): since when (its clock), while it does.
+    marked_since: Option<Duration>,
+    /// When the leader lifted its mark (its clock).
+    lifted_at: Option<Duration>,
+    /// The API server holds its mark (a peer's).
+    api_marked: bool,
+    /// [`Mutation::HoldKeptAcrossMark`]'s feeding rule, replayed around the real one.
+    old_hold: OldHold,
+}
+
+/// The hold the feeding rule before issue 52 kept across a mark (only with
+/// [`Mutation::HoldKeptAcrossMark`]): the real rule ends it when the mark is learned
+/// and starts over at the lift; the old one kept it, and a lift while it was still
+/// valid joined the new hold to it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+struct OldHold {
+    /// The hold when the mark was learned (since, until; the companion's clock).
+    frozen: Option<(Duration, Duration)>,
+    /// Joined at a lift: (the lift, the old hold's start), while the hold that
+    /// started at the lift lasts.
+    joined: Option<(Duration, Duration)>,
+}
+
+impl Companion {
+    /// [`Feeding::acknowledged`]; `old`: replaying the old rule's hold.
+    fn acknowledged(&mut self, beat_sent: Duration, marked: bool, now: Duration, old: bool) {
+        let was = self.feeding.marked();
+        if old && marked && !was {
+            self.freeze(now);
+        }
+        self.feeding.acknowledged(beat_sent, marked, now);
+        if old && was && !self.feeding.marked() {
+            self.old_hold.joined = self
+                .old_hold
+                .frozen
+                .take()
+                .filter(|(_, until)| now < *until)
+                .map(|(since, _)| (now, since));
+        }
+    }
+
+    /// [`Feeding::api_answered`]; `old`: replaying the old rule's hold.
+    fn api_answered(&mut self, sent: Duration, marked: bool, now: Duration, old: bool) {
+        if old && marked && !self.feeding.marked() {
+            self.freeze(now);
+        }
+        self.feeding.api_answered(sent, marked, now);
+    }
+
+    fn freeze(&mut self, now: Duration) {
+        let r = self.feeding.reaching(now);
+        self.old_hold.frozen =
+            (r != Reaching::default()).then(|| (now - r.held_for, now + r.valid_for));
+    }
+
+    /// [`Feeding::reaching`], the old rule's joined hold counted.
+    fn reaching(&self, now: Duration) -> Reaching {
+        let r = self.feeding.reaching(now);
+        match self.old_hold.joined {
+            Some((lift, since)) if r != Reaching::default() && now - r.held_for == lift => {
+                Reaching {
+                    held_for: now.saturating_sub(since),
+                    ..r
+                }
+            }
+            _ => r,
+        }
+    }
+
+    /// The old hold without what can no longer matter `now`.
+    fn forget_old_hold(&mut self, now: Duration) {
+        if self.old_hold.frozen.is_some_and(|(_, until)| until <= now) {
+            self.old_hold.frozen = None;
+        }
+        if self.feeding.reaching(now) == Reaching::default() {
+            self.old_hold.joined = None;
+        }
+    }
+
+    fn shift_old_hold(&mut self, by: Duration) {
+        let back = |(a, b): (Duration, Duration)| (a.saturating_sub(by), b.saturating_sub(by));
+        self.old_hold.frozen = self.old_hold.frozen.map(back);
+        self.old_hold.joined = self.old_hold.joined.map(back);
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -247,6 +395,9 @@ pub struct State {
     api_mark: bool,
     /// The leader gave fencing up once.
     lifted: bool,
+    /// The leader marked a peer (once), and lifted that mark (once).
+    peer_marked: bool,
+    peer_lifted: bool,
     released: bool,
     crashed: bool,
     control_plane_only: bool,
@@ -265,6 +416,8 @@ pub struct WatchdogModel {
     timing: Timing,
     /// The leader may give fencing up once.
     lifts: bool,
+    /// How far back a state remembers (real ms).
+    memory_ms: u64,
 }
 
 /// The reading of a clock at `rate` `ms` of real time after its origin.
@@ -282,7 +435,7 @@ fn real(rate: u8, reading: Duration) -> u64 {
 
 impl WatchdogModel {
     pub fn new(nodes: usize, profile: Profile, faults: u8, mutation: Mutation) -> Self {
-        Self {
+        let model = Self {
             nodes,
             profile,
             faults,
@@ -290,10 +443,32 @@ impl WatchdogModel {
             timing: Timing {
                 isolation_timeout: Duration::from_secs(2),
                 max_drift_ppm: 100_000,
-                scheduling_allowance: Duration::ZERO,
+                scheduling_allowance: ALLOWANCE,
             },
             lifts: false,
+            memory_ms: MEMORY_MS,
+        };
+        match profile {
+            Profile::PeerMarks => model.with_long_isolation(),
+            _ => model,
         }
+    }
+
+    /// The same model with I = 4 s (four beats: a beat's proof reaches past the next
+    /// beat on every leader's clock), remembering 11 s back (the wait is 9.06 s).
+    pub fn with_long_isolation(self) -> Self {
+        Self {
+            timing: Timing {
+                isolation_timeout: Duration::from_secs(4),
+                ..self.timing
+            },
+            memory_ms: 11_000,
+            ..self
+        }
+    }
+
+    pub fn isolation(&self) -> Duration {
+        self.timing.isolation_timeout
     }
 
     pub fn nodes(&self) -> usize {
@@ -326,8 +501,25 @@ impl WatchdogModel {
                 max_drift_ppm: 0,
                 ..self.timing
             },
+            Mutation::NoAllowance => Timing {
+                scheduling_allowance: Duration::ZERO,
+                ..self.timing
+            },
             _ => self.timing,
         }
+    }
+
+    /// A companion's clock now (its reading `memory_ms` after the state's origin).
+    fn now(&self, rate: u8) -> Duration {
+        local(rate, self.memory_ms)
+    }
+
+    /// The order companions beat, read and ask in a tick: N first, or, with peer
+    /// marks, last (so it may hear what its peers learned in this tick's beats).
+    fn order(&self) -> impl Iterator<Item = usize> {
+        let n_last = self.profile == Profile::PeerMarks;
+        let first = usize::from(n_last);
+        (first..self.nodes).chain(n_last.then_some(0))
     }
 
     fn links(&self) -> Vec<Links> {
@@ -344,7 +536,7 @@ impl WatchdogModel {
                 Links::ApiDown,
                 Links::ControlPlaneDown,
             ],
-            Profile::Peers => {
+            Profile::Peers | Profile::PeerMarks => {
                 let mut all = vec![
                     Links::NodeCutFromControlPlane,
                     Links::NodeIsolated,
@@ -379,7 +571,8 @@ impl WatchdogModel {
         let control_plane = |e: End| matches!(e, End::Leader | End::Api);
         let n_to_cp = (a == End::Companion(0) && control_plane(b))
             || (b == End::Companion(0) && control_plane(a));
-        links.up(a, b) && !(self.profile == Profile::Peers && n_to_cp)
+        let n_cut = matches!(self.profile, Profile::Peers | Profile::PeerMarks);
+        links.up(a, b) && !(n_cut && n_to_cp)
     }
 
     /// Peers in a canonical order (they are interchangeable).
@@ -395,7 +588,7 @@ impl Model for WatchdogModel {
     type Step = Step;
 
     fn init(&self) -> Vec<State> {
-        let now = |rate| local(rate, MEMORY_MS);
+        let now = |rate| self.now(rate);
         let mut out = Vec::new();
         for leader_rate in 0..2u8 {
             for node_rate in 0..2u8 {
@@ -406,37 +599,49 @@ impl Model for WatchdogModel {
                             let mut feeding = Feeding::new(&self.timing);
                             // Just acknowledged, its watchdog just armed.
                             feeding.acknowledged(now(rate), false, now(rate));
-                            let fed =
-                                real(rate, now(rate) + self.timing.isolation_timeout) - MEMORY_MS;
+                            let fed = real(rate, now(rate) + self.timing.isolation_timeout)
+                                - self.memory_ms;
                             Companion {
                                 rate,
                                 feeding,
                                 running: true,
                                 reset: false,
-                                fires_in: fed + real(rate, WATCHDOG),
+                                fires_in: fed + real(rate, ALLOWANCE) + real(rate, WATCHDOG),
                                 echo: Some(now(leader_rate)),
                                 in_flight: None,
                                 heard: Heard::default(),
+                                marked_since: None,
+                                lifted_at: None,
+                                api_marked: false,
+                                old_hold: OldHold::default(),
                             }
                         })
                         .collect();
+                    // With peer marks, N is fenced from the first tick (it never hears
+                    // the control plane: the mark is its only effect).
+                    let fenced = self.profile == Profile::PeerMarks;
                     out.push(self.canonical(State {
                         leader_rate,
                         links: match self.profile {
-                            Profile::Peers => Links::NodeCutFromControlPlane,
+                            Profile::Peers | Profile::PeerMarks => Links::NodeCutFromControlPlane,
                             _ => Links::AllUp,
                         },
                         faults_left: self.faults,
                         companions,
                         last_ack: Some(now(leader_rate)),
-                        fencing: false,
-                        mark: None,
-                        api_mark: false,
+                        fencing: fenced,
+                        mark: fenced.then(|| now(leader_rate)),
+                        api_mark: fenced,
                         lifted: false,
+                        peer_marked: false,
+                        peer_lifted: false,
                         released: false,
                         crashed: false,
                         // N's cut from the control plane is a partition.
-                        control_plane_only: self.profile != Profile::Peers,
+                        control_plane_only: !matches!(
+                            self.profile,
+                            Profile::Peers | Profile::PeerMarks
+                        ),
                         broken: None,
                     }));
                 }
@@ -457,7 +662,7 @@ impl Model for WatchdogModel {
                 .collect()
         };
         let fences: &[(bool, bool)] = match (self.profile, s.fencing, s.mark.is_some()) {
-            (Profile::Outage, ..) => &[(false, false)],
+            (Profile::Outage | Profile::PeerMarks, ..) => &[(false, false)],
             // N hears nothing from the control plane: the two halves are one.
             (Profile::Peers, false, false) => &[(false, false), (true, true)],
             (Profile::Peers, ..) => &[(false, false)],
@@ -479,20 +684,44 @@ impl Model for WatchdogModel {
             .map(|&(stop, mark)| (stop, mark, false))
             .chain(lift.then_some((false, false, true)))
             .collect();
+        // A peer's mark, once, and its lift, once, at either moment of a tick.
+        let mut peer_steps = vec![None];
+        if self.profile == Profile::PeerMarks {
+            let what: Vec<PeerStep> = if !s.peer_marked {
+                (1..self.nodes).map(PeerStep::Mark).collect()
+            } else if !s.peer_lifted {
+                vec![PeerStep::Lift]
+            } else {
+                vec![]
+            };
+            for w in what {
+                peer_steps.push(Some((w, When::BeforeTheBeats)));
+                peer_steps.push(Some((w, When::AfterTheReads)));
+            }
+        }
         for links in self.links() {
             for &delivery in deliveries {
                 for &crash in &crashes {
                     for &(stop, mark, lift) in &fences {
-                        let step = Step {
-                            links,
-                            delivery,
-                            crash,
-                            stop,
-                            mark,
-                            lift,
-                        };
-                        if self.profile == Profile::Outage || self.cost(s, &step) <= s.faults_left {
-                            out.push(step);
+                        for &peer in &peer_steps {
+                            // A leader that is down marks nothing.
+                            if peer.is_some() && !links.leader_acts() {
+                                continue;
+                            }
+                            let step = Step {
+                                links,
+                                delivery,
+                                crash,
+                                stop,
+                                mark,
+                                lift,
+                                peer,
+                            };
+                            if self.profile == Profile::Outage
+                                || self.cost(s, &step) <= s.faults_left
+                            {
+                                out.push(step);
+                            }
                         }
                     }
                 }
@@ -510,21 +739,38 @@ impl Model for WatchdogModel {
 
     fn describe(&self, s: &State) -> String {
         let n = &s.companions[0];
-        format!(
+        let mut line = format!(
             "N {}, feeds {:?} (fires in {} ms), fencing {}, mark {:?}, released {}",
             if n.reset { "reset" } else { "running" },
-            n.feeding.may_feed(local(n.rate, MEMORY_MS)),
+            n.feeding.may_feed(self.now(n.rate)),
             n.fires_in,
             s.fencing,
             s.mark,
             s.released
-        )
+        );
+        for (i, c) in s.companions.iter().enumerate().skip(1) {
+            if c.marked_since.is_some() || c.lifted_at.is_some() || c.feeding.marked() {
+                line.push_str(&format!(
+                    "; peer {i}: marked since {:?}, lifted at {:?}, knows it {}, says {:?}, \
+                     heard {:?}",
+                    c.marked_since,
+                    c.lifted_at,
+                    c.feeding.marked(),
+                    c.feeding.reach(self.now(c.rate)),
+                    c.heard.covered()
+                ));
+            }
+        }
+        line
     }
 
-    /// A release (with lifts: one after fencing was given up and taken up again, so
-    /// that the search is known to reach that case).
+    /// A release (with lifts: one after fencing was given up and taken up again; with
+    /// peer marks, one after a peer's mark was lifted: so that the search is known to
+    /// reach that case).
     fn example(&self, s: &State) -> bool {
-        s.released && (s.lifted || !self.lifts)
+        s.released
+            && (s.lifted || !self.lifts)
+            && (s.peer_lifted || self.profile != Profile::PeerMarks)
     }
 }
 
@@ -537,15 +783,19 @@ impl WatchdogModel {
         s.links = step.links;
         let links = step.links;
         let leader_tick = local(s.leader_rate, TICK_MS);
-        let leader_now = local(s.leader_rate, MEMORY_MS);
+        let leader_now = self.now(s.leader_rate);
+        let old = self.mutation == Mutation::HoldKeptAcrossMark;
         // One tick later: every clock moves on; watchdogs due fire.
         s.last_ack = s.last_ack.map(|t| t.saturating_sub(leader_tick));
         s.mark = s.mark.map(|t| t.saturating_sub(leader_tick));
         for c in &mut s.companions {
             let tick = local(c.rate, TICK_MS);
             c.feeding = c.feeding.shifted_back(tick);
+            c.shift_old_hold(tick);
             c.echo = c.echo.map(|t| t.saturating_sub(leader_tick));
             c.heard = c.heard.shifted_back(leader_tick);
+            c.marked_since = c.marked_since.map(|t| t.saturating_sub(leader_tick));
+            c.lifted_at = c.lifted_at.map(|t| t.saturating_sub(leader_tick));
             if let Some(ack) = &mut c.in_flight {
                 ack.beat_sent = ack.beat_sent.saturating_sub(tick);
                 ack.sent = ack.sent.saturating_sub(leader_tick);
@@ -563,40 +813,50 @@ impl WatchdogModel {
             s.companions[i].running = false;
             s.crashed = true;
         }
+        let leader_acts = links.leader_acts();
+        let leader_api = self.up(links, End::Leader, End::Api);
+        if leader_acts && let Some((what, When::BeforeTheBeats)) = step.peer {
+            self.peer_step(&mut s, what, leader_now, leader_api);
+        }
         // Acknowledgements due.
         for i in 0..self.nodes {
             let reachable = self.up(links, End::Leader, End::Companion(i));
+            let now = self.now(s.companions[i].rate);
             let c = &mut s.companions[i];
             if let Some(ack) = c.in_flight.take()
                 && c.running
                 && reachable
             {
-                let now = local(c.rate, MEMORY_MS);
-                c.feeding.acknowledged(ack.beat_sent, ack.marked, now);
+                c.acknowledged(ack.beat_sent, ack.marked, now, old);
                 c.echo = Some(ack.sent);
             }
         }
         // Beats, reads of the mark, peer rounds.
         let cluster = self.nodes;
-        let leader_acts = links.leader_acts();
-        for i in 0..self.nodes {
+        for i in self.order() {
             if !s.companions[i].running {
                 continue;
             }
-            let now = local(s.companions[i].rate, MEMORY_MS);
+            let now = self.now(s.companions[i].rate);
             if leader_acts && self.up(links, End::Companion(i), End::Leader) {
-                let reaching = s.companions[i].feeding.reaching(now);
-                if let Some(echo) = s.companions[i].echo {
-                    let timing = self.leader_timing();
-                    s.companions[i]
-                        .heard
-                        .beat(&timing, leader_now, echo, reaching);
+                let reaching = s.companions[i].reaching(now);
+                let timing = self.leader_timing();
+                let c = &mut s.companions[i];
+                // No beat of a peer marked now proves anything (as the table does), and
+                // none proves anything before its lift.
+                let counted =
+                    c.marked_since.is_none() || self.mutation == Mutation::MarkedPeerHeard;
+                if let Some(echo) = c.echo
+                    && counted
+                {
+                    let lifted = c.lifted_at.unwrap_or_default();
+                    c.heard
+                        .beat_since(&timing, leader_now, echo, reaching, lifted);
                 }
-                let marked = i == 0 && s.fencing;
+                let marked = (i == 0 && s.fencing) || c.marked_since.is_some();
                 if i == 0 && !marked {
                     s.last_ack = Some(leader_now);
                 }
-                let c = &mut s.companions[i];
                 // The peers' acknowledgements are the environment's only in the
                 // profiles about them.
                 let delivery = match self.profile {
@@ -605,7 +865,7 @@ impl WatchdogModel {
                 };
                 match delivery {
                     Delivery::Now => {
-                        c.feeding.acknowledged(now, marked, now);
+                        c.acknowledged(now, marked, now, old);
                         c.echo = Some(leader_now);
                     }
                     Delivery::Later => {
@@ -619,15 +879,16 @@ impl WatchdogModel {
                 }
             }
             if self.up(links, End::Companion(i), End::Api) {
-                let marked = i == 0 && s.api_mark;
-                s.companions[i].feeding.api_answered(now, marked, now);
+                let c = &mut s.companions[i];
+                let marked = (i == 0 && s.api_mark) || c.api_marked;
+                c.api_answered(now, marked, now, old);
             }
             let neither = (0..self.nodes)
                 .filter(|&j| j != i && s.companions[j].running)
                 .filter(|&j| self.up(links, End::Companion(i), End::Companion(j)))
                 .filter(|&j| {
                     let peer = &s.companions[j];
-                    peer.feeding.reach(local(peer.rate, MEMORY_MS)) == Reach::Neither
+                    peer.feeding.reach(self.now(peer.rate)) == Reach::Neither
                 })
                 .count();
             let neither = match self.mutation {
@@ -638,16 +899,17 @@ impl WatchdogModel {
                 .feeding
                 .peers_answered(now, neither, cluster);
         }
-        // Feeding, continuously while the rule holds.
+        // Feeding, continuously while the rule holds; each feed reaches the device up
+        // to the allowance after the companion decided it.
         for c in &mut s.companions {
             if c.reset {
                 continue;
             }
-            let now = local(c.rate, MEMORY_MS);
-            let dog = real(c.rate, WATCHDOG);
+            let now = self.now(c.rate);
+            let dog = real(c.rate, ALLOWANCE) + real(c.rate, WATCHDOG);
             match c.feeding.feeding_until().filter(|_| c.running) {
                 Some(until) if until > now => {
-                    let end_in = real(c.rate, until) - MEMORY_MS;
+                    let end_in = real(c.rate, until) - self.memory_ms;
                     c.fires_in = c.fires_in.max(end_in + dog);
                 }
                 Some(_) => {}
@@ -655,12 +917,13 @@ impl WatchdogModel {
                 None => c.fires_in = c.fires_in.min(dog),
             }
             c.feeding.forget_expired(now);
+            c.forget_old_hold(now);
         }
         // The leader fences, after the reads.
         if leader_acts && step.stop {
             s.fencing = true;
         }
-        if leader_acts && step.mark && self.up(links, End::Leader, End::Api) {
+        if leader_acts && step.mark && leader_api {
             s.mark = Some(leader_now);
             s.api_mark = true;
         }
@@ -672,9 +935,12 @@ impl WatchdogModel {
                 s.mark = None;
             }
             s.lifted = true;
-            if self.up(links, End::Leader, End::Api) {
+            if leader_api {
                 s.api_mark = false;
             }
+        }
+        if leader_acts && let Some((what, When::AfterTheReads)) = step.peer {
+            self.peer_step(&mut s, what, leader_now, leader_api);
         }
         // And releases N as soon as its rule allows.
         if leader_acts && s.mark.is_some() {
@@ -694,6 +960,34 @@ impl WatchdogModel {
             ));
         }
         s
+    }
+
+    /// A peer's mark: its acknowledgements carry it from now on, and what the leader
+    /// proved of it ends now (as the table does); or its lift: acknowledged without it
+    /// from now on. The mark's writing and removal are writes that may not reach the
+    /// API server.
+    fn peer_step(&self, s: &mut State, what: PeerStep, leader_now: Duration, leader_api: bool) {
+        match what {
+            PeerStep::Mark(p) => {
+                let c = &mut s.companions[p];
+                c.marked_since = Some(leader_now);
+                if self.mutation != Mutation::HeardNotEndedAtMark {
+                    c.heard.end_at(leader_now);
+                }
+                c.api_marked |= leader_api;
+                s.peer_marked = true;
+            }
+            PeerStep::Lift => {
+                if let Some(c) = s.companions.iter_mut().find(|c| c.marked_since.is_some()) {
+                    c.marked_since = None;
+                    c.lifted_at = Some(leader_now);
+                    if leader_api {
+                        c.api_marked = false;
+                    }
+                }
+                s.peer_lifted = true;
+            }
+        }
     }
 
     fn consider_release(&self, s: &mut State, leader_now: Duration) {
@@ -726,7 +1020,12 @@ impl WatchdogModel {
                 );
                 vec![always; self.nodes - 1]
             }
-            _ => s.companions[1..].iter().map(|c| c.heard).collect(),
+            // A peer marked now may say "neither": left out (as the table does).
+            _ => s.companions[1..]
+                .iter()
+                .filter(|c| c.marked_since.is_none() || self.mutation == Mutation::MarkedPeerHeard)
+                .map(|c| c.heard)
+                .collect(),
         };
         if let Verdict::Release(_) = decide(&self.leader_timing(), &evidence, &others, leader_now) {
             s.released = true;

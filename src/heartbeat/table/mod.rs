@@ -6,6 +6,12 @@
 //! Bounded: one session per node (a new hello replaces the old one), and nothing is
 //! kept of a datagram that does not open under a session's key.
 //!
+//! What it proves of a companion's hold counts only what the companion could not have
+//! said otherwise: a new hello (maybe a new process) starts it over; a mark ends it at
+//! the mark (from the moment acknowledgements carry it the companion may answer its
+//! peers "neither"), no beat extends it while the mark stands, and after a lift none
+//! begins before the lift ([`Table::mark`], [`Table::unmark`]).
+//!
 //! Laid out for the beat (10,000 a second from 5,000 companions, none of which stays
 //! in the cache between two of its beats): a session id carries its node's place in
 //! the table in its low 32 bits, and that place holds the session's end beside the
@@ -18,9 +24,13 @@ use nodefence_watchdog::feeding::Reaching;
 use nodefence_watchdog::release::Heard;
 use nodefence_watchdog::session::{Rejected, ReplicaEnd};
 use nodefence_watchdog::timing::Timing;
-use nodefence_watchdog::wire::{self, Key, WatchdogState};
+use nodefence_watchdog::wire::{self, BootId, Key, WatchdogState};
 
 use crate::telemetry::CompanionSummary;
+
+mod skew;
+pub use skew::PAUSE_TOLERANCE;
+use skew::SkewWatch;
 
 /// One node's companion, as this replica sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +48,55 @@ pub struct Companion {
     /// one in the latest acknowledgement its beats echo. It counts its peers'
     /// majority (the feeding rule's third basis) of at least this many.
     pub cluster_known: u16,
+    /// This replica's mark of the node, as `heard` counts it.
+    pub mark: Mark,
+    /// What the session's beats say of the machine: its boot (`None`: none heard in
+    /// this session, or a version 2 companion's, which names none), whether it is a
+    /// virtual machine, the layout they come in.
+    pub boot: Option<BootId>,
+    pub virtual_machine: bool,
+    pub version: u8,
+    /// The highest leader's term its beats say it took.
+    pub term_seen: u64,
+    /// The boot its last hello named (`None`: an older companion, or none yet).
+    pub hello_boot: Option<BootId>,
+    /// This replica's clock against the companion's ([`SkewWatch`]).
+    skew: SkewWatch,
+}
+
+/// A node's mark as this replica set it (its clock), for what [`Heard`] may count.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Mark {
+    /// Since when the node is marked, while it is.
+    pub since: Option<Duration>,
+    /// When its mark was last lifted.
+    pub lifted: Option<Duration>,
+}
+
+/// Why this replica stopped acknowledging beats as the leader's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Suspicion {
+    /// A companion's clock ran on while this replica's stood still.
+    Paused { node: String },
+    /// A companion took a leader's acknowledgement of a newer term than this one's.
+    NewerTerm { node: String, term: u64, ours: u64 },
+}
+
+impl std::fmt::Display for Suspicion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Suspicion::Paused { node } => write!(
+                f,
+                "the beats of {node}'s companion show this replica's clock stood still while \
+                 the companion's ran (a paused VM, a stopped process)"
+            ),
+            Suspicion::NewerTerm { node, term, ours } => write!(
+                f,
+                "{node}'s companion took a leader's acknowledgement of term {term}, newer than \
+                 this replica's {ours}: another replica leads"
+            ),
+        }
+    }
 }
 
 /// Why a datagram got no acknowledgement (counted, never answered).
@@ -110,6 +169,12 @@ pub struct Table {
     cluster_history: Vec<(Duration, u16)>,
     /// Datagrams refused, by [`Dropped::index`].
     refused: [u64; 6],
+    /// A beat showed this replica stood still, or named a newer term than the one it
+    /// leads in: it acknowledges no more beats as the leader's until its leadership
+    /// was told ([`Table::take_suspicion`]).
+    suspicion: Option<Suspicion>,
+    /// The marks of nodes with no companion yet, taken by its first hello.
+    unseen_marks: BTreeMap<String, Mark>,
 }
 
 impl Table {
@@ -122,6 +187,8 @@ impl Table {
             nodes_in_cluster: 0,
             cluster_history: Vec::new(),
             refused: [0; 6],
+            suspicion: None,
+            unseen_marks: BTreeMap::new(),
         }
     }
 
@@ -152,7 +219,12 @@ impl Table {
 
     /// A new session for `node` (replacing its last one), its key `key`: its id, the
     /// high 32 bits of `drawn` (random) and the node's place in the table. A beat of
-    /// the session it replaces names no session any more.
+    /// the session it replaces names no session any more. A hello may come from a new
+    /// process: what the last one reported and what this replica proved of its hold
+    /// start over (a watchdog it said was armed is not known to be any more; one that
+    /// said it was stopping stays so, its node left to its Lease until the next
+    /// beat, as before the hello); its last beat (the silence), its last
+    /// acknowledgement (a later anchor is only safer) and its mark stay.
     pub fn open(&mut self, node: &str, drawn: u64, key: Key) -> u64 {
         let at = self.nodes.get(node).copied().unwrap_or(self.entries.len());
         let high = drawn & !u64::from(u32::MAX);
@@ -164,7 +236,16 @@ impl Table {
                     // Never the id it replaces.
                     session ^= 1 << 32;
                 }
-                entry.companion.session = session;
+                let c = &mut entry.companion;
+                c.session = session;
+                if c.watchdog != WatchdogState::Stopping {
+                    c.watchdog = WatchdogState::None;
+                }
+                c.reaching = Reaching::default();
+                c.heard = Heard::default();
+                c.cluster_known = 0;
+                c.boot = None;
+                c.term_seen = 0;
                 entry.end = ReplicaEnd::new(key, session);
             }
             None => {
@@ -180,6 +261,13 @@ impl Table {
                         last_ack: None,
                         heard: Heard::default(),
                         cluster_known: 0,
+                        mark: self.unseen_marks.remove(node).unwrap_or_default(),
+                        boot: None,
+                        virtual_machine: false,
+                        version: 0,
+                        term_seen: 0,
+                        hello_boot: None,
+                        skew: SkewWatch::default(),
                     },
                     node: node.to_string(),
                 });
@@ -187,6 +275,71 @@ impl Table {
             }
         }
         session
+    }
+
+    /// The node's companion's hello (the session just opened) named `boot`.
+    pub fn said_hello(&mut self, node: &str, boot: Option<BootId>) {
+        if let Some(at) = self.nodes.get(node).copied()
+            && let Some(entry) = self.entries.get_mut(at)
+        {
+            entry.companion.hello_boot = boot;
+        }
+    }
+
+    /// Nothing proven of the node's companion's hold counts any more (its mark was
+    /// found, written at a time this replica does not know).
+    pub fn forget_hold(&mut self, node: &str) {
+        if let Some(at) = self.nodes.get(node).copied()
+            && let Some(entry) = self.entries.get_mut(at)
+        {
+            entry.companion.heard = Heard::default();
+        }
+    }
+
+    /// The node's acknowledgements carry the mark from `now` on (this replica's clock;
+    /// before the mark is written to the Node, so also before its companion can read
+    /// it there): what this replica proved of its companion's hold ends now, and no
+    /// beat extends it while the mark stands. A node already marked stays as it is.
+    pub fn mark(&mut self, node: &str, now: Duration) {
+        let Some(c) = self.companion_mut(node) else {
+            let mark = self.unseen_marks.entry(node.to_string()).or_default();
+            mark.since.get_or_insert(now);
+            return;
+        };
+        if c.mark.since.is_none() {
+            c.mark.since = Some(now);
+            c.heard.end_at(now);
+        }
+    }
+
+    /// The node's mark is lifted `now`: its beats prove its hold again, never from
+    /// before now. A node not marked stays as it is.
+    pub fn unmark(&mut self, node: &str, now: Duration) {
+        let mark = match self.nodes.get(node).copied() {
+            Some(at) => self.entries.get_mut(at).map(|e| &mut e.companion.mark),
+            None => self.unseen_marks.get_mut(node),
+        };
+        if let Some(mark) = mark
+            && mark.since.take().is_some()
+        {
+            mark.lifted = Some(now);
+        }
+    }
+
+    /// Whether this replica marks the node now.
+    pub fn marked(&self, node: &str) -> bool {
+        match self.companion(node) {
+            Some(c) => c.mark.since.is_some(),
+            None => self
+                .unseen_marks
+                .get(node)
+                .is_some_and(|m| m.since.is_some()),
+        }
+    }
+
+    fn companion_mut(&mut self, node: &str) -> Option<&mut Companion> {
+        let at = *self.nodes.get(node)?;
+        self.entries.get_mut(at).map(|e| &mut e.companion)
     }
 
     /// A datagram received `now` (this replica's clock): the acknowledgement to send
@@ -200,22 +353,41 @@ impl Table {
         marked: impl Fn(&str) -> bool,
     ) -> Result<Vec<u8>, Dropped> {
         let mut ack = Vec::new();
-        self.beat_into(datagram, now, leader, marked, &mut ack)?;
+        self.beat_into(
+            datagram,
+            now,
+            leader.then_some(1),
+            marked,
+            |_| false,
+            &mut ack,
+        )?;
         Ok(ack)
+    }
+
+    /// Why the last beats were not acknowledged as the leader's, once (the caller
+    /// tells its leadership: [`crate::cluster::leader::Leadership::suspect`]).
+    pub fn take_suspicion(&mut self) -> Option<Suspicion> {
+        self.suspicion.take()
     }
 
     /// [`Table::beat`], the acknowledgement sealed at the end of `out` (nothing
     /// written there when there is none): the beats' loop keeps one buffer for a
     /// batch's acknowledgements rather than allocate one for each.
+    ///
+    /// `leader`: the term this replica leads in (its fencing token), if it leads;
+    /// `marked`, `arm`: whether the node is marked for fencing, and whether its
+    /// policy has the watchdog level on. A standby's acknowledgement carries neither
+    /// the mark nor `arm`: only the leader's count.
     pub fn beat_into(
         &mut self,
         datagram: &[u8],
         now: Duration,
-        leader: bool,
+        leader: Option<u64>,
         marked: impl Fn(&str) -> bool,
+        arm: impl Fn(&str) -> bool,
         out: &mut Vec<u8>,
     ) -> Result<(), Dropped> {
-        let result = self.take_beat(datagram, now, leader, marked, out);
+        let result = self.take_beat(datagram, now, leader, marked, arm, out);
         if let Err(why) = result {
             self.refused[why.index()] += 1;
         }
@@ -226,8 +398,9 @@ impl Table {
         &mut self,
         datagram: &[u8],
         now: Duration,
-        leader: bool,
+        leader: Option<u64>,
         marked: impl Fn(&str) -> bool,
+        arm: impl Fn(&str) -> bool,
         out: &mut Vec<u8>,
     ) -> Result<(), Dropped> {
         if datagram.len() > wire::MAX_DATAGRAM || wire::kind(datagram) != Some(wire::BEAT_KIND) {
@@ -246,8 +419,39 @@ impl Table {
             .filter(|e| e.companion.session == id)
             .ok_or(Dropped::NoSession)?;
         let beat = end.beat(datagram).map_err(Dropped::Rejected)?;
-        let marked = marked(node);
-        end.acknowledge_into(&beat, leader, marked, now, cluster, membership, out);
+        // Before it is answered: a beat that shows this replica stood still, or took
+        // a newer term, is not acknowledged as the leader's, nor is any after it.
+        if let Some(boot) = beat.boot
+            && c.skew.beat(&self.timing, boot, beat.sent, now)
+        {
+            self.suspicion
+                .get_or_insert(Suspicion::Paused { node: node.clone() });
+        }
+        if let Some(term) = leader
+            && beat.term_seen > term
+        {
+            self.suspicion.get_or_insert(Suspicion::NewerTerm {
+                node: node.clone(),
+                term: beat.term_seen,
+                ours: term,
+            });
+        }
+        let leader = leader.filter(|_| self.suspicion.is_none());
+        // A standby never marks: an old leader's marks, kept, would alternate with the
+        // new leader's lifts.
+        let marked = leader.is_some() && marked(node);
+        end.acknowledge_into(
+            &beat,
+            &nodefence_watchdog::session::Answer {
+                leader,
+                marked,
+                arm: leader.is_some() && arm(node),
+                now,
+                cluster,
+                membership,
+            },
+            out,
+        );
         let echoed_cluster = beat
             .echo
             .map(|(_, sent)| cluster_sent_at(&self.cluster_history, sent));
@@ -258,14 +462,25 @@ impl Table {
             c.last_beat = Some(now);
             c.beats += 1;
             c.watchdog = beat.watchdog;
+            c.boot = beat.boot;
+            c.virtual_machine = beat.virtual_machine;
+            c.version = beat.version;
+            c.term_seen = c.term_seen.max(beat.term_seen);
             c.reaching = Reaching {
                 held_for: beat.held_for,
                 valid_for: beat.valid_for,
             };
-            if let Some((_, ack_sent)) = beat.echo {
-                c.heard.beat(&self.timing, now, ack_sent, c.reaching);
+            // Marked, the companion may answer "neither" (it does once it learns the
+            // mark): nothing proven while the mark stands, nothing before its lift.
+            if let Some((_, ack_sent)) = beat.echo
+                && !marked
+                && c.mark.since.is_none()
+            {
+                let lifted = c.mark.lifted.unwrap_or_default();
+                c.heard
+                    .beat_since(&self.timing, now, ack_sent, c.reaching, lifted);
             }
-            if leader && !marked {
+            if leader.is_some() && !marked {
                 c.last_ack = Some(now);
             }
         }
@@ -290,6 +505,14 @@ impl Table {
             .get(node)
             .and_then(|at| self.entries.get(*at))
             .map(|e| &e.companion)
+    }
+
+    /// What this replica proved of every companion but `node`'s, for the release
+    /// rule. A companion marked now is left out: it may answer "neither".
+    pub fn others_heard<'a>(&'a self, node: &'a str) -> impl Iterator<Item = &'a Heard> + 'a {
+        self.companions()
+            .filter(move |(n, c)| n.as_str() != node && c.mark.since.is_none())
+            .map(|(_, c)| &c.heard)
     }
 
     /// Every node with a companion, by name.
@@ -439,353 +662,4 @@ fn cluster_sent_at(history: &[(Duration, u16)], sent: Duration) -> u16 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use nodefence_watchdog::session::CompanionEnd;
-
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
-
-    const ARMED: WatchdogState = WatchdogState::Armed {
-        granted: Duration::from_secs(10),
-        device: nodefence_watchdog::wire::DeviceName::new("iTCO_wdt"),
-    };
-
-    #[test]
-    fn a_beat_is_recorded_and_acknowledged_and_a_silence_is_seen() {
-        let mut t = Table::new(Timing::default());
-        let session = t.open("worker-1", 7 << 32, Key([1; 32]));
-        let mut c = CompanionEnd::new(Key([1; 32]), session, Duration::from_secs(2));
-        let ack = t
-            .beat(
-                &c.beat(ms(100), Reaching::default(), ARMED),
-                ms(5_000),
-                true,
-                |_| false,
-            )
-            .unwrap_or_else(|e| panic!("{e:?}"));
-        let taken = c
-            .acknowledged(&ack, ms(120))
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert!(taken.leader && !taken.marked);
-        assert_eq!(taken.cluster, 1);
-        let w1 = t
-            .companion("worker-1")
-            .unwrap_or_else(|| panic!("recorded"));
-        assert_eq!(
-            (w1.beats, w1.watchdog, w1.last_ack),
-            (1, ARMED, Some(ms(5_000)))
-        );
-        assert!(t.silent(ms(6_999), Duration::from_secs(2)).is_empty());
-        assert_eq!(
-            t.silent(ms(7_000), Duration::from_secs(2)),
-            [("worker-1".to_string(), ms(5_000))]
-        );
-        // Its last beat says it is stopping: left to the Lease.
-        t.beat(
-            &c.beat(ms(200), Reaching::default(), WatchdogState::Stopping),
-            ms(7_100),
-            true,
-            |_| false,
-        )
-        .unwrap_or_else(|e| panic!("{e:?}"));
-        assert!(t.silent(ms(60_000), Duration::from_secs(2)).is_empty());
-    }
-
-    #[test]
-    fn nodes_of_the_watchdog_level_without_an_armed_beating_companion_are_unarmed() {
-        let mut t = Table::new(Timing::default());
-        let configured: std::collections::BTreeSet<String> = ["armed", "bare", "absent", "silent"]
-            .into_iter()
-            .map(String::from)
-            .collect();
-        let mut ends = Vec::new();
-        for (i, (node, state)) in [
-            ("armed", ARMED),
-            ("bare", WatchdogState::None),
-            ("silent", ARMED),
-            ("not-configured", WatchdogState::None),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            let session = t.open(node, (10 + i as u64) << 32, Key([2; 32]));
-            let mut c = CompanionEnd::new(Key([2; 32]), session, Duration::from_secs(2));
-            let at = if node == "silent" {
-                ms(1_000)
-            } else {
-                ms(9_000)
-            };
-            t.beat(&c.beat(ms(1), Reaching::default(), state), at, true, |_| {
-                false
-            })
-            .unwrap_or_else(|e| panic!("{e:?}"));
-            ends.push(c);
-        }
-        assert_eq!(
-            t.unarmed(&configured, ms(9_500), Duration::from_secs(2)),
-            ["absent", "bare", "silent"]
-        );
-    }
-
-    proptest::proptest! {
-        /// Whatever the beats, hellos and looks, and whenever they come, a look that
-        /// skips the walk gives what the walk would have: the answer it last gave.
-        #[test]
-        fn a_look_without_a_walk_finds_what_a_walk_would(
-            steps in proptest::collection::vec((0u8..4, 0usize..5, 0u64..1_500), 1..120)
-        ) {
-            let timeout = Duration::from_secs(1);
-            let mut t = Table::new(Timing::default());
-            let mut watch = SilenceWatch::default();
-            let mut ends: Vec<Option<CompanionEnd>> = (0..5).map(|_| None).collect();
-            let (mut now, mut sent) = (Duration::ZERO, Duration::ZERO);
-            let mut last_answer: Option<Vec<(String, Duration)>> = None;
-            for (what, node, wait) in steps {
-                now += ms(wait);
-                sent += ms(1);
-                let name = format!("worker-{node}");
-                match what {
-                    // A hello (a new session, or one replacing its last).
-                    0 => {
-                        let session = t.open(&name, 9 << 32, Key([3; 32]));
-                        ends[node] =
-                            Some(CompanionEnd::new(Key([3; 32]), session, Duration::from_secs(2)));
-                    }
-                    // A beat, now and then saying the companion stops.
-                    1 | 2 => {
-                        if let Some(c) = ends[node].as_mut() {
-                            let state = if what == 2 && wait % 3 == 0 {
-                                WatchdogState::Stopping
-                            } else {
-                                ARMED
-                            };
-                            let _ = t.beat(&c.beat(sent, Reaching::default(), state), now, true, |_| false);
-                        }
-                    }
-                    // A look.
-                    _ => {
-                        let walked = t.silent(now, timeout);
-                        match t.silent_if_changed(&mut watch, now, timeout) {
-                            Some(found) => {
-                                proptest::prop_assert_eq!(&found, &walked);
-                                last_answer = Some(found);
-                            }
-                            None => proptest::prop_assert_eq!(last_answer.as_ref(), Some(&walked)),
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn warming_a_batch_changes_nothing_whatever_its_datagrams() {
-        let mut t = Table::new(Timing::default());
-        let session = t.open("worker-1", 7 << 32, Key([1; 32]));
-        let mut c = CompanionEnd::new(Key([1; 32]), session, Duration::from_secs(2));
-        let beat = c.beat(ms(100), Reaching::default(), ARMED);
-        // A session id naming a place past the table's end, garbage, an oversized one.
-        let mut stranger = beat.clone();
-        stranger[6..14].copy_from_slice(&(u64::from(u32::MAX) | 5 << 32).to_be_bytes());
-        let batch: [&[u8]; 4] = [&beat, &stranger, b"garbage", &[0u8; 5000]];
-        t.warm(batch.iter().copied());
-        assert_eq!(t.companion("worker-1").map(|c| c.beats), Some(0));
-        // And the beat is answered as if nothing had read it.
-        assert!(t.beat(&beat, ms(200), true, |_| false).is_ok());
-        assert_eq!(t.companion("worker-1").map(|c| c.beats), Some(1));
-    }
-
-    #[test]
-    fn a_look_walks_only_when_a_silence_may_have_begun_or_ended() {
-        let timeout = Duration::from_secs(2);
-        let mut t = Table::new(Timing::default());
-        let mut watch = SilenceWatch::default();
-        let mut ends = Vec::new();
-        for (i, node) in ["worker-1", "worker-2"].into_iter().enumerate() {
-            let session = t.open(node, (20 + i as u64) << 32, Key([4; 32]));
-            ends.push(CompanionEnd::new(
-                Key([4; 32]),
-                session,
-                Duration::from_secs(2),
-            ));
-        }
-        let mut beat = |t: &mut Table, i: usize, at: u64| {
-            t.beat(
-                &ends[i].beat(ms(at), Reaching::default(), ARMED),
-                ms(at),
-                true,
-                |_| false,
-            )
-            .unwrap_or_else(|e| panic!("{e:?}"));
-        };
-        beat(&mut t, 0, 1_000);
-        beat(&mut t, 1, 1_500);
-        // The first look walks; the next ones do not until worker-1's beat is 2 s old.
-        assert_eq!(
-            t.silent_if_changed(&mut watch, ms(1_600), timeout),
-            Some(vec![])
-        );
-        assert_eq!(t.silent_if_changed(&mut watch, ms(2_999), timeout), None);
-        assert_eq!(
-            t.silent_if_changed(&mut watch, ms(3_000), timeout),
-            Some(vec![("worker-1".to_string(), ms(1_000))])
-        );
-        // Still silent; worker-2 beat again, but the walk counted from its last beat
-        // it saw (1.5 s): nothing new before 3.5 s.
-        beat(&mut t, 1, 3_100);
-        assert_eq!(t.silent_if_changed(&mut watch, ms(3_400), timeout), None);
-        // worker-1 beats again: the next look walks and finds no one.
-        beat(&mut t, 0, 3_600);
-        assert_eq!(
-            t.silent_if_changed(&mut watch, ms(3_700), timeout),
-            Some(vec![])
-        );
-        assert_eq!(t.silent_if_changed(&mut watch, ms(3_800), timeout), None);
-        // Another timeout: a walk.
-        assert_eq!(
-            t.silent_if_changed(&mut watch, ms(3_900), Duration::from_millis(100)),
-            Some(vec![
-                ("worker-1".to_string(), ms(3_600)),
-                ("worker-2".to_string(), ms(3_100))
-            ])
-        );
-    }
-
-    #[test]
-    fn garbage_unknown_sessions_replays_and_forgeries_get_nothing() {
-        let mut t = Table::new(Timing::default());
-        let session = t.open("worker-1", 7 << 32, Key([1; 32]));
-        let mut c = CompanionEnd::new(Key([1; 32]), session, Duration::from_secs(2));
-        let first = c.beat(ms(100), Reaching::default(), ARMED);
-        assert!(t.beat(&first, ms(1), true, |_| false).is_ok());
-        assert_eq!(
-            t.beat(&first, ms(2), true, |_| false),
-            Err(Dropped::Rejected(Rejected::Replayed))
-        );
-        assert_eq!(
-            t.beat(&[0u8; 5000], ms(2), true, |_| false),
-            Err(Dropped::NotABeat)
-        );
-        assert_eq!(
-            t.beat(b"hello", ms(2), true, |_| false),
-            Err(Dropped::NotABeat)
-        );
-        // Another session id: one that names this node's place, and one that names none.
-        for foreign in [8 << 32, session + 1] {
-            let mut stranger = CompanionEnd::new(Key([1; 32]), foreign, Duration::from_secs(2));
-            let beat = stranger.beat(ms(1), Reaching::default(), ARMED);
-            assert_eq!(
-                t.beat(&beat, ms(2), true, |_| false),
-                Err(Dropped::NoSession),
-                "session {foreign:#x}"
-            );
-        }
-        // Another key, the right session, a sequence not seen yet.
-        let mut forger = CompanionEnd::new(Key([9; 32]), session, Duration::from_secs(2));
-        let _ = forger.beat(ms(1), Reaching::default(), ARMED);
-        let forged = forger.beat(ms(3), Reaching::default(), ARMED);
-        assert!(matches!(
-            t.beat(&forged, ms(3), true, |_| false),
-            Err(Dropped::Rejected(Rejected::Seal(_)))
-        ));
-        assert_eq!(t.companion("worker-1").map(|c| c.beats), Some(1));
-        let s = t.summary(ms(10), Duration::from_secs(2));
-        // not-a-beat twice, no-session twice, seal, replayed.
-        assert_eq!(s.refused, [2, 2, 1, 0, 1, 0]);
-        assert_eq!((s.beating, s.armed, s.stopped), (1, 1, 0));
-        assert_eq!(s.oldest_beat_seconds, 0.009);
-        let s = t.summary(ms(3_000), Duration::from_secs(2));
-        assert_eq!(
-            (s.beating, s.silent.as_slice()),
-            (0, ["worker-1".to_string()].as_slice())
-        );
-    }
-
-    #[test]
-    fn a_marked_node_is_told_and_a_standby_never_acknowledges_as_leader() {
-        let mut t = Table::new(Timing::default());
-        let session = t.open("worker-1", 7 << 32, Key([1; 32]));
-        let mut c = CompanionEnd::new(Key([1; 32]), session, Duration::from_secs(2));
-        let ack = t
-            .beat(
-                &c.beat(ms(1), Reaching::default(), ARMED),
-                ms(1),
-                true,
-                |n| n == "worker-1",
-            )
-            .unwrap_or_else(|e| panic!("{e:?}"));
-        assert!(
-            c.acknowledged(&ack, ms(2))
-                .unwrap_or_else(|e| panic!("{e}"))
-                .marked
-        );
-        assert_eq!(t.companion("worker-1").and_then(|c| c.last_ack), None);
-        let ack = t
-            .beat(
-                &c.beat(ms(3), Reaching::default(), ARMED),
-                ms(3),
-                false,
-                |_| false,
-            )
-            .unwrap_or_else(|e| panic!("{e:?}"));
-        assert!(
-            !c.acknowledged(&ack, ms(4))
-                .unwrap_or_else(|e| panic!("{e}"))
-                .leader
-        );
-        // A new session replaces the node's old one, even one drawn with its id.
-        let next = t.open("worker-1", 7 << 32, Key([2; 32]));
-        assert_ne!(next, session);
-        assert_eq!(
-            t.beat(
-                &c.beat(ms(5), Reaching::default(), ARMED),
-                ms(5),
-                true,
-                |_| false
-            ),
-            Err(Dropped::NoSession)
-        );
-        assert_eq!(t.membership(), 2, "one node joined once");
-    }
-
-    #[test]
-    fn the_cluster_size_never_shrinks_and_what_a_companion_was_told_is_proven_by_its_echo() {
-        let mut t = Table::new(Timing::default());
-        let session = t.open("worker-1", 1 << 32, Key([1; 32]));
-        t.open("worker-2", 2 << 32, Key([2; 32]));
-        t.set_nodes_in_cluster(3);
-        let mut c = CompanionEnd::new(Key([1; 32]), session, Duration::from_secs(2));
-        let beat = |c: &mut CompanionEnd, t: &mut Table, at: u64| {
-            let ack = t
-                .beat(
-                    &c.beat(ms(at), Reaching::default(), ARMED),
-                    ms(at),
-                    true,
-                    |_| false,
-                )
-                .unwrap_or_else(|e| panic!("{e:?}"));
-            c.acknowledged(&ack, ms(at))
-                .unwrap_or_else(|e| panic!("{e}"))
-                .cluster
-        };
-        // The Nodes counted, not only the companions known.
-        assert_eq!(beat(&mut c, &mut t, 100), 3);
-        assert_eq!(t.cluster(), 3);
-        let known = |t: &Table| t.companion("worker-1").map(|c| c.cluster_known);
-        assert_eq!(known(&t), Some(0), "no acknowledgement echoed yet");
-        // Two Nodes join: acknowledgements say 5 from now on.
-        t.set_nodes_in_cluster(5);
-        assert_eq!(t.cluster(), 5);
-        // This beat echoes the acknowledgement that said 3: proven told 3, not 5.
-        assert_eq!(beat(&mut c, &mut t, 200), 5);
-        assert_eq!(known(&t), Some(3));
-        // The next echoes the one that said 5.
-        beat(&mut c, &mut t, 300);
-        assert_eq!(known(&t), Some(5));
-        // A Node deleted: the size does not shrink (a companion may still count on 5).
-        t.set_nodes_in_cluster(4);
-        assert_eq!((t.cluster(), beat(&mut c, &mut t, 400)), (5, 5));
-    }
-}
+mod tests;
