@@ -8,7 +8,17 @@
 //!   "the API server", no majority, and it stops feeding;
 //! - the whole control plane out and one node cut from its peers too: the two that hear
 //!   each other are a majority of three and feed; the third stops;
-//! - a question under a key no replica gave gets no answer.
+//! - a question under a key no replica gave, or from an address the peers' lookup does
+//!   not list, gets no answer.
+//!
+//! Who answered (issue 52, item 4): in a cluster of five Nodes, three with a
+//! companion, worker-1 feeds on its peers only if two other nodes say "neither". It
+//! hears one, worker-2, and an attacker tries to make that two: worker-2's genuine
+//! answer replayed from other ports, or sent from addresses the lookup does not list;
+//! a second companion process on worker-2; answers minted by worker-3, which holds its
+//! own state (its key, its credential, every peer key). Counted by node, under a
+//! credential only the node's own key can sign for, from listed addresses only:
+//! worker-1 stops feeding each time.
 //!
 //! Times are bounds, never exact.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -28,7 +38,7 @@ use nodefence::heartbeat::{self, Heartbeat, Settings, hello};
 use nodefence::watchdog::device::RecordingWatchdog;
 use nodefence::watchdog::feeding::Basis;
 use nodefence::watchdog::timing::Timing;
-use nodefence::watchdog::wire::{Key, Question};
+use nodefence::watchdog::wire::{self, Answer, BootId, Credential, Key, Question, SigningKey};
 use nodefence_mocks::kube::authz::Policy;
 use nodefence_mocks::kube::{BoundToken, FakeKube, FakeKubeHandle};
 use tokio::time::Instant;
@@ -134,6 +144,15 @@ impl Companion {
     }
 }
 
+/// Who a companion is told its peers are.
+#[derive(Debug, Clone, Copy)]
+enum Peer {
+    /// Companion `i`'s peer address.
+    Companion(usize),
+    /// Another address (an attacker's socket, a second process's).
+    At(SocketAddr),
+}
+
 /// The listener, fake-kube, and three companions beating and asking each other.
 struct World {
     /// The API server the companions read their Nodes from; node 0's may be its own.
@@ -156,6 +175,12 @@ struct Start {
     first_cut_from_peers: bool,
     /// Each companion keeps its state (`--state-dir`).
     state_dirs: bool,
+    /// The cluster's Nodes, as the leader's Node watch would count them (`None`: the
+    /// companions'): the peers' majority is of this many.
+    cluster: Option<usize>,
+    /// Whom companion `i` is told its peers are (the others: every companion, itself
+    /// included, as a headless Service lists them).
+    peers: Vec<(usize, Vec<Peer>)>,
 }
 
 impl World {
@@ -186,6 +211,9 @@ impl World {
         .unwrap();
         // As the leader's term sets it: every node's policy has the watchdog level on.
         hb.set_watchdog_nodes(NODES.iter().map(|n| n.to_string()).collect());
+        if let Some(nodes) = start.cluster {
+            hb.set_nodes_in_cluster(nodes);
+        }
         let dir = tempfile::tempdir().unwrap();
         // Every companion's peer socket first: each is told the others' addresses.
         let mut sockets = Vec::new();
@@ -217,10 +245,18 @@ impl World {
                 d
             });
             // Its own address is among its peers, as a headless Service lists it.
-            let peers = if i == 0 && start.first_cut_from_peers {
-                vec![nowhere]
-            } else {
-                peer_addrs.clone()
+            let told = start.peers.iter().find(|(j, _)| *j == i).map(|(_, p)| {
+                p.iter()
+                    .map(|p| match p {
+                        Peer::Companion(j) => peer_addrs[*j],
+                        Peer::At(addr) => *addr,
+                    })
+                    .collect()
+            });
+            let peers = match told {
+                Some(told) => told,
+                None if i == 0 && start.first_cut_from_peers => vec![nowhere],
+                None => peer_addrs.clone(),
             };
             let recipe = Recipe {
                 nodefence: format!("https://127.0.0.1:{}", hb.addr().port()),
@@ -344,6 +380,29 @@ impl World {
         self.companions[i] = self.recipes[i].spawn(socket).await;
     }
 
+    /// A second companion process of node `i` (its token, a watchdog of its own, no
+    /// state kept), on `socket`, told every companion's address.
+    async fn second_process_of(&self, i: usize, socket: tokio::net::UdpSocket) -> Companion {
+        let first = &self.recipes[i];
+        Recipe {
+            nodefence: first.nodefence.clone(),
+            token: first.token.clone(),
+            dog: RecordingWatchdog::new("iTCO_wdt", Duration::from_secs(10), false),
+            api_kubeconfig: first.api_kubeconfig.clone(),
+            peers: self.peer_addrs.clone(),
+            state_dir: None,
+        }
+        .spawn(socket)
+        .await
+    }
+
+    /// What companion `i` keeps (`Start::state_dirs`): what an attacker on its node
+    /// holds.
+    fn kept(&self, i: usize) -> companion::state::Kept {
+        let dir = self.recipes[i].state_dir.as_ref().expect("a state dir");
+        companion::state::load(dir).unwrap().expect("a state kept")
+    }
+
     /// The leader's answers stop (its replica no longer leads), and the API server
     /// the companions read goes away.
     async fn control_plane_out(&mut self) {
@@ -427,22 +486,340 @@ async fn a_majority_of_the_cluster_feeds_on_its_peers_and_a_minority_does_not() 
     w.fed_throughout(&[1, 2], ISOLATION * 2, Basis::Peers).await;
 }
 
-/// A question sealed under a key no replica gave, and garbage, get nothing back.
+/// A question sealed under a key no replica gave, and garbage, get nothing back, even
+/// from an address the peers' lookup lists; one under the replica's key gets an
+/// answer from there, and none from an address it does not list (an answer is ten
+/// times a question's size: no reflection at a stranger's address).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_question_under_another_key_gets_no_answer() {
-    let w = World::start(Start::default()).await;
-    let probe = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+async fn a_question_under_another_key_or_from_an_unlisted_address_gets_no_answer() {
+    let probe = udp().await;
+    let stranger = udp().await;
+    let listed = |i| {
+        let mut peers: Vec<Peer> = (0..NODES.len()).map(Peer::Companion).collect();
+        peers.push(Peer::At(probe.local_addr().unwrap()));
+        (i, peers)
+    };
+    let w = World::start(Start {
+        state_dirs: true,
+        peers: (0..NODES.len()).map(listed).collect(),
+        ..Start::default()
+    })
+    .await;
     let forged = Question { from: 9, nonce: 7 }.seal(&Key([0x5a; 32]));
     for to in &w.peer_addrs {
         probe.send_to(&forged, to).await.unwrap();
         probe.send_to(b"garbage", to).await.unwrap();
         probe.send_to(&[0u8; 4096], to).await.unwrap();
     }
-    let mut buf = [0u8; 512];
+    let mut buf = [0u8; 1024];
     let answer = tokio::time::timeout(Duration::from_millis(800), probe.recv_from(&mut buf)).await;
     assert!(answer.is_err(), "something answered: {answer:?}");
+    // Under the replica's peer key (worker-3 holds it): answered at the listed address
+    // only, by the node each companion is (once its first isolation timeout is over).
+    tokio::time::sleep(ISOLATION).await;
+    let key = peer_key(&w.kept(2));
+    let question = Question { from: 9, nonce: 8 }.seal(&key);
+    for to in &w.peer_addrs {
+        stranger.send_to(&question, to).await.unwrap();
+    }
+    let answer =
+        tokio::time::timeout(Duration::from_millis(800), stranger.recv_from(&mut buf)).await;
+    assert!(answer.is_err(), "an unlisted address answered: {answer:?}");
+    probe.send_to(&question, w.peer_addrs[1]).await.unwrap();
+    let (len, from) = tokio::time::timeout(Duration::from_secs(2), probe.recv_from(&mut buf))
+        .await
+        .expect("worker-2 answers a listed address")
+        .unwrap();
+    assert_eq!(from, w.peer_addrs[1]);
+    let answer = Answer::parse(&buf[..len]).unwrap().answer;
+    assert_eq!((answer.credential.node(), answer.nonce), ("worker-2", 8));
     w.fed_throughout(&[0, 1, 2], Duration::from_millis(500), Basis::Leader)
         .await;
+}
+
+/// A UDP socket on the loopback, at a port of its own.
+async fn udp() -> Arc<tokio::net::UdpSocket> {
+    Arc::new(tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap())
+}
+
+/// The peer key a companion kept (the one replica's).
+fn peer_key(kept: &companion::state::Kept) -> Key {
+    kept.replicas
+        .values()
+        .next()
+        .expect("a replica's keys")
+        .peer
+        .clone()
+}
+
+/// Tasks aborted when dropped (an attacker's, stopped with its test).
+struct Tasks(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
+        }
+    }
+}
+
+/// An attacker that relays: what worker-1 asks at any socket of `asked` (its lookup
+/// lists them) is forwarded from `via` to each of `to` (whose lookups list `via`), and
+/// each answer `via` gets back is sent to worker-1 (at `target`) from every socket in
+/// `send_from` as it is then. Counts the answers it got back.
+struct Relay {
+    send_from: Arc<Mutex<Vec<Arc<tokio::net::UdpSocket>>>>,
+    answers: Arc<std::sync::atomic::AtomicUsize>,
+    _tasks: Tasks,
+}
+
+impl Relay {
+    fn start(
+        asked: &[Arc<tokio::net::UdpSocket>],
+        via: Arc<tokio::net::UdpSocket>,
+        to: Vec<SocketAddr>,
+        target: SocketAddr,
+        send_from: Vec<Arc<tokio::net::UdpSocket>>,
+    ) -> Self {
+        let send_from = Arc::new(Mutex::new(send_from));
+        let answers = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for socket in asked {
+            let (socket, via, to) = (socket.clone(), via.clone(), to.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                while let Ok((len, _)) = socket.recv_from(&mut buf).await {
+                    if wire::kind(&buf[..len]) == Some(wire::QUESTION_KIND) {
+                        for peer in &to {
+                            let _ = via.send_to(&buf[..len], peer).await;
+                        }
+                    }
+                }
+            }));
+        }
+        let (from, counted) = (send_from.clone(), answers.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut buf = [0u8; 1024];
+            while let Ok((len, _)) = via.recv_from(&mut buf).await {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let sockets = from.lock().unwrap().clone();
+                for socket in sockets {
+                    let _ = socket.send_to(&buf[..len], target).await;
+                }
+            }
+        }));
+        Self {
+            send_from,
+            answers,
+            _tasks: Tasks(tasks),
+        }
+    }
+
+    fn answers(&self) -> usize {
+        self.answers.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// In a cluster of five Nodes (three with a companion), worker-1 is told `peers` and
+/// worker-2 and worker-3 every companion and `listed_by_others`: worker-1 feeds on its
+/// peers only if two other nodes say "neither".
+async fn five_nodes(peers: Vec<Peer>, listed_by_others: Vec<Peer>, state_dirs: bool) -> World {
+    let others = |i: usize| {
+        let mut told: Vec<Peer> = (0..NODES.len()).map(Peer::Companion).collect();
+        told.extend(listed_by_others.iter().copied());
+        (i, told)
+    };
+    World::start(Start {
+        cluster: Some(5),
+        peers: vec![(0, peers), others(1), others(2)],
+        state_dirs,
+        ..Start::default()
+    })
+    .await
+}
+
+/// worker-1 and the addresses `at`, as its peers.
+fn worker_1_and(at: &[Arc<tokio::net::UdpSocket>]) -> Vec<Peer> {
+    let mut peers = vec![Peer::Companion(0)];
+    peers.extend(at.iter().map(|s| Peer::At(s.local_addr().unwrap())));
+    peers
+}
+
+/// One genuine "neither" of worker-2's, to worker-1's own question, replayed from four
+/// ports its lookup lists (a Service listing stale ports, a dual-stack listener): one
+/// node. Counted by source address it was four, a majority of five with worker-1, and
+/// it fed (the whole control plane out, cut from all but one peer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_genuine_neither_replayed_from_other_ports_counts_once() {
+    let ports = [udp().await, udp().await, udp().await, udp().await];
+    let via = udp().await;
+    let mut w = five_nodes(
+        worker_1_and(&ports),
+        vec![Peer::At(via.local_addr().unwrap())],
+        false,
+    )
+    .await;
+    let relay = Relay::start(
+        &ports,
+        via,
+        vec![w.peer_addrs[1]],
+        w.peer_addrs[0],
+        ports.to_vec(),
+    );
+    w.control_plane_out().await;
+    w.stops_feeding(0, ISOLATION * 2).await;
+    assert!(
+        relay.answers() >= 2,
+        "worker-2 answered the relayed questions"
+    );
+    let s = w.companions[0].status();
+    assert!(
+        s.peer_rounds >= 3 && s.peer_answers >= 1,
+        "worker-2's answer taken, once a round: {s:?}"
+    );
+}
+
+/// worker-2's and worker-3's genuine "neither", sent from addresses worker-1's lookup
+/// does not list: not counted (counted by source address, they were two, and it fed).
+/// The same answers from a listed address are two nodes, and it feeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_from_an_address_not_among_the_peers_is_not_counted() {
+    let asked = udp().await;
+    let via = udp().await;
+    let (unlisted_1, unlisted_2) = (udp().await, udp().await);
+    let mut w = five_nodes(
+        worker_1_and(std::slice::from_ref(&asked)),
+        vec![Peer::At(via.local_addr().unwrap())],
+        false,
+    )
+    .await;
+    let relay = Relay::start(
+        std::slice::from_ref(&asked),
+        via,
+        vec![w.peer_addrs[1], w.peer_addrs[2]],
+        w.peer_addrs[0],
+        vec![unlisted_1, unlisted_2],
+    );
+    w.control_plane_out().await;
+    w.stops_feeding(0, ISOLATION * 2).await;
+    assert!(relay.answers() >= 4, "both answered the relayed questions");
+    let s = w.companions[0].status();
+    assert!(s.peer_answers_refused >= 4 && s.peer_answers == 0, "{s:?}");
+    // From the address worker-1 asked at, listed: worker-2 and worker-3, a majority.
+    *relay.send_from.lock().unwrap() = vec![asked];
+    eventually(
+        "worker-1 feeding on the two nodes' answers",
+        ISOLATION * 2,
+        || w.companions[0].status().basis == Some(Basis::Peers),
+    )
+    .await;
+    w.fed_throughout(&[0], ISOLATION, Basis::Peers).await;
+}
+
+/// Two companion processes on worker-2 (each with its own key and a credential for
+/// worker-2, at two addresses worker-1's lookup lists) are one node (counted by
+/// address they were two, and worker-1 fed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_companion_processes_of_one_node_count_once() {
+    let second = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let second_addr = second.local_addr().unwrap();
+    let mut w = five_nodes(
+        vec![
+            Peer::Companion(0),
+            Peer::Companion(1),
+            Peer::At(second_addr),
+        ],
+        Vec::new(),
+        false,
+    )
+    .await;
+    let other = w.second_process_of(1, second).await;
+    eventually(
+        "the second process said hello",
+        Duration::from_secs(10),
+        || other.status().node.as_deref() == Some("worker-2"),
+    )
+    .await;
+    // It answers once its first isolation timeout is over.
+    tokio::time::sleep(ISOLATION).await;
+    w.control_plane_out().await;
+    w.stops_feeding(0, ISOLATION * 2).await;
+    let s = w.companions[0].status();
+    assert!(s.peer_rounds >= 3 && s.peer_answers >= 1, "{s:?}");
+    drop(other);
+}
+
+/// worker-3, holding its own state (its key, its credential, the peer key), answers
+/// worker-1's questions from three addresses worker-1's lookup lists: as worker-2
+/// (worker-2's credential, which each of its answers shows, signed with worker-3's
+/// key), as a node it made up under an authority of its own, as the retired answer
+/// sealed under the peer key, and as itself. Only the last counts: worker-3, once (any
+/// of the others counted, and worker-1 fed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_minted_by_another_node_are_refused() {
+    let at = [udp().await, udp().await, udp().await];
+    let mut w = five_nodes(worker_1_and(&at), Vec::new(), true).await;
+    let worker_3 = w.kept(2);
+    let key = worker_3.signing_key.clone().expect("worker-3's key");
+    let keys = worker_3.replicas.values().next().unwrap().clone();
+    let own = keys.credential.clone().expect("worker-3's credential");
+    let worker_2s = w
+        .kept(1)
+        .replicas
+        .values()
+        .next()
+        .unwrap()
+        .clone()
+        .credential
+        .unwrap();
+    let made_up_authority = SigningKey::from_seed([0x66; 32]);
+    let made_up = Credential::issue(
+        &made_up_authority,
+        key.public(),
+        "worker-4",
+        BootId::of("boot"),
+        1,
+    )
+    .unwrap();
+    let target = w.peer_addrs[0];
+    let mut tasks = Vec::new();
+    for (k, socket) in at.iter().enumerate() {
+        let (socket, key, peer) = (socket.clone(), key.clone(), keys.peer.clone());
+        let (own, worker_2s, made_up) = (own.clone(), worker_2s.clone(), made_up.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut buf = [0u8; 1024];
+            while let Ok((len, _)) = socket.recv_from(&mut buf).await {
+                let Ok(q) = Question::open(&buf[..len], &peer) else {
+                    continue;
+                };
+                let answer = |credential: &Credential| Answer {
+                    credential: credential.clone(),
+                    nonce: q.nonce,
+                    reach: 0,
+                };
+                let forged = match k {
+                    0 => answer(&worker_2s).sign(&key),
+                    1 => answer(&made_up).sign(&key),
+                    _ => {
+                        let mut body = q.from.to_be_bytes().to_vec();
+                        body.extend_from_slice(&q.nonce.to_be_bytes());
+                        body.push(0);
+                        wire::seal_body(4, &body, &peer)
+                    }
+                };
+                let _ = socket.send_to(&forged, target).await;
+                let _ = socket.send_to(&answer(&own).sign(&key), target).await;
+            }
+        }));
+    }
+    let _tasks = Tasks(tasks);
+    w.control_plane_out().await;
+    w.stops_feeding(0, ISOLATION * 2).await;
+    let s = w.companions[0].status();
+    assert!(
+        s.peer_answers >= 2 && s.peer_answers_refused >= 4,
+        "worker-3 counted, once a round; the rest refused: {s:?}"
+    );
 }
 
 /// A companion that crashes while the whole control plane is out leaves its

@@ -225,7 +225,7 @@ fn the_companion_component_renders_and_both_sides_agree() {
         &args.ca_file.unwrap().display().to_string()
     ));
     // The kept state: the pod's own memory-backed emptyDir (outlives a crash of the
-    // process, not the pod; never on the node's disk: it holds the peer keys).
+    // process, not the pod; never on the node's disk: it holds the node's private key).
     let state_dir = args.state_dir.clone().expect("--state-dir");
     let state_mount = companion
         .volume_mounts

@@ -179,8 +179,29 @@ const REGRESSIONS: &[u64] = &[
 ///   the requests' check, then its write-ahead record and the reading before the
 ///   command, and went out 1 s after the request timed out (fixed: the requests are
 ///   read again with the pause switch, after the reading, right before the command).
+/// - 90400 (invariant 1, the one rule; issue 52, found on seeds never played before):
+///   worker-3 hung, its watchdog reset it, and it booted again while the whole control
+///   plane was out for the companions, so its new companion could not say hello; then
+///   it was cut off, its BMC refusing credentials. The leader's table still held the
+///   old boot's companion armed, marked the node and released it on that watchdog
+///   while the new boot ran unwatched (fixed: a release rests only on beats that name
+///   the boot the Node reports; a new hello inherits no watchdog).
+/// - 90373 (invariant 11, a check of the simulation; the same run): worker-3 hung for
+///   10 s, and the hang ended in the very instant its watchdog fired; the judge, which
+///   looked at the machine only at the reset, took it for a working machine's (it now
+///   asks whether the machine was hung at any time since its last feed). Passing since
+///   the companions arm only where the level is on (it was off in this seed); the
+///   judge's fix was checked with the companions armed whatever the policy.
+/// - 87 (invariant 6, liveness; found while issue 52's fixes were made): a first version
+///   of the boot rule also refused a companion that had fallen silent before nodefence
+///   last saw the kubelet renew its Lease; worker-5's companion was cut from the
+///   control plane 5 s before its rack lost power, its kubelet renewed in between, and
+///   the machine dead with its BMC was never released. A silent companion's watchdog
+///   still counts (only a stop or a disarm every replica acknowledged, or a reboot,
+///   ends it), so the rule now rests on the boot and the session alone.
 const COMPANION_REGRESSIONS: &[u64] = &[
-    131, 176, 460, 680, 1112, 1219, 1971, 3006, 3686, 4610, 5340, 7104, 7850, 7953,
+    87, 131, 176, 460, 680, 1112, 1219, 1971, 3006, 3686, 4610, 5340, 7104, 7850, 7953, 90373,
+    90400,
 ];
 
 /// How many seeds from 1 up a run plays besides the regression seeds when
@@ -199,7 +220,7 @@ const RANDOM_SEEDS: u64 = if cfg!(debug_assertions) { 0 } else { 150 };
 /// (5121's bug).
 const DEBUG_REGRESSIONS: &[u64] = &[
     206, 353, 446, 1172, 1503, 3815, 4252, 4623, 5121, 7791, 131, 176, 1219, 1971, 3006, 4610,
-    5340, 7104, 7850, 3686,
+    5340, 7104, 7850, 3686, 90400,
 ];
 
 /// How often the random schedules' test reports its progress.
@@ -736,6 +757,8 @@ fn a_node_marked_while_it_feeds_on_its_peers_is_released_only_once_reset() {
         watchdog_fencing: true,
         clock_ppm: vec![0; sim::world::WORKERS],
         watchdog_ppm: vec![0; sim::world::WORKERS],
+        magic_close: vec![true; sim::world::WORKERS],
+        nowayout: vec![false; sim::world::WORKERS],
     };
     let outcome = sim::play::run_scripted_with_companions(1, script, plan);
     assert!(

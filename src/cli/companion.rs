@@ -56,9 +56,10 @@ pub struct CompanionArgs {
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:9441")]
     pub peer_listen: std::net::SocketAddr,
     /// A directory that outlives the process but not the pod (an emptyDir, medium
-    /// Memory): the node, the cluster's size and the peer keys are kept there, so a
-    /// companion restarted after a crash feeds its still-armed watchdog on its peers'
-    /// answers even while the whole control plane is out.
+    /// Memory): the node, the cluster's size, the replicas' peer and authority keys,
+    /// this companion's credentials and its private key are kept there (mode 0600), so
+    /// a companion restarted after a crash feeds its still-armed watchdog on its peers'
+    /// answers, and answers them, even while the whole control plane is out.
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<std::path::PathBuf>,
 }

@@ -325,7 +325,8 @@ fn lock_memory() -> Result<(), String> {
 
 /// Whether the watchdog may be armed now: feeding is allowed on `basis`, and every
 /// basis of the rule can be held (`every_basis`: a replica told the cluster's size and
-/// gave a peer key), unless `on_any_basis` (no state directory: a predecessor's
+/// gave a peer key and its authority key, with which peers' answers are asked and
+/// checked), unless `on_any_basis` (no state directory: a predecessor's
 /// watchdog may be counting, and must be fed within W).
 pub(super) fn may_arm(basis: Option<Basis>, on_any_basis: bool, every_basis: bool) -> bool {
     basis.is_some() && (on_any_basis || every_basis)

@@ -50,7 +50,7 @@ pub mod resolve;
 mod shared;
 pub mod state;
 
-use replicas::{RESOLVE_EVERY, first_hello, follow_replicas, link, peer_key_of};
+use replicas::{RESOLVE_EVERY, first_hello, follow_replicas, link, replica_keys_of};
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -149,7 +149,8 @@ pub struct Status {
     pub acknowledged: u64,
     pub marked: bool,
     /// The device's identity and granted timeout, once armed (when feeding was first
-    /// allowed and a replica had told the cluster's size and a peer key).
+    /// allowed and a replica had told the cluster's size, a peer key and its authority
+    /// key).
     pub armed: Option<(String, Duration)>,
     pub feeding: bool,
     /// What the feeding rests on now.
@@ -158,9 +159,16 @@ pub struct Status {
     pub api_reads: u64,
     /// The peers' addresses last looked up.
     pub peers_known: usize,
-    /// Rounds of questions to the peers, and answers taken.
+    /// Rounds of questions to the peers, and answers taken (a node's first of a round,
+    /// or one that says it reaches the control plane after it said neither).
     pub peer_rounds: u64,
     pub peer_answers: u64,
+    /// Answers refused: from an address not among the peers, malformed, or whose
+    /// credential or signature does not verify.
+    pub peer_answers_refused: u64,
+    /// Credentials held (one per replica that issued one): this companion answers its
+    /// peers only under one.
+    pub credentials: usize,
     /// Feeds that completed later than the scheduling allowance after their decision.
     pub stalls: u64,
     /// What the latest leader's acknowledgement said of the node's policy: arm the
@@ -208,13 +216,22 @@ pub async fn run(
             }
         });
     let armed_before = resumed.as_ref().is_some_and(|kept| kept.armed);
-    let (first, node, isolation_timeout, interval, cluster, peer_keys) = match resumed {
+    // Its own key, which its answers to its peers are signed with: the predecessor's
+    // (its credentials bind it), or a new one.
+    let signing_key = match resumed.as_ref().and_then(|kept| kept.signing_key.clone()) {
+        Some(key) => key,
+        None => nodefence_watchdog::wire::SigningKey::generate()
+            .context("no randomness for the companion's key")?,
+    };
+    let (first, node, isolation_timeout, interval, cluster, replica_keys) = match resumed {
         Some(kept) => {
             tracing::warn!(
                 node = %kept.node,
                 cluster = kept.cluster,
-                peer_keys = kept.peer_keys.len(),
-                "resuming after a predecessor's crash: its node, timing, cluster size and peer keys, before any hello"
+                replicas = kept.replicas.len(),
+                credentials = kept.replicas.values().filter(|r| r.credential.is_some()).count(),
+                "resuming after a predecessor's crash: its node, timing, cluster size, peer \
+                 keys, authority keys and credentials, before any hello"
             );
             (
                 None,
@@ -222,12 +239,13 @@ pub async fn run(
                 kept.isolation_timeout,
                 kept.heartbeat_interval,
                 kept.cluster,
-                kept.peer_keys,
+                kept.replicas,
             )
         }
         None => {
-            let (addr, hello, session) = first_hello(&options, &host, port).await;
-            let keys = peer_key_of(&hello)
+            let (addr, hello, session) =
+                first_hello(&options, &host, port, signing_key.public()).await;
+            let keys = replica_keys_of(&hello, signing_key.public())
                 .map(|k| std::collections::BTreeMap::from([(addr, k)]))
                 .unwrap_or_default();
             (
@@ -240,6 +258,10 @@ pub async fn run(
             )
         }
     };
+    let credentials = replica_keys
+        .values()
+        .filter(|r| r.credential.is_some())
+        .count();
     let timing = Timing {
         isolation_timeout,
         ..Timing::default()
@@ -259,7 +281,10 @@ pub async fn run(
             &timing,
             interval,
             cluster,
-            peer_keys,
+            shared::PeerKeys {
+                replicas: replica_keys,
+                signing_key,
+            },
             status.clone(),
             options.state_dir.clone(),
         )
@@ -273,10 +298,11 @@ pub async fn run(
         .store(armed_before, std::sync::atomic::Ordering::SeqCst);
     shared.keep();
     shared.status().node = Some(node.clone());
+    shared.status().credentials = credentials;
     tracing::info!(node = %node, "companion beating");
     // Armed only once feeding is first allowed (never, if marked before that), and
     // only once every basis of the feeding rule can be held: a replica told the
-    // cluster's size and gave a peer key. Armed on the API server's answer alone, a
+    // cluster's size and gave a peer key and its authority key. Armed on the API server's answer alone, a
     // companion that had not heard a replica yet (its node just rebooted, its link to
     // nodefence down) could not feed on its peers, and an outage of the whole control
     // plane a moment later reset a machine doing its work (simulation seed 7850).
@@ -448,13 +474,19 @@ mod tests {
     use super::*;
 
     use feeder::may_arm;
-    use nodefence_watchdog::wire::Key;
+    use nodefence_watchdog::wire::{Key, PublicKey, SigningKey};
 
-    fn shared(cluster: u16, keys: usize) -> Shared {
-        let peer_keys = (0..keys)
+    /// `keys` replicas' keys, the first `authorities` of them with their authority's.
+    fn shared_with(cluster: u16, keys: usize, authorities: usize) -> Shared {
+        let replica_keys = (0..keys)
             .map(|i| {
                 let addr = std::net::SocketAddr::from(([10, 0, 0, i as u8], 9443));
-                (addr, Key([i as u8; 32]))
+                let keys = state::ReplicaKeys {
+                    peer: Key([i as u8; 32]),
+                    authority: (i < authorities).then_some(PublicKey([i as u8; 32])),
+                    credential: None,
+                };
+                (addr, keys)
             })
             .collect();
         Shared::new(
@@ -462,10 +494,17 @@ mod tests {
             &Timing::default(),
             Duration::from_millis(500),
             cluster,
-            peer_keys,
+            shared::PeerKeys {
+                replicas: replica_keys,
+                signing_key: SigningKey::from_seed([9; 32]),
+            },
             Arc::default(),
             None,
         )
+    }
+
+    fn shared(cluster: u16, keys: usize) -> Shared {
+        shared_with(cluster, keys, keys)
     }
 
     /// Simulation seed 7850: a companion that fed on the API server's answer before
@@ -477,6 +516,10 @@ mod tests {
     fn the_watchdog_is_armed_only_once_the_peers_could_be_asked() {
         assert!(!shared(0, 1).can_hold_every_basis(), "no size told");
         assert!(!shared(5, 0).can_hold_every_basis(), "no peer key");
+        assert!(
+            !shared_with(5, 1, 0).can_hold_every_basis(),
+            "no authority key: no answer could be checked"
+        );
         assert!(shared(5, 1).can_hold_every_basis());
         for basis in [Basis::Leader, Basis::ApiServer, Basis::Peers] {
             assert!(!may_arm(Some(basis), false, false), "{basis:?}");

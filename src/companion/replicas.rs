@@ -8,13 +8,14 @@ use std::time::Duration;
 use anyhow::Context as _;
 use base64::Engine as _;
 use nodefence_watchdog::session::CompanionEnd;
-use nodefence_watchdog::wire::{self, Key, WatchdogState};
+use nodefence_watchdog::wire::{self, Credential, Key, PublicKey, WatchdogState};
 use tokio::net::UdpSocket;
 use tokio_util::task::AbortOnDropHandle;
 
 use super::Options;
 use super::resolve::LOOKUP_TIMEOUT;
 use super::shared::Shared;
+use super::state::ReplicaKeys;
 use crate::heartbeat::hello;
 
 /// How often the replicas' addresses are looked up again (a rollout moves them).
@@ -33,12 +34,13 @@ pub(super) async fn first_hello(
     options: &Options,
     host: &str,
     port: u16,
+    public_key: PublicKey,
 ) -> (std::net::SocketAddr, hello::Session, Session) {
     loop {
         let addresses = resolve(options, host, port).await;
         let mut last = None;
         for addr in &addresses {
-            match open_session(options, host, *addr).await {
+            match open_session(options, host, *addr, public_key).await {
                 Ok(s) => {
                     last = Some(Ok((*addr, s)));
                     break;
@@ -109,11 +111,13 @@ pub(super) fn follow_replicas(
     shared.set_replicas(links.keys().copied());
 }
 
-/// A hello to the replica at `addr`: its session, and a socket for its beats.
+/// A hello to the replica at `addr` (saying this companion's public key): its session,
+/// and a socket for its beats.
 async fn open_session(
     options: &Options,
     host: &str,
     addr: std::net::SocketAddr,
+    public_key: PublicKey,
 ) -> anyhow::Result<(hello::Session, Session)> {
     let tls = crate::tls::client_config(&options.tls).map_err(|e| anyhow::anyhow!(e.0))?;
     let mut builder = reqwest::Client::builder()
@@ -132,6 +136,7 @@ async fn open_session(
     let said = hello::Request {
         boot_id: Some(options.boot_id.clone()),
         virtual_machine: options.machine.resolve().is_some(),
+        public_key: Some(hello::encode_key(&public_key)),
     };
     let hello = say_hello(&http, &url, &options.token_file, &said).await?;
     let id: u64 = hello
@@ -180,9 +185,12 @@ pub(super) async fn link(
     loop {
         let mut s = match session.take() {
             Some(s) => s,
-            None => match open_session(&options, &host, addr).await {
+            None => match open_session(&options, &host, addr, shared.signing_key.public()).await {
                 Ok((hello, s)) => {
-                    shared.keep_peer_key(addr, peer_key_of(&hello));
+                    shared.keep_replica_keys(
+                        addr,
+                        replica_keys_of(&hello, shared.signing_key.public()),
+                    );
                     s
                 }
                 Err(e) => {
@@ -321,8 +329,44 @@ async fn stop_acknowledged(shared: &Shared, s: &mut Session, addr: std::net::Soc
     false
 }
 
+/// What a hello gave for the peers (`None`: no well-formed peer key): the authority
+/// key, if well-formed, and the credential, if that authority signed it for the node
+/// the hello names and this companion's key `own`.
+pub(super) fn replica_keys_of(hello: &hello::Session, own: PublicKey) -> Option<ReplicaKeys> {
+    let peer = peer_key_of(hello)?;
+    let authority = hello.authority_key.as_deref().and_then(|encoded| {
+        let key = hello::decode_key(encoded);
+        if key.is_none() {
+            tracing::warn!("the hello's authority key is not 32 bytes of base64: ignored");
+        }
+        key
+    });
+    let credential = match (&hello.credential, authority) {
+        (Some(encoded), Some(authority)) => {
+            let credential = base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .ok()
+                .and_then(|c| Credential::open(&c, &[authority]).ok())
+                .filter(|c| c.node() == hello.node && c.subject == own);
+            if credential.is_none() {
+                tracing::warn!(
+                    "the hello's credential is not its authority's for this node and key: \
+                     this companion cannot answer its peers under it"
+                );
+            }
+            credential
+        }
+        _ => None,
+    };
+    Some(ReplicaKeys {
+        peer,
+        authority,
+        credential,
+    })
+}
+
 /// The peer key a hello gave, if it gave a well-formed one.
-pub(super) fn peer_key_of(hello: &hello::Session) -> Option<Key> {
+fn peer_key_of(hello: &hello::Session) -> Option<Key> {
     let encoded = hello.peer_key.as_ref()?;
     match base64::engine::general_purpose::STANDARD
         .decode(encoded)

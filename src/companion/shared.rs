@@ -1,6 +1,7 @@
 //! What the companion's parts share: the feeding rule's state, the status, the
-//! watchdog's state for the beats, the cluster's size and the peer keys (kept for a
-//! successor), and the clock they all read.
+//! watchdog's state for the beats, the cluster's size, what each replica gave for the
+//! peers and this companion's own key (kept for a successor), and the clock they all
+//! read.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -12,10 +13,17 @@ use std::time::Duration;
 use nodefence_watchdog::feeding::Feeding;
 use nodefence_watchdog::session::Identity;
 use nodefence_watchdog::timing::Timing;
-use nodefence_watchdog::wire::{Key, WatchdogState};
+use nodefence_watchdog::wire::{Credential, Key, PublicKey, SigningKey, WatchdogState};
 
 use super::clock::BootClock;
+use super::state::ReplicaKeys;
 use super::{Status, peers, state};
+
+/// What a companion holds for its peers: what each replica gave, and its own key.
+pub(super) struct PeerKeys {
+    pub(super) replicas: std::collections::BTreeMap<SocketAddr, ReplicaKeys>,
+    pub(super) signing_key: SigningKey,
+}
 
 /// What every replica's link, the API and peers' tasks and the feeding thread share.
 /// Its locks are held for a few reads or writes of memory, never across I/O.
@@ -32,8 +40,11 @@ pub(super) struct Shared {
     /// The largest cluster size an acknowledgement carried: a peer majority is
     /// counted of at least this many.
     pub(super) cluster: std::sync::atomic::AtomicU16,
-    /// The peer key each replica gave at its last hello, by its address.
-    pub(super) peer_keys: std::sync::Mutex<std::collections::BTreeMap<std::net::SocketAddr, Key>>,
+    /// What each replica gave at its last hello for the peers, by its address.
+    pub(super) replica_keys: std::sync::Mutex<std::collections::BTreeMap<SocketAddr, ReplicaKeys>>,
+    /// This companion's own key: its answers to its peers are signed with it, under
+    /// the credentials the replicas issued it.
+    pub(super) signing_key: SigningKey,
     /// Its node and timing, and where they are kept with the size and the keys.
     pub(super) node: String,
     pub(super) isolation_timeout: Duration,
@@ -66,7 +77,7 @@ impl Shared {
         timing: &Timing,
         interval: Duration,
         cluster: u16,
-        peer_keys: std::collections::BTreeMap<std::net::SocketAddr, Key>,
+        keys: PeerKeys,
         status: Arc<std::sync::Mutex<Status>>,
         state_dir: Option<PathBuf>,
     ) -> Self {
@@ -80,7 +91,8 @@ impl Shared {
             interval: interval.max(Duration::from_millis(50)),
             leader_heard: std::sync::Mutex::new(started),
             cluster: std::sync::atomic::AtomicU16::new(cluster),
-            peer_keys: std::sync::Mutex::new(peer_keys),
+            replica_keys: std::sync::Mutex::new(keys.replicas),
+            signing_key: keys.signing_key,
             node,
             isolation_timeout: timing.isolation_timeout,
             state_dir,
@@ -185,15 +197,11 @@ impl Shared {
         self.cluster.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// A replica told the cluster's size and gave a peer key: the peers can be asked
-    /// (the feeding rule's third basis), so the watchdog may be armed.
+    /// A replica told the cluster's size and gave a peer key and its authority key:
+    /// the peers can be asked, and their answers checked (the feeding rule's third
+    /// basis), so the watchdog may be armed.
     pub(super) fn can_hold_every_basis(&self) -> bool {
-        self.cluster() > 0
-            && !self
-                .peer_keys
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .is_empty()
+        self.cluster() > 0 && !self.authorities().is_empty()
     }
 
     /// An acknowledgement said the cluster has `size` companions' Nodes.
@@ -216,11 +224,8 @@ impl Shared {
             isolation_timeout: self.isolation_timeout,
             heartbeat_interval: self.interval,
             cluster: self.cluster(),
-            peer_keys: self
-                .peer_keys
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone(),
+            replicas: self.replica_keys().clone(),
+            signing_key: Some(self.signing_key.clone()),
             armed: self.armed_before.load(Ordering::SeqCst),
         };
         if let Err(e) = state::save(dir, &kept) {
@@ -228,23 +233,54 @@ impl Shared {
         }
     }
 
-    /// The peer keys held, each once.
-    pub(super) fn peer_keys(&self) -> Vec<Key> {
-        let keys = self.peer_keys.lock().unwrap_or_else(|e| e.into_inner());
-        peers::distinct(keys.values().cloned())
+    fn replica_keys(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<SocketAddr, ReplicaKeys>> {
+        self.replica_keys.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A hello to the replica at `replica` gave this peer key.
-    pub(super) fn keep_peer_key(&self, replica: std::net::SocketAddr, key: Option<Key>) {
-        if let Some(key) = key {
-            let before = self
-                .peer_keys
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(replica, key.clone());
-            if before.as_ref() != Some(&key) {
-                self.keep();
-            }
+    /// The peer keys held, each once (a question is sealed under each).
+    pub(super) fn peer_keys(&self) -> Vec<Key> {
+        peers::distinct(self.replica_keys().values().map(|r| r.peer.clone()))
+    }
+
+    /// The replicas' authority keys held, each once (an answer counts under a
+    /// credential one of them signed).
+    pub(super) fn authorities(&self) -> Vec<PublicKey> {
+        let mut out: Vec<PublicKey> = self
+            .replica_keys()
+            .values()
+            .filter_map(|r| r.authority)
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// Each peer key with the credential the same replica issued: a question that
+    /// opens under the key is answered with that credential (its asker holds that
+    /// replica's authority key).
+    pub(super) fn answer_keys(&self) -> Vec<(Key, Credential)> {
+        self.replica_keys()
+            .values()
+            .filter_map(|r| Some((r.peer.clone(), r.credential.clone()?)))
+            .collect()
+    }
+
+    /// A hello to the replica at `replica` gave these keys (`None`: no peer key).
+    pub(super) fn keep_replica_keys(&self, replica: SocketAddr, keys: Option<ReplicaKeys>) {
+        let Some(keys) = keys else {
+            return;
+        };
+        let (before, credentials) = {
+            let mut held = self.replica_keys();
+            let before = held.insert(replica, keys.clone());
+            let credentials = held.values().filter(|r| r.credential.is_some()).count();
+            (before, credentials)
+        };
+        self.status().credentials = credentials;
+        if before.as_ref() != Some(&keys) {
+            self.keep();
         }
     }
 

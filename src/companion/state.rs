@@ -1,22 +1,36 @@
 //! What a companion must keep across a crash of its own process: its node, the
-//! timing the replicas gave, the largest cluster size an acknowledgement told it, the
-//! peer keys, and whether it armed the watchdog (`--state-dir`, a memory-backed
-//! emptyDir of its pod). A successor whose predecessor armed it feeds it by its rule
-//! before it hears the node's policy; one whose predecessor never armed it waits for
-//! the leader to say the policy wants it.
+//! timing the replicas gave, the largest cluster size an acknowledgement told it,
+//! what each replica gave it for its peers, its own private key, and whether it armed
+//! the watchdog (`--state-dir`, a memory-backed emptyDir of its pod). A successor
+//! whose predecessor armed it feeds it by its rule before it hears the node's policy;
+//! one whose predecessor never armed it waits for the leader to say the policy wants
+//! it.
 //!
 //! A companion that crashes leaves an armed watchdog counting (closed without the
 //! magic character). Its successor must feed it within W, and during an outage of the
 //! whole control plane it can do so only on its peers' answers (the feeding rule's
-//! third basis), for which it needs the cluster's size and the peer keys: without them
-//! a crash during the outage reset a machine doing its work (simulation seeds 176 and
-//! 243, invariant 11). With them the successor starts where its predecessor stood,
-//! before any hello: the same size (a majority of at least what the leader can prove it
-//! was told) and the same keys. A fresh feeding state is no looser than the one lost.
+//! third basis), for which it needs the cluster's size, the peer keys and the
+//! replicas' authority keys: without them a crash during the outage reset a machine
+//! doing its work (simulation seeds 176 and 243, invariant 11). With them the
+//! successor starts where its predecessor stood, before any hello: the same size (a
+//! majority of at least what the leader can prove it was told), the same keys, and,
+//! answering its peers for its node, the same credentials and the key they bind. A
+//! fresh feeding state is no looser than the one lost.
+//!
+//! **What is stored here** (`companion-state.json`, mode 0600, written whole to a
+//! temporary file and renamed), each replica's by its address:
+//! - the peer key it gave (the peers' questions are sealed under it; every companion
+//!   holds the same ones);
+//! - its authority's public key (an answer counts only under a credential one of them
+//!   signed) and the credential it issued this companion's key, for this node;
+//! - this companion's private key (Ed25519, `signingKey`: its 32-byte seed). With it,
+//!   and a credential, whoever reads the file can answer the peers as this node, and as
+//!   no other: each node's key is its own, and a credential binds it to one node.
 //!
 //! The file lives only as long as the pod: a clean stop (which disarms) removes it, a
-//! new pod starts without it (nothing armed), the node's reboot empties the tmpfs.
-//! Written whole to a temporary file and renamed, mode 0600 (it holds the peer keys).
+//! new pod starts without it (nothing armed, a new key), the node's reboot empties the
+//! tmpfs. A state an earlier companion kept (peer keys only) is read: a key is made,
+//! and the credentials come with the next hellos.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -26,10 +40,21 @@ use std::time::Duration;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
-use crate::watchdog::wire::Key;
+use crate::watchdog::wire::{Credential, Key, PublicKey, SigningKey};
 
 /// The file's name in `--state-dir`.
 pub const STATE_FILE: &str = "companion-state.json";
+
+/// What one replica gave at the last hello to it, for the peers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaKeys {
+    /// The key the peers' questions are sealed under.
+    pub peer: Key,
+    /// Its authority's public key (`None`: a replica older than the credentials).
+    pub authority: Option<PublicKey>,
+    /// The credential it issued this companion's key, for its node.
+    pub credential: Option<Credential>,
+}
 
 /// The state kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,7 +63,10 @@ pub struct Kept {
     pub isolation_timeout: Duration,
     pub heartbeat_interval: Duration,
     pub cluster: u16,
-    pub peer_keys: BTreeMap<SocketAddr, Key>,
+    /// By the replica's address.
+    pub replicas: BTreeMap<SocketAddr, ReplicaKeys>,
+    /// This companion's private key (`None` in a state an earlier companion kept).
+    pub signing_key: Option<SigningKey>,
     /// The watchdog was armed (written before the device is opened).
     pub armed: bool,
 }
@@ -52,6 +80,16 @@ struct OnDisk {
     cluster: u16,
     /// Replica address → base64 key.
     peer_keys: BTreeMap<SocketAddr, String>,
+    /// Replica address → base64 public key of its authority (absent in an earlier
+    /// state, as the two below).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    authority_keys: BTreeMap<SocketAddr, String>,
+    /// Replica address → base64 credential it issued.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    credentials: BTreeMap<SocketAddr, String>,
+    /// This companion's private key: its seed, base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    signing_key: Option<String>,
     /// Absent in a state an earlier companion kept: it armed on the first basis.
     #[serde(default = "armed_by_default")]
     armed: bool,
@@ -96,21 +134,71 @@ pub fn load(dir: &Path) -> Result<Option<Kept>, StateError> {
     if disk.node.is_empty() || disk.isolation_timeout_ms == 0 || disk.heartbeat_interval_ms == 0 {
         return Err(malformed("no node or no timing".into()));
     }
-    let mut peer_keys = BTreeMap::new();
-    for (addr, encoded) in disk.peer_keys {
-        let key = base64::engine::general_purpose::STANDARD
+    let decode = |encoded: &str| {
+        base64::engine::general_purpose::STANDARD
             .decode(encoded)
             .ok()
-            .and_then(|k| <[u8; 32]>::try_from(k).ok())
+    };
+    let bytes32 = |encoded: &str| decode(encoded).and_then(|k| <[u8; 32]>::try_from(k).ok());
+    let signing_key = match &disk.signing_key {
+        Some(encoded) => Some(SigningKey::from_seed(bytes32(encoded).ok_or_else(
+            || malformed("the companion's private key is not 32 bytes".into()),
+        )?)),
+        None => None,
+    };
+    let mut replicas = BTreeMap::new();
+    for (addr, encoded) in &disk.peer_keys {
+        let key = bytes32(encoded)
             .ok_or_else(|| malformed(format!("the peer key of {addr} is not 32 bytes")))?;
-        peer_keys.insert(addr, Key(key));
+        let authority = match disk.authority_keys.get(addr) {
+            Some(encoded) => Some(PublicKey(bytes32(encoded).ok_or_else(|| {
+                malformed(format!("the authority key of {addr} is not 32 bytes"))
+            })?)),
+            None => None,
+        };
+        let credential = match (disk.credentials.get(addr), authority, &signing_key) {
+            (None, ..) => None,
+            (Some(encoded), Some(authority), Some(own)) => {
+                let credential = decode(encoded)
+                    .and_then(|c| Credential::open(&c, &[authority]).ok())
+                    .filter(|c| c.node() == disk.node && c.subject == own.public())
+                    .ok_or_else(|| {
+                        malformed(format!(
+                            "the credential of {addr} is not its authority's for this node's key"
+                        ))
+                    })?;
+                Some(credential)
+            }
+            (Some(_), ..) => {
+                return Err(malformed(format!(
+                    "a credential of {addr} without its authority or the companion's key"
+                )));
+            }
+        };
+        replicas.insert(
+            *addr,
+            ReplicaKeys {
+                peer: Key(key),
+                authority,
+                credential,
+            },
+        );
+    }
+    if let Some(addr) = disk
+        .authority_keys
+        .keys()
+        .chain(disk.credentials.keys())
+        .find(|a| !disk.peer_keys.contains_key(a))
+    {
+        return Err(malformed(format!("keys of {addr} without its peer key")));
     }
     Ok(Some(Kept {
         node: disk.node,
         isolation_timeout: Duration::from_millis(disk.isolation_timeout_ms),
         heartbeat_interval: Duration::from_millis(disk.heartbeat_interval_ms),
         cluster: disk.cluster,
-        peer_keys,
+        replicas,
+        signing_key,
         armed: disk.armed,
     }))
 }
@@ -118,6 +206,7 @@ pub fn load(dir: &Path) -> Result<Option<Kept>, StateError> {
 /// Writes `kept` whole (a temporary file renamed over the last one).
 pub fn save(dir: &Path, kept: &Kept) -> Result<(), StateError> {
     let path = path_in(dir);
+    let b64 = base64::engine::general_purpose::STANDARD;
     let disk = OnDisk {
         node: kept.node.clone(),
         isolation_timeout_ms: u64::try_from(kept.isolation_timeout.as_millis()).unwrap_or(u64::MAX),
@@ -125,10 +214,21 @@ pub fn save(dir: &Path, kept: &Kept) -> Result<(), StateError> {
             .unwrap_or(u64::MAX),
         cluster: kept.cluster,
         peer_keys: kept
-            .peer_keys
+            .replicas
             .iter()
-            .map(|(a, k)| (*a, base64::engine::general_purpose::STANDARD.encode(k.0)))
+            .map(|(a, r)| (*a, b64.encode(r.peer.0)))
             .collect(),
+        authority_keys: kept
+            .replicas
+            .iter()
+            .filter_map(|(a, r)| Some((*a, b64.encode(r.authority?.0))))
+            .collect(),
+        credentials: kept
+            .replicas
+            .iter()
+            .filter_map(|(a, r)| Some((*a, b64.encode(r.credential.as_ref()?.to_bytes()))))
+            .collect(),
+        signing_key: kept.signing_key.as_ref().map(|k| b64.encode(k.seed())),
         armed: kept.armed,
     };
     let bytes = serde_json::to_vec(&disk).map_err(|e| StateError::Malformed {
@@ -172,19 +272,45 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::watchdog::wire;
 
     fn kept() -> Kept {
+        let own = SigningKey::from_seed([3; 32]);
+        let authority = SigningKey::from_seed([1; 32]);
+        let credential = Credential::issue(
+            &authority,
+            own.public(),
+            "worker-1",
+            wire::BootId::of("boot-1"),
+            4,
+        );
         Kept {
             node: "worker-1".into(),
             isolation_timeout: Duration::from_secs(2),
             heartbeat_interval: Duration::from_millis(500),
             cluster: 5,
-            peer_keys: [
-                ("10.0.0.1:9440".parse().unwrap(), Key([7; 32])),
-                ("10.0.0.2:9440".parse().unwrap(), Key([9; 32])),
+            replicas: [
+                (
+                    "10.0.0.1:9440".parse().unwrap(),
+                    ReplicaKeys {
+                        peer: Key([7; 32]),
+                        authority: Some(authority.public()),
+                        credential,
+                    },
+                ),
+                (
+                    // A replica older than the credentials.
+                    "10.0.0.2:9440".parse().unwrap(),
+                    ReplicaKeys {
+                        peer: Key([9; 32]),
+                        authority: None,
+                        credential: None,
+                    },
+                ),
             ]
             .into_iter()
             .collect(),
+            signing_key: Some(own),
             armed: true,
         }
     }
@@ -202,7 +328,7 @@ mod tests {
                 .unwrap()
                 .permissions()
                 .mode();
-            assert_eq!(mode & 0o777, 0o600, "it holds the peer keys");
+            assert_eq!(mode & 0o777, 0o600, "it holds the node's private key");
         }
         let mut grown = kept();
         grown.cluster = 6;
@@ -211,6 +337,49 @@ mod tests {
         remove(dir.path()).unwrap();
         assert_eq!(load(dir.path()).unwrap(), None);
         remove(dir.path()).unwrap();
+    }
+
+    /// An earlier companion kept the peer keys alone: read, with no key of its own
+    /// (its successor makes one) and no credential.
+    #[test]
+    fn a_state_an_earlier_companion_kept_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            path_in(dir.path()),
+            r#"{"node":"worker-1","isolationTimeoutMs":2000,"heartbeatIntervalMs":500,
+                "cluster":3,"peerKeys":{"10.0.0.1:9440":"BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc="}}"#,
+        )
+        .unwrap();
+        let kept = load(dir.path()).unwrap().unwrap();
+        assert_eq!(kept.signing_key, None);
+        assert_eq!(
+            kept.replicas.values().cloned().collect::<Vec<_>>(),
+            vec![ReplicaKeys {
+                peer: Key([7; 32]),
+                authority: None,
+                credential: None
+            }]
+        );
+    }
+
+    /// A credential kept must be its authority's, for this node and this companion's
+    /// key: anything else is not a state this companion wrote.
+    #[test]
+    fn a_kept_credential_for_another_node_or_key_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut other_key = kept();
+        other_key.signing_key = Some(SigningKey::from_seed([4; 32]));
+        save(dir.path(), &other_key).unwrap();
+        let e = load(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("credential of 10.0.0.1:9440"), "{e}");
+        let mut other_node = kept();
+        other_node.node = "worker-2".into();
+        save(dir.path(), &other_node).unwrap();
+        assert!(load(dir.path()).is_err());
+        let mut no_key = kept();
+        no_key.signing_key = None;
+        save(dir.path(), &no_key).unwrap();
+        assert!(load(dir.path()).is_err());
     }
 
     #[test]

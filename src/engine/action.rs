@@ -294,17 +294,13 @@ impl Action {
 }
 
 /// What the watchdog level's mark and release rest on besides the heartbeat: the
-/// proof may rest only on beats of the boot the Node reports now, from the companion
-/// that was beating when nodefence last saw the kubelet renew its Lease (one silent
-/// before that, of a crash or of a boot it never ran in, proves nothing of this
-/// incident), and on a virtual machine only where the policy opted it in.
+/// proof may rest only on beats of the boot the Node reports now (a companion's of a
+/// boot since reset proves nothing of the boot that runs), and on a virtual machine
+/// only where the policy opted it in.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct WatchdogContext {
     /// The boot the Node reports (`status.nodeInfo.bootID`).
     pub boot_id: Option<String>,
-    /// When nodefence saw the kubelet's last Lease renewal (its own clock; `None`:
-    /// only at first sight, e.g. by a new leader).
-    pub lease_renewal_seen: Option<SystemTime>,
     /// The policy's `watchdog_fencing_on_vm`: the operator's reason for trusting the
     /// watchdog of a virtual machine.
     pub on_virtual_machine: Option<String>,

@@ -222,7 +222,6 @@ pub(super) fn decide(
 fn context(facts: &super::facts::NodeFacts, policy: &Policy) -> super::action::WatchdogContext {
     super::action::WatchdogContext {
         boot_id: facts.boot_id.clone(),
-        lease_renewal_seen: facts.lease_change_seen,
         on_virtual_machine: policy.watchdog_fencing_on_vm.clone(),
     }
 }

@@ -13,6 +13,10 @@
 //!   that beat, the leadership and the mark; when it refuses, it writes nothing;
 //! - the companion takes only an acknowledgement of a beat it sent (within its
 //!   window), and learns that beat's own sending time, not one the datagram says;
+//! - a peer's answer opens only with a credential the replica's authority signed and
+//!   the signature of that credential's key (a body is signed with the companion's
+//!   key, its first bytes made a genuine credential at will, so the checks behind the
+//!   signatures are reached), names the credential's node, and has one encoding;
 //! - a look at the silent companions without a walk says what a walk says;
 //! - a reviewed token binds a node only when authenticated, for the companion's
 //!   audience, as the companion's ServiceAccount, with exactly that one node.
@@ -29,7 +33,8 @@ use nodefence_watchdog::feeding::Reaching;
 use nodefence_watchdog::session::CompanionEnd;
 use nodefence_watchdog::timing::Timing;
 use nodefence_watchdog::wire::{
-    self, Ack, Answer, Beat, DeviceName, Key, PreparedKey, Question, WatchdogState,
+    self, Ack, Answer, Beat, BootId, Credential, DeviceName, Key, PreparedKey, Question,
+    SigningKey, WatchdogState,
 };
 
 use crate::heartbeat::hello::{self, AUDIENCE, NODE_NAME};
@@ -47,12 +52,33 @@ const STEP: Duration = Duration::from_millis(50);
 /// Bytes already in the answers' buffer: an acknowledgement goes after them.
 const BEFORE: &[u8] = b"earlier answers";
 
+/// The replica's authority key, the companion's own, and the credential the first
+/// signed for the second (the fuzzer cannot forge a signature; it can have a body
+/// signed, and a genuine credential put in it).
+static AUTHORITY: std::sync::LazyLock<SigningKey> =
+    std::sync::LazyLock::new(|| SigningKey::from_seed([0x11; 32]));
+static COMPANION_KEY: std::sync::LazyLock<SigningKey> =
+    std::sync::LazyLock::new(|| SigningKey::from_seed([0x22; 32]));
+static CREDENTIAL: std::sync::LazyLock<Vec<u8>> = std::sync::LazyLock::new(|| {
+    Credential::issue(
+        &AUTHORITY,
+        COMPANION_KEY.public(),
+        NODE,
+        BootId::of("fuzzed-boot"),
+        1,
+    )
+    .expect("the node's name fits a credential")
+    .to_bytes()
+});
+
 /// One record of the input: `flags`, a time step, a body's length (two bytes,
 /// big-endian), the body.
 /// `flags`: bits 0-1 the source (0 the bytes as they are, 1 the body sealed as kind
-/// bits 2-4, 2 the companion's next beat, 3 the table's last acknowledgement), bit 5
-/// the session id written over the body's first 8 bytes, bit 6 the table leads,
-/// bit 7 the node is marked. What happened, counted (for the seeds' tests).
+/// bits 2-4, or, for an answer's kind, signed with the companion's key, 2 the
+/// companion's next beat, 3 the table's last acknowledgement), bit 5 the session id
+/// written over the body's first 8 bytes (an answer's: the genuine credential over
+/// its first [`wire::CREDENTIAL_LEN`]), bit 6 the table leads, bit 7 the node is
+/// marked. What happened, counted (for the seeds' tests).
 pub fn heartbeat_datagrams(bytes: &[u8]) -> Tally {
     let mut tally = Tally::default();
     let mut table = Table::new(Timing::default());
@@ -75,6 +101,13 @@ pub fn heartbeat_datagrams(bytes: &[u8]) -> Tally {
         let (leader, marked) = (flags & 0x40 != 0, flags & 0x80 != 0);
         let datagram = match flags & 3 {
             0 => body.to_vec(),
+            1 if (flags >> 2) & 7 == wire::ANSWER_KIND => {
+                let mut body = body.to_vec();
+                if flags & 0x20 != 0 && body.len() >= wire::CREDENTIAL_LEN {
+                    body[..wire::CREDENTIAL_LEN].copy_from_slice(&CREDENTIAL);
+                }
+                wire::sign_body(&body, &COMPANION_KEY)
+            }
             1 => {
                 let mut body = body.to_vec();
                 if flags & 0x20 != 0 && body.len() >= 8 {
@@ -90,7 +123,7 @@ pub fn heartbeat_datagrams(bytes: &[u8]) -> Tally {
             }
             _ => last_ack.clone(),
         };
-        opens_one_way(&datagram);
+        tally.peers += usize::from(opens_one_way(&datagram));
 
         let mut out = BEFORE.to_vec();
         let answered = table.beat_into(
@@ -165,19 +198,20 @@ pub fn heartbeat_datagrams(bytes: &[u8]) -> Tally {
 }
 
 /// What [`heartbeat_datagrams`] saw happen: datagrams the table answered and
-/// refused, acknowledgements the companion took, and records after which the
-/// companion was silent.
+/// refused, acknowledgements the companion took, records after which the companion
+/// was silent, and datagrams that opened as a peers' question or answer.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Tally {
     pub answered: usize,
     pub refused: usize,
     pub taken: usize,
     pub silent: usize,
+    pub peers: usize,
 }
 
 /// Opened under a plain and a prepared key alike, as each kind; what opens seals back
-/// to the same bytes.
-fn opens_one_way(datagram: &[u8]) {
+/// to the same bytes. Whether it opened as a peers' question or answer.
+fn opens_one_way(datagram: &[u8]) -> bool {
     let _ = wire::kind(datagram);
     let _ = wire::session_of(datagram);
     let prepared = PreparedKey::from(&KEY);
@@ -197,14 +231,35 @@ fn opens_one_way(datagram: &[u8]) {
     }
     let question = Question::open(datagram, &KEY);
     assert_eq!(question, Question::open(datagram, &prepared));
-    if let Ok(q) = question {
+    if let Ok(q) = &question {
         assert_eq!(q.seal(&KEY), datagram, "a question with two encodings");
     }
-    let answer = Answer::open(datagram, &KEY);
-    assert_eq!(answer, Answer::open(datagram, &prepared));
-    if let Ok(a) = answer {
-        assert_eq!(a.seal(&KEY), datagram, "an answer with two encodings");
+    let answer = Answer::open(datagram, &[AUTHORITY.public()]);
+    // Parsed, then checked, it is what opening it says.
+    let checked = Answer::parse(datagram).and_then(|p| {
+        p.answer.credential.verify(&[AUTHORITY.public()])?;
+        p.verify_signature()?;
+        Ok(p.answer)
+    });
+    assert_eq!(answer, checked);
+    assert_eq!(
+        Answer::open(datagram, &[]).ok(),
+        None,
+        "an answer opened under no authority"
+    );
+    if let Ok(a) = &answer {
+        assert_eq!(
+            a.sign(&COMPANION_KEY),
+            datagram,
+            "an answer with two encodings"
+        );
+        assert_eq!(
+            (a.credential.node(), a.credential.subject),
+            (NODE, COMPANION_KEY.public()),
+            "an answer for a node or key no credential was issued"
+        );
     }
+    question.is_ok() || answer.is_ok()
 }
 
 /// The companion's hold on the control plane, from a body's first 16 bytes.
@@ -301,7 +356,8 @@ mod tests {
                 answered: 6,
                 refused: 8,
                 taken: 5,
-                silent: 2
+                silent: 2,
+                peers: 0
             }
         );
     }
@@ -311,18 +367,39 @@ mod tests {
         // A beat, an armed one, and one with every field at its limit; refused: an
         // unknown echo flag, watchdog state, an armed watchdog of no timeout or a
         // driver name not printable, a replay, another session, a byte too many, and
-        // every acknowledgement, question, answer and unknown kind.
+        // every acknowledgement, question, answer and unknown kind (the question opens
+        // as the peers' one; the answers, sealed under the peer key, are of the
+        // retired kind).
         assert_eq!(
             heartbeat_datagrams(&seed("heartbeat_datagrams", "sealed_bodies")),
             Tally {
                 answered: 3,
                 refused: 13,
                 taken: 0,
-                silent: 0
+                silent: 0,
+                peers: 1
             }
         );
         let as_they_come = heartbeat_datagrams(&seed("heartbeat_datagrams", "as_they_come"));
         assert_eq!((as_they_come.answered, as_they_come.refused), (0, 4));
+    }
+
+    #[test]
+    fn a_signed_answer_opens_only_with_the_genuine_credential_and_a_well_formed_body() {
+        // Opened: two answers with the genuine credential (reach neither, the API
+        // server) and a question. Refused: a reach out of range, a credential of an
+        // authority not held, one with no name, a byte short, a byte too many, and the
+        // retired answer sealed under the peer key. The table refuses all nine.
+        assert_eq!(
+            heartbeat_datagrams(&seed("heartbeat_datagrams", "signed_answers")),
+            Tally {
+                answered: 0,
+                refused: 9,
+                taken: 0,
+                silent: 0,
+                peers: 3
+            }
+        );
     }
 
     #[test]

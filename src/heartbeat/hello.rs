@@ -1,6 +1,11 @@
 //! A companion's hello: it proves which node it runs on with its projected
 //! ServiceAccount token (audience [`AUDIENCE`]), over TLS to a certificate it
-//! trusts, and gets a session (an id and a key) for its beats to this replica.
+//! trusts, and gets a session (an id and a key) for its beats to this replica, and
+//! what it needs for its peers: the peer key their questions are sealed under, this
+//! replica's authority key, and a credential, signed with it, that binds the
+//! companion's own public key (sent in the hello) to the node its token proved
+//! ([`nodefence_watchdog::wire::Credential`]). Its peers count its answers by that
+//! node, once each.
 //!
 //! The token is reviewed by the API server (TokenReview, asking for [`AUDIENCE`]
 //! alone); it is accepted only when the review authenticates it for that audience,
@@ -8,10 +13,19 @@
 //! (`authentication.kubernetes.io/node-name`, Kubernetes 1.30+): the node a session
 //! beats for is the token's, never one the companion names, so a companion can speak
 //! for its own node alone. The token is never logged or echoed.
+//!
+//! **What is stored where**: a replica keeps its peer key and its authority's private
+//! key in its memory alone, made at its start (a restarted replica gives new ones, and
+//! a companion drops the old ones at its next hello to it); the credentials it issued
+//! it does not keep. A companion keeps what each replica gave it, and its own private
+//! key, in its state file ([`crate::companion::state`]), for a successor after a
+//! crash.
 
+use base64::Engine as _;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, TokenReviewStatus};
 use kube::Api;
 use kube::api::PostParams;
+use nodefence_watchdog::wire::PublicKey;
 use serde::{Deserialize, Serialize};
 
 /// The audience of the companion's projected token.
@@ -32,6 +46,25 @@ pub struct Request {
     /// Its machine is a virtual one.
     #[serde(default)]
     pub virtual_machine: bool,
+    /// Its own public key (Ed25519, base64), which its answers to its peers are signed
+    /// with: the replica issues a credential for it ([`Session::credential`]). A
+    /// companion older than the credentials sends none, and its answers count nowhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_key: Option<String>,
+}
+
+/// A public key as a hello carries it: 32 bytes, base64.
+pub fn encode_key(key: &PublicKey) -> String {
+    base64::engine::general_purpose::STANDARD.encode(key.0)
+}
+
+/// The public key `encoded` is, if it is 32 bytes of base64.
+pub fn decode_key(encoded: &str) -> Option<PublicKey> {
+    base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .ok()
+        .and_then(|k| <[u8; 32]>::try_from(k).ok())
+        .map(PublicKey)
 }
 
 /// The longest hello body read.
@@ -47,12 +80,25 @@ impl Request {
         if body.len() > MAX_REQUEST {
             return Err(format!("the hello's body is over {MAX_REQUEST} bytes"));
         }
-        serde_json::from_slice(body).map_err(|e| {
+        let said: Self = serde_json::from_slice(body).map_err(|e| {
             format!(
                 "the hello's body is not a companion's: {}",
                 crate::untrusted::text(&e.to_string(), 200)
             )
-        })
+        })?;
+        if said
+            .public_key
+            .as_deref()
+            .is_some_and(|k| decode_key(k).is_none())
+        {
+            return Err("the hello's public key is not 32 bytes of base64".into());
+        }
+        Ok(said)
+    }
+
+    /// The companion's public key, if it sent one (well-formed: [`Self::parse`]).
+    pub fn public_key(&self) -> Option<PublicKey> {
+        self.public_key.as_deref().and_then(decode_key)
     }
 }
 
@@ -69,11 +115,21 @@ pub struct Session {
     pub heartbeat_port: u16,
     pub heartbeat_interval_ms: u64,
     pub isolation_timeout_ms: u64,
-    /// The key the companions' peer questions and answers are sealed under, base64:
-    /// this replica's, made at its start and given to every companion that says hello
-    /// to it (so to every companion, which all beat to every replica). Never stored.
+    /// The key the companions' peer questions are sealed under, base64: this
+    /// replica's, made at its start and given to every companion that says hello to it
+    /// (so to every companion, which all beat to every replica). The replica keeps it in
+    /// memory alone; a companion in its state file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer_key: Option<String>,
+    /// This replica's authority key (Ed25519, public, base64), made at its start: a
+    /// peer's answer counts only under a credential it (or another replica) signed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authority_key: Option<String>,
+    /// The credential this replica issued the companion's public key, for the node the
+    /// token is bound to, base64 ([`nodefence_watchdog::wire::Credential`]): none when
+    /// the hello sent no key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential: Option<String>,
 }
 
 /// Why a token was refused (said to the companion; never the token).
@@ -238,6 +294,35 @@ mod tests {
         let e = Request::parse(b"{\"bootId\": 7}\r\nX").unwrap_err();
         assert!(e.contains("not a companion's") && !e.contains('\n'), "{e}");
         assert!(Request::parse(&vec![b'x'; MAX_REQUEST + 1]).is_err());
+        // Its public key: 32 bytes of base64, or the hello is refused.
+        let key = PublicKey([9; 32]);
+        let r = Request::parse(
+            format!(
+                r#"{{"bootId": "b-1", "publicKey": "{}"}}"#,
+                encode_key(&key)
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(r.public_key(), Some(key));
+        assert_eq!(
+            Request::parse(br#"{"bootId": "b-1"}"#)
+                .unwrap()
+                .public_key(),
+            None
+        );
+        let e = Request::parse(br#"{"publicKey": "c2hvcnQ="}"#).unwrap_err();
+        assert!(e.contains("public key"), "{e}");
+    }
+
+    /// A companion or a replica older than the credentials: each reads the other's
+    /// JSON (the fields they do not know are absent, or ignored).
+    #[test]
+    fn a_session_without_credentials_still_reads() {
+        let old = r#"{"node":"worker-1","session":"7","key":"a2V5","heartbeat_port":9440,
+            "heartbeat_interval_ms":500,"isolation_timeout_ms":2000,"peer_key":"a2V5"}"#;
+        let s: Session = serde_json::from_str(old).unwrap();
+        assert_eq!((s.authority_key, s.credential), (None, None));
     }
 
     #[test]

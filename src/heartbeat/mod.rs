@@ -29,7 +29,7 @@ use axum_server::tls_rustls::RustlsConfig;
 use base64::Engine as _;
 use nodefence_watchdog::release::{self, Armed, Evidence, Verdict};
 use nodefence_watchdog::timing::Timing;
-use nodefence_watchdog::wire::{Key, WatchdogState};
+use nodefence_watchdog::wire::{Credential, Key, SigningKey, WatchdogState};
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::time::Instant;
 
@@ -227,10 +227,19 @@ impl Heartbeat {
         let now = self.now();
         let wall = crate::clock::now();
         let marked = self.marked.read().unwrap_or_else(|e| e.into_inner());
+        let level = self
+            .watchdog_nodes
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
         self.with_table(|t| {
-            report::of_table(t, now, wall, self.heartbeat_timeout, |n| {
-                marked.contains_key(n)
-            })
+            report::of_table(
+                t,
+                now,
+                wall,
+                self.heartbeat_timeout,
+                |n| marked.contains_key(n),
+                |n| level.contains(n),
+            )
         })
     }
 
@@ -292,9 +301,12 @@ impl Heartbeat {
     }
 
     /// Whether the node's companion's watchdog can rest a release at all, as the Node
-    /// is now (`context`): armed, by a companion that names the boot the Node reports,
-    /// that was still beating when nodefence last saw the kubelet renew its Lease, and
-    /// not in a virtual machine unless the policy opted it in. The granted timeout, or
+    /// is now (`context`): armed, as the session the companion opened last reported it
+    /// (a new hello inherits nothing), by a companion that names the boot the Node
+    /// reports, and not in a virtual machine unless the policy opted it in. How long
+    /// ago the companion fell silent does not matter: its watchdog stays armed and
+    /// counting until every replica acknowledged a stop or a disarm, or the machine
+    /// rebooted (then the Node names another boot). The granted timeout, or
     /// why not. The mark is refused on the same grounds: it would only stop a node's
     /// feeding for nothing.
     pub fn watchdog_usable(
@@ -303,8 +315,6 @@ impl Heartbeat {
         context: &WatchdogContext,
     ) -> Result<Duration, String> {
         let granted = self.armed_or_why(node)?;
-        let now = self.now();
-        let wall = crate::clock::now();
         self.with_table(|t| {
             let Some(c) = t.companion(node) else {
                 return Err("the node has no companion".into());
@@ -331,18 +341,6 @@ impl Heartbeat {
                      no companion beats in this boot)",
                     crate::untrusted::field(reported)
                 ));
-            }
-            if let (Some(last), Some(seen)) = (c.last_beat, context.lease_renewal_seen) {
-                let last_wall = wall.checked_sub(now.saturating_sub(last)).unwrap_or(wall);
-                if last_wall + self.heartbeat_timeout < seen {
-                    return Err(format!(
-                        "its companion fell silent at {}, before nodefence saw the kubelet's last \
-                         Lease renewal at {}: that companion's watchdog is not this incident's \
-                         (a crash, and nothing beating since)",
-                        humantime::format_rfc3339_millis(last_wall),
-                        humantime::format_rfc3339_millis(seen)
-                    ));
-                }
             }
             if c.virtual_machine && context.on_virtual_machine.is_none() {
                 return Err(
@@ -423,6 +421,10 @@ struct HelloState {
     reviews: Arc<tokio::sync::Semaphore>,
     /// The companions' peer key this replica gives ([`hello::Session::peer_key`]).
     peer_key: Key,
+    /// This replica's authority key, which signs the companions' credentials
+    /// ([`hello::Session::credential`]), and how many it signed. Both in memory alone.
+    authority: Arc<SigningKey>,
+    issued: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// A heartbeat with an empty table, and the sender of its silences.
@@ -467,6 +469,11 @@ pub async fn start(
         port: addr.port(),
         reviews: Arc::new(tokio::sync::Semaphore::new(8)),
         peer_key: Key(random_key()?),
+        authority: Arc::new(
+            SigningKey::generate()
+                .ok_or_else(|| std::io::Error::other("no randomness for the authority key"))?,
+        ),
+        issued: Arc::new(std::sync::atomic::AtomicU64::new(0)),
     };
     let routes = axum::Router::new()
         .route(hello::PATH, post(session))
@@ -654,6 +661,29 @@ async fn session(
         .boot_id
         .as_deref()
         .map(nodefence_watchdog::wire::BootId::of);
+    // The companion's key bound to the node its token proved: its peers count its
+    // answers by that node.
+    let credential = said.public_key().and_then(|subject| {
+        let serial = state
+            .issued
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .wrapping_add(1);
+        let issued = Credential::issue(
+            &state.authority,
+            subject,
+            &node,
+            boot.unwrap_or_default(),
+            serial,
+        );
+        if issued.is_none() {
+            tracing::warn!(
+                node = %crate::untrusted::text(&node, 80),
+                "the node's name is not 1 to 253 bytes of printable ASCII: no credential, \
+                 its companion's answers count for no peer"
+            );
+        }
+        issued
+    });
     let (id, Key(key)) = match open_session(&state.table, &node, boot) {
         Ok(opened) => opened,
         Err(e) => {
@@ -673,6 +703,9 @@ async fn session(
         isolation_timeout_ms: u64::try_from(state.settings.timing.isolation_timeout.as_millis())
             .unwrap_or(u64::MAX),
         peer_key: Some(base64::engine::general_purpose::STANDARD.encode(state.peer_key.0)),
+        authority_key: Some(hello::encode_key(&state.authority.public())),
+        credential: credential
+            .map(|c| base64::engine::general_purpose::STANDARD.encode(c.to_bytes())),
     })
     .into_response()
 }
@@ -878,3 +911,6 @@ async fn follow_silence(
         });
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -37,6 +37,13 @@ pub struct CompanionReport {
     /// For a silent or stopped one: its last beat (RFC 3339, to the second).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_beat: Option<String>,
+    /// The node's policy has the watchdog level on (its companion is told to arm);
+    /// absent in what an older leader published.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<bool>,
+    /// Its watchdog is being disarmed (the level was turned off), still armed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub disarming: bool,
 }
 
 impl CompanionReport {
@@ -50,6 +57,17 @@ impl CompanionReport {
             (Some(w), Some(device)) => out.push_str(&format!(", watchdog {device} {w}s armed")),
             (Some(w), None) => out.push_str(&format!(", watchdog {w}s armed")),
             (None, _) => out.push_str(", no watchdog"),
+        }
+        // Why it is armed, or not.
+        match (self.watchdog_seconds.is_some(), self.disarming, self.level) {
+            (true, true, _) => out.push_str(" (disarming: its level was turned off)"),
+            (true, false, Some(true)) => out.push_str(" (its level is on)"),
+            (true, false, Some(false)) => {
+                out.push_str(" (its level is off: a driver that cannot stop, fed until reboot)")
+            }
+            (false, _, Some(true)) => out.push_str(" (its level is on: nothing to fence it by)"),
+            (false, _, Some(false)) => out.push_str(" (its level is off)"),
+            (_, _, None) => {}
         }
         if self.marked {
             out.push_str(", MARKED");
@@ -66,21 +84,19 @@ pub fn of_table(
     wall: SystemTime,
     timeout: Duration,
     marked: impl Fn(&str) -> bool,
+    level: impl Fn(&str) -> bool,
 ) -> Vec<CompanionReport> {
     table
         .companions()
         .filter_map(|(node, c)| {
             let last = c.last_beat?;
             let age = now.saturating_sub(last);
+            let alive = if age >= timeout { "silent" } else { "beating" };
             let (state, watchdog) = match c.watchdog {
                 WatchdogState::Stopping => ("stopped", None),
-                WatchdogState::Armed { granted, device } => (
-                    if age >= timeout { "silent" } else { "beating" },
-                    Some((granted, device)),
-                ),
-                WatchdogState::None | WatchdogState::Disarming { .. } => {
-                    (if age >= timeout { "silent" } else { "beating" }, None)
-                }
+                WatchdogState::Armed { granted, device }
+                | WatchdogState::Disarming { granted, device } => (alive, Some((granted, device))),
+                WatchdogState::None => (alive, None),
             };
             let last_beat = (state != "beating").then(|| {
                 humantime::format_rfc3339_seconds(wall - age.min(Duration::from_secs(1 << 32)))
@@ -93,6 +109,8 @@ pub fn of_table(
                 watchdog_device: watchdog.map(|(_, d)| d.as_str().to_string()),
                 marked: marked(node),
                 last_beat,
+                level: Some(level(node)),
+                disarming: matches!(c.watchdog, WatchdogState::Disarming { .. }),
             })
         })
         .collect()
@@ -139,15 +157,16 @@ mod tests {
             wall,
             Duration::from_secs(2),
             |n| n == "w2",
+            |n| n != "w4",
         );
         let cells: Vec<String> = report.iter().map(CompanionReport::describe).collect();
         assert_eq!(
             cells,
             [
-                "beating, watchdog iTCO_wdt 10s armed",
-                "silent since 2027-01-15T08:00:01Z, watchdog iTCO_wdt 10s armed, MARKED",
-                "stopped since 2027-01-15T08:00:08Z, no watchdog",
-                "beating, no watchdog",
+                "beating, watchdog iTCO_wdt 10s armed (its level is on)",
+                "silent since 2027-01-15T08:00:01Z, watchdog iTCO_wdt 10s armed (its level is on), MARKED",
+                "stopped since 2027-01-15T08:00:08Z, no watchdog (its level is on: nothing to fence it by)",
+                "beating, no watchdog (its level is off)",
             ]
         );
         // A later look at a steady fleet publishes the same thing.
@@ -157,6 +176,7 @@ mod tests {
             wall + Duration::from_millis(400),
             Duration::from_secs(2),
             |n| n == "w2",
+            |n| n != "w4",
         );
         assert_eq!(later, report);
     }

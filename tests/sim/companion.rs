@@ -86,6 +86,9 @@ pub struct Plan {
     pub clock_ppm: Vec<i64>,
     /// Each worker's watchdog timer's rate, likewise.
     pub watchdog_ppm: Vec<i64>,
+    /// Each worker's watchdog driver: magic close, and the kernel's nowayout.
+    pub magic_close: Vec<bool>,
+    pub nowayout: Vec<bool>,
 }
 
 /// `None` for half the seeds (no companions: they play as before), and for every
@@ -109,10 +112,21 @@ pub fn plan(seed: u64) -> Option<Plan> {
     // The control-plane node's companion (drawn last: the workers' rates are the
     // ones the seed had before it ran one).
     clock_ppm.push(rate(&mut rng));
+    // The drivers, from a generator of their own (the rates above stay the seed's): one
+    // in eight without magic close, half of those with nowayout set.
+    let mut drivers = Rng::new(seed ^ 0x4d41_4749_4343_4c53);
+    let (magic_close, nowayout): (Vec<bool>, Vec<bool>) = (0..WORKERS)
+        .map(|_| {
+            let magic = drivers.below(8) != 0;
+            (magic, !magic && drivers.below(2) == 1)
+        })
+        .unzip();
     Some(Plan {
         watchdog_fencing,
         clock_ppm,
         watchdog_ppm,
+        magic_close,
+        nowayout,
     })
 }
 
@@ -166,6 +180,9 @@ struct Companion {
     /// The highest leader's term it took: a leader's acknowledgement of an older one
     /// is refused (as the real companion refuses it).
     term_seen: u64,
+    /// Each replica slot's incarnation whose address it learned (a lookup of the
+    /// replicas' Service): with the cluster's DNS silent it says hello to those only.
+    known: [Option<Instant>; 2],
     /// What the latest leader's acknowledgement said of the node's policy: arm.
     arm_wanted: Option<bool>,
 }
@@ -197,6 +214,24 @@ struct Member {
     /// Last moment the truth had the machine cut off from the control plane and a
     /// majority (invariant 11).
     last_isolated: Option<Instant>,
+    /// Last moment the truth had its kernel hung (invariant 11: a watchdog that
+    /// resets a machine hung since its last feed did its work).
+    last_hung: Option<Instant>,
+    /// The cluster's DNS answers its companion no lookup until then.
+    dns_until: Option<Instant>,
+    /// Its companion's process is stopped until then (no beat, feed or answer), and
+    /// the last moment it was (invariant 11: a stopped companion's watchdog did its work).
+    paused_until: Option<Instant>,
+    last_paused: Option<Instant>,
+    /// The companion of its next boot crash-loops for this long (`Some(None)`: for
+    /// good); `booted_fresh`: no companion has started in this boot yet.
+    crash_loop: Option<Option<Duration>>,
+    booted_fresh: bool,
+    /// Its watchdog driver's magic close and the kernel's nowayout: a driver without
+    /// magic close stops on any close (a killed companion), and the companion refuses
+    /// it unless nowayout is set (`device::check`, the real companion's).
+    magic_close: bool,
+    nowayout: bool,
     /// The boot IDs its Node has shown since the machine last booted (the simulated
     /// kubelet takes a new one at every restart, a network cut's end too).
     boot_ids: BTreeSet<String>,
@@ -215,6 +250,15 @@ impl Member {
         let seen = std::mem::take(&mut self.boot_ids);
         self.old_boots.extend(seen);
         self.current_boot = None;
+        self.booted_fresh = true;
+    }
+
+    /// The companion is killed: a driver without magic close stops at the close.
+    fn closed_without_magic(&mut self) {
+        if !self.magic_close && !self.nowayout {
+            self.armed = false;
+            self.last_feed = None;
+        }
     }
 }
 
@@ -252,6 +296,14 @@ impl Fleet {
                 armed: false,
                 last_feed: None,
                 last_isolated: None,
+                last_hung: None,
+                dns_until: None,
+                paused_until: None,
+                last_paused: None,
+                crash_loop: None,
+                booted_fresh: true,
+                magic_close: plan.magic_close.get(i).copied().unwrap_or(true),
+                nowayout: plan.nowayout.get(i).copied().unwrap_or(false),
                 boot_ids: BTreeSet::new(),
                 current_boot: None,
                 old_boots: BTreeSet::new(),
@@ -300,7 +352,24 @@ impl Fleet {
         if let Some(c) = m.companion.take() {
             m.kept_cluster = c.cluster;
             m.restart_at = Some(Instant::now() + down);
+            m.closed_without_magic();
         }
+    }
+
+    /// The cluster's DNS answers machine `i`'s companion nothing for `span`.
+    pub fn dns_out(&mut self, i: usize, span: Duration) {
+        Self::until(&mut self.members[i].dns_until, span);
+    }
+
+    /// Machine `i`'s companion is stopped for `span`.
+    pub fn pause(&mut self, i: usize, span: Duration) {
+        Self::until(&mut self.members[i].paused_until, span);
+    }
+
+    /// The companion of machine `i`'s next boot crash-loops for `span` (`None`: for
+    /// good).
+    pub fn crash_loop(&mut self, i: usize, span: Option<Duration>) {
+        self.members[i].crash_loop = Some(span);
     }
 
     /// A rolling update: the companion beats "stopping" to every replica it reaches,
@@ -335,6 +404,7 @@ impl Fleet {
             m.kept_cluster = 0;
         } else {
             m.kept_cluster = c.cluster;
+            m.closed_without_magic();
         }
         m.restart_at = Some(Instant::now() + down);
     }
@@ -523,11 +593,27 @@ fn step(fleet: &Mutex<Fleet>, truth: &Truth, store: &Store) -> Vec<(usize, u64, 
             reset(f, i, truth, store, s);
             continue;
         }
+        if s.hung {
+            f.members[i].last_hung = Some(now);
+        }
         if s.hung || !s.booted {
             continue; // A hung kernel runs no companion; a booting machine none yet.
         }
+        if f.members[i].paused_until.is_some_and(|t| now < t) {
+            f.members[i].last_paused = Some(now);
+            continue; // Stopped: no beat, no feed, no answer.
+        }
         sample_boot(&mut f.members[i], store, false);
         if f.members[i].companion.is_none() {
+            let m = &mut f.members[i];
+            if m.booted_fresh {
+                m.booted_fresh = false;
+                if let Some(span) = m.crash_loop.take() {
+                    // Far beyond the chaos: not before the faults are over.
+                    let span = span.unwrap_or(Duration::from_secs(24 * 3600));
+                    m.restart_at = Some(now + span);
+                }
+            }
             if f.members[i].restart_at.is_some_and(|t| now < t) {
                 continue;
             }
@@ -549,6 +635,7 @@ fn step(fleet: &Mutex<Fleet>, truth: &Truth, store: &Store) -> Vec<(usize, u64, 
                 cluster: m.kept_cluster,
                 term_seen: 0,
                 arm_wanted: None,
+                known: [None, None],
             });
         }
         let link = s.network && f.link(i);
@@ -561,6 +648,7 @@ fn step(fleet: &Mutex<Fleet>, truth: &Truth, store: &Store) -> Vec<(usize, u64, 
             .as_ref()
             .is_some_and(|c| now >= c.next_beat);
         if due {
+            let dns_ok = f.members[i].dns_until.is_none_or(|t| now >= t);
             let replicas = &f.replicas;
             let timing = f.timing;
             let node = f.members[i].node.clone();
@@ -593,6 +681,13 @@ fn step(fleet: &Mutex<Fleet>, truth: &Truth, store: &Store) -> Vec<(usize, u64, 
                     .is_none_or(|l| l.unanswered >= UNANSWERED);
                 if hello {
                     if !link {
+                        continue;
+                    }
+                    // A replica's address is looked up by a task of its own; with the
+                    // DNS silent, only one already known is said hello to.
+                    if dns_ok {
+                        c.known[r] = Some(rep.started);
+                    } else if c.known[r] != Some(rep.started) {
                         continue;
                     }
                     match rep.handle.open_session(&node) {
@@ -687,7 +782,12 @@ fn step(fleet: &Mutex<Fleet>, truth: &Truth, store: &Store) -> Vec<(usize, u64, 
             // And only where the node's policy has the watchdog level on (the leader's
             // acknowledgements say so), unless a predecessor left it armed (it may be
             // counting: fed by the rule before the policy is heard).
-            if !c.armed && c.cluster > 0 && (c.arm_wanted == Some(true) || m.armed) {
+            // Never a driver a crash would stop (`device::check`, as the real one).
+            if !c.armed
+                && c.cluster > 0
+                && (c.arm_wanted == Some(true) || m.armed)
+                && device_usable(m.magic_close, m.nowayout)
+            {
                 c.armed = true;
                 m.armed = true;
             }
@@ -734,6 +834,31 @@ fn step(fleet: &Mutex<Fleet>, truth: &Truth, store: &Store) -> Vec<(usize, u64, 
     reads
 }
 
+/// Whether the real companion's check accepts the simulated driver
+/// ([`nodefence::watchdog::device::check`]).
+fn device_usable(magic_close: bool, nowayout: bool) -> bool {
+    use nodefence::watchdog::device::{self, DeviceInfo};
+    let magic = if magic_close {
+        device::OPTION_MAGIC_CLOSE
+    } else {
+        0
+    };
+    let info = DeviceInfo {
+        identity: "sim_wdt".into(),
+        options: device::OPTION_SET_TIMEOUT | magic,
+        firmware_version: 0,
+    };
+    device::check(
+        &info,
+        Some(nowayout),
+        WATCHDOG,
+        WATCHDOG,
+        nodefence::companion::MAX_WATCHDOG_TIMEOUT,
+        false,
+    )
+    .is_ok()
+}
+
 /// Machine `i`'s watchdog fires: a running machine is reset (judged first by
 /// invariant 11).
 fn reset(f: &mut Fleet, i: usize, truth: &Truth, store: &Store, s: Seen) {
@@ -767,10 +892,15 @@ fn reset(f: &mut Fleet, i: usize, truth: &Truth, store: &Store, s: Seen) {
     // acknowledged): whether one comes in time is the DaemonSet's part, not the
     // feeding rule's (seed 680: a rolling restart during an outage of the whole
     // control plane, its successor 9.5 s later, 0.5 s before W ran out).
+    // Nor a machine hung since its last feed, however briefly: the watchdog did its
+    // work (seed 90373: a hang that ended in the very instant the watchdog fired was
+    // judged a working machine's reset).
     let ran = companion
         .as_ref()
         .is_some_and(|c| now.saturating_duration_since(c.origin) >= isolation)
-        && !s.hung;
+        && !s.hung
+        && m.last_hung.is_none_or(|t| t < last_feed)
+        && m.last_paused.is_none_or(|t| t < last_feed);
     let cut_off = m
         .last_isolated
         .is_some_and(|t| t + isolation + TICK * 5 >= last_feed);

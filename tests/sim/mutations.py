@@ -40,8 +40,8 @@ MUTATIONS = [
      "invariant 2"),
     ("every-replica-leads",
      [("src/cluster/leader.rs",
-       "        self.valid_until.borrow().is_some_and(|held| {",
-       "        true || self.valid_until.borrow().is_some_and(|held| {")],
+       "    pub fn is_leader(&self) -> bool {\n        self.held().is_some()\n",
+       "    pub fn is_leader(&self) -> bool {\n        true || self.held().is_some()\n")],
      "invariant 3"),
     # The pause has two layers since seeds 10400/11586/11834: the engine's gate and the
     # executor's fresh read of the switch before each command and release.
@@ -201,6 +201,13 @@ MUTATIONS = [
        "            Some(_) => self.marked = None,\n",
        "            Some(_) => return,\n")],
      "invariant 6"),
+    # Issue 52, item 3 (seed 90400): a watchdog reported by an earlier boot's companion
+    # taken for the boot the Node reports now.
+    ("stale-boot-trusted",
+     [("src/heartbeat/mod.rs",
+       "            if !boot.is(reported) {",
+       "            if !boot.is(reported) && false {")],
+     "invariant 1"),
     ("request-finalizer-kept",
      [("src/controller/requests.rs",
        "} else if !hold && request.finalizer && node.is_ok() {",

@@ -19,7 +19,8 @@ use super::companion;
 use super::machine::{Bmc, Counters, Machine, Rng, Truth, lock};
 use super::requests;
 use super::schedule::{
-    Fault, clock_skews, companion_faults, remediation, report_lags, schedule, watch_drops,
+    Fault, clock_skews, companion_faults, companion_faults_52, remediation, report_lags, schedule,
+    watch_drops,
 };
 use super::world::{
     CHAOS, CONTROL_PLANE, LIVENESS_BOUND, PASSWORD, RECOVERY_BOUND, TRANSITION, WORKERS, World,
@@ -336,6 +337,7 @@ async fn play(
             drawn.extend(plan.iter().flat_map(|p| p.faults.clone()));
             if companions.is_some() {
                 drawn.extend(companion_faults(seed));
+                drawn.extend(companion_faults_52(seed));
             }
             drawn
         }

@@ -68,6 +68,16 @@ pub enum Fault {
     /// every replica acknowledged that (else leaves it running, its state kept),
     /// and its successor starts after this.
     CompanionRestart(usize, Duration),
+    /// The cluster's DNS stops answering this companion for a while: it cannot learn a
+    /// replica's new address (a replica started anew), but keeps beating to those it
+    /// knows (issue 52, item 1: nothing on the feeding path waits on a lookup).
+    CompanionDns(usize, Duration),
+    /// The companion's process is stopped (SIGSTOP, a starved CPU) for a while: no
+    /// beat, no feed, no answer; its watchdog may reset the machine, as it should.
+    CompanionPaused(usize, Duration),
+    /// The companion of this machine's next boot crash-loops: it does not start for
+    /// this long after the machine comes back (`None`: not before the faults are over).
+    CompanionCrashLoop(usize, Option<Duration>),
 }
 
 pub fn schedule(rng: &mut Rng) -> Vec<(Duration, Fault)> {
@@ -125,6 +135,29 @@ pub fn schedule(rng: &mut Rng) -> Vec<(Duration, Fault)> {
         out.push((at, fault));
     }
     out.sort_by_key(|(at, _)| *at);
+    out
+}
+
+/// Issue 52's faults for the companions' seeds, from a generator of their own (every
+/// fault drawn before stays where it was): a silent DNS, a stopped companion, a
+/// companion that crash-loops after its machine's next boot.
+pub fn companion_faults_52(seed: u64) -> Vec<(Duration, Fault)> {
+    let mut rng = Rng::new(seed ^ 0x4953_5355_4535_3200);
+    let mut out = Vec::new();
+    for _ in 0..rng.below(4) {
+        let at = Duration::from_secs(20 + rng.below(CHAOS.as_secs() - 60));
+        let node = rng.below(WORKERS as u64) as usize;
+        let span = Duration::from_millis(500 + rng.below(60_000));
+        let fault = match rng.below(3) {
+            0 => Fault::CompanionDns(node, span),
+            1 => Fault::CompanionPaused(node, Duration::from_millis(200 + rng.below(15_000))),
+            _ => Fault::CompanionCrashLoop(
+                node,
+                (rng.below(2) == 1).then(|| Duration::from_secs(10 + rng.below(200))),
+            ),
+        };
+        out.push((at, fault));
+    }
     out
 }
 

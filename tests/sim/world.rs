@@ -412,6 +412,9 @@ impl World {
                 later.push((Instant::now() + span, Fault::Restore(i)));
             }
             Fault::CompanionCrash(i, down) => self.with_fleet(|f| f.crash(i, down)),
+            Fault::CompanionDns(i, span) => self.with_fleet(|f| f.dns_out(i, span)),
+            Fault::CompanionPaused(i, span) => self.with_fleet(|f| f.pause(i, span)),
+            Fault::CompanionCrashLoop(i, span) => self.with_fleet(|f| f.crash_loop(i, span)),
             Fault::CompanionRestart(i, down) => {
                 let network = self.machine(i, |m| m.network);
                 self.with_fleet(|f| f.restart(i, down, network));

@@ -224,3 +224,37 @@ fn require_identity_defaults_to_what_the_driver_can_prove() {
     assert!(config.inventory.nodes["pdu"].policy.require_identity);
     assert!(!config.inventory.nodes["rf-lax"].policy.require_identity);
 }
+
+/// `watchdog_fencing_on_vm`: the operator's reason for trusting a virtual machine's
+/// watchdog, set for a node or a group (inherited key by key); an empty one is refused.
+#[test]
+fn a_virtual_machines_watchdog_is_opted_in_with_a_reason() {
+    let config = with_agent(AGENT).ok(&lines(&[
+        DEFAULTS.trim_end(),
+        "[nodes.vm-1]",
+        "endpoint = \"https://vm-1-bmc\"",
+        "policy = { watchdog_fencing = true, watchdog_fencing_on_vm = \" no live migration \" }",
+        "[nodes.metal-1]",
+        "endpoint = \"https://metal-1-bmc\"",
+        "policy = { watchdog_fencing = true }",
+    ]));
+    let vm = &config.inventory.nodes["vm-1"].policy;
+    assert_eq!(
+        vm.watchdog_fencing_on_vm.as_deref(),
+        Some("no live migration")
+    );
+    assert_eq!(
+        config.inventory.nodes["metal-1"]
+            .policy
+            .watchdog_fencing_on_vm,
+        None
+    );
+    let errors = with_agent(AGENT).errors(&lines(&[
+        DEFAULTS.trim_end(),
+        "[nodes.vm-1]",
+        "endpoint = \"https://vm-1-bmc\"",
+        "policy = { watchdog_fencing_on_vm = \"  \" }",
+    ]));
+    let e = find(&errors, "watchdog_fencing_on_vm");
+    assert!(e.message.contains("empty"), "{e:?}");
+}
