@@ -63,8 +63,11 @@ struct Writes {
     /// The request's version the last finalizer change was decided on.
     finalizer_decided_on: Option<String>,
     /// That change failed with 409: the request is newer than that version, and the
-    /// change is decided again once its watch brings the newer one.
-    finalizer_conflict: bool,
+    /// change is decided again once its watch brings the newer one, or, if none comes
+    /// (a 409 for a version that did not change, a watch that lags), at this time on
+    /// the version kept (seed 205726: a request deleted under injected 409s kept its
+    /// finalizer for good).
+    finalizer_conflict: Option<Instant>,
     retry_at: Option<Instant>,
 }
 
@@ -211,7 +214,7 @@ impl Requests {
                                 error = %e,
                                 "the request changed while its finalizer was being changed; deciding again on its newer version"
                             );
-                            w.finalizer_conflict = true;
+                            w.finalizer_conflict = Some(retry_at);
                         }
                         Err(e) => {
                             tracing::warn!(request = %key, error = %e, "cannot change the request's finalizer; trying again");
@@ -317,13 +320,15 @@ impl Requests {
             // carries the version it was decided on, so not while a status write is
             // under way (that write would make it fail with 409); after a 409, on
             // the newer version the watch brings (at once, not after RETRY_AFTER).
-            if w.finalizer_conflict && w.finalizer_decided_on != request.resource_version {
-                w.finalizer_conflict = false;
+            if w.finalizer_conflict.is_some_and(|until| {
+                w.finalizer_decided_on != request.resource_version || until <= now
+            }) {
+                w.finalizer_conflict = None;
             }
             if nodes_synced
                 && !w.finalizer_in_flight
                 && !w.status_in_flight
-                && !w.finalizer_conflict
+                && w.finalizer_conflict.is_none()
             {
                 let tainted = node.as_deref().ok().and_then(&our_taint);
                 let hold = tainted == Some(true);
@@ -397,7 +402,11 @@ impl Requests {
             MachineNode::Unknown { retry_at, .. } => Some(*retry_at),
             _ => None,
         });
-        let writes = self.writes.values().filter_map(|w| w.retry_at);
+        let writes = self
+            .writes
+            .values()
+            .flat_map(|w| [w.retry_at, w.finalizer_conflict])
+            .flatten();
         machines.chain(writes).min()
     }
 }
@@ -492,5 +501,39 @@ mod tests {
         });
         assert!(writes(&requests).retry_at.is_some());
         assert_eq!(tick(&mut requests, &engine, &writer), 0);
+    }
+
+    /// Seed 205726: a 409 for a version that never changes after it (an API server
+    /// that refuses a write for its own reasons, a watch that lags) must not leave the
+    /// change undecided for good: it is decided again on the version kept, after
+    /// RETRY_AFTER, and the loop is woken for it.
+    #[tokio::test(start_paused = true)]
+    async fn a_conflict_no_newer_version_follows_is_decided_again_after_a_while() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let writer = RequestWriter::new(
+            crate::cluster::client(config).unwrap(),
+            Leadership::always(),
+        );
+        let engine = Engine::new(Policy::default());
+        let mut requests = Requests::default();
+        requests.event(request("1"));
+        assert_eq!(tick(&mut requests, &engine, &writer), 1);
+        requests.complete(RequestCompletion::Finalizer {
+            key: KEY.into(),
+            result: Err("the object has been modified".into()),
+            conflict: true,
+        });
+        let due = requests.next_retry().unwrap_or_else(|| panic!("a wake-up"));
+        assert!(due <= Instant::now() + RETRY_AFTER, "{due:?}");
+        // The status goes meanwhile; the finalizer waits.
+        assert_eq!(tick(&mut requests, &engine, &writer), 1);
+        requests.complete(RequestCompletion::Status {
+            key: KEY.into(),
+            result: Ok(()),
+        });
+        assert!(!writes(&requests).finalizer_in_flight);
+        tokio::time::advance(RETRY_AFTER).await;
+        assert_eq!(tick(&mut requests, &engine, &writer), 1);
+        assert!(writes(&requests).finalizer_in_flight, "decided again on version 1");
     }
 }

@@ -450,15 +450,27 @@ impl Fleet {
     /// restarted after (seed 1112), none heard it armed, none can prove it reset
     /// (the release rule needs the armed watchdog in its own recent beats), and the
     /// watchdog level rightly refuses.
+    ///
+    /// Of the running replicas, the leader's table is the one that counts: a standby
+    /// that heard the watchdog armed cannot release the node for a leader started
+    /// after the loss (seed 201114: replica a heard it, replica b, restarted after the
+    /// loss, led through the repair). Only while none leads is any of them taken.
     pub fn rack_dead_heard(&self) -> Vec<usize> {
+        let alive: Vec<&ReplicaLink> = self
+            .replicas
+            .iter()
+            .flatten()
+            .filter(|r| r.alive.load(Ordering::SeqCst))
+            .collect();
+        let leading: Vec<&ReplicaLink> = alive
+            .iter()
+            .copied()
+            .filter(|r| r.handle.is_leader())
+            .collect();
+        let judged = if leading.is_empty() { alive } else { leading };
         self.lasting_rack
             .iter()
-            .filter(|(_, lost)| {
-                self.replicas
-                    .iter()
-                    .flatten()
-                    .any(|r| r.alive.load(Ordering::SeqCst) && r.started < **lost)
-            })
+            .filter(|(_, lost)| judged.iter().any(|r| r.started < **lost))
             .map(|(i, _)| *i)
             .collect()
     }
