@@ -534,6 +534,9 @@ mod tests {
         assert!(!writes(&requests).finalizer_in_flight);
         tokio::time::advance(RETRY_AFTER).await;
         assert_eq!(tick(&mut requests, &engine, &writer), 1);
-        assert!(writes(&requests).finalizer_in_flight, "decided again on version 1");
+        assert!(
+            writes(&requests).finalizer_in_flight,
+            "decided again on version 1"
+        );
     }
 }

@@ -140,18 +140,26 @@ impl Fleet {
         })
     }
 
-    /// Whether every companion feeds its armed watchdog and nodefence knows it is
-    /// armed: two beats acknowledged since it was armed (the beats say so from the
-    /// first sent after it, and nodefence marks nothing without it).
+    /// Whether every companion beats and, where the leader says its node's policy has
+    /// the watchdog level on, feeds its armed watchdog and nodefence knows it is armed:
+    /// two beats acknowledged since it was armed (the beats say so from the first sent
+    /// after it, and nodefence marks nothing without it). Where the level is off (the
+    /// control-plane node, or no `watchdog_fencing`), nothing is armed.
     pub fn all_armed(&self) -> bool {
         let mut armed_at = lock(&self.armed_at);
         self.members.iter().all(|(node, m)| {
             let s = lock(&m.status);
-            if s.armed.is_none() || !s.feeding {
-                return false;
+            match s.arm_wanted {
+                None => false,
+                Some(false) => s.armed.is_none() && s.acknowledged >= 2,
+                Some(true) => {
+                    if s.armed.is_none() || !s.feeding {
+                        return false;
+                    }
+                    let since = *armed_at.entry(node.clone()).or_insert(s.acknowledged);
+                    s.acknowledged >= since + 2
+                }
             }
-            let since = *armed_at.entry(node.clone()).or_insert(s.acknowledged);
-            s.acknowledged >= since + 2
         })
     }
 

@@ -56,7 +56,7 @@ pub async fn run(ctx: &Ctx<'_>, out: &mut Outcome, carry: &mut Carry) -> Result<
 }
 
 /// A standby first when the leader is to be killed, then a companion on every
-/// worker, each beating with its watchdog armed.
+/// worker, each beating (its watchdog unarmed: no watchdog level in this scenario).
 async fn companions(ctx: &Ctx<'_>) -> Result<Fleet, String> {
     let world = ctx.world;
     let started = tokio::time::Instant::now();
@@ -71,7 +71,7 @@ async fn companions(ctx: &Ctx<'_>) -> Result<Fleet, String> {
         .map_err(|e| format!("the companions could not start: {e:#}"))?;
     if let Err(e) = ctx
         .wait(
-            "companion on every node with its watchdog armed",
+            "companion on every node, its watchdog armed where the level is on",
             Duration::from_secs(60),
             || fleet.all_armed(),
         )
@@ -87,7 +87,7 @@ async fn companions(ctx: &Ctx<'_>) -> Result<Fleet, String> {
     }
     ctx.setup_note(&format!(
         "a companion on every node, beating every {} to {} (heartbeat_timeout {}), its \
-         watchdog armed (took {:.1}s)",
+         watchdog unarmed (no watchdog level here: nothing rests on it) (took {:.1}s)",
         humantime::format_duration(crate::heartbeat::DEFAULT_HEARTBEAT_INTERVAL),
         if ctx.kill_leader_after.is_some() {
             "both replicas of nodefence (a standby runs)"

@@ -189,19 +189,20 @@ fn nothing_moved(ctx: &Ctx<'_>, victim: &str, mark: usize) -> Result<(), String>
     Ok(())
 }
 
-/// Waits until every companion beats with its watchdog armed, and says so.
+/// Waits until every companion beats, each worker's watchdog armed (the level is on
+/// for them; the control-plane node's is not in the inventory), and says so.
 async fn arm(ctx: &Ctx<'_>, fleet: &Fleet) -> Result<(), String> {
     let started = tokio::time::Instant::now();
     ctx.wait(
-        "companion on every node with its watchdog armed",
+        "companion on every node, its watchdog armed where the level is on",
         Duration::from_secs(60),
         || fleet.all_armed(),
     )
     .await?;
     ctx.setup_note(&format!(
         "a companion on every node: hello with its projected token over TLS, beats every {} \
-         over UDP, its watchdog armed ({} granted; simulated, it really resets its machine if \
-         not fed) (took {:.1}s)",
+         over UDP, each worker's watchdog armed as the watchdog level asks ({} granted; \
+         simulated, it really resets its machine if not fed) (took {:.1}s)",
         humantime::format_duration(crate::heartbeat::DEFAULT_HEARTBEAT_INTERVAL),
         span(WATCHDOG_TIMEOUT),
         started.elapsed().as_secs_f64()
