@@ -283,10 +283,15 @@ impl Engine {
                 // unhealthy nodes first). Skipping the pass over every node here is
                 // what keeps a 5,000-node fleet cheap.
                 let policy = self.node_policies.get(&name).unwrap_or(&self.policy);
+                if !facts.fencing_marked {
+                    state.mark_acted = false;
+                }
+                // A fencing mark found on it, not acted on yet, is something to decide.
                 let stays_healthy = matches!(state.phase, Phase::Healthy)
                     && !state.gone
                     && state.excluded_noted.is_none()
                     && !facts.our_taint
+                    && !(facts.fencing_marked && !state.mark_acted)
                     && state.facts.health(now, policy.lease_stale_after) == Health::Healthy
                     && facts.health(now, policy.lease_stale_after) == Health::Healthy;
                 state.facts = facts;

@@ -323,3 +323,40 @@ fn a_recovery_clears_the_mark_and_the_next_incident_counts_from_its_own() {
     let released = h.release_times["w1"];
     assert!(released >= second + h.watchdog_wait);
 }
+
+/// Issue 52, item 5: a new term finds a Node still carrying a fencing mark an earlier
+/// term wrote. On a healthy node it goes (once); on an unhealthy one the term holds it
+/// (its acknowledgements carry it) instead of lifting it unknowingly; a mark this term
+/// wrote is its own and gets neither.
+#[test]
+fn a_mark_found_on_a_node_is_cleared_when_healthy_and_held_when_not() {
+    let mut h = Harness::new(watchdog_policy());
+    h.add("w1", Bmc::State(PowerState::On));
+    h.add("w2", Bmc::State(PowerState::On));
+    h.set_facts("w1", |f| f.fencing_marked = true);
+    let clears = |h: &Harness| h.count(|a| matches!(a, Action::ClearMark { node } if node == "w1"));
+    let holds =
+        |h: &Harness, n: &str| h.count(|a| matches!(a, Action::HoldMark { node } if node == n));
+    assert_eq!(clears(&h), 1, "a healthy node's stale mark goes");
+    h.advance(secs(5));
+    h.set_facts("w1", |f| f.cordoned = false);
+    assert_eq!(clears(&h), 1, "once, while the Node still shows it");
+    h.set_facts("w1", |f| f.fencing_marked = false);
+    h.set_facts("w1", |f| f.fencing_marked = true);
+    assert_eq!(clears(&h), 2, "a mark written again is found again");
+    // An unhealthy node found marked: held, never cleared.
+    h.hang_kubelet("w2");
+    h.advance(secs(30));
+    assert!(
+        h.reasons("w2").contains(&Reason::NodeSuspect),
+        "{:?}",
+        h.reasons("w2")
+    );
+    h.set_facts("w2", |f| f.fencing_marked = true);
+    h.advance(secs(5));
+    assert_eq!(holds(&h, "w2"), 1);
+    assert_eq!(
+        h.count(|a| matches!(a, Action::ClearMark { node } if node == "w2")),
+        0
+    );
+}
