@@ -456,9 +456,8 @@ pub async fn start(
     leadership: Leadership,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<Heartbeat> {
-    let tcp = TcpListener::bind(settings.listen).await?;
+    let (tcp, udp) = bind_both(settings.listen).await?;
     let addr = tcp.local_addr()?;
-    let udp = UdpSocket::bind(addr).await?;
     let (heartbeat, silent_tx) = new_heartbeat(settings.timing, settings.heartbeat_timeout, addr);
     let timeout = settings.heartbeat_timeout;
     let metrics = settings.metrics.clone();
@@ -503,6 +502,21 @@ pub async fn start(
         }
     });
     Ok(heartbeat)
+}
+
+/// TCP and UDP on one port. With port 0 (tests, the demo) the kernel picks the TCP
+/// port, and the same number may already be some other socket's for UDP: another is
+/// picked, a few times.
+async fn bind_both(listen: SocketAddr) -> std::io::Result<(TcpListener, UdpSocket)> {
+    let mut tries = if listen.port() == 0 { 20 } else { 1 };
+    loop {
+        let tcp = TcpListener::bind(listen).await?;
+        match UdpSocket::bind(tcp.local_addr()?).await {
+            Ok(udp) => return Ok((tcp, udp)),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && tries > 1 => tries -= 1,
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// 32 random bytes from the system's generator.
