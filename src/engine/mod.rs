@@ -287,11 +287,12 @@ impl Engine {
                     state.mark_acted = false;
                 }
                 // A fencing mark found on it, not acted on yet, is something to decide.
+                let no_mark_to_act_on = !facts.fencing_marked || state.mark_acted;
                 let stays_healthy = matches!(state.phase, Phase::Healthy)
                     && !state.gone
                     && state.excluded_noted.is_none()
                     && !facts.our_taint
-                    && !(facts.fencing_marked && !state.mark_acted)
+                    && no_mark_to_act_on
                     && state.facts.health(now, policy.lease_stale_after) == Health::Healthy
                     && facts.health(now, policy.lease_stale_after) == Health::Healthy;
                 state.facts = facts;
