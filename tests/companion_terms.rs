@@ -94,6 +94,65 @@ async fn an_old_leader_that_believes_it_leads_neither_feeds_nor_marks() {
     kube.shutdown().await;
 }
 
+/// The term survives a crash: a successor started from the kept state refuses the
+/// acknowledgements of a leader older than one its predecessor took (the model's
+/// search with a crash and an old leader, `an_old_leader_feeds_a_successor_...`: a
+/// successor that took no term fed, cut off with the old leader, while the leader
+/// released its node).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_successor_refuses_the_old_term_its_predecessor_left_behind() {
+    let (_old_switch, old) = Leadership::switched(true);
+    let (kube, old_hb, pin) = world("worker-1", hello::AUDIENCE, old.clone()).await;
+    let (new_switch, new) = Leadership::switched(true);
+    new_switch.set(false);
+    new_switch.set(true);
+    let new_hb = replica(&kube, old_hb.addr().port(), new.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "token-worker-1\n").unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    let dog = RecordingWatchdog::new("iTCO_wdt", Duration::from_secs(10), false);
+    let beating_to = |replica: std::net::SocketAddr| {
+        let mut opts = options(&old_hb, pin, &token, dog.clone());
+        opts.nodefence = format!("https://localhost:{}", old_hb.addr().port())
+            .parse()
+            .unwrap();
+        opts.state_dir = Some(state.clone());
+        opts.replicas = Some(vec![replica]);
+        opts
+    };
+    // First it beats to the new leader only, and takes term 2.
+    let (status, _stop, run) = spawn(beating_to(new_hb.addr()));
+    eventually("term 2 taken", || status.lock().unwrap().term_seen == 2).await;
+    assert_eq!(
+        nodefence::companion::state::load(&state)
+            .unwrap()
+            .unwrap()
+            .term_seen,
+        2,
+        "the term is kept"
+    );
+    // It crashes; its successor reaches the old leader alone.
+    run.abort();
+    let _ = run.await;
+    assert!(old.is_leader(), "the old one still believes it leads");
+    let (status, stop, run) = spawn(beating_to(old_hb.addr()));
+    // Its beats name term 2: the old leader stands down at the first, or its
+    // acknowledgements as the leader of term 1 are refused. Either way none is taken.
+    eventually("acknowledged", || status.lock().unwrap().acknowledged >= 10).await;
+    let s = status.lock().unwrap().clone();
+    assert_eq!(s.term_seen, 2, "{s:?}");
+    assert!(
+        s.arm_wanted.is_none() && !s.feeding,
+        "an old leader's acknowledgement was taken: {s:?}"
+    );
+    eventually("the old leader stood down", || !old.is_leader()).await;
+    let _ = stop.send(());
+    let _ = run.await;
+    kube.shutdown().await;
+}
+
 /// A dry run decides as if it led, but its listener acknowledges no beat as the
 /// leader's (issue 52: a dry-run replica behind the Service fed a node cut from the
 /// leader, which the leader then released while it ran).

@@ -216,6 +216,7 @@ pub async fn run(
             }
         });
     let armed_before = resumed.as_ref().is_some_and(|kept| kept.armed);
+    let term_before = resumed.as_ref().map_or(0, |kept| kept.term_seen);
     // Its own key, which its answers to its peers are signed with: the predecessor's
     // (its credentials bind it), or a new one.
     let signing_key = match resumed.as_ref().and_then(|kept| kept.signing_key.clone()) {
@@ -296,6 +297,8 @@ pub async fn run(
     shared
         .armed_before
         .store(armed_before, std::sync::atomic::Ordering::SeqCst);
+    shared.resume_term(term_before);
+    shared.status().term_seen = term_before;
     shared.keep();
     shared.status().node = Some(node.clone());
     shared.status().credentials = credentials;

@@ -114,9 +114,18 @@ impl Shared {
 
     /// A leader's acknowledgement of `term` arrived: whether it may be taken (its
     /// term is no older than one taken before), and, if so, `term` is the one taken.
+    /// A newer term is kept before it is taken (a successor refuses the older ones).
     pub(super) fn take_term(&self, term: u64) -> bool {
         let before = self.term_seen.fetch_max(term, Ordering::SeqCst);
+        if term > before {
+            self.keep();
+        }
         term >= before
+    }
+
+    /// The term a predecessor took (the kept state): an older one is refused.
+    pub(super) fn resume_term(&self, term: u64) {
+        self.term_seen.fetch_max(term, Ordering::SeqCst);
     }
 
     pub(super) fn term_seen(&self) -> u64 {
@@ -227,6 +236,7 @@ impl Shared {
             replicas: self.replica_keys().clone(),
             signing_key: Some(self.signing_key.clone()),
             armed: self.armed_before.load(Ordering::SeqCst),
+            term_seen: self.term_seen(),
         };
         if let Err(e) = state::save(dir, &kept) {
             tracing::error!(error = %e, "cannot keep the companion's state: a crash during a control-plane outage would leave its successor unable to ask its peers");

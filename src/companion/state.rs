@@ -1,7 +1,8 @@
 //! What a companion must keep across a crash of its own process: its node, the
 //! timing the replicas gave, the largest cluster size an acknowledgement told it,
-//! what each replica gave it for its peers, its own private key, and whether it armed
-//! the watchdog (`--state-dir`, a memory-backed emptyDir of its pod). A successor
+//! the newest leader's term it took, what each replica gave it for its peers, its own
+//! private key, and whether it armed the watchdog (`--state-dir`, a memory-backed
+//! emptyDir of its pod). A successor
 //! whose predecessor armed it feeds it by its rule before it hears the node's policy;
 //! one whose predecessor never armed it waits for the leader to say the policy wants
 //! it.
@@ -23,6 +24,8 @@
 //!   holds the same ones);
 //! - its authority's public key (an answer counts only under a credential one of them
 //!   signed) and the credential it issued this companion's key, for this node;
+//! - the newest leader's term an acknowledgement it took was of (a successor refuses
+//!   an older leader's: one that still believes it leads, reached by this node alone);
 //! - this companion's private key (Ed25519, `signingKey`: its 32-byte seed). With it,
 //!   and a credential, whoever reads the file can answer the peers as this node, and as
 //!   no other: each node's key is its own, and a credential binds it to one node.
@@ -69,6 +72,9 @@ pub struct Kept {
     pub signing_key: Option<SigningKey>,
     /// The watchdog was armed (written before the device is opened).
     pub armed: bool,
+    /// The newest leader's term an acknowledgement it took was of: its successor
+    /// refuses an older one (an old leader still believing it leads, reached alone).
+    pub term_seen: u64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -93,6 +99,13 @@ struct OnDisk {
     /// Absent in a state an earlier companion kept: it armed on the first basis.
     #[serde(default = "armed_by_default")]
     armed: bool,
+    /// Absent in a state an earlier companion kept: no term taken.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    term_seen: u64,
+}
+
+fn is_zero(term: &u64) -> bool {
+    *term == 0
 }
 
 /// What a state kept before the watchdog's arming was recorded says: its
@@ -200,6 +213,7 @@ pub fn load(dir: &Path) -> Result<Option<Kept>, StateError> {
         replicas,
         signing_key,
         armed: disk.armed,
+        term_seen: disk.term_seen,
     }))
 }
 
@@ -230,6 +244,7 @@ pub fn save(dir: &Path, kept: &Kept) -> Result<(), StateError> {
             .collect(),
         signing_key: kept.signing_key.as_ref().map(|k| b64.encode(k.seed())),
         armed: kept.armed,
+        term_seen: kept.term_seen,
     };
     let bytes = serde_json::to_vec(&disk).map_err(|e| StateError::Malformed {
         path: path.clone(),
@@ -312,6 +327,7 @@ mod tests {
             .collect(),
             signing_key: Some(own),
             armed: true,
+            term_seen: 4,
         }
     }
 

@@ -342,6 +342,14 @@ impl Heartbeat {
                     crate::untrusted::field(reported)
                 ));
             }
+            if c.last_ack.is_some() && c.last_ack_boot != Some(boot) {
+                let acknowledged = c
+                    .last_ack_boot
+                    .map_or_else(|| "none".to_string(), |b| b.to_string());
+                return Err(format!(
+                    "the last acknowledgement without the mark went to a beat of boot                      {acknowledged}; boot {boot}'s companion began beating since (the machine                      rebooted during this incident): its watchdog proves nothing of the wait                      counted from that acknowledgement"
+                ));
+            }
             if c.virtual_machine && context.on_virtual_machine.is_none() {
                 return Err(
                     "its machine is a virtual machine (its companion says so): a hypervisor that \

@@ -43,6 +43,9 @@ pub struct Companion {
     pub reaching: Reaching,
     /// This replica's clock when it last acknowledged a beat without the mark.
     pub last_ack: Option<Duration>,
+    /// The boot the beat acknowledged then named: a watchdog a later boot's companion
+    /// reports armed proves nothing of the wait counted from that acknowledgement.
+    pub last_ack_boot: Option<BootId>,
     pub heard: Heard,
     /// The largest cluster size this replica can prove the companion was told: the
     /// one in the latest acknowledgement its beats echo. It counts its peers'
@@ -259,6 +262,7 @@ impl Table {
                         watchdog: WatchdogState::None,
                         reaching: Reaching::default(),
                         last_ack: None,
+                        last_ack_boot: None,
                         heard: Heard::default(),
                         cluster_known: 0,
                         mark: self.unseen_marks.remove(node).unwrap_or_default(),
@@ -482,6 +486,7 @@ impl Table {
             }
             if leader.is_some() && !marked {
                 c.last_ack = Some(now);
+                c.last_ack_boot = beat.boot;
             }
         }
         Ok(())
