@@ -60,6 +60,7 @@ mod redfish_field;
 mod release;
 mod reload;
 mod remediation;
+mod returned;
 mod run;
 mod secrets;
 mod telemetry;

@@ -408,7 +408,7 @@ fn decide(
         return format!("nothing: {}", e.as_str());
     }
     if facts.our_taint {
-        return "already released; the taint is removed once the node has been Ready for recovered_after".into();
+        return released_decision(facts, policy);
     }
     if marked {
         return "marked for fencing by its watchdog: its companion stops feeding its hardware watchdog, which resets the machine; the leader releases the node once the wait after the mark has passed with a majority of the companions heard throughout (its Events say when), resting on the watchdog, not on an Off reading".into();
@@ -655,9 +655,64 @@ fn last_release_line(added: Option<SystemTime>, removed: SystemTime, now: System
     )
 }
 
+/// The decision for a node nodefence released: what its return says, or will say,
+/// about the proof ([`crate::engine::returned`]).
+fn released_decision(facts: &crate::engine::NodeFacts, policy: &Policy) -> String {
+    use crate::engine::returned::PROOF_CHECKED_ANNOTATION;
+    if let Some(who) = facts.proof_checked() {
+        return format!(
+            "released; checked by an operator ({who}): the taint is removed once the node has been Ready for recovered_after"
+        );
+    }
+    if facts.proof_contradicted() {
+        return format!(
+            "FALSE RELEASE: the node came back with the boot its release ended ({}), so its machine never went down; the taint stays and no power command is sent to it until someone checks the application's data and the power source and annotates the Node {PROOF_CHECKED_ANNOTATION}=\"<who, why>\"",
+            facts.boot_id.as_deref().unwrap_or("unknown")
+        );
+    }
+    match facts.released_boot() {
+        Some(ended) => match ended.boot.as_deref().filter(|b| !b.trim().is_empty()) {
+            Some(boot) => format!(
+                "released on {} (the boot it ended: {boot}); the taint is removed once the node is back with another boot and has been Ready for recovered_after; back with the same one, the release was false and the taint stays",
+                ended.proof.describe()
+            ),
+            None if policy.unfence_without_boot_id => "released; the node reports no boot ID, so its return cannot show that the machine went down; unfence_without_boot_id: the taint is removed once it has been Ready for recovered_after".into(),
+            None => format!(
+                "released; the node reports no boot ID, so its return cannot show that the machine went down: the taint stays until someone checks it ({PROOF_CHECKED_ANNOTATION}) or unfence_without_boot_id is set"
+            ),
+        },
+        None => "already released (by a version that kept no boot); the taint is removed once the node has been Ready for recovered_after".into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_released_node_says_what_its_return_must_show_and_a_false_release_reads_like_an_incident() {
+        use crate::engine::returned::{EndedBoot, ProofKind};
+        let mut facts = crate::engine::NodeFacts::ready("db-1", std::time::SystemTime::UNIX_EPOCH);
+        facts.our_taint = true;
+        facts.boot_id = Some("b00t-1".into());
+        let policy = Policy::default();
+        assert!(released_decision(&facts, &policy).contains("kept no boot"));
+        facts.returned_mut().released_boot = Some(EndedBoot {
+            since: std::time::SystemTime::UNIX_EPOCH,
+            boot: Some("b00t-1".into()),
+            proof: ProofKind::OffReadings,
+        });
+        let d = released_decision(&facts, &policy);
+        assert!(d.contains("b00t-1") && d.contains("another boot"), "{d}");
+        facts.returned_mut().proof_contradicted = true;
+        let d = released_decision(&facts, &policy);
+        assert!(
+            d.starts_with("FALSE RELEASE") && d.contains("nodefence.io/proof-checked"),
+            "{d}"
+        );
+        facts.returned_mut().proof_checked = Some("alice".into());
+        assert!(released_decision(&facts, &policy).contains("checked by an operator (alice)"));
+    }
     use crate::config::{
         Credential, ExecTarget, NodeTarget, PowerSource, RedfishAuth, RedfishTarget, SecretSource,
         Timeouts, TlsSettings,

@@ -10,6 +10,11 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use kube::Resource;
 
+use crate::engine::facts::ReturnFacts;
+use crate::engine::returned::EndedBoot;
+pub use crate::engine::returned::{
+    PROOF_CHECKED_ANNOTATION, PROOF_CONTRADICTED_ANNOTATION, RELEASED_BOOT_ANNOTATION,
+};
 use crate::engine::{NodeFacts, Readiness};
 
 /// The non-graceful node shutdown taint.
@@ -110,7 +115,28 @@ pub fn node_facts(node: &Node, lease: Option<&Lease>, in_inventory: bool) -> Nod
         fencing_marked: crate::watchdog::mark::of_node(node).is_some_and(|mark| {
             crate::watchdog::mark::boot_id_of(node).is_none_or(|boot| mark.applies_to(boot))
         }),
+        returned: return_facts(annotations, has_taint),
     }
+}
+
+/// What the Node's annotations record of nodefence's release and its check on
+/// return (`None`: nothing).
+fn return_facts(
+    annotations: Option<&std::collections::BTreeMap<String, String>>,
+    has_taint: bool,
+) -> Option<Box<ReturnFacts>> {
+    let a = annotations?;
+    let facts = ReturnFacts {
+        released_boot: a
+            .get(RELEASED_BOOT_ANNOTATION)
+            .filter(|_| has_taint)
+            .and_then(|v| EndedBoot::parse(v)),
+        proof_contradicted: a.contains_key(PROOF_CONTRADICTED_ANNOTATION),
+        proof_checked: a
+            .get(PROOF_CHECKED_ANNOTATION)
+            .map(|v| v.trim().to_string()),
+    };
+    (facts != ReturnFacts::default()).then(|| Box::new(facts))
 }
 
 /// What the controller keeps of a Node between events: the facts the engine reads

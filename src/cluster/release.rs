@@ -15,6 +15,10 @@
 //!   the fresh Node's `systemUUID`/`providerID` (unless the policy accepts an
 //!   unprovable source, and never on a mismatch).
 //!
+//! The taint is written with the boot it ends ([`RELEASED_BOOT_ANNOTATION`]), and
+//! removed only from a Node that reports another boot, unless an operator checked it
+//! ([`PROOF_CHECKED_ANNOTATION`]; `engine::returned` decides when to ask).
+//!
 //! Writes carry the resourceVersion of that read as a precondition (409 on any change
 //! in between), and keep every taint and annotation that is not nodefence's own.
 //!
@@ -35,10 +39,12 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use super::facts::{
-    LAST_RELEASE_ANNOTATION, OUT_OF_SERVICE_TAINT, OUT_OF_SERVICE_VALUE, TAINTED_ANNOTATION,
+    LAST_RELEASE_ANNOTATION, OUT_OF_SERVICE_TAINT, OUT_OF_SERVICE_VALUE, PROOF_CHECKED_ANNOTATION,
+    PROOF_CONTRADICTED_ANNOTATION, RELEASED_BOOT_ANNOTATION, TAINTED_ANNOTATION,
     last_release_annotation, readiness,
 };
 use super::leader::Leadership;
+use crate::engine::returned::{EndedBoot, ProofKind};
 use crate::engine::{OffProof, Readiness, ReleaseMode, ReleasePlan, ReleaseProof};
 use crate::identity::{IdentityCheck, NodeIdentity};
 
@@ -230,12 +236,27 @@ impl Releaser {
         uid: &str,
         proof: impl Into<ReleaseProof>,
     ) -> Result<Released, ReleaseError> {
-        let fresh = self.verify(node, uid, &proof.into()).await?;
+        let proof = proof.into();
+        let fresh = self.verify(node, uid, &proof).await?;
         let taints = with_out_of_service(taints_of(&fresh));
+        // The boot this release ends, for the check on return (`engine::returned`).
+        let ended = EndedBoot {
+            since: proof.last_sign_of_life(),
+            boot: crate::watchdog::mark::boot_id_of(&fresh).map(str::to_string),
+            proof: match proof {
+                ReleaseProof::Off(_) => ProofKind::OffReadings,
+                ReleaseProof::Watchdog(_) => ProofKind::Watchdog,
+            },
+        };
         let patch = json!({
             "metadata": {
                 "resourceVersion": fresh.metadata.resource_version,
-                "annotations": { TAINTED_ANNOTATION: humantime::format_rfc3339_seconds(crate::clock::now()).to_string() },
+                "annotations": {
+                    TAINTED_ANNOTATION: humantime::format_rfc3339_seconds(crate::clock::now()).to_string(),
+                    RELEASED_BOOT_ANNOTATION: ended.value(),
+                    PROOF_CONTRADICTED_ANNOTATION: null,
+                    PROOF_CHECKED_ANNOTATION: null,
+                },
             },
             "spec": { "taints": taints },
         });
@@ -434,6 +455,39 @@ impl Releaser {
         Ok(())
     }
 
+    /// Records on the Node that its return contradicted its release's proof
+    /// ([`PROOF_CONTRADICTED_ANNOTATION`]): no leader lets it back unchecked. Only on
+    /// a Node that still carries nodefence's taint.
+    pub async fn record_contradiction(&self, node: &str, value: &str) -> Result<(), ReleaseError> {
+        self.require_leader()?;
+        let Some(fresh) = self.nodes.get_opt(node).await? else {
+            return Err(ReleaseError::Refused(format!(
+                "Node {node} no longer exists"
+            )));
+        };
+        if !fresh
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(TAINTED_ANNOTATION))
+        {
+            return Err(ReleaseError::Refused(format!(
+                "Node {node} no longer carries nodefence's taint"
+            )));
+        }
+        let patch = json!({
+            "metadata": {
+                "resourceVersion": fresh.metadata.resource_version,
+                "annotations": { PROOF_CONTRADICTED_ANNOTATION: value },
+            },
+        });
+        self.require_leader()?;
+        self.nodes
+            .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        Ok(())
+    }
+
     /// The watchdog level: writes the node's fencing mark, for the boot its Node
     /// reports ([`crate::watchdog::mark`]). Read fresh: the boot must be the current
     /// one, and a Node opted out or replaced is refused. `Ok` once the API server
@@ -516,12 +570,35 @@ impl Releaser {
                 "Node {node} is not Ready; the taint stays"
             )));
         }
+        let annotations = fresh.metadata.annotations.as_ref();
+        let checked = annotations.is_some_and(|a| a.contains_key(PROOF_CHECKED_ANNOTATION));
+        if !checked {
+            if annotations.is_some_and(|a| a.contains_key(PROOF_CONTRADICTED_ANNOTATION)) {
+                return Err(ReleaseError::Refused(format!(
+                    "Node {node}'s return contradicted its release's proof and no one has checked it ({PROOF_CHECKED_ANNOTATION}); the taint stays"
+                )));
+            }
+            let ended = annotations
+                .and_then(|a| a.get(RELEASED_BOOT_ANNOTATION))
+                .and_then(|v| EndedBoot::parse(v));
+            let now_boot = crate::watchdog::mark::boot_id_of(&fresh);
+            if let Some(then) = ended.as_ref().and_then(|e| e.boot.as_deref())
+                && now_boot.is_some_and(|b| b.eq_ignore_ascii_case(then))
+            {
+                return Err(ReleaseError::Refused(format!(
+                    "Node {node} reports boot {then}, the boot its release ended: its machine has not gone down; the taint stays"
+                )));
+            }
+        }
         let taints = without_ours(taints_of(&fresh));
         let patch = json!({
             "metadata": {
                 "resourceVersion": fresh.metadata.resource_version,
                 "annotations": {
                     TAINTED_ANNOTATION: null,
+                    RELEASED_BOOT_ANNOTATION: null,
+                    PROOF_CONTRADICTED_ANNOTATION: null,
+                    PROOF_CHECKED_ANNOTATION: null,
                     crate::watchdog::mark::FENCING_MARK_ANNOTATION: null,
                     LAST_RELEASE_ANNOTATION: last_release_annotation(added, crate::clock::now()),
                 },

@@ -48,6 +48,7 @@ const POLICY_KEYS: &[&str] = &[
     "power_on_after_fence",
     "release_timeout",
     "recovered_after",
+    "unfence_without_boot_id",
     "require_identity",
     "watchdog_fencing",
     "watchdog_fencing_on_vm",
@@ -145,6 +146,7 @@ policy_draft! {
     power_on_after_fence: bool,
     release_timeout: Duration,
     recovered_after: Duration,
+    unfence_without_boot_id: bool,
     require_identity: bool,
     watchdog_fencing: bool,
     watchdog_fencing_on_vm: Option<String>,
@@ -262,6 +264,9 @@ pub(crate) fn parse(
                 .bool()
                 .map(|v| out.fence_control_plane = Some(v.value)),
             "skip_cordoned" => entry.bool().map(|v| out.skip_cordoned = Some(v.value)),
+            "unfence_without_boot_id" => entry
+                .bool()
+                .map(|v| out.unfence_without_boot_id = Some(v.value)),
             "power_on_after_fence" => entry
                 .bool()
                 .map(|v| out.power_on_after_fence = Some(v.value)),

@@ -376,6 +376,19 @@ impl Executor {
                     }
                 });
             }
+            Action::RecordContradiction { node, value, proof } => {
+                self.metrics.proof_contradicted(proof.label());
+                let this = self.clone();
+                self.tasks.spawn(async move {
+                    if this.dry_run {
+                        tracing::warn!(node, "dry-run: would record the contradicted proof");
+                        return;
+                    }
+                    if let Err(e) = this.releaser.record_contradiction(&node, &value).await {
+                        tracing::warn!(node, error = %e, "could not record the contradicted proof on the Node; the taint stays in this term, a new leader would judge the return again");
+                    }
+                });
+            }
             Action::RemoveTaint { node } => {
                 let this = self.clone();
                 self.tasks.spawn(async move {

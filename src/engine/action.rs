@@ -254,6 +254,14 @@ pub enum Action {
     },
     /// Remove the out-of-service taint nodefence added (answer with `Engine::taint_removed`).
     RemoveTaint { node: String },
+    /// The node came back with the boot its release ended: record it on the Node
+    /// ([`super::returned::PROOF_CONTRADICTED_ANNOTATION`], `value`), so that no
+    /// leader lets it back unchecked, and count it.
+    RecordContradiction {
+        node: String,
+        value: String,
+        proof: super::returned::ProofKind,
+    },
     /// Tell operators (Kubernetes Event + log).
     Notify(Notice),
 }
@@ -267,6 +275,7 @@ impl Action {
             | Action::PowerOn { node, .. }
             | Action::Release { node, .. }
             | Action::RemoveTaint { node }
+            | Action::RecordContradiction { node, .. }
             | Action::CheckDrained { node }
             | Action::MarkForFencing { node, .. }
             | Action::ClearMark { node }
@@ -285,6 +294,7 @@ impl Action {
                 | Action::PowerOn { .. }
                 | Action::Release { .. }
                 | Action::RemoveTaint { .. }
+                | Action::RecordContradiction { .. }
                 | Action::MarkForFencing { .. }
                 | Action::ClearMark { .. }
                 | Action::HoldMark { .. }
@@ -336,6 +346,12 @@ pub enum Reason {
     ReleaseFailed,
     RecoveredBeforeRelease,
     Recovered,
+    /// Back with a new boot: the proof is not contradicted.
+    BootedAgain,
+    /// Back with the boot it failed with: the release was false.
+    ProofContradicted,
+    /// Back, but without a boot ID to tell whether it went down.
+    ProofUncheckable,
     TaintRemoved,
     PoweringOn,
     Blocked,
@@ -367,6 +383,9 @@ impl Reason {
             Reason::ReleaseFailed => "ReleaseFailed",
             Reason::RecoveredBeforeRelease => "RecoveredBeforeRelease",
             Reason::Recovered => "Recovered",
+            Reason::BootedAgain => "BootedAgain",
+            Reason::ProofContradicted => "ProofContradicted",
+            Reason::ProofUncheckable => "ProofUncheckable",
             Reason::TaintRemoved => "TaintRemoved",
             Reason::PoweringOn => "PoweringOn",
             Reason::Blocked => "FenceBlocked",

@@ -132,6 +132,23 @@ pub struct NodeFacts {
     /// It carries nodefence's fencing mark ([`crate::watchdog::mark`]) for the boot it
     /// reports (or one that names no boot).
     pub fencing_marked: bool,
+    /// What its Node records of nodefence's release and its check on return
+    /// ([`super::returned`]). Boxed: only a released node has any, and the facts of
+    /// 5,000 Nodes are kept.
+    pub returned: Option<Box<ReturnFacts>>,
+}
+
+/// What a Node records of nodefence's release and of its check on return.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReturnFacts {
+    /// The boot the release nodefence's taint stands for ended, as recorded with the
+    /// taint.
+    pub released_boot: Option<super::returned::EndedBoot>,
+    /// nodefence recorded that the node's return contradicted that release's proof.
+    pub proof_contradicted: bool,
+    /// An operator checked the release and lets the node back (who and why, as
+    /// written).
+    pub proof_checked: Option<String>,
 }
 
 impl NodeFacts {
@@ -160,7 +177,28 @@ impl NodeFacts {
             companion_silent: None,
             boot_id: None,
             fencing_marked: false,
+            returned: None,
         }
+    }
+
+    /// The boot nodefence's release ended, as its Node records it.
+    pub fn released_boot(&self) -> Option<&super::returned::EndedBoot> {
+        self.returned.as_ref()?.released_boot.as_ref()
+    }
+
+    /// nodefence recorded on the Node that its return contradicted the proof.
+    pub fn proof_contradicted(&self) -> bool {
+        self.returned.as_ref().is_some_and(|r| r.proof_contradicted)
+    }
+
+    /// Who checked a contradicted or uncheckable release, and why, if anyone did.
+    pub fn proof_checked(&self) -> Option<&str> {
+        self.returned.as_ref()?.proof_checked.as_deref()
+    }
+
+    /// What the Node records of the release, to change (tests, the executor's echo).
+    pub fn returned_mut(&mut self) -> &mut ReturnFacts {
+        self.returned.get_or_insert_default()
     }
 
     /// The request that makes this node suspect: one that stands and has not timed out.

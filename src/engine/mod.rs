@@ -20,7 +20,9 @@
 //!
 //! Layout: [`policy`] (settings), [`facts`] (what the cluster says), [`node`] (one
 //! node's state machine), [`action`] (effects and notices), `outcomes` (the results
-//! of the actions the executor carried out: readings, commands, releases).
+//! of the actions the executor carried out: readings, commands, releases), [`returned`]
+//! (the check of a release's proof when the node comes back), [`watchdog`] (the
+//! watchdog level's steps).
 
 pub mod action;
 mod block;
@@ -29,6 +31,7 @@ pub mod facts;
 pub mod node;
 mod outcomes;
 pub mod policy;
+pub mod returned;
 pub mod watchdog;
 
 #[cfg(test)]
@@ -373,9 +376,14 @@ impl Engine {
         } else {
             PowerOnStatus::NotWanted
         };
-        let rel = Released::new(record.released_at, power_on);
         match self.nodes.get_mut(name) {
-            Some(state) => state.phase = Phase::Released(rel),
+            Some(state) => {
+                state.phase = Phase::Released(Released::resumed(
+                    record.released_at,
+                    power_on,
+                    &state.facts,
+                ))
+            }
             None => {
                 let mut facts = NodeFacts::ready(name, now);
                 facts.readiness = Readiness::NotReady {
@@ -384,7 +392,7 @@ impl Engine {
                 facts.lease_renewed = None;
                 facts.identity = record.identity.clone();
                 let mut state = NodeState::new(facts, now);
-                state.phase = Phase::Released(rel);
+                state.phase = Phase::Released(Released::new(record.released_at, power_on));
                 state.gone = true;
                 self.nodes.insert(name.to_string(), Box::new(state));
             }

@@ -13,6 +13,7 @@ pub use super::block::Block;
 use super::decide::{decide_incident, decide_power_on, identity_gate, schedule_query, set_block};
 use super::facts::{Exclusion, Health, NodeFacts};
 use super::policy::Policy;
+use super::returned::{self, EndedBoot, Verdict};
 use crate::identity::MachineIdentity;
 use crate::power::{PowerError, PowerState};
 
@@ -162,6 +163,11 @@ pub struct Released {
     pub power_on_failures: u32,
     /// A failed power-on is not tried again before this.
     pub power_on_retry: Option<SystemTime>,
+    /// The boot the release ended (`None`: a release that kept none: delete-node, an
+    /// earlier version's), for the check on return ([`super::returned`]).
+    pub ended: Option<EndedBoot>,
+    /// What the node's return said about the proof, once it has come back.
+    pub verdict: Option<Verdict>,
 }
 
 impl Released {
@@ -175,7 +181,23 @@ impl Released {
             drain_checks: Queries::default(),
             power_on_failures: 0,
             power_on_retry: None,
+            ended: None,
+            verdict: None,
         }
+    }
+
+    /// A release resumed from what its Node records (a new leader, a restart): the
+    /// boot it ended, and a contradiction already found.
+    pub(crate) fn resumed(at: SystemTime, power_on: PowerOnStatus, facts: &NodeFacts) -> Self {
+        let mut rel = Self::new(at, power_on);
+        rel.ended = facts.released_boot().cloned();
+        if facts.proof_contradicted() {
+            rel.verdict = Some(Verdict::Contradicted {
+                boot: facts.boot_id.clone().unwrap_or_default(),
+                at,
+            });
+        }
+        rel
     }
 }
 
@@ -221,7 +243,7 @@ impl NodeState {
     /// in `Released` (waiting for recovery), and nothing is powered off or released again.
     pub fn new(facts: NodeFacts, now: SystemTime) -> Self {
         let phase = if facts.our_taint {
-            Phase::Released(Released::new(now, PowerOnStatus::NotWanted))
+            Phase::Released(Released::resumed(now, PowerOnStatus::NotWanted, &facts))
         } else {
             Phase::Healthy
         };
@@ -378,7 +400,11 @@ impl NodeState {
                 // earlier term (same process, its leadership lost and won again) that
                 // completed after this term first saw the node. Recover it like any
                 // released node, or the taint stays for good.
-                self.phase = Phase::Released(Released::new(now, PowerOnStatus::NotWanted));
+                self.phase = Phase::Released(Released::resumed(
+                    now,
+                    PowerOnStatus::NotWanted,
+                    &self.facts,
+                ));
                 out.extend(self.evaluate(policy, gates, now));
             }
             Phase::Healthy => {
@@ -516,7 +542,20 @@ impl NodeState {
                 }
             }
             Phase::Released(rel) => {
-                if health == Health::Healthy {
+                if rel.verdict.is_none()
+                    && !self.gone
+                    && let Some(verdict) = returned::judge(rel.ended.as_ref(), &self.facts, now)
+                {
+                    announce_verdict(&verdict, rel, &name, policy, &mut out);
+                    rel.verdict = Some(verdict);
+                }
+                let lets_back = rel.verdict.as_ref().is_some_and(|v| {
+                    v.lets_back(
+                        policy.unfence_without_boot_id,
+                        self.facts.proof_checked().is_some(),
+                    )
+                });
+                if health == Health::Healthy && lets_back {
                     let ready_since = *rel.ready_since.get_or_insert(now);
                     let settled = now.duration_since(ready_since).unwrap_or_default()
                         >= policy.recovered_after;
@@ -539,8 +578,11 @@ impl NodeState {
                 // An opted-out node is left alone: a person is working on the machine.
                 // A request that timed out: its requester moved on (to a reprovisioning
                 // remediator, say), and nodefence switches nothing on behind it.
+                // A false release: nothing is switched on (or off) through the method
+                // that gave its proof until an operator has checked it.
                 if let Phase::Released(rel) = &mut self.phase
                     && rel.power_on == PowerOnStatus::Pending
+                    && !matches!(rel.verdict, Some(Verdict::Contradicted { .. }))
                     && !self.facts.opted_out
                     && self.facts.request_timed_out().is_none()
                 {
@@ -611,5 +653,59 @@ impl NodeState {
             }
         }
         t
+    }
+}
+
+/// Says what a released node's return told about its proof, and, for a
+/// contradiction, records it on the Node.
+fn announce_verdict(
+    verdict: &Verdict,
+    rel: &Released,
+    name: &str,
+    policy: &Policy,
+    out: &mut Vec<Action>,
+) {
+    let failed_boot = rel
+        .ended
+        .as_ref()
+        .and_then(|e| e.boot.clone())
+        .unwrap_or_else(|| "none".into());
+    match (verdict, &rel.ended) {
+        (Verdict::NewBoot { boot }, _) => out.push(Notice::normal(
+            name,
+            Reason::BootedAgain,
+            format!(
+                "back with a new boot ({boot}; it failed running {failed_boot}): its machine did go down; the out-of-service taint is removed once it has been Ready for {}",
+                humantime::format_duration(policy.recovered_after)
+            ),
+        )),
+        (Verdict::Contradicted { boot, at }, Some(ended)) => {
+            out.push(Notice::warning(
+                name,
+                Reason::ProofContradicted,
+                returned::contradicted_message(ended, boot),
+            ));
+            out.push(Action::RecordContradiction {
+                node: name.to_string(),
+                value: returned::contradicted_value(*at, ended.proof, boot),
+                proof: ended.proof,
+            });
+        }
+        (Verdict::NoBootId, _) => out.push(Notice::warning(
+            name,
+            Reason::ProofUncheckable,
+            if policy.unfence_without_boot_id {
+                format!(
+                    "back, but it reports no boot ID (it failed running {failed_boot}): nodefence cannot tell whether its machine went down; unfence_without_boot_id = true: the taint is removed once it has been Ready for {}",
+                    humantime::format_duration(policy.recovered_after)
+                )
+            } else {
+                format!(
+                    "back, but it reports no boot ID (it failed running {failed_boot}): nodefence cannot tell whether its machine went down, so the out-of-service taint stays; check the application's data and the machine, then annotate the Node {}=\"<who, why>\" (or set unfence_without_boot_id for nodes that never report one)",
+                    returned::PROOF_CHECKED_ANNOTATION
+                )
+            },
+        )),
+        (Verdict::Contradicted { .. }, None) | (Verdict::Unrecorded, _) => {}
     }
 }

@@ -4,6 +4,7 @@
 
 use std::time::SystemTime;
 
+use super::returned::{EndedBoot, ProofKind};
 use super::*;
 
 impl Engine {
@@ -241,6 +242,10 @@ impl Engine {
                             "Node object deleted: its pods and volumes are released"
                         }
                     };
+                    let proof_kind = match &inc.watchdog {
+                        watchdog::WatchdogStep::Proven { .. } => ProofKind::Watchdog,
+                        _ => ProofKind::OffReadings,
+                    };
                     let rests_on = match &inc.watchdog {
                         watchdog::WatchdogStep::Proven { proof, .. } => {
                             Some(format!("the machine was {proof}"))
@@ -253,6 +258,16 @@ impl Engine {
                     };
                     if let Some(basis) = &rests_on {
                         text.push_str(&format!("; this release rests on its hardware watchdog, not on an Off reading: {basis}"));
+                    }
+                    if policy.release == ReleaseMode::OutOfServiceTaint {
+                        match state.facts.boot_id.as_deref().filter(|b| !b.trim().is_empty()) {
+                            Some(boot) => text.push_str(&format!(
+                                "; it ended boot {boot}: the taint is removed only once the node is back with another"
+                            )),
+                            None => text.push_str(
+                                "; the node reports no boot ID, so its return cannot show that the machine went down",
+                            ),
+                        }
                     }
                     out.push(Notice::normal(name, Reason::Released, text));
                     if power_on == PowerOnStatus::Pending {
@@ -267,7 +282,15 @@ impl Engine {
                             }),
                         });
                     }
-                    state.phase = Phase::Released(Released::new(now, power_on));
+                    let mut rel = Released::new(now, power_on);
+                    if policy.release == ReleaseMode::OutOfServiceTaint {
+                        rel.ended = Some(EndedBoot {
+                            since: inc.since,
+                            boot: state.facts.boot_id.clone(),
+                            proof: proof_kind,
+                        });
+                    }
+                    state.phase = Phase::Released(rel);
                     state.queries = Default::default();
                 }
                 Err(reason) => {

@@ -160,8 +160,13 @@ pub struct Policy {
     /// With `power_on_after_fence`: how long after the release the machine stays off,
     /// so Kubernetes can delete its pods and detach its volumes first.
     pub release_timeout: Duration,
-    /// Remove our taint once the node has been Ready again this long.
+    /// Remove our taint once the node has been Ready again this long (counted from
+    /// when it is seen back with a new boot: [`super::returned`]).
     pub recovered_after: Duration,
+    /// A node that reports no `status.nodeInfo.bootID` (some test kubelets, nodes in
+    /// containers) cannot show that its machine went down: its taint is removed on
+    /// its return only with this set.
+    pub unfence_without_boot_id: bool,
     /// Release or power off only when the BMC is proven to control this node's own
     /// machine (identity cross-check).
     pub require_identity: bool,
@@ -203,6 +208,7 @@ impl Default for Policy {
             power_on_after_fence: false,
             release_timeout: Duration::from_secs(300),
             recovered_after: Duration::from_secs(30),
+            unfence_without_boot_id: false,
             require_identity: true,
             watchdog_fencing: false,
             watchdog_fencing_on_vm: None,

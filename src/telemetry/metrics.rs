@@ -77,6 +77,12 @@ struct ReleaseLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProofLabel {
+    /// What the contradicted release rested on: `off-readings`, `watchdog`.
+    proof: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabel {
     result: &'static str,
 }
@@ -150,6 +156,7 @@ pub struct Metrics {
     power_query_duration: HistogramFamily<DriverLabels>,
     power_commands: Family<PowerCommandLabels, Counter>,
     releases: Family<ReleaseLabels, Counter>,
+    proofs_contradicted: Family<ProofLabel, Counter>,
     watchdog_marks: Family<ResultLabel, Counter>,
     time_to_release: Histogram,
     release_steps: HistogramFamily<StepLabels>,
@@ -254,6 +261,16 @@ impl Metrics {
             "releases",
             "Volume releases (out-of-service taint, Node deletion) and taint removals, by outcome",
             releases.clone(),
+        );
+
+        let proofs_contradicted = Family::<ProofLabel, Counter>::default();
+        for proof in RELEASE_PROOFS {
+            drop(proofs_contradicted.get_or_create(&ProofLabel { proof }));
+        }
+        registry.register(
+            "proof_contradicted",
+            "Released nodes that came back with the boot their release ended: the machine never went down, the release was false (critical: check the application's data and the BMC), by what the release rested on",
+            proofs_contradicted.clone(),
         );
 
         let watchdog_marks = Family::<ResultLabel, Counter>::default();
@@ -384,6 +401,7 @@ impl Metrics {
             power_query_duration,
             power_commands,
             releases,
+            proofs_contradicted,
             watchdog_marks,
             time_to_release,
             release_steps,
@@ -536,6 +554,16 @@ impl Metrics {
             result: self.closed("result", result, &RELEASE_RESULTS),
         };
         self.releases.get_or_create(&labels).inc();
+    }
+
+    /// A released node back with the boot its release ended:
+    /// `nodefence_proof_contradicted_total{proof}`, `proof` = `off-readings` |
+    /// `watchdog`.
+    pub fn proof_contradicted(&self, proof: &str) {
+        let labels = ProofLabel {
+            proof: self.closed("proof", proof, &RELEASE_PROOFS),
+        };
+        self.proofs_contradicted.get_or_create(&labels).inc();
     }
 
     /// One fencing mark of the watchdog level: `nodefence_watchdog_marks_total{result}`,

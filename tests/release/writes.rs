@@ -235,3 +235,140 @@ async fn a_refused_release_deletes_no_pod() {
     assert!(!releaser.drained("w1").await.unwrap());
     kube.shutdown().await;
 }
+
+/// The check on return, where it writes: the taint carries the boot it ended; a
+/// Node back with that boot keeps it whatever asks (a contradicted release), one back
+/// with another boot loses it, and an operator's check lets a contradicted one back,
+/// every record of the release removed with the taint.
+#[tokio::test]
+async fn a_taint_is_removed_only_from_a_node_back_with_another_boot_or_checked() {
+    use nodefence::cluster::facts::{
+        PROOF_CHECKED_ANNOTATION, PROOF_CONTRADICTED_ANNOTATION, RELEASED_BOOT_ANNOTATION,
+    };
+    let (kube, client) = setup().await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let releaser = Releaser::new(client.clone(), Leadership::always());
+    let back = |boot: &str| {
+        json!({"status": {"nodeInfo": {"bootID": boot}, "conditions": [{"type": "Ready", "status": "True",
+            "lastHeartbeatTime": rfc3339(SystemTime::now()), "lastTransitionTime": rfc3339(SystemTime::now())}]}})
+    };
+    let annotations = |n: &Node| n.metadata.annotations.clone().unwrap_or_default();
+    for (name, returns_with, checked) in [
+        ("w1", "boot-1", false),
+        ("w2", "boot-2", false),
+        ("w3", "boot-1", true),
+    ] {
+        let died = died();
+        dead_node(&client, name, died).await;
+        nodes
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": {"nodeInfo": {"bootID": "boot-1"}}})),
+            )
+            .await
+            .unwrap();
+        let node = nodes.get(name).await.unwrap();
+        let sign = died + Duration::from_secs(50);
+        let machine = Some(nodefence::identity::MachineIdentity::Uuid(uuid_of(name)));
+        releaser
+            .taint(name, &uid(&node), &proof_from(sign, machine))
+            .await
+            .unwrap();
+        let ended = annotations(&nodes.get(name).await.unwrap())
+            .get(RELEASED_BOOT_ANNOTATION)
+            .and_then(|v| nodefence::engine::returned::EndedBoot::parse(v))
+            .expect("the boot it ended is recorded with the taint");
+        assert_eq!(ended.boot.as_deref(), Some("boot-1"));
+        assert_eq!(ended.proof.label(), "off-readings");
+        nodes
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(&back(returns_with)),
+            )
+            .await
+            .unwrap();
+        let same_boot = returns_with == "boot-1";
+        if same_boot {
+            releaser
+                .record_contradiction(name, "2026-12-02T15:00:00Z proof off-readings boot boot-1")
+                .await
+                .unwrap();
+        }
+        if checked {
+            nodes
+                .patch(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({"metadata": {"annotations": {PROOF_CHECKED_ANNOTATION: "alice: data checked"}}})),
+                )
+                .await
+                .unwrap();
+        }
+        let result = releaser.untaint(name).await;
+        let after = nodes.get(name).await.unwrap();
+        if same_boot && !checked {
+            let why = result.expect_err("refused").to_string();
+            assert!(why.contains("contradicted"), "{why}");
+            assert_eq!(taint_keys(&after).len(), 2, "the taint stays");
+            assert!(annotations(&after).contains_key(PROOF_CONTRADICTED_ANNOTATION));
+        } else {
+            assert!(result.unwrap(), "{name}: removed");
+            assert_eq!(
+                taint_keys(&after),
+                vec!["example.com/maintenance=x:NoSchedule".to_string()]
+            );
+            let left = annotations(&after);
+            for key in [
+                RELEASED_BOOT_ANNOTATION,
+                PROOF_CONTRADICTED_ANNOTATION,
+                PROOF_CHECKED_ANNOTATION,
+            ] {
+                assert!(!left.contains_key(key), "{name}: {key} left behind");
+            }
+        }
+    }
+    // Without the contradiction recorded, the boot alone refuses.
+    let died = died();
+    dead_node(&client, "w4", died).await;
+    nodes
+        .patch_status(
+            "w4",
+            &PatchParams::default(),
+            &Patch::Merge(&back("boot-7")),
+        )
+        .await
+        .unwrap();
+    let stale = json!({"status": {"conditions": [{"type": "Ready", "status": "Unknown",
+        "lastHeartbeatTime": rfc3339(died), "lastTransitionTime": rfc3339(died + Duration::from_secs(50))}]}});
+    nodes
+        .patch_status("w4", &PatchParams::default(), &Patch::Merge(&stale))
+        .await
+        .unwrap();
+    let node = nodes.get("w4").await.unwrap();
+    let machine = Some(nodefence::identity::MachineIdentity::Uuid(uuid_of("w4")));
+    releaser
+        .taint(
+            "w4",
+            &uid(&node),
+            &proof_from(died + Duration::from_secs(50), machine),
+        )
+        .await
+        .unwrap();
+    nodes
+        .patch_status(
+            "w4",
+            &PatchParams::default(),
+            &Patch::Merge(&back("boot-7")),
+        )
+        .await
+        .unwrap();
+    let why = releaser
+        .untaint("w4")
+        .await
+        .expect_err("refused")
+        .to_string();
+    assert!(why.contains("boot-7"), "{why}");
+    kube.shutdown().await;
+}

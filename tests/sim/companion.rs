@@ -594,6 +594,11 @@ fn step(fleet: &Mutex<Fleet>, truth: &Truth, store: &Store) -> Vec<(usize, u64, 
             m.new_boot();
             continue;
         }
+        // On again: a loss it is judged for later is of this boot, not of the one
+        // whose armed watchdog was heard (seed 502890: lost with its BMC, powered on
+        // again, its companion crash-looping since; lost again, no watchdog of this
+        // boot was ever heard, and the leader rightly refused to mark it).
+        f.lasting_rack.remove(&i);
         // The hardware watchdog, on its own clock.
         let fires = {
             let m = &f.members[i];

@@ -16,6 +16,7 @@ mod proof;
 mod random;
 mod recovery;
 mod requests;
+mod returned;
 mod watchdog;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -79,6 +80,11 @@ struct Harness {
     refuse_releases: Vec<String>,
     /// When each refused release was asked.
     refused_at: Vec<SystemTime>,
+    /// Each node's boots so far (its kubelet reports `boot-<n>`), and the machines
+    /// that went down since their kubelet last posted (their next status is a new
+    /// boot's).
+    boots: BTreeMap<String, u32>,
+    went_down: BTreeSet<String>,
 }
 
 /// A watchdog proof as the release rule gives it.
@@ -138,6 +144,8 @@ impl Harness {
             marks: BTreeMap::new(),
             refuse_releases: Vec::new(),
             refused_at: Vec::new(),
+            boots: BTreeMap::new(),
+            went_down: BTreeSet::new(),
         }
     }
 
@@ -148,6 +156,9 @@ impl Harness {
             .insert(name.into(), MachineIdentity::Uuid(uuid_of(name)));
         let mut f = NodeFacts::ready(name, self.now);
         f.identity.system_uuid = Some(uuid_of(name));
+        f.last_heartbeat = Some(self.now);
+        self.boots.insert(name.into(), 1);
+        f.boot_id = Some(format!("{name}-boot-1"));
         self.facts.insert(name.into(), f.clone());
         let a = self.engine.observe(f, self.now);
         self.run(a);
@@ -183,6 +194,7 @@ impl Harness {
     /// The kubelet died at `now`: Lease stops; NotReady from `now + grace`.
     fn lose_power(&mut self, name: &str) {
         self.alive.remove(name);
+        self.went_down.insert(name.into());
         self.bmc.insert(name.into(), Bmc::State(PowerState::Off));
     }
 
@@ -196,12 +208,25 @@ impl Harness {
         self.set_facts(name, |f| f.readiness = Readiness::NotReady { since: now });
     }
 
+    /// Its kubelet posts a Ready status: of a new boot if its machine went down
+    /// since it last posted, else of the same one.
     fn ready(&mut self, name: &str) {
         self.alive.insert(name.into());
         let now = self.now;
+        let boot = if self.went_down.remove(name) {
+            let n = self.boots.entry(name.into()).or_insert(1);
+            *n += 1;
+            Some(format!("{name}-boot-{n}"))
+        } else {
+            None
+        };
         self.set_facts(name, |f| {
             f.readiness = Readiness::Ready;
             f.lease_renewed = Some(now);
+            f.last_heartbeat = Some(now);
+            if let Some(boot) = boot {
+                f.boot_id = Some(boot);
+            }
         });
     }
 
@@ -296,6 +321,7 @@ impl Harness {
                         if matches!(self.bmc.get(node), Some(Bmc::State(_))) {
                             self.bmc.insert(node.clone(), Bmc::State(PowerState::Off));
                             self.alive.remove(node);
+                            self.went_down.insert(node.clone());
                         }
                         self.engine.power_off_done(node, Ok(()), now)
                     }
@@ -331,6 +357,19 @@ impl Harness {
                     } else if let Some(f) = self.facts.get_mut(node) {
                         f.our_taint = true;
                         f.our_taint_added = Some(now);
+                        // As the releaser writes it with the taint.
+                        f.returned_mut().released_boot = Some(crate::engine::returned::EndedBoot {
+                            since: proof.last_sign_of_life(),
+                            boot: f.boot_id.clone(),
+                            proof: match proof {
+                                ReleaseProof::Off(_) => {
+                                    crate::engine::returned::ProofKind::OffReadings
+                                }
+                                ReleaseProof::Watchdog(_) => {
+                                    crate::engine::returned::ProofKind::Watchdog
+                                }
+                            },
+                        });
                     }
                     next.extend(self.engine.release_done(node, Ok(()), now));
                     next
@@ -339,6 +378,7 @@ impl Harness {
                     if let Some(f) = self.facts.get_mut(node) {
                         f.our_taint = false;
                         f.our_taint_added = None;
+                        f.returned = None;
                     }
                     self.engine.taint_removed(node, Ok(()), now)
                 }
@@ -385,6 +425,12 @@ impl Harness {
                         None => WatchdogCheck::Refused("the fencing mark is not written".into()),
                     };
                     self.engine.watchdog_checked(node, verdict, now)
+                }
+                Action::RecordContradiction { node, .. } => {
+                    if let Some(f) = self.facts.get_mut(node) {
+                        f.returned_mut().proof_contradicted = true;
+                    }
+                    Vec::new()
                 }
                 Action::Notify(_) => Vec::new(),
             };

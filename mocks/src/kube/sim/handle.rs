@@ -2,7 +2,7 @@
 //! restore a kubelet (the "power loss"), read the timeline, stop everything.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -76,6 +76,7 @@ impl Simulation {
             stop,
             tasks: Mutex::new(tasks),
             kubelets: Mutex::new(BTreeMap::new()),
+            partitions: Mutex::new(BTreeMap::new()),
             workloads,
             next_index: AtomicU32::new(1),
         }
@@ -89,6 +90,8 @@ pub struct SimHandle {
     stop: watch::Sender<bool>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     kubelets: Mutex<BTreeMap<String, watch::Sender<bool>>>,
+    /// Each kubelet's network cut ([`SimHandle::set_partitioned`]).
+    partitions: Mutex<BTreeMap<String, Arc<AtomicBool>>>,
     workloads: Workloads,
     next_index: AtomicU32,
 }
@@ -136,7 +139,12 @@ impl SimHandle {
         let (tx, rx) = watch::channel(true);
         kubelets.insert(name.clone(), tx);
         drop(kubelets);
-        let kubelet = Kubelet::new(ctx.clone(), machine, boot_id, rx);
+        let cut = Arc::new(AtomicBool::new(false));
+        self.partitions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.clone(), cut.clone());
+        let kubelet = Kubelet::new(ctx.clone(), machine, boot_id, rx).with_cut(cut);
         let task = self.runtime.spawn(kubelet.run());
         self.tasks
             .lock()
@@ -179,6 +187,34 @@ impl SimHandle {
             );
         }
         let _ = tx.send(running);
+    }
+
+    /// `true`: the node's network is cut while its machine runs: its kubelet keeps its
+    /// boot, its pods and its containers, and reaches no API server (no Lease renewal,
+    /// no status, no pod work). `false`: the partition heals: the same boot resumes
+    /// (its Lease at once, its status at the next check: Ready, against what the node
+    /// lifecycle controller wrote meanwhile). [`SimHandle::set_kubelet`] is a reboot.
+    pub fn set_partitioned(&self, node: &str, cut: bool) {
+        let partitions = self.partitions.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(flag) = partitions.get(node) else {
+            tracing::warn!("set_partitioned: unknown node {node}");
+            return;
+        };
+        if flag.swap(cut, Ordering::SeqCst) == cut {
+            return;
+        }
+        let (kind, what) = if cut {
+            (
+                SimEventKind::KubeletStopped,
+                "network cut: the kubelet reaches no API server (the machine runs)",
+            )
+        } else {
+            (
+                SimEventKind::KubeletStarted,
+                "network restored: the same boot's kubelet is back",
+            )
+        };
+        self.ctx.record(kind, Some(node), None, what);
     }
 
     /// Whether the node's kubelet runs (`None` for an unknown node).

@@ -14,11 +14,15 @@
 //! - A stopped kubelet (`set_kubelet(.., false)`: power loss or a network cut) does
 //!   nothing at all. Starting it again is a reboot: new boot ID (`Rebooted` event),
 //!   mounts and containers gone, the Node re-created if it was deleted (registration
-//!   happens at every kubelet start), status posted at once.
+//!   happens at every kubelet start), status posted at once. A network cut
+//!   (`set_partitioned`) keeps the boot: the kubelet does nothing until it heals,
+//!   then resumes where it was.
 //!
 //! [`kubelet_pods`]: super::kubelet_pods
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -83,6 +87,9 @@ pub struct Kubelet {
     /// may (`MarkVolumesAsReportedInUse`).
     pub(super) reported_in_use: BTreeSet<String>,
     pub(super) next_pod_ip: u32,
+    /// Its network is cut ([`super::SimHandle::set_partitioned`]): it does nothing
+    /// until it heals, and keeps its boot.
+    cut: Arc<AtomicBool>,
 }
 
 impl Kubelet {
@@ -104,7 +111,14 @@ impl Kubelet {
             mounted: BTreeSet::new(),
             reported_in_use: BTreeSet::new(),
             next_pod_ip: 2,
+            cut: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// The switch of its network cut.
+    pub fn with_cut(mut self, cut: Arc<AtomicBool>) -> Self {
+        self.cut = cut;
+        self
     }
 
     pub fn name(&self) -> &str {
@@ -228,6 +242,9 @@ impl Kubelet {
 
     /// One pass: lease, pods, status, whichever are due.
     fn sync(&mut self) {
+        if self.cut.load(Ordering::SeqCst) {
+            return;
+        }
         let cfg = self.ctx.config.clone();
         let clock = self.ctx.clock;
         let due = |last: Option<Instant>, every| last.is_none_or(|t| clock.since(t) >= every);

@@ -31,6 +31,7 @@ fn every_family_is_declared_with_its_type_and_unit() {
         ("nodefence_power_query_duration_seconds", "histogram"),
         ("nodefence_power_commands", "counter"),
         ("nodefence_releases", "counter"),
+        ("nodefence_proof_contradicted", "counter"),
         ("nodefence_watchdog_marks", "counter"),
         ("nodefence_unhealthy_to_release_seconds", "histogram"),
         ("nodefence_release_step_seconds", "histogram"),
