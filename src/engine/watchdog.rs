@@ -312,6 +312,18 @@ pub(super) fn checked(
             *waiting = Some(why);
         }
         WatchdogCheck::Refused(why) => {
+            // Said once per reason (it is asked again every `retry`): the node stays
+            // marked and unreleased, and the operator must see why.
+            if waiting.as_deref() != Some(why.as_str()) {
+                out.push(Notice::warning(
+                    name,
+                    Reason::WatchdogFencing,
+                    format!(
+                        "the node is marked for fencing, and its watchdog does not prove its machine reset yet: {why}; nothing is released, checked again every {}",
+                        humantime::format_duration(retry)
+                    ),
+                ));
+            }
             check.failures += 1;
             check.next_at = Some(now + retry);
             *waiting = Some(why);

@@ -6,7 +6,9 @@
 //! VolumeAttachment deletion) only while the node's own machine is really off with an
 //! Off reading newer than its failure (invariant 1; a node the watchdog level
 //! marked: off or reset by its watchdog since its failure), and any write only from
-//! the replica holding the leader Lease (invariant 3).
+//! the replica holding the leader Lease (invariant 3); a taint removed only from a
+//! Node back with another boot than its release ended, and a release reported
+//! contradicted only while it reports that boot (invariant 12).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -233,6 +235,12 @@ fn check_write(
             parts.method, side.identity
         ));
     }
+    if let ("PATCH" | "PUT", ["api", "v1", "nodes", name]) =
+        (parts.method.as_str(), segments.as_slice())
+        && let Some(why) = return_check_refusal(store, name, body)
+    {
+        truth.violation(format!("invariant 12 (the check on return): {name}: {why}"));
+    }
     let released = match (parts.method.as_str(), segments.as_slice()) {
         ("PATCH" | "PUT", ["api", "v1", "nodes", name]) => {
             let adds = String::from_utf8_lossy(body).contains(OUT_OF_SERVICE)
@@ -294,6 +302,51 @@ fn check_write(
         ));
     }
     begins.then_some(node)
+}
+
+/// Why a write to Node `name` breaks the check on return, if it does: it removes
+/// nodefence's taint while the Node reports the boot the release ended (no operator
+/// checked it), or records a contradiction while it reports another boot (the
+/// machine did go down). The Node as stored is the kubelet's last post: a boot it
+/// has not posted yet is not taken for one.
+fn return_check_refusal(store: &Store, name: &str, body: &[u8]) -> Option<String> {
+    use nodefence::cluster::facts::{
+        PROOF_CHECKED_ANNOTATION, PROOF_CONTRADICTED_ANNOTATION, RELEASED_BOOT_ANNOTATION,
+        TAINTED_ANNOTATION,
+    };
+    let patch: Value = serde_json::from_slice(body).ok()?;
+    let written = patch.pointer("/metadata/annotations")?;
+    let node = store.get(NODES, None, name).ok()?;
+    let annotation = |key: &str| {
+        node.pointer("/metadata/annotations")
+            .and_then(|a| a.get(key))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    let ended = annotation(RELEASED_BOOT_ANNOTATION)
+        .and_then(|v| nodefence::engine::returned::EndedBoot::parse(&v))
+        .and_then(|e| e.boot)?;
+    let now_boot = node
+        .pointer("/status/nodeInfo/bootID")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let same = now_boot.eq_ignore_ascii_case(&ended);
+    let removes_taint = annotation(TAINTED_ANNOTATION).is_some()
+        && written.get(TAINTED_ANNOTATION).is_some_and(Value::is_null);
+    if removes_taint && same && annotation(PROOF_CHECKED_ANNOTATION).is_none() {
+        return Some(format!(
+            "the taint removed while the Node reports boot {ended}, the boot its release ended"
+        ));
+    }
+    let contradicts = written
+        .get(PROOF_CONTRADICTED_ANNOTATION)
+        .is_some_and(Value::is_string);
+    if contradicts && !same {
+        return Some(format!(
+            "reported contradicted while the Node reports boot {now_boot}, not {ended}, the boot its release ended: the machine did go down"
+        ));
+    }
+    None
 }
 
 /// The node a pod or VolumeAttachment names (`spec.nodeName`).

@@ -360,3 +360,31 @@ fn a_mark_found_on_a_node_is_cleared_when_healthy_and_held_when_not() {
         0
     );
 }
+
+/// A release rule that keeps refusing (here: the armed watchdog no longer reported)
+/// is said, once per reason, as a Warning: the node stays marked and unreleased, and
+/// the operator sees why rather than nothing at all.
+#[test]
+fn a_refused_watchdog_proof_is_said_once_not_left_silent() {
+    let mut h = Harness::new(watchdog_policy());
+    h.add("w1", Bmc::State(PowerState::On));
+    h.add("w2", Bmc::State(PowerState::On));
+    h.armed.insert("w1".into());
+    dies_with_its_bmc(&mut h, "w1");
+    assert_eq!(marks(&h, "w1"), 1);
+    h.armed.remove("w1");
+    h.advance(secs(120));
+    assert!(!h.released("w1"), "refused: nothing released");
+    let said = h
+        .log
+        .iter()
+        .filter(|a| {
+            matches!(a, Action::Notify(n) if n.reason == Reason::WatchdogFencing
+            && n.severity == Severity::Warning
+            && n.message.contains("does not prove its machine reset yet"))
+        })
+        .count();
+    assert_eq!(said, 1, "said once for one reason");
+    let asked = h.count(|a| matches!(a, Action::CheckWatchdog { node, .. } if node == "w1"));
+    assert!(asked > 3, "asked again and again ({asked})");
+}
