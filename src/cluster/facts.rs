@@ -127,10 +127,19 @@ fn return_facts(
 ) -> Option<Box<ReturnFacts>> {
     let a = annotations?;
     let facts = ReturnFacts {
+        // Present but unreadable (edited by hand, a newer format): no boot to compare
+        // with, so nothing can be told on return (never "recorded none": that is an
+        // older version's release, let back as before).
         released_boot: a
             .get(RELEASED_BOOT_ANNOTATION)
             .filter(|_| has_taint)
-            .and_then(|v| EndedBoot::parse(v)),
+            .map(|v| {
+                EndedBoot::parse(v).unwrap_or(EndedBoot {
+                    since: std::time::UNIX_EPOCH,
+                    boot: None,
+                    proof: crate::engine::returned::ProofKind::OffReadings,
+                })
+            }),
         proof_contradicted: a.contains_key(PROOF_CONTRADICTED_ANNOTATION),
         proof_checked: a
             .get(PROOF_CHECKED_ANNOTATION)
@@ -545,6 +554,47 @@ mod tests {
         let empty: Lease =
             serde_json::from_value(json!({"metadata": {"name": "w"}, "spec": {}})).expect("lease");
         assert_eq!(KeptLease::observed(&empty, Some(&next), at(20)).seen, None);
+    }
+
+    #[test]
+    fn the_release_records_read_back_and_an_unreadable_boot_is_uncheckable_not_absent() {
+        let tainted = |annotations: serde_json::Value| {
+            node(
+                json!({"metadata": {"name": "w", "annotations": annotations},
+                "spec": {"taints": [{"key": OUT_OF_SERVICE_TAINT, "value": OUT_OF_SERVICE_VALUE, "effect": "NoExecute"}]}}),
+            )
+        };
+        let ended = EndedBoot {
+            since: std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000),
+            boot: Some("b0a7-1".into()),
+            proof: crate::engine::returned::ProofKind::Watchdog,
+        };
+        let f = node_facts(
+            &tainted(json!({TAINTED_ANNOTATION: "2027-01-15T08:00:00Z",
+                RELEASED_BOOT_ANNOTATION: ended.value(),
+                PROOF_CONTRADICTED_ANNOTATION: "2027-01-15T08:10:00Z proof watchdog boot b0a7-1",
+                PROOF_CHECKED_ANNOTATION: " alice "})),
+            None,
+            true,
+        );
+        assert_eq!(f.released_boot(), Some(&ended));
+        assert!(f.proof_contradicted());
+        assert_eq!(f.proof_checked(), Some("alice"));
+        // Edited by hand: no boot to compare with, so nothing can be told on return
+        // (not an older version's release, which kept none).
+        let f = node_facts(
+            &tainted(json!({TAINTED_ANNOTATION: "2027-01-15T08:00:00Z",
+                RELEASED_BOOT_ANNOTATION: "someone was here"})),
+            None,
+            true,
+        );
+        assert_eq!(f.released_boot().map(|e| e.boot.clone()), Some(None));
+        // Nothing of nodefence's: nothing kept (the facts of 5,000 Nodes).
+        assert!(
+            node_facts(&node(json!({"metadata": {"name": "w"}})), None, true)
+                .returned
+                .is_none()
+        );
     }
 
     #[test]
