@@ -290,7 +290,7 @@ async fn explain_shows_what_was_seen_and_decided() {
         "added by nodefence",
         "Power now:",
         "Off",
-        "already released",
+        "released on its power source's Off readings (the boot it ended:",
         "ConfirmedOff",
         "fencing is active",
     ] {
