@@ -108,7 +108,7 @@ impl SimHandle {
         }
         let index = self.next_index.fetch_add(1, Ordering::Relaxed);
         let machine = Machine::new(spec, index);
-        let boot_id = uuid::Uuid::new_v4().to_string();
+        let boot_id = machine.boot_id(1);
         let ctx = &self.ctx;
         starting_event(ctx, &name);
         match ctx.store.create(NODES, None, machine.node_object(&boot_id)) {

@@ -90,6 +90,8 @@ pub struct Kubelet {
     /// Its network is cut ([`super::SimHandle::set_partitioned`]): it does nothing
     /// until it heals, and keeps its boot.
     cut: Arc<AtomicBool>,
+    /// Boots so far (its first, at [`Kubelet::new`], is 1).
+    boots: u64,
 }
 
 impl Kubelet {
@@ -112,6 +114,7 @@ impl Kubelet {
             reported_in_use: BTreeSet::new(),
             next_pod_ip: 2,
             cut: Arc::new(AtomicBool::new(false)),
+            boots: 1,
         }
     }
 
@@ -169,7 +172,8 @@ impl Kubelet {
     /// A (re)boot: fresh machine state, registration, status, lease.
     fn start(&mut self, reboot: bool) {
         if reboot {
-            self.boot_id = uuid::Uuid::new_v4().to_string();
+            self.boots += 1;
+            self.boot_id = self.machine.boot_id(self.boots);
         }
         self.pods.clear();
         self.mounted.clear();

@@ -51,6 +51,13 @@ pub struct Machine {
 }
 
 impl Machine {
+    /// Its `boot`-th boot's ID: unique among the machines of a simulation and the same
+    /// in every run of it (a seed replays to the byte, logs included).
+    pub fn boot_id(&self, boot: u64) -> String {
+        let id = (0xb007_u128 << 112) | (u128::from(self.index) << 64) | u128::from(boot);
+        uuid::Uuid::from_u128(id).to_string()
+    }
+
     pub fn new(spec: NodeSpec, index: u32) -> Self {
         let ip = spec
             .internal_ip
